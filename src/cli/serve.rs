@@ -1,0 +1,107 @@
+//! `talos-gen serve`: build the service state from flags and run the HTTP edge.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::http::ServeConfig;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[arg(
+        long,
+        env = "TALOS_GEN_LISTEN",
+        default_value = "127.0.0.1:8080",
+        value_name = "ADDR"
+    )]
+    pub listen: String,
+    #[arg(
+        long,
+        env = "TALOS_GEN_CACHE_DIR",
+        default_value = "talos-gen-cache",
+        value_name = "DIR"
+    )]
+    pub cache_dir: String,
+    #[arg(
+        long,
+        env = "TALOS_GEN_FACTORY_URL",
+        default_value = "https://factory.talos.dev",
+        value_name = "URL"
+    )]
+    pub factory_url: String,
+    /// Upstream OCI registry for installer images (default: the factory URL).
+    #[arg(long, env = "TALOS_GEN_REGISTRY_URL", value_name = "URL")]
+    pub registry_url: Option<String>,
+    /// Never contact an upstream.
+    #[arg(long, env = "TALOS_GEN_OFFLINE")]
+    pub offline: bool,
+    /// Evict least-recently-used, unpinned objects above this size (e.g. 50Gi).
+    #[arg(long, env = "TALOS_GEN_CACHE_MAX_SIZE", value_name = "SIZE")]
+    pub cache_max_size: Option<String>,
+    /// Named schematic files (default: the embedded `schematics/`).
+    #[arg(long, env = "TALOS_GEN_SCHEMATICS_DIR", value_name = "DIR")]
+    pub schematics_dir: Option<String>,
+    #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
+    pub matrix: Option<String>,
+    /// ns=URL, repeatable: upstreams for `?ns=` mirror requests.
+    #[arg(
+        long,
+        env = "TALOS_GEN_MIRROR_UPSTREAM",
+        value_name = "NS=URL",
+        value_delimiter = ' '
+    )]
+    pub mirror_upstream: Vec<String>,
+    /// Seconds in-flight requests may take to finish after SIGTERM.
+    #[arg(
+        long,
+        env = "TALOS_GEN_SHUTDOWN_TIMEOUT",
+        default_value_t = 30,
+        value_name = "SECONDS"
+    )]
+    pub shutdown_timeout: u64,
+    /// File holding the bearer token required by `/api/v1/` writes.
+    #[arg(long, env = "TALOS_GEN_API_TOKEN_FILE", value_name = "FILE")]
+    pub api_token_file: Option<String>,
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "TALOS_GEN_LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+}
+
+pub fn run(args: ServeArgs) -> crate::Result<i32> {
+    init_tracing(&args.log_format);
+    let cfg = ServeConfig {
+        listen: args.listen,
+        cache_dir: args.cache_dir.into(),
+        factory_url: args.factory_url.trim_end_matches('/').to_string(),
+        registry_url: args
+            .registry_url
+            .map(|u| u.trim_end_matches('/').to_string()),
+        offline: args.offline,
+        cache_max_size: args.cache_max_size,
+        schematics_dir: args.schematics_dir.map(Into::into),
+        matrix: args.matrix.map(Into::into),
+        mirror_upstreams: args.mirror_upstream,
+        shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+        api_token_file: args.api_token_file.map(Into::into),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| crate::Error::io("starting the runtime", e))?;
+    rt.block_on(crate::http::serve(cfg))?;
+    Ok(0)
+}
+
+/// Structured logs on stderr; `RUST_LOG` filters (default `info`).
+pub fn init_tracing(format: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        b.json().try_init()
+    } else {
+        b.try_init()
+    };
+}

@@ -1,0 +1,106 @@
+//! The HTTP edge: routes, typed state, limits, graceful stop. Handlers are
+//! thin: they validate the request, call the core, and shape the answer.
+//! Each route family lives in its own file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+
+use crate::error::{Error, Result};
+
+pub mod ops;
+
+/// Everything `serve` was told, already parsed by the CLI edge.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub listen: String,
+    pub cache_dir: PathBuf,
+    pub factory_url: String,
+    pub registry_url: Option<String>,
+    pub offline: bool,
+    pub cache_max_size: Option<String>,
+    pub schematics_dir: Option<PathBuf>,
+    pub matrix: Option<PathBuf>,
+    pub mirror_upstreams: Vec<String>,
+    pub shutdown_timeout: Duration,
+    pub api_token_file: Option<PathBuf>,
+}
+
+/// Shared, typed state handed to every handler.
+#[derive(Clone)]
+pub struct AppState(pub Arc<Shared>);
+
+pub struct Shared {
+    pub cfg: ServeConfig,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+impl AppState {
+    /// Build the state: load data, open the store.
+    pub async fn new(cfg: ServeConfig) -> Result<AppState> {
+        Ok(AppState(Arc::new(Shared { cfg })))
+    }
+}
+
+/// All routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .with_state(state)
+}
+
+/// Bind, serve until SIGTERM or Ctrl-C, then drain.
+pub async fn serve(cfg: ServeConfig) -> Result<()> {
+    let addr: SocketAddr = cfg
+        .listen
+        .parse()
+        .map_err(|e| Error::bad_input(format!("--listen: {:?}: {e}", cfg.listen)))?;
+    let state = AppState::new(cfg).await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::io(format!("--listen: binding {addr}"), e))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Error::io("listener address", e))?;
+    tracing::info!(%local, "listening");
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| Error::io("serving", e))?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutdown signal received");
+}

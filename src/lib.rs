@@ -1,0 +1,28 @@
+//! talos-gen: the support matrix, schematic IDs, Talos worker machine configs,
+//! and a caching proxy for the Talos Image Factory and installer registries.
+//!
+//! See ARCHITECTURE.md for the code map. Lower modules never import higher ones.
+
+pub mod error;
+pub mod goyaml;
+pub mod version;
+pub mod yaml;
+
+pub mod matrix;
+pub mod schematic;
+
+pub mod machineconfig;
+
+pub mod fill;
+pub mod imagecache;
+pub mod metrics;
+pub mod registry;
+pub mod store;
+pub mod upstream;
+
+pub mod mirror;
+
+pub mod cli;
+pub mod http;
+
+pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! Counters and histograms, kept in one place, exported as Prometheus text.

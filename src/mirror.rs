@@ -1,0 +1,1 @@
+//! The mirror job: sync, verify, export and import.

@@ -1,0 +1,2 @@
+//! What `/v2/` means: repository and reference validation, manifests and
+//! blobs by digest, tag revalidation, `?ns=` mirrors.

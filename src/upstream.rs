@@ -1,0 +1,2 @@
+//! HTTP client rules for upstreams: redirects (no credentials to other
+//! hosts), timeouts, bearer-token challenges.

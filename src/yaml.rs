@@ -1,0 +1,39 @@
+//! The one place that parses YAML (serde_yaml). Everything else calls these
+//! functions, so the parser can be swapped without touching callers.
+//! Writing YAML is `goyaml`'s job, never this module's.
+
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+
+/// A parsed YAML tree (mapping order kept as written).
+pub use serde_yaml::{Mapping, Value};
+
+/// Parse one YAML (or JSON) document into `T`; errors name `what` and the
+/// position/field serde reports.
+pub fn from_str<T: DeserializeOwned>(text: &str, what: &str) -> Result<T> {
+    serde_yaml::from_str(text).map_err(|e| Error::bad_input(format!("{what}: {e}")))
+}
+
+/// Parse one document into a generic tree.
+pub fn value_from_str(text: &str, what: &str) -> Result<Value> {
+    from_str(text, what)
+}
+
+/// Parse every `---`-separated document.
+pub fn documents_from_str(text: &str, what: &str) -> Result<Vec<Value>> {
+    use serde::Deserialize;
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let v = Value::deserialize(doc).map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Convert a parsed tree into `T`.
+pub fn from_value<T: DeserializeOwned>(v: Value, what: &str) -> Result<T> {
+    serde_yaml::from_value(v).map_err(|e| Error::bad_input(format!("{what}: {e}")))
+}
