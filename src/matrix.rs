@@ -1,2 +1,543 @@
 //! The support matrix: which Kubernetes versions each Talos minor runs.
-//! Data lives in `matrix/matrix.yaml`, embedded at build time; `--matrix FILE` replaces it.
+//!
+//! Data lives in `matrix/matrix.yaml`, embedded at build time; `--matrix
+//! FILE` replaces it. Semantics follow Talos' compatibility code
+//! (`pkg/machinery/compatibility`): per Talos minor an inclusive minimum and
+//! an exclusive maximum Kubernetes version (`X.Y.99`), compared on
+//! `major.minor.patch` only (pre-release suffixes ignored, a missing patch
+//! counts as 0). An unknown Talos minor is refused, never waved through.
+//!
+//! Library API (what the machine-config code calls):
+//! ```
+//! use talos_gen::matrix::Matrix;
+//! use talos_gen::version::Version;
+//! let m = Matrix::embedded();
+//! let talos = Version::parse("v1.13.6").unwrap();
+//! // Ok: supported; Err(Error::Refused(message)): not supported or unknown Talos minor.
+//! assert!(m.check(&talos, &Version::parse("1.35").unwrap()).is_ok());
+//! assert!(m.check(&talos, &Version::parse("1.30").unwrap()).is_err());
+//! assert_eq!(m.default_kubernetes(&talos).unwrap().to_string(), "v1.36.3");
+//! assert_eq!(m.kubelet_patch(&Version::parse("v1.35").unwrap()).unwrap().to_string(), "v1.35.6");
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::version::Version;
+
+/// The embedded data file.
+pub const EMBEDDED: &str = include_str!("../matrix/matrix.yaml");
+
+/// One Talos minor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TalosEntry {
+    /// `major.minor` of Talos (patch `None`).
+    pub talos: Version,
+    pub released: Option<String>,
+    /// `code` or `docs`: where the bounds come from.
+    pub source: Option<String>,
+    pub note: Option<String>,
+    /// Inclusive minimum Kubernetes version.
+    pub kubernetes_min: Version,
+    /// Exclusive maximum Kubernetes version (`X.Y.99`).
+    pub kubernetes_max: Version,
+    /// Default Kubernetes version of the X.0 release.
+    pub default_initial: Version,
+    /// Default Kubernetes version of the newest patch release.
+    pub default_latest: Version,
+    /// Minimum Talos version a host may upgrade from (inclusive).
+    pub host_upgrade_from: Option<Version>,
+    /// Talos versions a host may downgrade to are below this (exclusive).
+    pub host_downgrade_below: Option<Version>,
+}
+
+impl TalosEntry {
+    /// Does this Talos minor run Kubernetes `k8s`?
+    pub fn supports(&self, k8s: &Version) -> bool {
+        let core = k8s.core();
+        core >= self.kubernetes_min.core() && core < self.kubernetes_max.core()
+    }
+
+    /// The Kubernetes minors in the window, `v1.31`, `v1.32`, ...
+    pub fn supported_minors(&self) -> Vec<String> {
+        let (min_major, min_minor, _) = self.kubernetes_min.core();
+        let max = self.kubernetes_max.core();
+        let mut out = Vec::new();
+        if min_major != max.0 {
+            // Talos never spans a Kubernetes major; show the bounds instead.
+            return vec![
+                self.kubernetes_min.to_string(),
+                format!("< {}", self.kubernetes_max),
+            ];
+        }
+        let mut minor = min_minor;
+        // The maximum is exclusive: X.Y.99 includes Y, X.Y.0 does not.
+        let last = if max.2 == 0 {
+            max.1.saturating_sub(1)
+        } else {
+            max.1
+        };
+        while minor <= last && out.len() < 1000 {
+            out.push(format!("v{min_major}.{minor}"));
+            minor += 1;
+        }
+        out
+    }
+
+    fn supported_list(&self) -> String {
+        self.supported_minors().join(", ")
+    }
+}
+
+/// The answer to a supported pair.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Support {
+    pub talos: Version,
+    pub kubernetes: Version,
+    /// `Kubernetes v1.35 is supported by Talos v1.13.6 (supported versions: ...)`.
+    pub message: String,
+}
+
+/// The whole table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Matrix {
+    entries: Vec<TalosEntry>,
+    /// Kubernetes minor `(major, minor)` -> kubelet version (Cozystack chart table).
+    kubelet: BTreeMap<(u64, u64), Version>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawFile {
+    talos: Vec<RawEntry>,
+    #[serde(default)]
+    cozystack_kubelet: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawEntry {
+    talos: String,
+    #[serde(default)]
+    released: Option<String>,
+    #[serde(default)]
+    source: Option<String>,
+    #[serde(default)]
+    note: Option<String>,
+    kubernetes: RawRange,
+    default_kubernetes: RawDefault,
+    #[serde(default)]
+    host_upgrade: Option<RawHost>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRange {
+    min: String,
+    max: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDefault {
+    initial: String,
+    latest: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    below: Option<String>,
+}
+
+impl Matrix {
+    /// The embedded matrix (parsed once).
+    pub fn embedded() -> &'static Matrix {
+        static M: OnceLock<Matrix> = OnceLock::new();
+        M.get_or_init(|| {
+            Matrix::parse(EMBEDDED, "embedded matrix/matrix.yaml", None)
+                .expect("the embedded matrix is valid (tested)")
+        })
+    }
+
+    /// Read a replacement data file. Any problem is bad input (exit 2).
+    pub fn from_file(path: &Path) -> Result<Matrix> {
+        let what = format!("--matrix {}", path.display());
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
+        Matrix::parse(&text, &what, Some(Matrix::embedded()))
+    }
+
+    /// `--matrix FILE` when given, else the embedded matrix.
+    pub fn load(path: Option<&Path>) -> Result<Matrix> {
+        match path {
+            Some(p) => Matrix::from_file(p),
+            None => Ok(Matrix::embedded().clone()),
+        }
+    }
+
+    /// Parse a data file; `fallback` supplies the kubelet table when the file has none.
+    pub fn from_yaml(text: &str, what: &str) -> Result<Matrix> {
+        Matrix::parse(text, what, Some(Matrix::embedded()))
+    }
+
+    fn parse(text: &str, what: &str, fallback: Option<&Matrix>) -> Result<Matrix> {
+        let raw: RawFile = crate::yaml::from_str(text, what)?;
+        if raw.talos.is_empty() {
+            return Err(Error::bad_input(format!("{what}: talos: empty list")));
+        }
+        let mut entries: Vec<TalosEntry> = Vec::with_capacity(raw.talos.len());
+        for (i, e) in raw.talos.into_iter().enumerate() {
+            let at = |field: &str| format!("{what}: talos[{i}].{field}");
+            let talos = Version::parse_named(&e.talos, &at("talos"))?;
+            if talos.patch.is_some() || talos.pre.is_some() {
+                return Err(Error::bad_input(format!(
+                    "{}: {:?} must be a Talos minor such as \"1.13\"",
+                    at("talos"),
+                    e.talos
+                )));
+            }
+            let min = Version::parse_named(&e.kubernetes.min, &at("kubernetes.min"))?;
+            let max = Version::parse_named(&e.kubernetes.max, &at("kubernetes.max"))?;
+            if min.core() >= max.core() {
+                return Err(Error::bad_input(format!(
+                    "{}: minimum {min} is not below maximum {max}",
+                    at("kubernetes")
+                )));
+            }
+            let initial = Version::parse_named(
+                &e.default_kubernetes.initial,
+                &at("defaultKubernetes.initial"),
+            )?;
+            let latest = Version::parse_named(
+                &e.default_kubernetes.latest,
+                &at("defaultKubernetes.latest"),
+            )?;
+            let (from, below) = match e.host_upgrade {
+                Some(h) => (
+                    h.from
+                        .map(|v| Version::parse_named(&v, &at("hostUpgrade.from")))
+                        .transpose()?,
+                    h.below
+                        .map(|v| Version::parse_named(&v, &at("hostUpgrade.below")))
+                        .transpose()?,
+                ),
+                None => (None, None),
+            };
+            let entry = TalosEntry {
+                talos,
+                released: e.released,
+                source: e.source,
+                note: e.note,
+                kubernetes_min: min,
+                kubernetes_max: max,
+                default_initial: initial,
+                default_latest: latest,
+                host_upgrade_from: from,
+                host_downgrade_below: below,
+            };
+            for (field, d) in [
+                ("defaultKubernetes.initial", &entry.default_initial),
+                ("defaultKubernetes.latest", &entry.default_latest),
+            ] {
+                if !entry.supports(d) {
+                    return Err(Error::bad_input(format!(
+                        "{}: {d} is outside the entry's own Kubernetes range",
+                        at(field)
+                    )));
+                }
+            }
+            if entries
+                .iter()
+                .any(|x| x.talos.minor_key() == entry.talos.minor_key())
+            {
+                return Err(Error::bad_input(format!(
+                    "{}: Talos {} appears twice",
+                    at("talos"),
+                    entry.talos
+                )));
+            }
+            entries.push(entry);
+        }
+        entries.sort_by_key(|e| e.talos.minor_key());
+        let kubelet = match raw.cozystack_kubelet {
+            Some(table) => {
+                let mut out = BTreeMap::new();
+                for (k, v) in table {
+                    let minor = Version::parse_named(&k, &format!("{what}: cozystackKubelet key"))?;
+                    let patch =
+                        Version::parse_named(&v, &format!("{what}: cozystackKubelet.{k}"))?;
+                    if minor.patch.is_some() || patch.minor_key() != minor.minor_key() {
+                        return Err(Error::bad_input(format!(
+                            "{what}: cozystackKubelet.{k}: {v:?} must be a patch of the minor {k:?}"
+                        )));
+                    }
+                    out.insert(minor.minor_key(), patch);
+                }
+                out
+            }
+            None => fallback.map(|m| m.kubelet.clone()).unwrap_or_default(),
+        };
+        Ok(Matrix { entries, kubelet })
+    }
+
+    /// Every Talos minor, oldest first.
+    pub fn entries(&self) -> &[TalosEntry] {
+        &self.entries
+    }
+
+    /// The entry for `talos`'s minor; refused (exit 1) when the matrix does not know it.
+    pub fn entry(&self, talos: &Version) -> Result<&TalosEntry> {
+        self.entries
+            .iter()
+            .find(|e| e.talos.minor_key() == talos.minor_key())
+            .ok_or_else(|| {
+                let known = match (self.entries.first(), self.entries.last()) {
+                    (Some(a), Some(b)) => format!(" (it knows {} to {})", a.talos, b.talos),
+                    _ => String::new(),
+                };
+                Error::refused(format!(
+                    "the support matrix does not know Talos {} (minor {}){known}",
+                    talos,
+                    talos.minor_string()
+                ))
+            })
+    }
+
+    /// Is Kubernetes `k8s` supported by Talos `talos`? `Ok` with the message
+    /// when it is; `Err(Error::Refused(message))` when it is not, or when the
+    /// Talos minor is unknown.
+    pub fn check(&self, talos: &Version, k8s: &Version) -> Result<Support> {
+        let e = self.entry(talos)?;
+        if e.supports(k8s) {
+            Ok(Support {
+                talos: talos.clone(),
+                kubernetes: k8s.clone(),
+                message: format!(
+                    "Kubernetes {k8s} is supported by Talos {talos}. Supported versions: {}",
+                    e.supported_list()
+                ),
+            })
+        } else {
+            Err(Error::refused(format!(
+                "Kubernetes {k8s} is not supported by Talos {talos}. Supported versions: {}",
+                e.supported_list()
+            )))
+        }
+    }
+
+    /// The Kubernetes version Talos `talos` defaults to (that of the newest
+    /// patch release of its minor); refused when the minor is unknown.
+    pub fn default_kubernetes(&self, talos: &Version) -> Result<Version> {
+        Ok(self.entry(talos)?.default_latest.clone())
+    }
+
+    /// The Cozystack chart's kubelet version for a Kubernetes minor (`v1.35`
+    /// -> `v1.35.6`); only the minor of `k8s` is looked at. `None` when the
+    /// chart has no entry for it.
+    pub fn kubelet_patch(&self, k8s: &Version) -> Option<&Version> {
+        self.kubelet.get(&k8s.minor_key())
+    }
+
+    /// The kubelet table, oldest minor first.
+    pub fn kubelet_table(&self) -> impl Iterator<Item = (String, &Version)> {
+        self.kubelet
+            .iter()
+            .map(|((a, b), v)| (format!("v{a}.{b}"), v))
+    }
+
+    /// The machine-readable table (`matrix --json`, `GET /api/v1/matrix`).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::{Value, json};
+        let opt = |v: &Option<Version>| v.as_ref().map_or(Value::Null, |v| json!(v.to_string()));
+        let talos: Vec<Value> = self
+            .entries
+            .iter()
+            .map(|e| {
+                json!({
+                    "talos": e.talos.to_string(),
+                    "kubernetesMin": e.kubernetes_min.to_string(),
+                    "kubernetesMax": e.kubernetes_max.to_string(),
+                    "kubernetesMinors": e.supported_minors(),
+                    "defaultKubernetes": e.default_latest.to_string(),
+                    "defaultKubernetesInitial": e.default_initial.to_string(),
+                    "hostUpgradeFrom": opt(&e.host_upgrade_from),
+                    "hostDowngradeBelow": opt(&e.host_downgrade_below),
+                    "released": e.released,
+                    "source": e.source,
+                    "note": e.note,
+                })
+            })
+            .collect();
+        let kubelet: serde_json::Map<String, Value> = self
+            .kubelet_table()
+            .map(|(k, v)| (k, json!(v.to_string())))
+            .collect();
+        json!({ "talos": talos, "cozystackKubelet": kubelet })
+    }
+
+    /// The human-readable table (`talos-gen matrix`).
+    pub fn to_table(&self) -> String {
+        let mut rows: Vec<[String; 5]> = vec![[
+            "TALOS".into(),
+            "KUBERNETES".into(),
+            "DEFAULT".into(),
+            "HOST UPGRADE FROM".into(),
+            "SOURCE".into(),
+        ]];
+        for e in &self.entries {
+            let minors = e.supported_minors();
+            let range = match (minors.first(), minors.last()) {
+                (Some(a), Some(b)) => format!("{a} - {b}"),
+                _ => String::new(),
+            };
+            rows.push([
+                e.talos.to_string(),
+                range,
+                e.default_latest.to_string(),
+                e.host_upgrade_from
+                    .as_ref()
+                    .map_or("-".to_string(), |v| v.to_string()),
+                e.source.clone().unwrap_or_default(),
+            ]);
+        }
+        let mut widths = [0usize; 5];
+        for r in &rows {
+            for (w, c) in widths.iter_mut().zip(r) {
+                *w = (*w).max(c.len());
+            }
+        }
+        let mut out = String::new();
+        for r in &rows {
+            let mut line = String::new();
+            for (i, (c, w)) in r.iter().zip(widths).enumerate() {
+                if i + 1 == r.len() {
+                    line.push_str(c);
+                } else {
+                    line.push_str(&format!("{c:<w$}  "));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        if !self.kubelet.is_empty() {
+            out.push_str("\nCozystack kubelet versions:");
+            for (k, v) in self.kubelet_table() {
+                out.push_str(&format!(" {k}={v}"));
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> Version {
+        Version::parse(s).unwrap()
+    }
+
+    #[test]
+    fn embedded_parses_and_covers_1_0_to_1_14() {
+        let m = Matrix::embedded();
+        let minors: Vec<_> = m.entries().iter().map(|e| e.talos.minor_key()).collect();
+        let want: Vec<_> = (0..=14).map(|i| (1, i)).collect();
+        assert_eq!(minors, want);
+    }
+
+    #[test]
+    fn examples_from_the_issue() {
+        let m = Matrix::embedded();
+        assert!(m.check(&v("v1.13.6"), &v("v1.35")).is_ok());
+        let e = m.check(&v("v1.13.6"), &v("v1.30")).unwrap_err();
+        assert_eq!(e.exit_code(), 1);
+        assert_eq!(
+            e.to_string(),
+            "Kubernetes v1.30 is not supported by Talos v1.13.6. Supported versions: v1.31, v1.32, v1.33, v1.34, v1.35, v1.36"
+        );
+        assert!(m.check(&v("v1.7.0"), &v("1.25.0")).is_ok());
+        assert!(m.check(&v("v1.7.0"), &v("1.31.0")).is_err());
+        assert!(m.check(&v("v1.0.6"), &v("1.23")).is_ok());
+    }
+
+    #[test]
+    fn bounds_and_suffixes() {
+        let m = Matrix::embedded();
+        // max is exclusive at X.Y.99: every 1.36 patch passes, 1.37.0 does not.
+        assert!(m.check(&v("1.13"), &v("1.36.98")).is_ok());
+        assert!(m.check(&v("1.13"), &v("1.36.99")).is_err());
+        assert!(m.check(&v("1.13"), &v("1.37.0")).is_err());
+        assert!(m.check(&v("1.13"), &v("1.31.0")).is_ok());
+        // pre-release suffixes are ignored on both sides.
+        assert!(m.check(&v("v1.14.0-rc.1"), &v("v1.37.0-alpha.1")).is_ok());
+        assert!(m.check(&v("v1.13.0-beta.0"), &v("1.31.0-rc.0")).is_ok());
+        // 1.14 follows the code: 1.32 passes though the docs start at 1.33.
+        assert!(m.check(&v("1.14"), &v("1.32")).is_ok());
+        assert!(m.check(&v("1.14"), &v("1.31.9")).is_err());
+    }
+
+    #[test]
+    fn unknown_minor_is_refused() {
+        let m = Matrix::embedded();
+        for t in ["1.15.0", "0.14", "2.0"] {
+            let e = m.check(&v(t), &v("1.35")).unwrap_err();
+            assert_eq!(e.exit_code(), 1);
+            assert!(e.to_string().contains("does not know Talos"), "{e}");
+        }
+    }
+
+    #[test]
+    fn defaults_and_kubelet() {
+        let m = Matrix::embedded();
+        assert_eq!(m.default_kubernetes(&v("1.13.6")).unwrap(), v("1.36.3"));
+        assert_eq!(m.default_kubernetes(&v("1.12")).unwrap(), v("1.35.4"));
+        assert_eq!(m.kubelet_patch(&v("v1.35")), Some(&v("v1.35.6")));
+        assert_eq!(m.kubelet_patch(&v("1.31.2")), Some(&v("v1.31.14")));
+        assert_eq!(m.kubelet_patch(&v("1.36")), None);
+    }
+
+    #[test]
+    fn replacement_files() {
+        let good = "talos:\n  - talos: \"1.99\"\n    kubernetes: {min: \"1.40.0\", max: \"1.41.99\"}\n    defaultKubernetes: {initial: \"1.41.0\", latest: \"1.41.2\"}\n";
+        let m = Matrix::from_yaml(good, "t").unwrap();
+        assert!(m.check(&v("1.99.3"), &v("1.41")).is_ok());
+        assert!(m.check(&v("1.13"), &v("1.35")).is_err());
+        // No kubelet table in the file: the embedded one is kept.
+        assert_eq!(m.kubelet_patch(&v("1.35")), Some(&v("1.35.6")));
+        for bad in [
+            "",
+            "talos: []\n",
+            "talos: 3\n",
+            "talos:\n  - talos: \"1.1\"\n",
+            "talos:\n  - talos: \"1.99.1\"\n    kubernetes: {min: \"1.40.0\", max: \"1.41.99\"}\n    defaultKubernetes: {initial: \"1.41.0\", latest: \"1.41.2\"}\n",
+            "talos:\n  - talos: \"1.99\"\n    kubernetes: {min: \"1.42.0\", max: \"1.41.99\"}\n    defaultKubernetes: {initial: \"1.41.0\", latest: \"1.41.2\"}\n",
+            "talos:\n  - talos: \"1.99\"\n    kubernetes: {min: \"1.40.0\", max: \"1.41.99\"}\n    defaultKubernetes: {initial: \"1.39.0\", latest: \"1.41.2\"}\n",
+            "talos:\n  - talos: \"1.99\"\n    bogus: 1\n    kubernetes: {min: \"1.40.0\", max: \"1.41.99\"}\n    defaultKubernetes: {initial: \"1.41.0\", latest: \"1.41.2\"}\n",
+            "talos:\n  - talos: \"x\"\n    kubernetes: {min: \"1.40.0\", max: \"1.41.99\"}\n    defaultKubernetes: {initial: \"1.41.0\", latest: \"1.41.2\"}\n",
+        ] {
+            let e = Matrix::from_yaml(bad, "t").unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
+            assert!(e.to_string().starts_with("t: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn table_and_json() {
+        let m = Matrix::embedded();
+        let t = m.to_table();
+        assert!(t.lines().any(|l| l.starts_with("v1.13") && l.contains("v1.31 - v1.36")), "{t}");
+        let j = m.to_json();
+        assert_eq!(j["talos"][13]["talos"], "v1.13");
+        assert_eq!(j["talos"][13]["kubernetesMax"], "v1.36.99");
+        assert_eq!(j["cozystackKubelet"]["v1.35"], "v1.35.6");
+    }
+}

@@ -1,6 +1,11 @@
 //! `talos-gen matrix [--json]` and `talos-gen matrix check`.
 
+use std::path::Path;
+
 use clap::{Args, Subcommand};
+
+use crate::matrix::Matrix;
+use crate::version::Version;
 
 #[derive(Debug, Args)]
 pub struct MatrixArgs {
@@ -28,6 +33,49 @@ pub enum MatrixCommand {
     },
 }
 
-pub fn run(_args: MatrixArgs) -> crate::Result<i32> {
-    Err(crate::Error::refused("matrix: not implemented yet"))
+pub fn run(args: MatrixArgs) -> crate::Result<i32> {
+    let matrix = Matrix::load(args.matrix.as_deref().map(Path::new))?;
+    match args.command {
+        None => {
+            if args.json {
+                println!("{}", pretty(&matrix.to_json()));
+            } else {
+                print!("{}", matrix.to_table());
+            }
+            Ok(0)
+        }
+        Some(MatrixCommand::Check {
+            talos,
+            kubernetes,
+            json,
+        }) => {
+            let talos = Version::parse_named(&talos, "--talos")?;
+            let k8s = Version::parse_named(&kubernetes, "--kubernetes")?;
+            let answer = matrix.check(&talos, &k8s);
+            if json || args.json {
+                let (supported, message) = match &answer {
+                    Ok(s) => (true, s.message.clone()),
+                    // check() refuses; it has no other failure.
+                    Err(e) => (false, e.to_string()),
+                };
+                println!(
+                    "{}",
+                    pretty(&serde_json::json!({
+                        "supported": supported,
+                        "message": message,
+                        "talos": talos.to_string(),
+                        "kubernetes": k8s.to_string(),
+                    }))
+                );
+                return Ok(if supported { 0 } else { 1 });
+            }
+            let s = answer?;
+            println!("ok: {}", s.message);
+            Ok(0)
+        }
+    }
+}
+
+fn pretty(v: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
 }
