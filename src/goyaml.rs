@@ -30,6 +30,8 @@ pub enum Node {
     Bool(bool),
     Int(i64),
     UInt(u64),
+    /// Written as Go's `strconv.FormatFloat(f, 'g', -1, 64)` (`.inf`, `.nan`).
+    Float(f64),
     Str(String),
     Seq(Vec<Node>),
     /// Ordered mapping with string keys.
@@ -63,6 +65,7 @@ impl Node {
             Node::Bool(b) => !b,
             Node::Int(i) => *i == 0,
             Node::UInt(u) => *u == 0,
+            Node::Float(f) => *f == 0.0,
             Node::Str(s) => s.is_empty(),
             Node::Seq(v) => v.is_empty(),
             Node::Map(v) => v.is_empty(),
@@ -159,10 +162,30 @@ impl From<Vec<Node>> for Node {
 
 const BEST_INDENT: usize = 4;
 
+/// Which Go YAML library's string styling to reproduce. Layout is the same
+/// for both; they differ only in how a few strings are quoted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Flavor {
+    /// `gopkg.in/yaml.v3` (Talos machine configs). The default.
+    #[default]
+    V3,
+    /// `go.yaml.in/yaml/v4` `Marshal` (the Image Factory since late 2025):
+    /// YAML 1.1 booleans (`yes`, `off`, ...), base-60 numbers (`12:30`) and
+    /// `<<` are single-quoted instead of double-quoted, and a multi-line
+    /// string is a literal block only when it is at least two bytes long and
+    /// not all whitespace (otherwise double-quoted).
+    V4,
+}
+
 /// One document, ending with a newline.
 pub fn to_string(node: &Node) -> String {
+    to_string_flavor(node, Flavor::V3)
+}
+
+/// One document in the given flavor.
+pub fn to_string_flavor(node: &Node, flavor: Flavor) -> String {
     let mut out = String::new();
-    emit_document(&mut out, node);
+    emit_document(&mut out, node, flavor);
     out
 }
 
@@ -173,19 +196,19 @@ pub fn documents(nodes: &[Node]) -> String {
         if i > 0 {
             out.push_str("---\n");
         }
-        emit_document(&mut out, n);
+        emit_document(&mut out, n, Flavor::V3);
     }
     out
 }
 
-fn emit_document(out: &mut String, node: &Node) {
+fn emit_document(out: &mut String, node: &Node, f: Flavor) {
     match node {
-        Node::Map(m) if !m.is_empty() => emit_map(out, m, 0, false),
-        Node::Seq(s) if !s.is_empty() => emit_seq(out, s, 0, false),
+        Node::Map(m) if !m.is_empty() => emit_map(out, m, 0, false, f),
+        Node::Seq(s) if !s.is_empty() => emit_seq(out, s, 0, false, f),
         other => {
             // A bare scalar document: yaml.v3 indents block scalars by the
             // best indent here.
-            emit_scalar_value(out, other, BEST_INDENT);
+            emit_scalar_value(out, other, BEST_INDENT, f);
             out.push('\n');
         }
     }
@@ -206,53 +229,59 @@ fn pad(out: &mut String, n: usize) {
 
 /// Mapping entries at column `indent`; when `inline`, the first key follows
 /// a `- ` already written on the current line.
-fn emit_map(out: &mut String, entries: &[(String, Node)], indent: usize, inline: bool) {
+fn emit_map(out: &mut String, entries: &[(String, Node)], indent: usize, inline: bool, f: Flavor) {
     for (i, (k, v)) in entries.iter().enumerate() {
         if !(inline && i == 0) {
             pad(out, indent);
         }
-        out.push_str(&scalar_text(k, ScalarCtx::Key, indent));
+        out.push_str(&scalar_text(k, ScalarCtx::Key, indent, f));
         out.push(':');
-        emit_value_after_indicator(out, v, indent, false);
+        emit_value_after_indicator(out, v, indent, false, f);
     }
 }
 
 /// Sequence items at column `indent`.
-fn emit_seq(out: &mut String, items: &[Node], indent: usize, inline: bool) {
+fn emit_seq(out: &mut String, items: &[Node], indent: usize, inline: bool, f: Flavor) {
     for (i, item) in items.iter().enumerate() {
         if !(inline && i == 0) {
             pad(out, indent);
         }
         out.push('-');
-        emit_value_after_indicator(out, item, indent, true);
+        emit_value_after_indicator(out, item, indent, true, f);
     }
 }
 
 /// Writes what follows `key:` or `-`, including the line break(s).
-fn emit_value_after_indicator(out: &mut String, v: &Node, indent: usize, in_seq_item: bool) {
+fn emit_value_after_indicator(
+    out: &mut String,
+    v: &Node,
+    indent: usize,
+    in_seq_item: bool,
+    f: Flavor,
+) {
     let child = child_indent(indent, in_seq_item);
     match v {
         Node::Map(m) if !m.is_empty() => {
             if in_seq_item {
                 out.push(' ');
-                emit_map(out, m, child, true);
+                emit_map(out, m, child, true, f);
             } else {
                 out.push('\n');
-                emit_map(out, m, child, false);
+                emit_map(out, m, child, false, f);
             }
         }
         Node::Seq(s) if !s.is_empty() => {
             if in_seq_item {
                 out.push(' ');
-                emit_seq(out, s, child, true);
+                emit_seq(out, s, child, true, f);
             } else {
                 out.push('\n');
-                emit_seq(out, s, child, false);
+                emit_seq(out, s, child, false, f);
             }
         }
         other => {
             out.push(' ');
-            emit_scalar_value(out, other, child);
+            emit_scalar_value(out, other, child, f);
             if !out.ends_with('\n') {
                 out.push('\n');
             }
@@ -260,7 +289,7 @@ fn emit_value_after_indicator(out: &mut String, v: &Node, indent: usize, in_seq_
     }
 }
 
-fn emit_scalar_value(out: &mut String, v: &Node, indent: usize) {
+fn emit_scalar_value(out: &mut String, v: &Node, indent: usize, f: Flavor) {
     match v {
         Node::Null => out.push_str("null"),
         Node::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -270,7 +299,8 @@ fn emit_scalar_value(out: &mut String, v: &Node, indent: usize) {
         Node::UInt(u) => {
             let _ = write!(out, "{u}");
         }
-        Node::Str(s) => out.push_str(&scalar_text(s, ScalarCtx::Value, indent)),
+        Node::Float(f) => out.push_str(&go_float(*f)),
+        Node::Str(s) => out.push_str(&scalar_text(s, ScalarCtx::Value, indent, f)),
         Node::Map(_) => out.push_str("{}"),
         Node::Seq(_) => out.push_str("[]"),
     }
@@ -294,8 +324,8 @@ enum Style {
 
 /// The text of a string scalar (without the trailing newline for
 /// non-literal styles; literal blocks end with their last line break).
-fn scalar_text(s: &str, ctx: ScalarCtx, indent: usize) -> String {
-    let style = select_style(s, ctx);
+fn scalar_text(s: &str, ctx: ScalarCtx, indent: usize, f: Flavor) -> String {
+    let style = select_style(s, ctx, f);
     match style {
         Style::Plain => s.to_string(),
         Style::Single => format!("'{}'", s.replace('\'', "''")),
@@ -304,15 +334,36 @@ fn scalar_text(s: &str, ctx: ScalarCtx, indent: usize) -> String {
     }
 }
 
-fn select_style(s: &str, ctx: ScalarCtx) -> Style {
-    // encoder.stringv: the requested style.
-    let can_use_plain = resolves_to_str(s) && !is_base60_float(s) && !is_old_bool(s);
-    let mut style = if s.contains('\n') {
-        Style::Literal
-    } else if can_use_plain {
-        Style::Plain
-    } else {
-        Style::Double
+fn select_style(s: &str, ctx: ScalarCtx, f: Flavor) -> Style {
+    // encoder.stringv (v3) / representer.stringv + desolver (v4): the
+    // requested style.
+    let compat_quoted = is_base60_float(s) || is_old_bool(s);
+    let mut style = match f {
+        Flavor::V3 => {
+            if s.contains('\n') {
+                Style::Literal
+            } else if resolves_to_str(s) && !compat_quoted {
+                Style::Plain
+            } else {
+                Style::Double
+            }
+        }
+        Flavor::V4 => {
+            if s.contains('\n') {
+                let literal_ok = s.len() >= 2 && s.chars().any(|c| !c.is_whitespace());
+                if literal_ok {
+                    Style::Literal
+                } else {
+                    Style::Double
+                }
+            } else if compat_quoted || s == "<<" {
+                Style::Single
+            } else if resolves_to_str(s) {
+                Style::Plain
+            } else {
+                Style::Double
+            }
+        }
     };
     // emitter.select_scalar_style: what the analysis allows.
     let a = analyze(s);
@@ -797,6 +848,46 @@ fn literal(s: &str, indent: usize) -> String {
     out
 }
 
+/// Go's `strconv.FormatFloat(f, 'g', -1, 64)` with yaml's `.inf`, `-.inf`
+/// and `.nan`: shortest digits, `%e` form (`1e+06`) when the decimal
+/// exponent is below -4 or at least 6.
+pub fn go_float(f: f64) -> String {
+    if f.is_nan() {
+        return ".nan".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { ".inf" } else { "-.inf" }.into();
+    }
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    // Shortest round-trip digits and the decimal exponent.
+    let e = format!("{:e}", f.abs());
+    let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
+    let sign = if f < 0.0 { "-" } else { "" };
+    if !(-4..6).contains(&exp) {
+        let mut m = digits[..1].to_string();
+        if digits.len() > 1 {
+            m.push('.');
+            m.push_str(&digits[1..]);
+        }
+        let es = if exp < 0 { '-' } else { '+' };
+        return format!("{sign}{m}e{es}{:02}", exp.abs());
+    }
+    let nd = digits.len() as i32;
+    let body = if exp < 0 {
+        format!("0.{}{}", "0".repeat((-exp - 1) as usize), digits)
+    } else if exp + 1 >= nd {
+        format!("{}{}", digits, "0".repeat((exp + 1 - nd) as usize))
+    } else {
+        let (a, b) = digits.split_at((exp + 1) as usize);
+        format!("{a}.{b}")
+    };
+    format!("{sign}{body}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -912,6 +1003,79 @@ certSANs: []
 network: {}
 ";
         assert_eq!(to_string(&doc), want);
+    }
+
+    #[test]
+    fn v4_flavor_differs_only_where_go_yaml_v4_does() {
+        let v4 = |s: &str| to_string_flavor(&Map::new().field("k", s).into(), Flavor::V4);
+        // YAML 1.1 compatibility strings and the merge key: single quotes in v4.
+        assert_eq!(v4("yes"), "k: 'yes'\n");
+        assert_eq!(v4("Off"), "k: 'Off'\n");
+        assert_eq!(v4("n"), "k: 'n'\n");
+        assert_eq!(v4("12:30"), "k: '12:30'\n");
+        assert_eq!(v4("<<"), "k: '<<'\n");
+        // Multi-line strings that are too short or all blank: double quotes.
+        assert_eq!(v4("\n"), "k: \"\\n\"\n");
+        assert_eq!(v4(" \n "), "k: \" \\n \"\n");
+        // Everything else as v3.
+        for s in [
+            "",
+            "true",
+            "0123",
+            "a: b",
+            "{\"a\":1}",
+            " lead",
+            "trail ",
+            "plain",
+            "1.5",
+            "~",
+            "a\nb\n",
+            "a\nb",
+            " a\nb\n",
+        ] {
+            assert_eq!(v4(s), val(s), "input {s:?}");
+        }
+    }
+
+    #[test]
+    fn literal_in_nested_maps_and_sequences() {
+        let doc: Node = Map::new()
+            .field(
+                "a",
+                Map::new()
+                    .field("b", "line1\nline2\n")
+                    .field("c", vec![Node::from(Map::new().field("d", "x\ny"))]),
+            )
+            .into();
+        assert_eq!(
+            to_string(&doc),
+            "a:\n    b: |\n        line1\n        line2\n    c:\n        - d: |-\n            x\n            y\n"
+        );
+    }
+
+    #[test]
+    fn floats_as_go_formats_them() {
+        for (f, s) in [
+            (1.5, "1.5"),
+            (1.0, "1"),
+            (100000.0, "100000"),
+            (1e6, "1e+06"),
+            (1234567.0, "1.234567e+06"),
+            (1e21, "1e+21"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (-2.25, "-2.25"),
+            (123.456, "123.456"),
+            (f64::INFINITY, ".inf"),
+            (f64::NEG_INFINITY, "-.inf"),
+            (f64::NAN, ".nan"),
+        ] {
+            assert_eq!(go_float(f), s, "{f}");
+        }
+        assert_eq!(
+            to_string(&Map::new().field("f", Node::Float(0.5)).into()),
+            "f: 0.5\n"
+        );
     }
 
     #[test]

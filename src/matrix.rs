@@ -170,8 +170,8 @@ impl Matrix {
     /// Read a replacement data file. Any problem is bad input (exit 2).
     pub fn from_file(path: &Path) -> Result<Matrix> {
         let what = format!("--matrix {}", path.display());
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
         Matrix::parse(&text, &what, Some(Matrix::embedded()))
     }
 
@@ -272,8 +272,7 @@ impl Matrix {
                 let mut out = BTreeMap::new();
                 for (k, v) in table {
                     let minor = Version::parse_named(&k, &format!("{what}: cozystackKubelet key"))?;
-                    let patch =
-                        Version::parse_named(&v, &format!("{what}: cozystackKubelet.{k}"))?;
+                    let patch = Version::parse_named(&v, &format!("{what}: cozystackKubelet.{k}"))?;
                     if minor.patch.is_some() || patch.minor_key() != minor.minor_key() {
                         return Err(Error::bad_input(format!(
                             "{what}: cozystackKubelet.{k}: {v:?} must be a patch of the minor {k:?}"
@@ -534,7 +533,11 @@ mod tests {
     fn table_and_json() {
         let m = Matrix::embedded();
         let t = m.to_table();
-        assert!(t.lines().any(|l| l.starts_with("v1.13") && l.contains("v1.31 - v1.36")), "{t}");
+        assert!(
+            t.lines()
+                .any(|l| l.starts_with("v1.13") && l.contains("v1.31 - v1.36")),
+            "{t}"
+        );
         let j = m.to_json();
         assert_eq!(j["talos"][13]["talos"], "v1.13");
         assert_eq!(j["talos"][13]["kubernetesMax"], "v1.36.99");

@@ -23,6 +23,17 @@ pub enum SchematicCommand {
     },
 }
 
-pub fn run(_args: SchematicArgs) -> crate::Result<i32> {
-    Err(crate::Error::refused("schematic: not implemented yet"))
+pub fn run(args: SchematicArgs) -> crate::Result<i32> {
+    let (file, canonical) = match &args.command {
+        SchematicCommand::Id { file } => (file, false),
+        SchematicCommand::Canonical { file } => (file, true),
+    };
+    let text = super::read_input(file, "schematic")?;
+    let (id, yaml) = crate::schematic::id_and_canonical(&text)?;
+    if canonical {
+        print!("{yaml}");
+    } else {
+        println!("{id}");
+    }
+    Ok(0)
 }
