@@ -560,6 +560,169 @@ fn go_key_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     ar.len().cmp(&br.len())
 }
 
+// ---- the registry of known schematics ---------------------------------------
+
+/// The named schematics compiled into the binary (`schematics/`).
+pub const EMBEDDED: &[(&str, &str)] = &[
+    ("cozystack", include_str!("../schematics/cozystack.yaml")),
+    ("vanilla", include_str!("../schematics/vanilla.yaml")),
+];
+
+/// Schematics the service knows: the named ones (from `--schematics-dir`,
+/// default the embedded `schematics/`), kept in memory, and every one POSTed
+/// since, persisted as `<cache-dir>/schematics/<id>.yaml` (canonical bytes)
+/// so they survive restarts. Reading a stored file re-checks its sha256.
+#[derive(Debug)]
+pub struct Registry {
+    store_dir: std::path::PathBuf,
+    /// id -> canonical YAML of the named schematics.
+    named: std::collections::HashMap<String, String>,
+    /// name -> id.
+    names: std::collections::BTreeMap<String, String>,
+}
+
+impl Registry {
+    /// Load the named schematics and open (creating it) the store under `cache_dir`.
+    /// A named file that does not parse is bad input naming the file.
+    pub fn open(
+        cache_dir: &std::path::Path,
+        schematics_dir: Option<&std::path::Path>,
+    ) -> Result<Registry> {
+        let mut files: Vec<(String, String)> = Vec::new();
+        match schematics_dir {
+            None => {
+                for (name, text) in EMBEDDED {
+                    files.push((name.to_string(), text.to_string()));
+                }
+            }
+            Some(dir) => {
+                let what = format!("--schematics-dir {}", dir.display());
+                let rd =
+                    std::fs::read_dir(dir).map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
+                let mut paths: Vec<std::path::PathBuf> = rd
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| {
+                        p.is_file()
+                            && matches!(
+                                p.extension().and_then(|x| x.to_str()),
+                                Some("yaml" | "yml" | "json")
+                            )
+                    })
+                    .collect();
+                paths.sort();
+                for p in paths {
+                    let name = p
+                        .file_stem()
+                        .and_then(|x| x.to_str())
+                        .unwrap_or_default()
+                        .to_string();
+                    let meta = std::fs::metadata(&p)
+                        .map_err(|e| Error::bad_input(format!("{what}: {}: {e}", p.display())))?;
+                    if meta.len() > MAX_SIZE as u64 {
+                        return Err(Error::bad_input(format!(
+                            "{what}: {}: larger than {MAX_SIZE} bytes",
+                            p.display()
+                        )));
+                    }
+                    let text = std::fs::read_to_string(&p)
+                        .map_err(|e| Error::bad_input(format!("{what}: {}: {e}", p.display())))?;
+                    files.push((name, text));
+                }
+            }
+        }
+        let mut named = std::collections::HashMap::new();
+        let mut names = std::collections::BTreeMap::new();
+        for (name, text) in files {
+            let (id, canonical) = id_and_canonical(&text)
+                .map_err(|e| Error::bad_input(format!("schematic file {name:?}: {e}")))?;
+            names.insert(name, id.clone());
+            named.insert(id, canonical);
+        }
+        let store_dir = cache_dir.join("schematics");
+        std::fs::create_dir_all(&store_dir)
+            .map_err(|e| Error::io(format!("creating {}", store_dir.display()), e))?;
+        Ok(Registry {
+            store_dir,
+            named,
+            names,
+        })
+    }
+
+    /// Named schematics: `(name, id)`, sorted by name.
+    pub fn names(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.names.iter().map(|(n, i)| (n.as_str(), i.as_str()))
+    }
+
+    /// The ID of a named schematic (`cozystack`, `vanilla`, ...).
+    pub fn id_by_name(&self, name: &str) -> Option<&str> {
+        self.names.get(name).map(String::as_str)
+    }
+
+    /// Store a schematic (no-op when already known); returns `(id, canonical)`.
+    pub fn put(&self, schematic: &Schematic) -> Result<(String, String)> {
+        let canonical = schematic.canonical();
+        let id = id_of(canonical.as_bytes());
+        if self.named.contains_key(&id) {
+            return Ok((id, canonical));
+        }
+        let path = self.store_dir.join(format!("{id}.yaml"));
+        if !path.exists() {
+            write_atomically(&self.store_dir, &path, canonical.as_bytes())?;
+        }
+        Ok((id, canonical))
+    }
+
+    /// The canonical bytes of a known schematic; `None` when unknown.
+    /// `id` must be 64 lowercase hex digits (bad input otherwise); nothing
+    /// touches the filesystem before that check.
+    pub fn get(&self, id: &str) -> Result<Option<String>> {
+        if !is_valid_id(id) {
+            return Err(Error::bad_input(format!(
+                "invalid schematic ID {:?}: expected 64 lowercase hex digits",
+                id.chars().take(80).collect::<String>()
+            )));
+        }
+        if let Some(c) = self.named.get(id) {
+            return Ok(Some(c.clone()));
+        }
+        let path = self.store_dir.join(format!("{id}.yaml"));
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+        };
+        if id_of(&bytes) != id {
+            tracing::warn!(path = %path.display(), "stored schematic does not hash to its ID; ignored");
+            return Ok(None);
+        }
+        Ok(String::from_utf8(bytes).ok())
+    }
+}
+
+/// Write `bytes` to `path` via a temporary file in `dir`, fsync, rename, fsync dir.
+fn write_atomically(dir: &std::path::Path, path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = dir.join(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::io(format!("writing {}", path.display()), e)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -772,6 +935,45 @@ customization:
             keys,
             vec!["_x", "1", "2", "10", "B", "a", "a1", "a01", "b9", "b10"]
         );
+    }
+
+    #[test]
+    fn registry_persists_and_checks_ids() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = Registry::open(tmp.path(), None).unwrap();
+        assert_eq!(r.id_by_name("cozystack"), Some(COZYSTACK));
+        assert_eq!(
+            r.get(VANILLA).unwrap().as_deref(),
+            Some("customization: {}\n")
+        );
+        let sch = Schematic::parse("customization: {extraKernelArgs: [a]}").unwrap();
+        let (id, canonical) = r.put(&sch).unwrap();
+        drop(r);
+        let r = Registry::open(tmp.path(), None).unwrap();
+        assert_eq!(r.get(&id).unwrap().as_deref(), Some(canonical.as_str()));
+        assert_eq!(r.get(&"0".repeat(64)).unwrap(), None);
+        assert_eq!(r.get("../../etc/passwd").unwrap_err().exit_code(), 2);
+        // A corrupted stored file is not served.
+        std::fs::write(
+            tmp.path().join("schematics").join(format!("{id}.yaml")),
+            "x",
+        )
+        .unwrap();
+        assert_eq!(r.get(&id).unwrap(), None);
+        // --schematics-dir: named files, and a bad one names itself.
+        let dir = tmp.path().join("named");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(
+            dir.join("mine.yaml"),
+            "customization: {extraKernelArgs: [b]}",
+        )
+        .unwrap();
+        let r = Registry::open(tmp.path(), Some(&dir)).unwrap();
+        assert!(r.id_by_name("mine").is_some());
+        assert!(r.id_by_name("cozystack").is_none());
+        std::fs::write(dir.join("bad.yaml"), "nope: 1").unwrap();
+        let e = Registry::open(tmp.path(), Some(&dir)).unwrap_err();
+        assert!(e.to_string().contains("bad"), "{e}");
     }
 
     #[test]

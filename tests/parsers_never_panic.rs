@@ -52,8 +52,10 @@ proptest! {
             doc.push_str(&"  ".repeat(i));
             doc.push_str(k);
             doc.push_str(": ");
-            if let Some(v) = vals.get(i) {
-                if i + 1 == keys.len() { doc.push_str(v); }
+            if let Some(v) = vals.get(i)
+                && i + 1 == keys.len()
+            {
+                doc.push_str(v);
             }
             doc.push('\n');
         }

@@ -12,7 +12,9 @@ use axum::routing::get;
 
 use crate::error::{Error, Result};
 
+pub mod api;
 pub mod ops;
+pub mod schematics;
 
 /// Everything `serve` was told, already parsed by the CLI edge.
 #[derive(Debug, Clone)]
@@ -36,6 +38,10 @@ pub struct AppState(pub Arc<Shared>);
 
 pub struct Shared {
     pub cfg: ServeConfig,
+    /// The support matrix (`--matrix FILE` or the embedded one).
+    pub matrix: crate::matrix::Matrix,
+    /// Known schematics: `--schematics-dir` (or embedded) plus POSTed ones.
+    pub schematics: crate::schematic::Registry,
 }
 
 impl std::ops::Deref for AppState {
@@ -48,7 +54,14 @@ impl std::ops::Deref for AppState {
 impl AppState {
     /// Build the state: load data, open the store.
     pub async fn new(cfg: ServeConfig) -> Result<AppState> {
-        Ok(AppState(Arc::new(Shared { cfg })))
+        let matrix = crate::matrix::Matrix::load(cfg.matrix.as_deref())?;
+        let schematics =
+            crate::schematic::Registry::open(&cfg.cache_dir, cfg.schematics_dir.as_deref())?;
+        Ok(AppState(Arc::new(Shared {
+            cfg,
+            matrix,
+            schematics,
+        })))
     }
 }
 
@@ -57,6 +70,10 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
+        .route("/api/v1/matrix", get(api::matrix))
+        .route("/api/v1/matrix/check", get(api::matrix_check))
+        .route("/schematics", axum::routing::post(schematics::create))
+        .route("/schematics/{id}", get(schematics::get))
         .with_state(state)
 }
 

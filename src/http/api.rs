@@ -1,0 +1,65 @@
+//! `/api/v1/`: the support matrix as JSON, and the pair check.
+//! Thin: parse the query, call `matrix`, shape the answer.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use crate::error::Error;
+use crate::version::Version;
+
+/// `GET /api/v1/matrix`: the table as `matrix --json` prints it.
+pub async fn matrix(State(st): State<AppState>) -> Response {
+    Json(st.matrix.to_json()).into_response()
+}
+
+/// `GET /api/v1/matrix/check?talos=&kubernetes=`: 200
+/// `{"supported": bool, "message": ...}` (an unsupported pair or an unknown
+/// Talos minor is `supported: false`); 400 when a version is missing or
+/// unparsable.
+pub async fn matrix_check(
+    State(st): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let parse = |key: &str| -> Result<Version, Error> {
+        let v = q
+            .get(key)
+            .ok_or_else(|| Error::bad_input(format!("{key}: missing query parameter")))?;
+        Version::parse_named(v, key)
+    };
+    let (talos, k8s) = match (parse("talos"), parse("kubernetes")) {
+        (Ok(t), Ok(k)) => (t, k),
+        (Err(e), _) | (_, Err(e)) => return error_response(&e),
+    };
+    let (supported, message) = match st.matrix.check(&talos, &k8s) {
+        Ok(s) => (true, s.message),
+        Err(e) => (false, e.to_string()),
+    };
+    Json(serde_json::json!({
+        "supported": supported,
+        "message": message,
+        "talos": talos.to_string(),
+        "kubernetes": k8s.to_string(),
+    }))
+    .into_response()
+}
+
+/// The HTTP status an error maps to: bad input 400, refused 422, not found
+/// 404, upstream 502, local I/O 500. The body is the one-line message.
+pub fn error_response(e: &Error) -> Response {
+    let status = match e {
+        Error::BadInput(_) => StatusCode::BAD_REQUEST,
+        Error::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::Upstream(_) => StatusCode::BAD_GATEWAY,
+        Error::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    if status.is_server_error() {
+        tracing::error!(error = %e, "request failed");
+    }
+    (status, format!("{e}\n")).into_response()
+}

@@ -1,0 +1,86 @@
+//! `POST /schematics` and `GET /schematics/{id}`, as the Image Factory
+//! answers them. Thin: read the body (at most 1 MiB), call `schematic`.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, Limited};
+
+use super::AppState;
+use super::api::error_response;
+use crate::error::Error;
+use crate::schematic::{MAX_SIZE, Schematic};
+
+/// `POST /schematics`: body YAML or JSON; 201 `{"id","schematic"}`; 400
+/// with the reason when invalid; 413 when over 1 MiB.
+pub async fn create(State(st): State<AppState>, body: Body) -> Response {
+    let bytes = match Limited::new(body, MAX_SIZE).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) => {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                return (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("schematic larger than {MAX_SIZE} bytes\n"),
+                )
+                    .into_response();
+            }
+            return error_response(&Error::bad_input(format!("reading the body: {e}")));
+        }
+    };
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(t) => t,
+        Err(_) => return error_response(&Error::bad_input("schematic: body is not UTF-8")),
+    };
+    let schematic = match Schematic::parse(text) {
+        Ok(s) => s,
+        Err(e) => return error_response(&e),
+    };
+    let st2 = st.clone();
+    let stored = tokio::task::spawn_blocking(move || st2.schematics.put(&schematic)).await;
+    match stored {
+        Ok(Ok((id, canonical))) => {
+            tracing::info!(%id, "schematic stored");
+            let body = serde_json::json!({ "id": id, "schematic": canonical });
+            (
+                StatusCode::CREATED,
+                [(header::CONTENT_TYPE, "application/json")],
+                format!("{body}\n"),
+            )
+                .into_response()
+        }
+        Ok(Err(e)) => error_response(&e),
+        Err(e) => error_response(&Error::io(
+            "storing the schematic",
+            std::io::Error::other(e.to_string()),
+        )),
+    }
+}
+
+/// `GET /schematics/{id}`: the canonical bytes (`sha256(body) == id`) as
+/// `application/yaml`; 404 `schematic not found`; 400 for an ID that is not
+/// 64 lowercase hex digits (checked before the filesystem is touched).
+pub async fn get(State(st): State<AppState>, Path(id): Path<String>) -> Response {
+    if !crate::schematic::is_valid_id(&id) {
+        return error_response(&Error::bad_input(
+            "invalid schematic ID: expected 64 lowercase hex digits",
+        ));
+    }
+    let found = tokio::task::spawn_blocking(move || st.schematics.get(&id)).await;
+    match found {
+        Ok(Ok(Some(canonical))) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/yaml")],
+            canonical,
+        )
+            .into_response(),
+        Ok(Ok(None)) => (StatusCode::NOT_FOUND, "schematic not found\n").into_response(),
+        Ok(Err(e)) => error_response(&e),
+        Err(e) => error_response(&Error::io(
+            "reading the schematic",
+            std::io::Error::other(e.to_string()),
+        )),
+    }
+}

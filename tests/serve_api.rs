@@ -1,0 +1,348 @@
+//! The service as a whole process on loopback: schematics survive a restart,
+//! limits and errors are answered as the contract says, SIGTERM stops it
+//! cleanly.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+/// A `talos-gen serve` child, killed on drop unless stopped.
+struct Server {
+    child: Option<Child>,
+    base: String,
+}
+
+impl Server {
+    fn start(cache: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(common::bin())
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--offline",
+            ])
+            .arg("--cache-dir")
+            .arg(cache)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn talos-gen serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !sent && let Some(i) = line.find("\"local\":\"") {
+                    let rest = &line[i + 9..];
+                    let addr = rest[..rest.find('"').unwrap_or(rest.len())].to_string();
+                    let _ = tx.send(addr);
+                    sent = true;
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("server reported its address");
+        Server {
+            child: Some(child),
+            base: format!("http://{addr}"),
+        }
+    }
+
+    /// SIGTERM and wait; returns the exit code.
+    fn stop(mut self) -> Option<i32> {
+        let mut child = self.child.take().expect("running");
+        let ok = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -TERM");
+        for _ in 0..200 {
+            if let Some(st) = child.try_wait().expect("wait") {
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        panic!("server did not stop within 10 s of SIGTERM");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+async fn json(r: reqwest::Response) -> serde_json::Value {
+    serde_json::from_slice(&r.bytes().await.unwrap()).expect("JSON body")
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schematics_matrix_limits_and_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let http = reqwest::Client::new();
+
+    let srv = Server::start(&cache, &[]);
+    let base = srv.base.clone();
+
+    let r = http.get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+
+    // The embedded named schematics are known without any POST.
+    let cozy = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+    let r = http
+        .get(format!("{base}/schematics/{cozy}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(sha256_hex(&r.bytes().await.unwrap()), cozy);
+
+    // POST a new one (JSON body), then read it back.
+    let body = r#"{"customization":{"extraKernelArgs":["console=ttyS0"],"systemExtensions":{"officialExtensions":["siderolabs/qemu-guest-agent","siderolabs/iscsi-tools"]}}}"#;
+    let r = http
+        .post(format!("{base}/schematics"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: serde_json::Value = json(r).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(id.len(), 64);
+    assert_eq!(sha256_hex(v["schematic"].as_str().unwrap().as_bytes()), id);
+    let r = http
+        .get(format!("{base}/schematics/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["content-type"].to_str().unwrap(),
+        "application/yaml"
+    );
+    assert_eq!(sha256_hex(&r.bytes().await.unwrap()), id);
+
+    // The same schematic as YAML gets the same ID.
+    let yaml = "customization:\n  systemExtensions:\n    officialExtensions: [siderolabs/qemu-guest-agent, siderolabs/iscsi-tools]\n  extraKernelArgs: [console=ttyS0]\n";
+    let r = http
+        .post(format!("{base}/schematics"))
+        .body(yaml)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: serde_json::Value = json(r).await;
+    assert_eq!(v["id"], id.as_str());
+
+    // Bad schematics: 400 with the reason.
+    for (bad, word) in [
+        ("customization: {nope: 1}", "nope"),
+        ("owner: alice", "owner"),
+        ("customization: {meta: [{key: 300, value: x}]}", "0..255"),
+    ] {
+        let r = http
+            .post(format!("{base}/schematics"))
+            .body(bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains(word), "{bad}: {text}");
+    }
+    // Over 1 MiB: 413.
+    let big = format!(
+        "customization: {{extraKernelArgs: [{}]}}",
+        "a".repeat(1024 * 1024 + 10)
+    );
+    let r = http
+        .post(format!("{base}/schematics"))
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+
+    // Unknown and malformed IDs.
+    let r = http
+        .get(format!("{base}/schematics/{}", "0".repeat(64)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(r.text().await.unwrap().trim(), "schematic not found");
+    for bad in ["abc", "..%2F..%2Fetc%2Fpasswd", &"A".repeat(64)] {
+        let r = http
+            .get(format!("{base}/schematics/{bad}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+    }
+
+    // The matrix API.
+    let r = http
+        .get(format!(
+            "{base}/api/v1/matrix/check?talos=v1.13.6&kubernetes=v1.35"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = json(r).await;
+    assert_eq!(v["supported"], true);
+    let r = http
+        .get(format!(
+            "{base}/api/v1/matrix/check?talos=v1.13.6&kubernetes=1.30"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = json(r).await;
+    assert_eq!(v["supported"], false);
+    assert_eq!(
+        v["message"],
+        "Kubernetes v1.30 is not supported by Talos v1.13.6. Supported versions: v1.31, v1.32, v1.33, v1.34, v1.35, v1.36"
+    );
+    for q in ["talos=v1.x&kubernetes=1.30", "talos=1.13", ""] {
+        let r = http
+            .get(format!("{base}/api/v1/matrix/check?{q}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{q}");
+    }
+    let r = http
+        .get(format!("{base}/api/v1/matrix"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = json(r).await;
+    assert_eq!(v["talos"].as_array().unwrap().len(), 15);
+
+    assert_eq!(srv.stop(), Some(0));
+
+    // Restart on the same cache dir: the POSTed schematic is still there.
+    let srv = Server::start(&cache, &[]);
+    let r = http
+        .get(format!("{}/schematics/{id}", srv.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(sha256_hex(&r.bytes().await.unwrap()), id);
+    assert_eq!(srv.stop(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schematics_dir_and_matrix_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("named");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("mine.yaml"),
+        "customization: {extraKernelArgs: [mine]}\n",
+    )
+    .unwrap();
+    let mine = talos_gen::schematic::id_and_canonical("customization: {extraKernelArgs: [mine]}")
+        .unwrap()
+        .0;
+    let matrix = tmp.path().join("matrix.yaml");
+    std::fs::write(
+        &matrix,
+        "talos:\n  - talos: \"1.99\"\n    kubernetes: {min: \"1.40.0\", max: \"1.41.99\"}\n    defaultKubernetes: {initial: \"1.41.0\", latest: \"1.41.1\"}\n",
+    )
+    .unwrap();
+    let srv = Server::start(
+        &tmp.path().join("cache"),
+        &[
+            "--schematics-dir",
+            dir.to_str().unwrap(),
+            "--matrix",
+            matrix.to_str().unwrap(),
+        ],
+    );
+    let http = reqwest::Client::new();
+    let r = http
+        .get(format!("{}/schematics/{mine}", srv.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // The embedded ones are replaced by the directory.
+    let cozy = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+    let r = http
+        .get(format!("{}/schematics/{cozy}", srv.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let v = http
+        .get(format!(
+            "{}/api/v1/matrix/check?talos=1.99.0&kubernetes=1.41",
+            srv.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    let v = json(v).await;
+    assert_eq!(v["supported"], true);
+    assert_eq!(srv.stop(), Some(0));
+}
+
+#[test]
+fn bad_matrix_file_or_schematics_dir_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad.yaml");
+    std::fs::write(&bad, "talos: nope\n").unwrap();
+    let cache = tmp.path().join("cache");
+    let o = common::run(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--matrix",
+            bad.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    let o = common::run(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--schematics-dir",
+            tmp.path().join("missing").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+}
