@@ -1,7 +1,9 @@
 //! The project's one YAML emitter: writes ordered trees exactly as Go's
-//! `gopkg.in/yaml.v3` encoder does with `SetIndent(4)` (what Talos and the
-//! Image Factory use), so that schematic IDs and machine configs match them
-//! byte for byte.
+//! `gopkg.in/yaml.v3` encoder does with `SetIndent(4)` (what Talos uses), or,
+//! with [`Flavor::V4`], as `go.yaml.in/yaml/v4`'s `Marshal` does (what the
+//! Image Factory uses since late 2025; same layout, a few strings quoted
+//! differently), so that schematic IDs and machine configs match them byte
+//! for byte.
 //!
 //! It knows nothing of Talos: callers build a [`Node`] with fields in the
 //! order they want them (Go struct order), leaving out what `omitempty`
