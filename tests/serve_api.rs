@@ -171,14 +171,29 @@ async fn schematics_matrix_limits_and_restart() {
         let text = r.text().await.unwrap();
         assert!(text.contains(word), "{bad}: {text}");
     }
-    // Over 1 MiB: 413.
+    // Over 1 MiB: 413. The server stops reading and closes the connection,
+    // so these go through a client that keeps no idle connections.
+    let one_shot = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     let big = format!(
         "customization: {{extraKernelArgs: [{}]}}",
         "a".repeat(1024 * 1024 + 10)
     );
-    let r = http
+    let r = one_shot
         .post(format!("{base}/schematics"))
         .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    // The same without a Content-Length (chunked): cut off at 1 MiB.
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..17).map(|_| Ok(vec![b'a'; 64 * 1024])).collect();
+    let r = one_shot
+        .post(format!("{base}/schematics"))
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
         .send()
         .await
         .unwrap();

@@ -14,7 +14,18 @@ use crate::schematic::{MAX_SIZE, Schematic};
 
 /// `POST /schematics`: body YAML or JSON; 201 `{"id","schematic"}`; 400
 /// with the reason when invalid; 413 when over 1 MiB.
-pub async fn create(State(st): State<AppState>, body: Body) -> Response {
+pub async fn create(
+    State(st): State<AppState>,
+    headers: axum::http::HeaderMap,
+    body: Body,
+) -> Response {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_SIZE as u64) {
+        return too_large();
+    }
     let bytes = match Limited::new(body, MAX_SIZE).collect().await {
         Ok(c) => c.to_bytes(),
         Err(e) => {
@@ -83,4 +94,15 @@ pub async fn get(State(st): State<AppState>, Path(id): Path<String>) -> Response
             std::io::Error::other(e.to_string()),
         )),
     }
+}
+
+/// 413, closing the connection: the rest of the body is never read, so the
+/// client must not reuse the connection for another request.
+fn too_large() -> Response {
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        [(header::CONNECTION, "close")],
+        format!("schematic larger than {MAX_SIZE} bytes\n"),
+    )
+        .into_response()
 }
