@@ -658,13 +658,12 @@ impl Registry {
         self.names.get(name).map(String::as_str)
     }
 
-    /// Store a schematic (no-op when already known); returns `(id, canonical)`.
+    /// Store a schematic (no-op when already stored); returns `(id, canonical)`.
     pub fn put(&self, schematic: &Schematic) -> Result<(String, String)> {
         let canonical = schematic.canonical();
         let id = id_of(canonical.as_bytes());
-        if self.named.contains_key(&id) {
-            return Ok((id, canonical));
-        }
+        // Written even when it is also a named one: the named set can change
+        // with --schematics-dir, what was POSTed stays known.
         let path = self.store_dir.join(format!("{id}.yaml"));
         if !path.exists() {
             write_atomically(&self.store_dir, &path, canonical.as_bytes())?;

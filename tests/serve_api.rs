@@ -315,6 +315,20 @@ async fn schematics_dir_and_matrix_file() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
+    // Once POSTed, it is known whatever the named set.
+    let r = http
+        .post(format!("{}/schematics", srv.base))
+        .body(include_str!("../schematics/cozystack.yaml"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let r = http
+        .get(format!("{}/schematics/{cozy}", srv.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
     let v = http
         .get(format!(
             "{}/api/v1/matrix/check?talos=1.99.0&kubernetes=1.41",
