@@ -30,3 +30,153 @@ async fn harness_upstream_serves_factory_shaped_image_to_skopeo() {
         assert_eq!(files.get(hexd), Some(&b.data), "blob {}", b.digest);
     }
 }
+
+fn service(up: &DockerRegistry, cache: &std::path::Path, extra: &[&str]) -> Service {
+    let mut args = vec!["--registry-url".to_string(), up.url()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Service::start(&common::bin(), cache, &args)
+}
+
+fn assert_same_dir(a: &std::path::Path, b: &std::path::Path) {
+    let (x, y) = (dir_contents(a), dir_contents(b));
+    assert_eq!(
+        x.keys().collect::<Vec<_>>(),
+        y.keys().collect::<Vec<_>>(),
+        "file names differ"
+    );
+    for (k, v) in &x {
+        assert!(y[k] == *v, "file {k} differs");
+    }
+}
+
+fn oci_error_code(body: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(body).expect("OCI error body is JSON");
+    v["errors"][0]["code"].as_str().expect("errors[0].code").to_string()
+}
+
+const ACCEPT_ALL: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
+    let mut up = DockerRegistry::start();
+    let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[5 * MIB, 2 * MIB, 300_000], 2).await;
+    let cache = tempfile::tempdir().unwrap();
+    let svc = service(&up, cache.path(), &["--tag-revalidate", "1"]);
+    let out = tempfile::tempdir().unwrap();
+
+    // The direct copy and the copy through the service are the same files.
+    let direct = out.path().join("direct");
+    let o = skopeo_copy(&up.host(), &repo(), "v1.13.6", &direct);
+    assert!(o.status.success(), "direct skopeo: {}", String::from_utf8_lossy(&o.stderr));
+    let via = out.path().join("via");
+    let o = skopeo_copy(&svc.host(), &repo(), "v1.13.6", &via);
+    assert!(o.status.success(), "skopeo via service: {}", String::from_utf8_lossy(&o.stderr));
+    assert_same_dir(&direct, &via);
+
+    // skopeo inspect --raw through the service hashes to the index digest.
+    let o = std::process::Command::new("skopeo")
+        .args(["inspect", "--raw", "--tls-verify=false"])
+        .arg(format!("docker://{}/{}:v1.13.6", svc.host(), repo()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "inspect: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(sha256_digest(&o.stdout), img.index_digest);
+
+    let http = reqwest::Client::new();
+    // HEAD on the tag: digest and media type.
+    let r = http
+        .head(format!("{}/v2/{}/manifests/v1.13.6", svc.url(), repo()))
+        .header("accept", ACCEPT_ALL)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["docker-content-digest"], img.index_digest.as_str());
+    assert_eq!(r.headers()["content-type"], INDEX_TYPE);
+    assert_eq!(r.headers()["content-length"], img.index.len().to_string().as_str());
+    // A per-arch manifest by digest: Docker schema 2, byte for byte.
+    let (_, mbytes, mdigest) = &img.manifests[1];
+    let r = http
+        .get(format!("{}/v2/{}/manifests/{mdigest}", svc.url(), repo()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], DOCKER_MANIFEST);
+    assert_eq!(r.bytes().await.unwrap(), mbytes.as_slice());
+    // GET /v2/
+    let r = http.get(format!("{}/v2/", svc.url())).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["docker-distribution-api-version"], "registry/2.0");
+
+    // Blob ranges.
+    let b = &img.blobs[0];
+    for (range, lo, hi) in [
+        ("bytes=0-99", 0usize, 99usize),
+        ("bytes=1000000-1999999", 1_000_000, 1_999_999),
+        ("bytes=-10", b.data.len() - 10, b.data.len() - 1),
+        ("bytes=5000000-", 5_000_000, b.data.len() - 1),
+    ] {
+        let r = http
+            .get(format!("{}/v2/{}/blobs/{}", svc.url(), repo(), b.digest))
+            .header("range", range)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 206, "{range}");
+        assert_eq!(
+            r.headers()["content-range"],
+            format!("bytes {lo}-{hi}/{}", b.data.len()).as_str()
+        );
+        assert_eq!(r.bytes().await.unwrap(), &b.data[lo..=hi], "{range}");
+    }
+    let r = http
+        .get(format!("{}/v2/{}/blobs/{}", svc.url(), repo(), b.digest))
+        .header("range", format!("bytes={}-", b.data.len()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 416);
+
+    // Unknown tag and blob: 404 with OCI error bodies.
+    let r = http
+        .get(format!("{}/v2/{}/manifests/v9.9.9", svc.url(), repo()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(oci_error_code(&r.bytes().await.unwrap()), "MANIFEST_UNKNOWN");
+    let missing = format!("sha256:{}", "0".repeat(64));
+    let r = http
+        .get(format!("{}/v2/{}/blobs/{missing}", svc.url(), repo()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(oci_error_code(&r.bytes().await.unwrap()), "BLOB_UNKNOWN");
+    let r = http
+        .get(format!("{}/v2/{}/manifests/{missing}", svc.url(), repo()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(oci_error_code(&r.bytes().await.unwrap()), "MANIFEST_UNKNOWN");
+
+    // Upstream gone, tag mapping past its revalidation time: the whole copy
+    // still succeeds from the store.
+    up.stop();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let offline = out.path().join("offline");
+    let o = skopeo_copy(&svc.host(), &repo(), "v1.13.6", &offline);
+    assert!(o.status.success(), "skopeo with upstream down: {}", String::from_utf8_lossy(&o.stderr));
+    assert_same_dir(&direct, &offline);
+    // Unknown things with the upstream down fail fast with 5xx, not 404 lies.
+    let t0 = std::time::Instant::now();
+    let r = http
+        .get(format!("{}/v2/{}/manifests/v0.0.1", svc.url(), repo()))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_server_error(), "{}", r.status());
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+}

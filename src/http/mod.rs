@@ -13,6 +13,7 @@ use axum::routing::get;
 use crate::error::{Error, Result};
 
 pub mod ops;
+pub mod registry;
 
 /// Everything `serve` was told, already parsed by the CLI edge.
 #[derive(Debug, Clone)]
@@ -28,6 +29,7 @@ pub struct ServeConfig {
     pub mirror_upstreams: Vec<String>,
     pub shutdown_timeout: Duration,
     pub api_token_file: Option<PathBuf>,
+    pub tag_revalidate: Duration,
 }
 
 /// Shared, typed state handed to every handler.
@@ -36,6 +38,7 @@ pub struct AppState(pub Arc<Shared>);
 
 pub struct Shared {
     pub cfg: ServeConfig,
+    pub registry: crate::registry::Registry,
 }
 
 impl std::ops::Deref for AppState {
@@ -48,7 +51,20 @@ impl std::ops::Deref for AppState {
 impl AppState {
     /// Build the state: load data, open the store.
     pub async fn new(cfg: ServeConfig) -> Result<AppState> {
-        Ok(AppState(Arc::new(Shared { cfg })))
+        let max = cfg
+            .cache_max_size
+            .as_deref()
+            .map(crate::store::parse_size)
+            .transpose()?;
+        let store = crate::store::Store::open(&cfg.cache_dir, max)?;
+        let registry = crate::registry::Registry::new(
+            store,
+            Some(cfg.registry_url.as_deref().unwrap_or(&cfg.factory_url)),
+            &cfg.mirror_upstreams,
+            cfg.offline,
+        )?
+        .with_revalidate(cfg.tag_revalidate);
+        Ok(AppState(Arc::new(Shared { cfg, registry })))
     }
 }
 
@@ -57,6 +73,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
+        .route("/v2/", get(registry::v2_root))
+        .route("/v2/{*rest}", get(registry::v2_tail))
         .with_state(state)
 }
 
