@@ -180,3 +180,157 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
     assert!(r.status().is_server_error(), "{}", r.status());
     assert!(t0.elapsed() < std::time::Duration::from_secs(10));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ns_mirror_served_only_for_configured_registries() {
+    let up = DockerRegistry::start();
+    let img = push_factory_image(&up.url(), "siderolabs/kubelet", "v1.35.6", &[MIB], 3).await;
+    let cache = tempfile::tempdir().unwrap();
+    let svc = service(
+        &up,
+        cache.path(),
+        &["--mirror-upstream", &format!("ghcr.io={}", up.url())],
+    );
+    let http = reqwest::Client::new();
+    let before = up.count_gets("siderolabs/kubelet");
+    // As containerd asks a mirror: HEAD then GET with ?ns=.
+    let url = format!("{}/v2/siderolabs/kubelet/manifests/v1.35.6?ns=ghcr.io", svc.url());
+    let r = http.head(&url).header("accept", ACCEPT_ALL).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["docker-content-digest"], img.index_digest.as_str());
+    let r = http.get(&url).header("accept", ACCEPT_ALL).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], INDEX_TYPE);
+    assert_eq!(r.bytes().await.unwrap(), img.index.as_slice());
+    let b = &img.blobs[0];
+    let r = http
+        .get(format!("{}/v2/siderolabs/kubelet/blobs/{}?ns=ghcr.io", svc.url(), b.digest))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.unwrap(), b.data.as_slice());
+    let served = up.count_gets("siderolabs/kubelet");
+    assert!(served > before);
+
+    // Unconfigured ns, no ns for a non-installer repository, malformed ns:
+    // refused, and the upstream never hears of it.
+    for (q, status, code) in [
+        ("?ns=docker.io", 403, "DENIED"),
+        ("", 403, "DENIED"),
+        ("?ns=ghcr.io%2F..", 400, "NAME_INVALID"),
+        ("?ns=evil/x", 400, "NAME_INVALID"),
+        ("?ns=ghcr.io&ns=docker.io", 400, "UNSUPPORTED"),
+    ] {
+        let r = http
+            .get(format!("{}/v2/siderolabs/kubelet/manifests/v1.35.6{q}", svc.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{q}");
+        assert_eq!(oci_error_code(&r.bytes().await.unwrap()), code, "{q}");
+    }
+    assert_eq!(up.count_gets("siderolabs/kubelet"), served, "refused requests reached the upstream");
+    assert_eq!(up.count_gets("docker.io"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_names_and_digests_are_refused_and_touch_nothing() {
+    let up = DockerRegistry::start();
+    push_factory_image(&up.url(), &repo(), "v1.13.6", &[100_000], 4).await;
+    let root = tempfile::tempdir().unwrap();
+    let cache = root.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let sentinel = root.path().join("sentinel");
+    std::fs::write(&sentinel, b"keep").unwrap();
+    let svc = service(&up, &cache, &["--mirror-upstream", &format!("ghcr.io={}", up.url())]);
+    let gets_before = std::fs::read_to_string(&up.log).unwrap().lines().count();
+    let h = SCHEMATIC;
+    let long = "a".repeat(300);
+    let paths = [
+        "/v2/../../etc/passwd/manifests/latest".to_string(),
+        format!("/v2/installer/../{h}/manifests/latest"),
+        format!("/v2/installer/%2e%2e/manifests/latest"),
+        format!("/v2/installer%2F{h}/manifests/latest"),
+        format!("/v2/installer/{h}/manifests/..%2F..%2Fsentinel"),
+        format!("/v2/installer/{h}/manifests/sha256:..%2f..%2fsentinel"),
+        format!("/v2/installer/{h}/blobs/sha256:../../sentinel"),
+        format!("/v2/installer/{h}/blobs/sha256:{}", "Z".repeat(64)),
+        format!("/v2/installer/{h}/blobs/sha512:{}", "0".repeat(128)),
+        format!("/v2/installer/{h}/blobs/{}", "0".repeat(64)),
+        format!("/v2/installer/{h}/manifests/{}", "v".repeat(200)),
+        format!("/v2/installer/{h}/manifests/.hidden"),
+        format!("/v2/installer/{}/manifests/latest", &h[..63]),
+        format!("/v2/installer/{}/manifests/latest", h.to_uppercase()),
+        format!("/v2/installer//{h}/manifests/latest"),
+        format!("/v2/Installer/{h}/manifests/latest"),
+        format!("/v2/evil-installer-x/{h}/manifests/latest"),
+        format!("/v2/{long}/{h}/manifests/latest"),
+        format!("/v2/{long}/manifests/latest?ns=ghcr.io"),
+        "/v2/library/nginx/manifests/latest".to_string(),
+        "/v2/library/nginx/manifests/latest?ns=..".to_string(),
+        "/v2/library/nginx/blobs/sha256:x?ns=ghcr.io".to_string(),
+        format!("/v2/installer/{h}/tags/list"),
+        format!("/v2/installer/{h}/referrers/sha256:{}", "0".repeat(64)),
+    ];
+    for p in &paths {
+        let o = std::process::Command::new("curl")
+            .args(["-s", "--path-as-is", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("{}{p}", svc.url()))
+            .output()
+            .unwrap();
+        let code: u16 = String::from_utf8_lossy(&o.stdout).parse().unwrap_or(0);
+        assert!((400..500).contains(&code), "{p}: {code}");
+    }
+    // Writes are refused too.
+    let r = reqwest::Client::new()
+        .put(format!("{}/v2/installer/{h}/manifests/latest", svc.url()))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_client_error(), "{}", r.status());
+
+    // Nothing reached the upstream, nothing appeared beside the cache dir.
+    let gets_after = std::fs::read_to_string(&up.log).unwrap().lines().count();
+    assert_eq!(gets_before, gets_after, "hostile requests reached the upstream");
+    let mut names: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["cache", "sentinel"]);
+    assert_eq!(std::fs::read(&sentinel).unwrap(), b"keep");
+    drop(svc);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_cold_copies_fetch_each_blob_once() {
+    let up = DockerRegistry::start();
+    let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[4 * MIB, MIB], 5).await;
+    let cache = tempfile::tempdir().unwrap();
+    let svc = service(&up, cache.path(), &[]);
+    let out = tempfile::tempdir().unwrap();
+    let host = svc.host();
+    let mut handles = Vec::new();
+    for i in 0..8 {
+        let dest = out.path().join(format!("c{i}"));
+        let host = host.clone();
+        handles.push(std::thread::spawn(move || {
+            let o = skopeo_copy(&host, &repo(), "v1.13.6", &dest);
+            assert!(o.status.success(), "copy {i}: {}", String::from_utf8_lossy(&o.stderr));
+            dest
+        }));
+    }
+    let dests: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for d in &dests[1..] {
+        assert_same_dir(&dests[0], d);
+    }
+    for b in &img.blobs {
+        let n = up.count_gets(&format!("/blobs/{}", b.digest));
+        assert_eq!(n, 1, "blob {} fetched {n} times from upstream", b.digest);
+    }
+    for (_, _, d) in &img.manifests {
+        assert_eq!(up.count_gets(&format!("/manifests/{d}")), 1, "manifest {d}");
+    }
+}
