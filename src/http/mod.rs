@@ -38,6 +38,7 @@ pub struct AppState(pub Arc<Shared>);
 
 pub struct Shared {
     pub cfg: ServeConfig,
+    pub metrics: crate::metrics::Metrics,
     pub registry: crate::registry::Registry,
 }
 
@@ -57,14 +58,21 @@ impl AppState {
             .map(crate::store::parse_size)
             .transpose()?;
         let store = crate::store::Store::open(&cfg.cache_dir, max)?;
+        let metrics = crate::metrics::Metrics::new();
+        let fills = crate::fill::Fills::new(store).with_metrics(metrics.clone());
         let registry = crate::registry::Registry::new(
-            store,
+            fills,
+            Some(metrics.clone()),
             Some(cfg.registry_url.as_deref().unwrap_or(&cfg.factory_url)),
             &cfg.mirror_upstreams,
             cfg.offline,
         )?
         .with_revalidate(cfg.tag_revalidate);
-        Ok(AppState(Arc::new(Shared { cfg, registry })))
+        Ok(AppState(Arc::new(Shared {
+            cfg,
+            metrics,
+            registry,
+        })))
     }
 }
 

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use crate::registry::{Digest, OciError, Reference};
+use crate::registry::{Blob, Digest, OciError, Reference};
 
 /// `GET /v2/`: the API version check.
 pub async fn v2_root() -> Response {
@@ -29,10 +29,12 @@ pub async fn v2_root() -> Response {
 /// `GET, HEAD /v2/<repo>/{manifests,blobs}/<ref>`.
 pub async fn v2_tail(State(st): State<AppState>, req: Request) -> Response {
     let (parts, _body) = req.into_parts();
-    match handle(&st, &parts).await {
+    let r = match handle(&st, &parts).await {
         Ok(r) => r,
         Err(e) => error_response(&e, &parts.method),
-    }
+    };
+    st.registry.response(r.status().as_u16());
+    r
 }
 
 fn set_common(h: &mut HeaderMap) {
@@ -135,7 +137,7 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
                 return Ok(resp);
             }
             let blob = reg.blob(&up, repo, &d).await?;
-            serve_blob(blob, &req.headers).await
+            serve_blob(reg, &d, blob, &req.headers).await
         }
         _ => Err(OciError::new(404, "UNSUPPORTED", format!("no such route: {path}"))),
     }
@@ -194,50 +196,75 @@ pub fn parse_range(h: Option<&HeaderValue>, size: u64) -> Option<Result<(u64, u6
 }
 
 async fn serve_blob(
-    blob: crate::registry::BlobObject,
+    reg: &crate::registry::Registry,
+    d: &Digest,
+    blob: Blob,
     req_headers: &HeaderMap,
 ) -> Result<Response, OciError> {
     use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let size = blob.object.entry.size;
-    let range = parse_range(req_headers.get(header::RANGE), size);
-    let file = blob
-        .object
-        .file
-        .try_clone()
-        .map_err(|e| OciError::new(500, "UNKNOWN", format!("opening blob: {e}")))?;
-    let mut file = tokio::fs::File::from_std(file);
+    let size = match &blob {
+        Blob::Stored(obj) => Some(obj.entry.size),
+        Blob::Filling(_, head) => head.len,
+    };
+    let range = match size {
+        Some(size) => parse_range(req_headers.get(header::RANGE), size),
+        None => None,
+    };
+    let total = size.unwrap_or(0);
     let (status, start, len) = match range {
         None => (StatusCode::OK, 0, size),
-        Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, a, b - a + 1),
+        Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, a, Some(b - a + 1)),
         Some(Err(())) => {
             let mut r = Response::new(Body::empty());
             *r.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
             set_common(r.headers_mut());
-            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{total}")) {
                 r.headers_mut().insert(header::CONTENT_RANGE, v);
             }
             return Ok(r);
         }
     };
-    if start > 0 {
-        file.seek(std::io::SeekFrom::Start(start))
-            .await
-            .map_err(|e| OciError::new(500, "UNKNOWN", format!("seeking blob: {e}")))?;
-    }
-    // The lease travels with the stream, keeping the object from eviction.
-    let lease = blob.object.lease;
-    let stream = tokio_util::io::ReaderStream::with_capacity(file.take(len), 256 * 1024);
-    let stream = futures::StreamExt::map(stream, move |c| {
-        let _hold = &lease;
-        c
-    });
-    let mut resp = Response::new(Body::from_stream(stream));
+    let body = match blob {
+        Blob::Stored(obj) => {
+            let file = obj
+                .file
+                .try_clone()
+                .map_err(|e| OciError::new(500, "UNKNOWN", format!("opening blob: {e}")))?;
+            let mut file = tokio::fs::File::from_std(file);
+            if start > 0 {
+                file.seek(std::io::SeekFrom::Start(start))
+                    .await
+                    .map_err(|e| OciError::new(500, "UNKNOWN", format!("seeking blob: {e}")))?;
+            }
+            // The lease travels with the stream, keeping the object from eviction.
+            let lease = obj.lease;
+            let n = len.unwrap_or(total);
+            let stream = tokio_util::io::ReaderStream::with_capacity(file.take(n), 256 * 1024);
+            let stream = futures::StreamExt::map(stream, move |c| {
+                let _hold = &lease;
+                c
+            });
+            reg.served("blob", n);
+            Body::from_stream(stream)
+        }
+        Blob::Filling(h, _) => {
+            let end = len.map(|n| start + n);
+            reg.served("blob", len.unwrap_or(0));
+            Body::from_stream(h.reader(start, end))
+        }
+    };
+    let mut resp = Response::new(body);
     *resp.status_mut() = status;
-    blob_headers(resp.headers_mut(), &blob.digest, len);
+    let h = resp.headers_mut();
+    blob_headers(h, d, len.unwrap_or(0));
+    if len.is_none() {
+        h.remove(header::CONTENT_LENGTH);
+    }
     if status == StatusCode::PARTIAL_CONTENT
-        && let Ok(v) = HeaderValue::from_str(&format!("bytes {start}-{}/{size}", start + len - 1))
+        && let Some(n) = len
+        && let Ok(v) = HeaderValue::from_str(&format!("bytes {start}-{}/{total}", start + n - 1))
     {
-        resp.headers_mut().insert(header::CONTENT_RANGE, v);
+        h.insert(header::CONTENT_RANGE, v);
     }
     Ok(resp)
 }

@@ -24,6 +24,8 @@ use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 
+use crate::fill::{FetchError, FillHandle, FillSpec, Fills, Head, Joined, Opened};
+use crate::metrics::Metrics;
 use crate::store::{Meta, Store, StoredObject};
 use client::{Fetch, MANIFEST_ACCEPT, RegistryClient};
 pub use names::{Digest, MirrorTable, NameError, Reference, UpstreamId};
@@ -91,16 +93,23 @@ pub struct Manifest {
     pub body: Bytes,
 }
 
-/// A blob in the store, opened for reading.
-pub struct BlobObject {
-    pub digest: Digest,
-    pub object: StoredObject,
+/// A blob ready to serve.
+pub enum Blob {
+    /// Committed in the store.
+    Stored(StoredObject),
+    /// Being fetched: read it from the growing fill (its head is known).
+    Filling(FillHandle, Head),
 }
+
+/// Bound on one blob fill (headers and body).
+pub const BLOB_FILL_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// The pull-through: upstreams, the store, the client.
 pub struct Registry {
     store: Store,
-    client: RegistryClient,
+    fills: Fills,
+    metrics: Option<Metrics>,
+    client: Arc<RegistryClient>,
     installer_url: Option<String>,
     installer_host: Option<String>,
     mirrors: MirrorTable,
@@ -113,7 +122,8 @@ impl Registry {
     /// `installer_url`: `--registry-url` (or the factory URL);
     /// `mirrors`: the `--mirror-upstream` strings.
     pub fn new(
-        store: Store,
+        fills: Fills,
+        metrics: Option<Metrics>,
         installer_url: Option<&str>,
         mirrors: &[String],
         offline: bool,
@@ -124,8 +134,13 @@ impl Registry {
             .transpose()?;
         let installer_host = installer_url.as_deref().and_then(names::url_host);
         Ok(Registry {
-            store,
-            client: RegistryClient::new(Duration::from_secs(5), Duration::from_secs(60))?,
+            store: fills.store().clone(),
+            fills,
+            metrics,
+            client: Arc::new(RegistryClient::new(
+                Duration::from_secs(5),
+                Duration::from_secs(60),
+            )?),
             installer_url,
             installer_host,
             mirrors,
@@ -225,8 +240,10 @@ impl Registry {
         d: &Digest,
     ) -> Result<Manifest, OciError> {
         if let Some(m) = self.stored_manifest(d).await {
+            self.metric(|x| x.hit("manifest"));
             return Ok(m);
         }
+        self.metric(|x| x.miss("manifest"));
         if self.offline {
             return Err(manifest_unknown(repo, d.as_str()));
         }
@@ -261,8 +278,10 @@ impl Registry {
             && (fresh || self.offline)
             && let Some(m) = self.stored_manifest(&d).await
         {
+            self.metric(|x| x.hit("manifest"));
             return Ok(m);
         }
+        self.metric(|x| x.miss("manifest"));
         if self.offline {
             return Err(manifest_unknown(repo, tag));
         }
@@ -426,6 +445,7 @@ impl Registry {
             body: Bytes::from(body),
         };
         self.commit_manifest(&m).await?;
+        self.metric(|x| x.upstream_fetch("manifest", true, t0.elapsed()));
         tracing::info!(repo, reference, digest = %m.digest, ms = t0.elapsed().as_millis() as u64, "manifest fetched");
         Ok(Some(m))
     }
@@ -445,86 +465,66 @@ impl Registry {
         Ok(())
     }
 
-    /// A blob from the store, fetched from the upstream first when absent.
-    pub async fn blob(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<BlobObject, OciError> {
+    /// A blob: from the store, or from the shared fill (one upstream fetch
+    /// streamed to every waiting reader, committed only when whole and
+    /// verified against the digest).
+    pub async fn blob(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<Blob, OciError> {
         let key = Self::blob_key(d);
-        if let Some(object) = self.store.get(&key) {
-            return Ok(BlobObject {
-                digest: d.clone(),
-                object,
-            });
-        }
         if self.offline {
-            return Err(blob_unknown(repo, d));
+            return match self.store.get(&key) {
+                Some(obj) => {
+                    self.metric(|m| m.hit("blob"));
+                    Ok(Blob::Stored(obj))
+                }
+                None => Err(blob_unknown(repo, d)),
+            };
         }
-        let _g = self.locks.lock(&key).await;
-        if let Some(object) = self.store.get(&key) {
-            return Ok(BlobObject {
-                digest: d.clone(),
-                object,
+        let url = self.upstream_url(up, repo, "blobs", d.as_str())?;
+        let client = self.client.clone();
+        let scope = scope(repo);
+        let expected = d.hex().to_string();
+        let joined = self.fills.join(&key, move || {
+            let mut spec = FillSpec::new(move || {
+                Box::pin(async move { open_blob(&client, &url, &scope).await })
             });
+            spec.expected_digest = Some(expected);
+            spec.kind = "blob";
+            spec.timeout = BLOB_FILL_TIMEOUT;
+            spec.meta.content_type = Some("application/octet-stream".into());
+            spec
+        });
+        match joined {
+            Joined::Stored(obj) => {
+                self.metric(|m| m.hit("blob"));
+                Ok(Blob::Stored(obj))
+            }
+            Joined::Filling(mut h) => {
+                self.metric(|m| m.miss("blob"));
+                let head = h.head().await.map_err(|e| fill_error(e, repo, d))?;
+                Ok(Blob::Filling(h, head))
+            }
         }
-        self.fetch_blob(up, repo, d).await?;
-        self.store
-            .get(&key)
-            .map(|object| BlobObject {
-                digest: d.clone(),
-                object,
-            })
-            .ok_or_else(|| OciError::new(500, "UNKNOWN", format!("blob {d} vanished after its fill")))
+    }
+
+    fn metric(&self, f: impl FnOnce(&Metrics)) {
+        if let Some(m) = &self.metrics {
+            f(m);
+        }
+    }
+
+    /// Count bytes sent to a client.
+    pub fn served(&self, kind: &str, bytes: u64) {
+        self.metric(|m| m.served(kind, bytes));
+    }
+
+    /// Count a response by status.
+    pub fn response(&self, status: u16) {
+        self.metric(|m| m.response("registry", status));
     }
 
     /// Whether a blob is already stored (no upstream call), and its size.
     pub fn stored_blob_size(&self, d: &Digest) -> Option<u64> {
         self.store.entry(&Self::blob_key(d)).map(|e| e.size)
-    }
-
-    /// Fetch a blob into the store: streamed to a temp file, verified by
-    /// length and sha256, then committed.
-    async fn fetch_blob(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<(), OciError> {
-        let url = self.upstream_url(up, repo, "blobs", d.as_str())?;
-        let t0 = std::time::Instant::now();
-        let mut resp = self
-            .client
-            .send(Method::GET, &url, None, &HeaderMap::new(), &scope(repo))
-            .await
-            .map_err(fetch_error)?;
-        let st = resp.status();
-        if st == StatusCode::NOT_FOUND {
-            return Err(blob_unknown(repo, d));
-        }
-        check_status(st, repo, d.as_str())?;
-        let expect_len = resp.content_length();
-        let mut tmp = self.store.temp()?;
-        while let Some(chunk) = resp
-            .chunk()
-            .await
-            .map_err(|e| OciError::upstream(format!("reading blob {d}: {e}")))?
-        {
-            tmp.write_all(&chunk).await?;
-        }
-        if let Some(n) = expect_len
-            && n != tmp.len()
-        {
-            return Err(OciError::upstream(format!(
-                "blob {d}: upstream sent {} of {n} bytes",
-                tmp.len()
-            )));
-        }
-        if tmp.digest() != d.hex() {
-            return Err(OciError::upstream(format!(
-                "blob {d}: upstream bytes hash to sha256:{}; not served",
-                tmp.digest()
-            )));
-        }
-        let meta = Meta {
-            content_type: Some("application/octet-stream".into()),
-            ..Meta::default()
-        };
-        let len = tmp.len();
-        self.store.commit(tmp, &Self::blob_key(d), meta).await?;
-        tracing::info!(repo, digest = %d, bytes = len, ms = t0.elapsed().as_millis() as u64, "blob fetched");
-        Ok(())
     }
 
     /// The size of a blob without filling it: from the store, else an upstream HEAD.
@@ -548,6 +548,59 @@ impl Registry {
         check_status(st, repo, d.as_str())?;
         resp.content_length()
             .ok_or_else(|| OciError::upstream(format!("upstream HEAD of blob {d} gave no length")))
+    }
+}
+
+/// Open an upstream blob for the fill: follow redirects and challenges,
+/// refuse non-2xx answers (never cached), stream the body.
+async fn open_blob(client: &RegistryClient, url: &str, scope: &str) -> Result<Opened, FetchError> {
+    use futures::StreamExt;
+    let resp = client
+        .send(Method::GET, url, None, &HeaderMap::new(), scope)
+        .await
+        .map_err(|e| FetchError::Failed(e.to_string()))?;
+    let status = resp.status();
+    if status != StatusCode::OK {
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = resp.bytes().await.unwrap_or_default();
+        let body = body.slice(..body.len().min(4096));
+        return Err(FetchError::Status {
+            status: status.as_u16(),
+            content_type,
+            body,
+        });
+    }
+    let head = Head {
+        len: resp.content_length(),
+        content_type: Some("application/octet-stream".into()),
+        meta: Default::default(),
+    };
+    let body = resp
+        .bytes_stream()
+        .map(|r| r.map_err(|e| FetchError::Failed(format!("reading an upstream blob: {e}"))))
+        .boxed();
+    Ok(Opened { head, body })
+}
+
+/// How a failed blob fill is told to the client.
+fn fill_error(e: FetchError, repo: &str, d: &Digest) -> OciError {
+    match e {
+        FetchError::Status { status: 404, .. } => blob_unknown(repo, d),
+        FetchError::Status { status, .. } => match check_status(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+            repo,
+            d.as_str(),
+        ) {
+            Err(e) => e,
+            Ok(()) => OciError::upstream(format!("upstream answered {status} for blob {d}")),
+        },
+        FetchError::Timeout(m) => OciError::new(504, "UNAVAILABLE", m),
+        FetchError::Failed(m) => OciError::upstream(m),
+        FetchError::Local(m) => OciError::new(500, "UNKNOWN", m),
     }
 }
 
