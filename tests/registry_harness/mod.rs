@@ -85,17 +85,26 @@ impl DockerRegistry {
     }
 
     fn start_with(proxy_of: Option<&str>) -> DockerRegistry {
+        let extra = proxy_of
+            .map(|r| format!("proxy:\n  remoteurl: {r}\n"))
+            .unwrap_or_default();
+        Self::start_custom(None, &extra)
+    }
+
+    /// A registry over `storage` (default: a fresh dir), with `extra` YAML
+    /// appended to its config (auth, middleware, proxy).
+    pub fn start_custom(storage: Option<&Path>, extra: &str) -> DockerRegistry {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = free_port();
-        let storage = dir.path().join("storage");
+        let storage = storage
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| dir.path().join("storage"));
         std::fs::create_dir_all(&storage).expect("storage dir");
         let mut cfg = format!(
             "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
             storage.display()
         );
-        if let Some(remote) = proxy_of {
-            cfg.push_str(&format!("proxy:\n  remoteurl: {remote}\n"));
-        }
+        cfg.push_str(extra);
         let cfg_path = dir.path().join("config.yml");
         std::fs::write(&cfg_path, cfg).expect("write registry config");
         let log = dir.path().join("registry.log");
@@ -115,6 +124,10 @@ impl DockerRegistry {
         };
         wait_http(&format!("{}/v2/", reg.url()));
         reg
+    }
+
+    pub fn storage(&self) -> PathBuf {
+        self.dir.path().join("storage")
     }
 
     pub fn url(&self) -> String {
