@@ -210,6 +210,19 @@ async fn ns_mirror_served_only_for_configured_registries() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.bytes().await.unwrap(), b.data.as_slice());
+    // A cold blob: HEAD gives its size; a range is served from the fill.
+    let cold = &img.blobs[2];
+    let burl = format!("{}/v2/siderolabs/kubelet/blobs/{}?ns=ghcr.io", svc.url(), cold.digest);
+    let r = http.head(&burl).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-length"], cold.data.len().to_string().as_str());
+    assert_eq!(r.headers()["docker-content-digest"], cold.digest.as_str());
+    let r = http.get(&burl).header("range", "bytes=1000-2999").send().await.unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.bytes().await.unwrap(), &cold.data[1000..3000]);
+    let r = http.get(&burl).send().await.unwrap();
+    assert_eq!(r.bytes().await.unwrap(), cold.data.as_slice());
+    assert_eq!(up.count_gets(&format!("/blobs/{}", cold.digest)), 1);
     let served = up.count_gets("siderolabs/kubelet");
     assert!(served > before);
 
@@ -333,4 +346,59 @@ async fn concurrent_cold_copies_fetch_each_blob_once() {
     for (_, _, d) in &img.manifests {
         assert_eq!(up.count_gets(&format!("/manifests/{d}")), 1, "manifest {d}");
     }
+}
+
+/// Flip one byte of the object docker-registry keeps for `digest` (same
+/// length), so the real upstream serves bytes that do not match their digest.
+fn corrupt_upstream_object(up: &DockerRegistry, digest: &str) {
+    let hex = digest.trim_start_matches("sha256:");
+    let p = up
+        .storage()
+        .join("docker/registry/v2/blobs/sha256")
+        .join(&hex[..2])
+        .join(hex)
+        .join("data");
+    let mut data = std::fs::read(&p).expect("upstream object");
+    let i = data.len() / 2;
+    data[i] ^= 0x20;
+    std::fs::write(&p, data).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn corrupted_upstream_bytes_are_never_served_whole_or_stored() {
+    let up = DockerRegistry::start();
+    let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[2 * MIB], 6).await;
+    let layer = img.blobs[0].clone();
+    let (_, _, mdigest) = img.manifests[1].clone();
+    corrupt_upstream_object(&up, &layer.digest);
+    corrupt_upstream_object(&up, &mdigest);
+    let cache = tempfile::tempdir().unwrap();
+    let svc = service(&up, cache.path(), &[]);
+    let http = reqwest::Client::new();
+    for _ in 0..2 {
+        let r = http
+            .get(format!("{}/v2/{}/blobs/{}", svc.url(), repo(), layer.digest))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            // Headers may already be out; the body must then end early.
+            let body = r.bytes().await;
+            assert!(body.is_err() || body.unwrap().len() < layer.data.len());
+        } else {
+            assert!(r.status().is_server_error(), "{}", r.status());
+        }
+        let r = http
+            .get(format!("{}/v2/{}/manifests/{mdigest}", svc.url(), repo()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 502);
+    }
+    let objects = cache.path().join("objects/sha256");
+    for d in [&layer.digest, &mdigest] {
+        assert!(!objects.join(d.trim_start_matches("sha256:")).exists(), "{d} stored");
+    }
+    // Each attempt went upstream again (nothing bad was cached).
+    assert_eq!(up.count_gets(&format!("/blobs/{}", layer.digest)), 2);
 }

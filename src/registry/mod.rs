@@ -546,7 +546,11 @@ impl Registry {
             return Err(blob_unknown(repo, d));
         }
         check_status(st, repo, d.as_str())?;
-        resp.content_length()
+        // Not `content_length()`: for a HEAD answer that is the (empty) body's size.
+        resp.headers()
+            .get(reqwest::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
             .ok_or_else(|| OciError::upstream(format!("upstream HEAD of blob {d} gave no length")))
     }
 }
