@@ -130,7 +130,10 @@ impl Registry {
     ) -> crate::Result<Registry> {
         let mirrors = MirrorTable::parse(mirrors).map_err(crate::Error::bad_input)?;
         let installer_url = installer_url
-            .map(|u| names::check_base_url(u).map_err(|e| crate::Error::bad_input(format!("--registry-url: {e}"))))
+            .map(|u| {
+                names::check_base_url(u)
+                    .map_err(|e| crate::Error::bad_input(format!("--registry-url: {e}")))
+            })
             .transpose()?;
         let installer_host = installer_url.as_deref().and_then(names::url_host);
         Ok(Registry {
@@ -169,7 +172,11 @@ impl Registry {
     fn base_url(&self, up: &UpstreamId) -> Result<&str, OciError> {
         match up {
             UpstreamId::Installer => self.installer_url.as_deref().ok_or_else(|| {
-                OciError::new(503, "UNAVAILABLE", "no --registry-url configured for installer images")
+                OciError::new(
+                    503,
+                    "UNAVAILABLE",
+                    "no --registry-url configured for installer images",
+                )
             }),
             UpstreamId::Mirror(ns) => self
                 .mirrors
@@ -345,8 +352,17 @@ impl Registry {
         }
     }
 
-    fn upstream_url(&self, up: &UpstreamId, repo: &str, kind: &str, reference: &str) -> Result<String, OciError> {
-        Ok(format!("{}/v2/{repo}/{kind}/{reference}", self.base_url(up)?))
+    fn upstream_url(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        kind: &str,
+        reference: &str,
+    ) -> Result<String, OciError> {
+        Ok(format!(
+            "{}/v2/{repo}/{kind}/{reference}",
+            self.base_url(up)?
+        ))
     }
 
     /// `HEAD` the manifest: its `Docker-Content-Digest`, if the upstream gives one.
@@ -359,12 +375,20 @@ impl Registry {
         let url = self.upstream_url(up, repo, "manifests", tag)?;
         let resp = self
             .client
-            .send(Method::HEAD, &url, Some(MANIFEST_ACCEPT), &HeaderMap::new(), &scope(repo))
+            .send(
+                Method::HEAD,
+                &url,
+                Some(MANIFEST_ACCEPT),
+                &HeaderMap::new(),
+                &scope(repo),
+            )
             .await
             .map_err(fetch_error)?;
         let st = resp.status();
         if st.is_server_error() {
-            return Err(OciError::upstream(format!("upstream answered {st} for {repo}:{tag}")));
+            return Err(OciError::upstream(format!(
+                "upstream answered {st} for {repo}:{tag}"
+            )));
         }
         if !st.is_success() {
             return Ok(None);
@@ -388,7 +412,13 @@ impl Registry {
         let t0 = std::time::Instant::now();
         let mut resp = self
             .client
-            .send(Method::GET, &url, Some(MANIFEST_ACCEPT), &HeaderMap::new(), &scope(repo))
+            .send(
+                Method::GET,
+                &url,
+                Some(MANIFEST_ACCEPT),
+                &HeaderMap::new(),
+                &scope(repo),
+            )
             .await
             .map_err(fetch_error)?;
         let st = resp.status();
@@ -436,7 +466,9 @@ impl Registry {
             )));
         }
         let media_type = media_type
-            .filter(|m| !m.is_empty() && m != "application/octet-stream" && !m.starts_with("text/plain"))
+            .filter(|m| {
+                !m.is_empty() && m != "application/octet-stream" && !m.starts_with("text/plain")
+            })
             .or_else(|| media_type_field(&body))
             .unwrap_or_else(|| "application/vnd.oci.image.manifest.v1+json".to_string());
         let m = Manifest {
@@ -528,7 +560,12 @@ impl Registry {
     }
 
     /// The size of a blob without filling it: from the store, else an upstream HEAD.
-    pub async fn blob_size(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<u64, OciError> {
+    pub async fn blob_size(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        d: &Digest,
+    ) -> Result<u64, OciError> {
         if let Some(n) = self.stored_blob_size(d) {
             return Ok(n);
         }
@@ -628,7 +665,11 @@ fn check_status(st: StatusCode, repo: &str, reference: &str) -> Result<(), OciEr
         ));
     }
     if st == StatusCode::TOO_MANY_REQUESTS {
-        return Err(OciError::new(429, "TOOMANYREQUESTS", format!("upstream rate-limited {repo}")));
+        return Err(OciError::new(
+            429,
+            "TOOMANYREQUESTS",
+            format!("upstream rate-limited {repo}"),
+        ));
     }
     Err(OciError::upstream(format!(
         "upstream answered {st} for {repo} ({reference})"
@@ -646,7 +687,11 @@ fn media_type_field(body: &[u8]) -> Option<String> {
 }
 
 fn manifest_unknown(repo: &str, reference: &str) -> OciError {
-    OciError::new(404, "MANIFEST_UNKNOWN", format!("manifest {repo}:{reference} not known"))
+    OciError::new(
+        404,
+        "MANIFEST_UNKNOWN",
+        format!("manifest {repo}:{reference} not known"),
+    )
 }
 
 fn blob_unknown(repo: &str, d: &Digest) -> OciError {

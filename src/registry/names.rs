@@ -57,7 +57,10 @@ impl Digest {
     /// The digest of `data`.
     pub fn of(data: &[u8]) -> Digest {
         use sha2::Digest as _;
-        Digest(format!("sha256:{}", hex::encode(sha2::Sha256::digest(data))))
+        Digest(format!(
+            "sha256:{}",
+            hex::encode(sha2::Sha256::digest(data))
+        ))
     }
 
     /// From the 64-hex form (as the store records it).
@@ -377,7 +380,12 @@ mod tests {
 
     #[test]
     fn repository_grammar() {
-        for ok in ["a", "siderolabs/kubelet", "library/nginx", "a.b_c__d---e/f0"] {
+        for ok in [
+            "a",
+            "siderolabs/kubelet",
+            "library/nginx",
+            "a.b_c__d---e/f0",
+        ] {
             assert!(is_repository(ok), "{ok}");
         }
         for bad in [
@@ -427,10 +435,24 @@ mod tests {
 
     #[test]
     fn registry_hosts_and_mirror_table() {
-        for ok in ["ghcr.io", "docker.io", "127.0.0.1:5000", "registry-1.docker.io"] {
+        for ok in [
+            "ghcr.io",
+            "docker.io",
+            "127.0.0.1:5000",
+            "registry-1.docker.io",
+        ] {
             assert!(is_registry_host(ok), "{ok}");
         }
-        for bad in ["", "a..b", "-a.io", "a.io:", "a.io:x", "a/b", "a.io:123456", "a_b.io"] {
+        for bad in [
+            "",
+            "a..b",
+            "-a.io",
+            "a.io:",
+            "a.io:x",
+            "a/b",
+            "a.io:123456",
+            "a_b.io",
+        ] {
             assert!(!is_registry_host(bad), "{bad}");
         }
         let t = MirrorTable::parse(&["ghcr.io=https://ghcr.io/".into()]).unwrap();
@@ -462,7 +484,12 @@ mod tests {
             Err(NameError::Invalid(_))
         ));
         assert_eq!(
-            route(&inst, Some("factory.talos.dev"), &t, Some("factory.talos.dev")),
+            route(
+                &inst,
+                Some("factory.talos.dev"),
+                &t,
+                Some("factory.talos.dev")
+            ),
             Ok(UpstreamId::Installer)
         );
         assert!(route("a/../b", None, &t, None).is_err());
