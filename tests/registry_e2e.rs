@@ -512,3 +512,69 @@ async fn corrupted_upstream_bytes_are_never_served_whole_or_stored() {
     // Each attempt went upstream again (nothing bad was cached).
     assert_eq!(up.count_gets(&format!("/blobs/{}", layer.digest)), 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn moving_tags_are_revalidated_and_offline_serves_the_store() {
+    let up = DockerRegistry::start();
+    let a = push_factory_image(&up.url(), &repo(), "latest", &[MIB], 7).await;
+    let cache = tempfile::tempdir().unwrap();
+    let mut svc = service(&up, cache.path(), &["--tag-revalidate", "2"]);
+    let http = reqwest::Client::new();
+    let head = |url: String| {
+        let http = http.clone();
+        async move {
+            let r = http
+                .head(url)
+                .header("accept", ACCEPT_ALL)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.headers()["docker-content-digest"]
+                .to_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let url = format!("{}/v2/{}/manifests/latest", svc.url(), repo());
+    assert_eq!(head(url.clone()).await, a.index_digest);
+    // `latest` moves upstream: the old mapping holds within the interval,
+    // the new one is served after it.
+    let b = push_factory_image(&up.url(), &repo(), "latest", &[MIB], 8).await;
+    assert_ne!(a.index_digest, b.index_digest);
+    assert_eq!(head(url.clone()).await, a.index_digest);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!(head(url.clone()).await, b.index_digest);
+    let out = tempfile::tempdir().unwrap();
+    let first = out.path().join("first");
+    let o = skopeo_copy(&svc.host(), &repo(), "latest", &first);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    svc.stop();
+
+    // `serve --offline` on the same cache dir answers it all, no upstream.
+    let gets = up.count_gets("/v2/");
+    let svc = Service::start(
+        &common::bin(),
+        cache.path(),
+        &["--offline".into(), "--registry-url".into(), up.url()],
+    );
+    let again = out.path().join("again");
+    let o = skopeo_copy(&svc.host(), &repo(), "latest", &again);
+    assert!(
+        o.status.success(),
+        "offline: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_same_dir(&first, &again);
+    let r = http
+        .get(format!("{}/v2/{}/manifests/v0.0.0", svc.url(), repo()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(
+        up.count_gets("/v2/"),
+        gets,
+        "--offline contacted the upstream"
+    );
+}

@@ -140,9 +140,11 @@ impl Registry {
             store: fills.store().clone(),
             fills,
             metrics,
+            // Reads may wait long: the factory builds an installer before
+            // answering its manifest (minutes). Connects fail fast.
             client: Arc::new(RegistryClient::new(
                 Duration::from_secs(5),
-                Duration::from_secs(60),
+                Duration::from_secs(300),
             )?),
             installer_url,
             installer_host,
