@@ -12,6 +12,8 @@ use axum::routing::get;
 
 use crate::error::{Error, Result};
 
+pub mod image;
+pub mod metrics;
 pub mod ops;
 
 /// Everything `serve` was told, already parsed by the CLI edge.
@@ -36,6 +38,12 @@ pub struct AppState(pub Arc<Shared>);
 
 pub struct Shared {
     pub cfg: ServeConfig,
+    pub metrics: crate::metrics::Metrics,
+    pub store: crate::store::Store,
+    pub fills: crate::fill::Fills,
+    /// `None` when offline.
+    pub upstream: Option<crate::upstream::Upstream>,
+    pub images: crate::imagecache::ImageCache,
 }
 
 impl std::ops::Deref for AppState {
@@ -48,7 +56,36 @@ impl std::ops::Deref for AppState {
 impl AppState {
     /// Build the state: load data, open the store.
     pub async fn new(cfg: ServeConfig) -> Result<AppState> {
-        Ok(AppState(Arc::new(Shared { cfg })))
+        let metrics = crate::metrics::Metrics::new();
+        let max = cfg
+            .cache_max_size
+            .as_deref()
+            .map(crate::store::parse_size)
+            .transpose()?;
+        let dir = cfg.cache_dir.clone();
+        let store = tokio::task::spawn_blocking(move || crate::store::Store::open(dir, max))
+            .await
+            .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
+        let fills = crate::fill::Fills::new(store.clone()).with_metrics(metrics.clone());
+        let upstream = if cfg.offline {
+            None
+        } else {
+            Some(crate::upstream::Upstream::new(Default::default())?)
+        };
+        let images = crate::imagecache::ImageCache::new(
+            fills.clone(),
+            upstream.clone().map(|u| (u, cfg.factory_url.clone())),
+            Arc::new(crate::imagecache::NoSchematics),
+            metrics.clone(),
+        );
+        Ok(AppState(Arc::new(Shared {
+            cfg,
+            metrics,
+            store,
+            fills,
+            upstream,
+            images,
+        })))
     }
 }
 
@@ -57,6 +94,11 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(metrics::metrics))
+        .route(
+            "/image/{schematic}/{version}/{asset}",
+            get(image::get_image),
+        )
         .with_state(state)
 }
 
