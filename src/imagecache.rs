@@ -259,6 +259,89 @@ impl ImageCache {
     }
 }
 
+/// Store key of the last `/versions` answer.
+const VERSIONS_KEY: &str = "factory/versions";
+/// Largest `/versions` body accepted.
+const MAX_VERSIONS: usize = 1 << 20;
+
+impl ImageCache {
+    /// `GET /versions`: the factory's list (kept in the store), or the
+    /// stored copy when the factory cannot be asked. `(content type, body)`.
+    pub async fn versions(&self) -> Result<(String, bytes::Bytes), ImageError> {
+        let store = self.fills.store().clone();
+        let stored = || -> Option<(String, bytes::Bytes)> {
+            let o = store.get(VERSIONS_KEY)?;
+            let body = std::fs::read(&o.path).ok()?;
+            Some((
+                o.entry
+                    .content_type
+                    .clone()
+                    .unwrap_or_else(|| "application/json".into()),
+                body.into(),
+            ))
+        };
+        let Some((up, base)) = &self.upstream else {
+            return stored().ok_or_else(|| {
+                ImageError::NotCached(
+                    "/versions is not in the cache and the service is offline".into(),
+                )
+            });
+        };
+        let url = format!("{base}/versions");
+        let fetched = async {
+            let resp = tokio::time::timeout(Duration::from_secs(30), up.get(&url, &[]))
+                .await
+                .map_err(|_| {
+                    FetchError::Timeout(format!("upstream {url}: no answer within 30s"))
+                })??;
+            let opened = open_response(resp, &[]).await?;
+            let mut body = Vec::new();
+            let mut s = opened.body;
+            while let Some(b) = futures::StreamExt::next(&mut s).await {
+                body.extend_from_slice(&b?);
+                if body.len() > MAX_VERSIONS {
+                    return Err(FetchError::Failed(format!(
+                        "upstream {url}: answer too large"
+                    )));
+                }
+            }
+            serde_json::from_slice::<Vec<String>>(&body).map_err(|e| {
+                FetchError::Failed(format!("upstream {url}: not a JSON list of versions: {e}"))
+            })?;
+            let ct = opened
+                .head
+                .content_type
+                .unwrap_or_else(|| "application/json".into());
+            Ok((ct, bytes::Bytes::from(body)))
+        }
+        .await;
+        match fetched {
+            Ok((ct, body)) => {
+                let keep = async {
+                    let mut t = store.temp()?;
+                    t.write_all(&body).await?;
+                    let meta = crate::store::Meta {
+                        content_type: Some(ct.clone()),
+                        ..Default::default()
+                    };
+                    store.commit(t, VERSIONS_KEY, meta).await
+                };
+                if let Err(e) = keep.await {
+                    tracing::warn!(error = %e, "keeping /versions");
+                }
+                Ok((ct, body))
+            }
+            Err(e) => match stored() {
+                Some(x) => {
+                    tracing::warn!(error = %e, "serving the stored /versions");
+                    Ok(x)
+                }
+                None => Err(ImageError::Fetch(e)),
+            },
+        }
+    }
+}
+
 async fn open_image(
     up: Upstream,
     url: String,
@@ -351,6 +434,121 @@ mod tests {
         ] {
             assert!(!valid_asset(a), "{a}");
         }
+    }
+
+    struct Known(Vec<u8>);
+    impl SchematicLookup for Known {
+        fn canonical(&self, id: &str) -> Option<Vec<u8>> {
+            (id == S).then(|| self.0.clone())
+        }
+    }
+
+    /// A fake factory (a real nginx cannot show "404 until POSTed"): it
+    /// knows no schematic until one is POSTed, then redirects the image to
+    /// a second server (another host:port), as the factory does with S3.
+    #[tokio::test]
+    async fn unknown_schematic_is_posted_and_redirects_followed() {
+        use axum::extract::{Path, State};
+        use axum::http::{HeaderMap, StatusCode};
+        use axum::routing::{get, post};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        #[derive(Clone, Default)]
+        struct Fake {
+            known: Arc<std::sync::atomic::AtomicBool>,
+            gets: Arc<AtomicUsize>,
+            auth_seen: Arc<AtomicUsize>,
+            cdn: Arc<std::sync::Mutex<String>>,
+        }
+        async fn listen(r: axum::Router) -> String {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let a = l.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(l, r).await.unwrap() });
+            format!("http://{a}")
+        }
+        let fake = Fake::default();
+        let cdn = listen(
+            axum::Router::new().route(
+                "/blob",
+                get(|State(f): State<Fake>, h: HeaderMap| async move {
+                    if h.contains_key("authorization") {
+                        f.auth_seen.fetch_add(1, Ordering::SeqCst);
+                    }
+                    (
+                        [("content-type", "application/x-iso9660-image")],
+                        "ISO-BYTES",
+                    )
+                })
+                .with_state(fake.clone()),
+            ),
+        )
+        .await;
+        *fake.cdn.lock().unwrap() = cdn;
+        let factory = listen(
+            axum::Router::new()
+                .route(
+                    "/image/{s}/{v}/{a}",
+                    get(|State(f): State<Fake>, Path((s, _v, _a)): Path<(String, String, String)>| async move {
+                        f.gets.fetch_add(1, Ordering::SeqCst);
+                        if !f.known.load(Ordering::SeqCst) {
+                            return (StatusCode::NOT_FOUND, [("location", String::new())], format!("schematic ID {s:?} not found"));
+                        }
+                        let to = format!("{}/blob", f.cdn.lock().unwrap());
+                        (StatusCode::FOUND, [("location", to)], String::new())
+                    }),
+                )
+                .route(
+                    "/schematics",
+                    post(|State(f): State<Fake>, body: String| async move {
+                        if body == "customization: {}\n" {
+                            f.known.store(true, Ordering::SeqCst);
+                            (StatusCode::CREATED, format!("{{\"id\":\"{S}\"}}"))
+                        } else {
+                            (StatusCode::BAD_REQUEST, "bad".to_string())
+                        }
+                    }),
+                )
+                .with_state(fake.clone()),
+        )
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path(), None).unwrap();
+        let up = Upstream::new(Default::default()).unwrap();
+        let key = ImageKey::parse(S, "v1.13.6", "metal-amd64.iso").unwrap();
+        // Without the schematic known locally: the 404 passes through.
+        let cache = ImageCache::new(
+            Fills::new(store.clone()),
+            Some((up.clone(), factory.clone())),
+            Arc::new(NoSchematics),
+            Metrics::new(),
+        );
+        let Ok(Joined::Filling(h)) = cache.lookup(&key) else {
+            panic!("expected a fill")
+        };
+        assert!(matches!(
+            h.wait().await,
+            Err(FetchError::Status { status: 404, .. })
+        ));
+        assert!(!fake.known.load(Ordering::SeqCst));
+        // Known locally: posted, retried once, redirect followed.
+        let cache = ImageCache::new(
+            Fills::new(store.clone()),
+            Some((up, factory)),
+            Arc::new(Known(b"customization: {}\n".to_vec())),
+            Metrics::new(),
+        );
+        let Ok(Joined::Filling(h)) = cache.lookup(&key) else {
+            panic!("expected a fill")
+        };
+        let e = h.wait().await.unwrap();
+        assert_eq!(e.size, 9);
+        assert_eq!(
+            e.content_type.as_deref(),
+            Some("application/x-iso9660-image")
+        );
+        assert_eq!(fake.gets.load(Ordering::SeqCst), 3);
+        assert_eq!(fake.auth_seen.load(Ordering::SeqCst), 0);
+        assert!(matches!(cache.lookup(&key), Ok(Joined::Stored(_))));
     }
 
     #[test]

@@ -90,6 +90,20 @@ pub async fn get_image(
     resp
 }
 
+/// `GET /versions`: the factory's list, kept for when it cannot be asked.
+pub async fn versions(State(state): State<AppState>) -> Response {
+    match state.images.versions().await {
+        Ok((ct, body)) => {
+            let mut r = Response::new(Body::from(body));
+            if let Ok(v) = HeaderValue::from_str(&ct) {
+                r.headers_mut().insert(header::CONTENT_TYPE, v);
+            }
+            r
+        }
+        Err(e) => image_error(e),
+    }
+}
+
 async fn sha256_answer(cache: &ImageCache, key: &ImageKey, head_only: bool) -> Response {
     let entry = match cache.lookup(key) {
         Ok(Joined::Stored(o)) => o.entry.clone(),

@@ -95,6 +95,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(metrics::metrics))
+        .route("/versions", get(image::versions))
         .route(
             "/image/{schematic}/{version}/{asset}",
             get(image::get_image),
