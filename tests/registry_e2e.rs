@@ -448,6 +448,26 @@ async fn concurrent_cold_copies_fetch_each_blob_once() {
     for (_, _, d) in &img.manifests {
         assert_eq!(up.count_gets(&format!("/manifests/{d}")), 1, "manifest {d}");
     }
+    // The metrics agree: one blob fill per blob, the rest joined or hit.
+    let m = reqwest::get(format!("{}/metrics", svc.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let want = format!(
+        "talos_gen_upstream_fetches_total{{kind=\"blob\",result=\"ok\"}} {}",
+        img.blobs.len()
+    );
+    assert!(m.contains(&want), "{want} not in:\n{m}");
+    assert!(
+        m.contains("talos_gen_cache_misses_total{kind=\"blob\"}"),
+        "{m}"
+    );
+    assert!(
+        m.contains("talos_gen_upstream_fetches_total{kind=\"manifest\",result=\"ok\"} 3"),
+        "{m}"
+    );
 }
 
 /// Flip one byte of the object docker-registry keeps for `digest` (same

@@ -12,6 +12,8 @@ use axum::routing::get;
 
 use crate::error::{Error, Result};
 
+pub mod image;
+pub mod metrics;
 pub mod ops;
 pub mod registry;
 
@@ -39,6 +41,11 @@ pub struct AppState(pub Arc<Shared>);
 pub struct Shared {
     pub cfg: ServeConfig,
     pub metrics: crate::metrics::Metrics,
+    pub store: crate::store::Store,
+    pub fills: crate::fill::Fills,
+    /// `None` when offline.
+    pub upstream: Option<crate::upstream::Upstream>,
+    pub images: crate::imagecache::ImageCache,
     pub registry: crate::registry::Registry,
 }
 
@@ -52,16 +59,30 @@ impl std::ops::Deref for AppState {
 impl AppState {
     /// Build the state: load data, open the store.
     pub async fn new(cfg: ServeConfig) -> Result<AppState> {
+        let metrics = crate::metrics::Metrics::new();
         let max = cfg
             .cache_max_size
             .as_deref()
             .map(crate::store::parse_size)
             .transpose()?;
-        let store = crate::store::Store::open(&cfg.cache_dir, max)?;
-        let metrics = crate::metrics::Metrics::new();
-        let fills = crate::fill::Fills::new(store).with_metrics(metrics.clone());
+        let dir = cfg.cache_dir.clone();
+        let store = tokio::task::spawn_blocking(move || crate::store::Store::open(dir, max))
+            .await
+            .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
+        let fills = crate::fill::Fills::new(store.clone()).with_metrics(metrics.clone());
+        let upstream = if cfg.offline {
+            None
+        } else {
+            Some(crate::upstream::Upstream::new(Default::default())?)
+        };
+        let images = crate::imagecache::ImageCache::new(
+            fills.clone(),
+            upstream.clone().map(|u| (u, cfg.factory_url.clone())),
+            Arc::new(crate::imagecache::NoSchematics),
+            metrics.clone(),
+        );
         let registry = crate::registry::Registry::new(
-            fills,
+            fills.clone(),
             Some(metrics.clone()),
             Some(cfg.registry_url.as_deref().unwrap_or(&cfg.factory_url)),
             &cfg.mirror_upstreams,
@@ -71,6 +92,10 @@ impl AppState {
         Ok(AppState(Arc::new(Shared {
             cfg,
             metrics,
+            store,
+            fills,
+            upstream,
+            images,
             registry,
         })))
     }
@@ -83,6 +108,12 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(ops::readyz))
         .route("/v2/", get(registry::v2_root))
         .route("/v2/{*rest}", get(registry::v2_tail))
+        .route("/metrics", get(metrics::metrics))
+        .route("/versions", get(image::versions))
+        .route(
+            "/image/{schematic}/{version}/{asset}",
+            get(image::get_image),
+        )
         .with_state(state)
 }
 
