@@ -26,7 +26,7 @@ async fn mirrored_images_are_pinned_and_served_offline() {
     let o = skopeo_copy(&up.host(), &repo, "v1.13.6", &direct);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     {
-        let store = talos_gen::store::Store::open(cache.path(), Some(1)).unwrap();
+        let store = talos_gen::store::Store::open(cache.path(), None).unwrap();
         let fills = talos_gen::fill::Fills::new(store.clone());
         let reg = Registry::new(
             fills,
@@ -36,6 +36,22 @@ async fn mirrored_images_are_pinned_and_served_offline() {
             false,
         )
         .unwrap();
+        // Some of it was served (unpinned) before the mirror ran.
+        let first_layer = talos_gen::registry::Digest::parse(&installer.blobs[0].digest).unwrap();
+        match reg
+            .blob(&UpstreamId::Installer, &repo, &first_layer)
+            .await
+            .unwrap()
+        {
+            talos_gen::registry::Blob::Filling(h, _) => {
+                h.wait().await.unwrap();
+            }
+            talos_gen::registry::Blob::Stored(_) => {}
+        }
+        let child = talos_gen::registry::Digest::parse(&installer.manifests[0].2).unwrap();
+        reg.manifest(&UpstreamId::Installer, &repo, &Reference::Digest(child))
+            .await
+            .unwrap();
         let m = reg
             .mirror_image(
                 &UpstreamId::Installer,
@@ -53,16 +69,19 @@ async fn mirrored_images_are_pinned_and_served_offline() {
         let kup = reg.upstream_for_host(&host).unwrap();
         let k = reg.mirror_image(&kup, &krepo, &kref, true).await.unwrap();
         assert_eq!(k.digest.as_str(), kubelet.index_digest);
-        // Pinned: a 1-byte size limit evicts nothing mirrored.
+        // Every object is named by a pinned key.
         let entries = store.entries();
-        assert!(entries.iter().all(|e| e.pinned), "unpinned entries");
+        let pinned = |d: &str| {
+            let hex = d.trim_start_matches("sha256:");
+            entries.iter().any(|e| e.digest == hex && e.pinned)
+        };
         for b in installer.blobs.iter().chain(kubelet.blobs.iter()) {
-            assert!(
-                store.entry(&format!("oci/blob/{}", b.digest)).is_some(),
-                "{}",
-                b.digest
-            );
+            assert!(pinned(&b.digest), "blob {} not pinned", b.digest);
         }
+        for (_, _, d) in installer.manifests.iter().chain(kubelet.manifests.iter()) {
+            assert!(pinned(d), "manifest {d} not pinned");
+        }
+        assert!(pinned(&installer.index_digest) && pinned(&kubelet.index_digest));
         // Idempotent: a second run fetches no blob again.
         let before = up.count_gets("/blobs/");
         reg.mirror_image(
@@ -76,6 +95,11 @@ async fn mirrored_images_are_pinned_and_served_offline() {
         assert_eq!(up.count_gets("/blobs/"), before);
     }
     up.stop();
+    // A 1-byte size limit evicts everything that is not pinned, nothing mirrored.
+    {
+        let store = talos_gen::store::Store::open(cache.path(), Some(1)).unwrap();
+        store.evict(None);
+    }
 
     let svc = Service::start(&common::bin(), cache.path(), &["--offline".into()]);
     let via = out.path().join("offline");

@@ -335,9 +335,7 @@ impl Registry {
             Reference::Digest(d) => self.manifest_by_digest(up, repo, d, true).await?,
             Reference::Tag(t) => self.manifest_by_tag(up, repo, t, true).await?,
         };
-        self.store
-            .set_pinned(&Self::manifest_key(&m.digest), true)
-            .await?;
+        self.pin(&m.digest).await?;
         if let Reference::Tag(t) = reference {
             let key = Self::tag_key(up, repo, t);
             if self.store.entry(&key).is_some() {
@@ -764,13 +762,31 @@ impl Registry {
                     }
                 };
                 if pin {
-                    self.store.set_pinned(&Self::blob_key(&d), true).await?;
+                    self.pin(&d).await?;
                 }
                 out.bytes += size;
                 out.blobs.push(d);
             }
         }
         Ok(out)
+    }
+
+    /// Pin an object already in the store with a key of its own,
+    /// `oci/pin/<digest>`: an object is kept while any key naming it is
+    /// pinned. (Re-writing the object's only key in place with
+    /// `Store::set_pinned` would drop the object: `put_entry` unrefs the
+    /// old entry before re-adding it.)
+    async fn pin(&self, d: &Digest) -> Result<(), OciError> {
+        let key = format!("oci/pin/{d}");
+        if self.store.entry(&key).is_some_and(|e| e.pinned) {
+            return Ok(());
+        }
+        let meta = Meta {
+            pinned: true,
+            ..Meta::default()
+        };
+        self.store.link(&key, d.hex(), meta).await?;
+        Ok(())
     }
 
     /// Whether a blob is already stored (no upstream call), and its size.
