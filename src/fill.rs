@@ -238,6 +238,7 @@ impl Fills {
         });
         map.insert(key.to_string(), sh.clone());
         drop(map);
+        tracing::info!(key, "fill started");
         let spec = spec();
         let this = self.clone();
         let key = key.to_string();

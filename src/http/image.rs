@@ -4,7 +4,6 @@
 //! single byte ranges and conditional requests. Never compressed.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -12,7 +11,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 
 use crate::fill::{FetchError, FillHandle, Head, Joined};
@@ -21,9 +20,6 @@ use crate::metrics::Metrics;
 use crate::store::{Entry, Lease};
 
 use super::AppState;
-
-/// Bytes read from a stored file per step.
-const FILE_CHUNK: usize = 1 << 20;
 
 fn text(status: StatusCode, msg: impl Into<String>) -> Response {
     let mut m = msg.into();
@@ -396,7 +392,7 @@ fn serve_stored(
     } else {
         Body::from_stream(counted(
             metrics.clone(),
-            file_stream(file, range.start, range.end, lease),
+            crate::store::stream_range(file, range.start, range.end, lease),
         ))
     };
     let mut r = Response::new(body);
@@ -442,51 +438,6 @@ fn counted(
             metrics.served("image", b.len() as u64);
         }
     })
-}
-
-/// Stream `start..end` of a stored file in large chunks; holds the lease.
-pub fn file_stream(
-    file: Arc<File>,
-    start: u64,
-    end: u64,
-    lease: Lease,
-) -> impl Stream<Item = std::io::Result<Bytes>> + Send + 'static {
-    futures::stream::unfold(
-        (file, start, Some(lease)),
-        move |(file, pos, lease)| async move {
-            lease.as_ref()?;
-            if pos >= end {
-                return None;
-            }
-            let n = ((end - pos) as usize).min(FILE_CHUNK);
-            let f = file.clone();
-            let res = tokio::task::spawn_blocking(move || {
-                let mut buf = BytesMut::zeroed(n);
-                let mut got = 0;
-                while got < n {
-                    match f.read_at(&mut buf[got..], pos + got as u64)? {
-                        0 => {
-                            return Err(std::io::Error::other(
-                                "stored object is shorter than its entry",
-                            ));
-                        }
-                        k => got += k,
-                    }
-                }
-                Ok(buf.freeze())
-            })
-            .await
-            .map_err(std::io::Error::other)
-            .and_then(|r| r);
-            match res {
-                Ok(b) => {
-                    let next = pos + b.len() as u64;
-                    Some((Ok(b), (file, next, lease)))
-                }
-                Err(e) => Some((Err(e), (file, end, None))),
-            }
-        },
-    )
 }
 
 #[cfg(test)]
