@@ -132,6 +132,8 @@ pub struct FillSpec {
     pub meta: Meta,
     /// Bound on the whole fill (headers and body).
     pub timeout: Duration,
+    /// Longest silence between two body chunks.
+    pub idle_timeout: Duration,
     /// Label for metrics (e.g. `image`, `blob`).
     pub kind: &'static str,
 }
@@ -148,6 +150,7 @@ impl FillSpec {
             verifier: None,
             meta: Meta::default(),
             timeout: Duration::from_secs(3600),
+            idle_timeout: Duration::from_secs(60),
             kind: "object",
         }
     }
@@ -317,7 +320,17 @@ impl Fills {
 
         let mut body = opened.body;
         let mut written: u64 = 0;
-        while let Some(chunk) = body.next().await {
+        let idle = spec.idle_timeout;
+        loop {
+            let next = tokio::time::timeout(idle, body.next()).await.map_err(|_| {
+                FetchError::Timeout(format!(
+                    "fetching {key}: upstream sent nothing for {}s after {written} bytes",
+                    idle.as_secs()
+                ))
+            })?;
+            let Some(chunk) = next else {
+                break;
+            };
             let chunk = chunk?;
             if chunk.is_empty() {
                 continue;
@@ -810,6 +823,16 @@ mod tests {
         };
         tx.send(Ok(Bytes::from_static(b"ab"))).await.unwrap();
         assert!(matches!(h.wait().await, Err(FetchError::Timeout(_))));
+        drop(tx);
+        let (tx, mut spec) = channel_spec(Some(10));
+        spec.idle_timeout = Duration::from_millis(100);
+        let Joined::Filling(h) = fills.join("k", || spec) else {
+            panic!()
+        };
+        tx.send(Ok(Bytes::from_static(b"ab"))).await.unwrap();
+        let t = Instant::now();
+        assert!(matches!(h.wait().await, Err(FetchError::Timeout(_))));
+        assert!(t.elapsed() < Duration::from_secs(2));
         drop(tx);
     }
 }

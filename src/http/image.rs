@@ -210,7 +210,7 @@ fn etag_list_matches(list: &str, etag: &str, weak_ok: bool) -> bool {
     })
 }
 
-fn hdr<'a>(h: &'a HeaderMap, name: header::HeaderName) -> Option<&'a str> {
+fn hdr(h: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -319,7 +319,7 @@ fn shape(
     head: &Head,
     len: u64,
     ask: RangeAsk,
-) -> Result<(StatusCode, ByteRange, HeaderMap), Response> {
+) -> Result<(StatusCode, ByteRange, HeaderMap), Box<Response>> {
     let mut h = HeaderMap::new();
     base_headers(&mut h, head);
     let (status, range) = match ask {
@@ -338,7 +338,7 @@ fn shape(
             }
             r.headers_mut()
                 .insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-            return Err(r);
+            return Err(Box::new(r));
         }
     };
     h.insert(
@@ -383,7 +383,7 @@ fn serve_stored(
             Ok(x) => x,
             Err(mut r) => {
                 r.headers_mut().extend(extra);
-                return r;
+                return *r;
             }
         };
     h.extend(extra);
@@ -413,7 +413,7 @@ fn serve_filling(
     let use_range = hdr(req, header::IF_RANGE).is_none();
     let (status, range, hm) = match shape(&head, len, range_of(req, len, use_range)) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let body = if head_only {
         Body::empty()
