@@ -393,6 +393,8 @@ pub struct FillHandle {
 
 /// Bytes read from the file per step.
 const CHUNK: usize = 256 * 1024;
+/// Reads this close behind the writer are served inline.
+const HOT: u64 = 8 << 20;
 
 impl FillHandle {
     fn new(sh: Arc<Shared>) -> FillHandle {
@@ -501,7 +503,7 @@ impl ReadState {
                 };
                 let n = ((limit - self.pos) as usize).min(CHUNK);
                 let pos = self.pos;
-                let buf = tokio::task::spawn_blocking(move || {
+                let read = move |file: &File| {
                     let mut buf = BytesMut::zeroed(n);
                     let mut got = 0;
                     while got < n {
@@ -512,9 +514,16 @@ impl ReadState {
                     }
                     buf.truncate(got);
                     Ok::<_, std::io::Error>(buf.freeze())
-                })
-                .await
-                .map_err(std::io::Error::other)??;
+                };
+                // Bytes just written are in the page cache: read them inline
+                // (a memcpy); older bytes (a late joiner) on the blocking pool.
+                let buf = if p.written - pos <= HOT {
+                    read(&file)?
+                } else {
+                    tokio::task::spawn_blocking(move || read(&file))
+                        .await
+                        .map_err(std::io::Error::other)??
+                };
                 if buf.is_empty() {
                     return Err(std::io::Error::other("fill file shorter than written"));
                 }
