@@ -13,7 +13,10 @@ use axum::routing::get;
 use crate::error::{Error, Result};
 
 pub mod api;
+pub mod image;
+pub mod metrics;
 pub mod ops;
+pub mod registry;
 pub mod schematics;
 
 /// Everything `serve` was told, already parsed by the CLI edge.
@@ -30,6 +33,7 @@ pub struct ServeConfig {
     pub mirror_upstreams: Vec<String>,
     pub shutdown_timeout: Duration,
     pub api_token_file: Option<PathBuf>,
+    pub tag_revalidate: Duration,
 }
 
 /// Shared, typed state handed to every handler.
@@ -41,7 +45,14 @@ pub struct Shared {
     /// The support matrix (`--matrix FILE` or the embedded one).
     pub matrix: crate::matrix::Matrix,
     /// Known schematics: `--schematics-dir` (or embedded) plus POSTed ones.
-    pub schematics: crate::schematic::Registry,
+    pub schematics: Arc<crate::schematic::Registry>,
+    pub metrics: crate::metrics::Metrics,
+    pub store: crate::store::Store,
+    pub fills: crate::fill::Fills,
+    /// `None` when offline.
+    pub upstream: Option<crate::upstream::Upstream>,
+    pub images: crate::imagecache::ImageCache,
+    pub registry: crate::registry::Registry,
 }
 
 impl std::ops::Deref for AppState {
@@ -55,12 +66,53 @@ impl AppState {
     /// Build the state: load data, open the store.
     pub async fn new(cfg: ServeConfig) -> Result<AppState> {
         let matrix = crate::matrix::Matrix::load(cfg.matrix.as_deref())?;
-        let schematics =
-            crate::schematic::Registry::open(&cfg.cache_dir, cfg.schematics_dir.as_deref())?;
+        let schematics = Arc::new(crate::schematic::Registry::open(
+            &cfg.cache_dir,
+            cfg.schematics_dir.as_deref(),
+        )?);
+        let metrics = crate::metrics::Metrics::new();
+        let max = cfg
+            .cache_max_size
+            .as_deref()
+            .map(crate::store::parse_size)
+            .transpose()?;
+        let dir = cfg.cache_dir.clone();
+        let store = tokio::task::spawn_blocking(move || crate::store::Store::open(dir, max))
+            .await
+            .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
+        let fills = crate::fill::Fills::new(store.clone()).with_metrics(metrics.clone());
+        let upstream = if cfg.offline {
+            None
+        } else {
+            Some(crate::upstream::Upstream::new(Default::default())?)
+        };
+        let images = crate::imagecache::ImageCache::new(
+            fills.clone(),
+            upstream.clone().map(|u| (u, cfg.factory_url.clone())),
+            {
+                let known = schematics.clone();
+                Arc::new(move |id: &str| known.get(id).ok().flatten().map(String::into_bytes))
+            },
+            metrics.clone(),
+        );
+        let registry = crate::registry::Registry::new(
+            fills.clone(),
+            Some(metrics.clone()),
+            Some(cfg.registry_url.as_deref().unwrap_or(&cfg.factory_url)),
+            &cfg.mirror_upstreams,
+            cfg.offline,
+        )?
+        .with_revalidate(cfg.tag_revalidate);
         Ok(AppState(Arc::new(Shared {
             cfg,
             matrix,
             schematics,
+            metrics,
+            store,
+            fills,
+            upstream,
+            images,
+            registry,
         })))
     }
 }
@@ -74,6 +126,14 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/matrix/check", get(api::matrix_check))
         .route("/schematics", axum::routing::post(schematics::create))
         .route("/schematics/{id}", get(schematics::get))
+        .route("/v2/", get(registry::v2_root))
+        .route("/v2/{*rest}", get(registry::v2_tail))
+        .route("/metrics", get(metrics::metrics))
+        .route("/versions", get(image::versions))
+        .route(
+            "/image/{schematic}/{version}/{asset}",
+            get(image::get_image),
+        )
         .with_state(state)
 }
 
