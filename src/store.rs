@@ -453,7 +453,9 @@ impl Store {
             let mut st = self.lock();
             let t = st.tick();
             let old = st.keys.insert(entry.key.clone(), entry.clone());
-            if let Some(old) = old {
+            // Rewriting a key onto the object it already names (a pin, a
+            // refreshed fetch time) must not drop that object.
+            if let Some(old) = old.filter(|o| o.digest != digest) {
                 self.unref(&mut st, &old.key, &old.digest);
             }
             let is_new = !st.objects.contains_key(&digest);
@@ -464,7 +466,9 @@ impl Store {
                 keys: Vec::new(),
             });
             obj.last_used = t;
-            obj.keys.push(entry.key.clone());
+            if !obj.keys.contains(&entry.key) {
+                obj.keys.push(entry.key.clone());
+            }
             if is_new {
                 st.total += entry.size;
             }
@@ -854,6 +858,22 @@ mod tests {
         assert!(store.get("newer").is_some());
         assert!(store.total_size() <= 25);
         assert!(store.get("old").is_none());
+    }
+
+    #[tokio::test]
+    async fn pinning_an_only_key_keeps_its_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), None).unwrap();
+        put(&store, "only", &[7; 10], false).await;
+        let digest = store.entry("only").unwrap().digest;
+        store.set_pinned("only", true).await.unwrap();
+        assert!(store.entry("only").unwrap().pinned);
+        assert!(store.get("only").is_some());
+        assert!(store.object_path(&digest).is_some_and(|p| p.exists()));
+        assert_eq!(store.total_size(), 10);
+        drop(store);
+        let store = Store::open(dir.path(), None).unwrap();
+        assert!(store.get("only").is_some(), "survives a reopen");
     }
 
     #[tokio::test]
