@@ -70,7 +70,12 @@ fn base_worker_is_byte_identical_for_every_contract() {
     assert!(all.len() >= 12, "expected v1.3..v1.14, found {all:?}");
     for minor in all {
         let out = run(&base_args(&golden, &minor));
-        assert_eq!(out.status.code(), Some(0), "{minor}: {}", common::stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{minor}: {}",
+            common::stderr(&out)
+        );
         let want = std::fs::read(golden.join(&minor).join("base-worker.yaml")).unwrap();
         assert!(
             out.stdout == want,
@@ -82,7 +87,12 @@ fn base_worker_is_byte_identical_for_every_contract() {
         // outside the support matrix and is written with a warning.
         let n: u32 = minor[3..].parse().unwrap();
         let warned = common::stderr(&out).contains("warning: Kubernetes v1.28.0");
-        assert_eq!(warned, !(5..=10).contains(&n), "{minor}: {}", common::stderr(&out));
+        assert_eq!(
+            warned,
+            !(5..=10).contains(&n),
+            "{minor}: {}",
+            common::stderr(&out)
+        );
     }
 }
 
@@ -125,7 +135,12 @@ fn overrides_worker_is_byte_identical_where_present() {
         args.push("--config-patch".into());
         args.push(format!("@{}", golden.join("patch.yaml").display()));
         let out = run(&args);
-        assert_eq!(out.status.code(), Some(0), "{minor}: {}", common::stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{minor}: {}",
+            common::stderr(&out)
+        );
         let want = std::fs::read(&want_path).unwrap();
         assert!(
             out.stdout == want,

@@ -43,7 +43,9 @@ pub enum Gate {
     /// The empty `machine.network: {}` is dropped; KubeSpan is a document.
     NoLegacyNetwork,
     /// Nameservers, search domains and static hosts are ResolverConfig and
-    /// StaticHostConfig documents (`machine.network` leaves the schema).
+    /// StaticHostConfig documents. Talos 1.12 introduced both kinds and its
+    /// schema already drops `machine.network.{nameservers, searchDomains,
+    /// extraHostEntries}`, so the replacement holds from 1.12 on.
     ResolverDocuments,
     /// Host DNS in the ResolverConfig document.
     HostDnsDocument,
@@ -75,8 +77,8 @@ pub const GATES: &[(Gate, u64)] = &[
     (Gate::ClusterNameForWorkers, 8),
     (Gate::MultidocNetwork, 12),
     (Gate::GrubUseUkiCmdline, 12),
+    (Gate::ResolverDocuments, 12),
     (Gate::NoLegacyNetwork, 13),
-    (Gate::ResolverDocuments, 13),
     (Gate::HostDnsDocument, 14),
     (Gate::DiscoveryDocuments, 14),
     (Gate::UnattendedInstall, 14),
