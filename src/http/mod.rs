@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use crate::error::{Error, Result};
 
+pub mod machineconfig;
 pub mod ops;
 
 /// Everything `serve` was told, already parsed by the CLI edge.
@@ -57,6 +58,11 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
+        .route("/api/v1/machineconfig", post(machineconfig::generate))
+        .route(
+            "/api/v1/kubelet-reservations",
+            post(machineconfig::reservations),
+        )
         .with_state(state)
 }
 
