@@ -241,12 +241,10 @@ pub fn generate(req: &Request) -> Result<Output> {
 
     // Secrets.
     let bundle = match &req.secrets {
-        Some(Value::String(text)) => secrets::Bundle::parse(text, "--with-secrets")?,
-        Some(tree) => {
-            let text = serde_json::to_string(tree)
-                .map_err(|e| Error::bad_input(format!("secrets: {e}")))?;
-            secrets::Bundle::parse(&text, "secrets")?
-        }
+        Some(Value::String(text)) => secrets::Bundle::parse_cached(text, "--with-secrets")?
+            .as_ref()
+            .clone(),
+        Some(tree) => secrets::Bundle::from_value(tree.clone(), "secrets")?,
         None => secrets::Bundle::generate()?,
     };
 
@@ -386,11 +384,7 @@ pub fn generate(req: &Request) -> Result<Output> {
         let what = format!("--config-patch #{}", i + 1);
         let patch_docs = match p {
             Value::String(text) => patch::parse(text, &what)?,
-            tree => {
-                let text = serde_json::to_string(tree)
-                    .map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
-                patch::parse(&text, &what)?
-            }
+            tree => patch::parse_values(vec![tree.clone()], &what)?,
         };
         patch::apply(&mut docs, patch_docs, &what)?;
     }
