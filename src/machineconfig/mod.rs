@@ -75,8 +75,8 @@ pub struct Request {
 pub struct Output {
     /// All documents, `---`-separated.
     pub config: String,
-    /// The secrets bundle used, in talosctl's format.
-    pub secrets: String,
+    /// The secrets bundle used (see [`Output::secrets_yaml`]).
+    pub bundle: secrets::Bundle,
     /// Warnings for stderr (an unsupported pair written with `force`).
     pub warnings: Vec<String>,
 }
@@ -391,9 +391,16 @@ pub fn generate(req: &Request) -> Result<Output> {
 
     Ok(Output {
         config: model::render(&docs),
-        secrets: inp.bundle.to_yaml(),
+        bundle: inp.bundle,
         warnings,
     })
+}
+
+impl Output {
+    /// The secrets bundle in talosctl's format (`--output-secrets`).
+    pub fn secrets_yaml(&self) -> String {
+        self.bundle.to_yaml()
+    }
 }
 
 /// The flags/fields of `kubelet-reservations`.
