@@ -575,15 +575,17 @@ fn resolves_to_str(s: &str) -> bool {
                 return false;
             }
             let body = plain.strip_prefix('-').unwrap_or(&plain);
-            if let Some(b) = body.strip_prefix("0b") {
-                if !b.is_empty() && b.bytes().all(|c| c == b'0' || c == b'1') {
-                    return false;
-                }
+            if let Some(b) = body.strip_prefix("0b")
+                && !b.is_empty()
+                && b.bytes().all(|c| c == b'0' || c == b'1')
+            {
+                return false;
             }
-            if let Some(o) = body.strip_prefix("0o") {
-                if !o.is_empty() && o.bytes().all(|c| (b'0'..=b'7').contains(&c)) {
-                    return false;
-                }
+            if let Some(o) = body.strip_prefix("0o")
+                && !o.is_empty()
+                && o.bytes().all(|c| (b'0'..=b'7').contains(&c))
+            {
+                return false;
             }
             true
         }

@@ -113,12 +113,13 @@ impl Bundle {
     /// cache holds at most 16 and compares whole texts).
     pub fn parse_cached(text: &str, what: &str) -> Result<std::sync::Arc<Bundle>> {
         use std::sync::{Arc, Mutex, OnceLock};
-        static CACHE: OnceLock<Mutex<Vec<(String, Arc<Bundle>)>>> = OnceLock::new();
+        type Cache = Mutex<Vec<(String, Arc<Bundle>)>>;
+        static CACHE: OnceLock<Cache> = OnceLock::new();
         let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
-        if let Ok(c) = cache.lock() {
-            if let Some((_, b)) = c.iter().find(|(t, _)| t == text) {
-                return Ok(b.clone());
-            }
+        if let Ok(c) = cache.lock()
+            && let Some((_, b)) = c.iter().find(|(t, _)| t == text)
+        {
+            return Ok(b.clone());
         }
         let b = Arc::new(Bundle::parse(text, what)?);
         if let Ok(mut c) = cache.lock() {
