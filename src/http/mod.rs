@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use crate::error::{Error, Result};
 
 pub mod api;
 pub mod image;
+pub mod machineconfig;
 pub mod metrics;
 pub mod ops;
 pub mod registry;
@@ -133,6 +134,11 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/image/{schematic}/{version}/{asset}",
             get(image::get_image),
+        )
+        .route("/api/v1/machineconfig", post(machineconfig::generate))
+        .route(
+            "/api/v1/kubelet-reservations",
+            post(machineconfig::reservations),
         )
         .with_state(state)
 }
