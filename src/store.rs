@@ -651,8 +651,9 @@ pub struct StoredObject {
     pub lease: Lease,
 }
 
-/// Bytes per step when streaming a stored object.
-pub const STREAM_CHUNK: usize = 8 << 20;
+/// Bytes per step when streaming a stored object (1 MiB measured best
+/// against 2, 8 and 32 MiB windows with wrk on loopback).
+pub const STREAM_CHUNK: usize = 1 << 20;
 
 /// Stream bytes `start..end` of a committed object (whose file never
 /// changes) in large chunks, holding `lease` until the end. Each chunk is a
