@@ -156,7 +156,7 @@ fn bad_input_and_refusals() {
                 "1.28.0",
             ],
             1,
-            "supported Kubernetes versions are v1.31 through v1.36",
+            "Supported versions: v1.31, v1.32, v1.33, v1.34, v1.35, v1.36",
         ),
         (
             vec!["--with-secrets", &s, "--talos-version", "v1.99"],

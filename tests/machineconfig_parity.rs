@@ -164,7 +164,10 @@ fn unsupported_pair_without_force_is_refused() {
     assert_eq!(out.status.code(), Some(1));
     let err = common::stderr(&out);
     assert!(err.contains("v1.28.0") && err.contains("v1.13"), "{err}");
-    assert!(err.contains("v1.31 through v1.36"), "{err}");
+    assert!(
+        err.contains("Supported versions: v1.31, v1.32, v1.33, v1.34, v1.35, v1.36"),
+        "{err}"
+    );
     assert!(out.stdout.is_empty());
 }
 

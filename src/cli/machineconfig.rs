@@ -146,7 +146,7 @@ fn tempfile_in(dir: &std::path::Path) -> std::io::Result<(std::path::PathBuf, st
 }
 
 pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
-    use crate::machineconfig::{Request, generate};
+    use crate::machineconfig::Request;
     use crate::yaml::Value;
     let secrets = match &args.with_secrets {
         Some(path) => Some(Value::String(super::read_input(path, "--with-secrets")?)),
@@ -191,7 +191,8 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
         eviction_hard_memory: r.eviction_hard_memory,
         eviction_soft_memory: r.eviction_soft_memory,
     };
-    let out = generate(&req)?;
+    let matrix = crate::matrix::Matrix::load(args.matrix.as_deref().map(std::path::Path::new))?;
+    let out = crate::machineconfig::generate_with(&req, &matrix)?;
     for w in &out.warnings {
         eprintln!("talos-gen: {w}");
     }

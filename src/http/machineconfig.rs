@@ -5,9 +5,11 @@
 //! logged, and error messages name fields, not their secret values.
 
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::AppState;
 use crate::error::Error;
 use crate::machineconfig::{self, Request, ReservationsRequest};
 
@@ -47,8 +49,9 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Error> 
 }
 
 /// `POST /api/v1/machineconfig`: answers the config as `application/yaml`.
-pub async fn generate(body: Bytes) -> Response {
-    let result = parse_body::<Request>(&body).and_then(|req| machineconfig::generate(&req));
+pub async fn generate(State(state): State<AppState>, body: Bytes) -> Response {
+    let result = parse_body::<Request>(&body)
+        .and_then(|req| machineconfig::generate_with(&req, &state.matrix));
     match result {
         Ok(out) => {
             let mut headers = HeaderMap::new();

@@ -149,6 +149,12 @@ fn parse_host_entry(s: &str) -> Result<(String, Vec<String>)> {
 
 /// Generate the worker config for a request.
 pub fn generate(req: &Request) -> Result<Output> {
+    generate_with(req, crate::matrix::Matrix::embedded())
+}
+
+/// [`generate`] against a given support matrix (`--matrix FILE`, or the
+/// service's).
+pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Output> {
     let mut warnings = Vec::new();
     let cozy = match nonempty(&req.profile) {
         None => None,
@@ -186,28 +192,22 @@ pub fn generate(req: &Request) -> Result<Output> {
                 .is_none() =>
         {
             let v = Version::parse_named(k, "--kubernetes-version")?;
-            support::kubelet_patch(&v.minor_string())
-                .map_err(Error::refused)?
-                .to_string()
+            support::kubelet_patch(matrix, &v).map_err(Error::refused)?
         }
         (Some(k), _) => k.to_string(),
         (None, Some(c)) => {
             let v = Version::parse_named(&c.version, "--values: version")?;
-            support::kubelet_patch(&v.minor_string())
-                .map_err(Error::refused)?
-                .to_string()
+            support::kubelet_patch(matrix, &v).map_err(Error::refused)?
         }
-        (None, None) => support::default_kubernetes(&talos)
-            .ok_or_else(|| {
-                Error::bad_input("--kubernetes-version: no default for this Talos version")
-            })?
-            .to_string(),
+        (None, None) => support::default_kubernetes(matrix, &talos).ok_or_else(|| {
+            Error::bad_input("--kubernetes-version: no default for this Talos version")
+        })?,
     };
     let k8s = Version::parse_named(&k8s_text, "--kubernetes-version")?;
     let k8s_plain = k8s_text.trim().trim_start_matches('v').to_string();
 
     // The support matrix (and the chart's own guard for the profile).
-    let mut refusal = support::check_pair(&talos, &k8s).err();
+    let mut refusal = support::check_pair(matrix, &talos, &k8s).err();
     if let Some(c) = &cozy {
         let talos_minor = talos.minor_string();
         if let Some((_, allowed)) = support::CHART_TALOS_GUARD
