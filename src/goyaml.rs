@@ -160,6 +160,76 @@ impl From<Vec<Node>> for Node {
     }
 }
 
+/// Sort mapping entries the way yaml.v3 orders the keys of a Go map with
+/// string keys (`keyList.Less`): at the first differing rune two letters
+/// compare by code point; a letter and a non-letter put the non-letter
+/// first (the letter first when the runes before were digits); digit runs
+/// compare by numeric value, then by length.
+pub fn sort_go_map(entries: &mut [(String, Node)]) {
+    entries.sort_by(|a, b| {
+        if go_key_less(&a.0, &b.0) {
+            std::cmp::Ordering::Less
+        } else if go_key_less(&b.0, &a.0) {
+            std::cmp::Ordering::Greater
+        } else {
+            std::cmp::Ordering::Equal
+        }
+    });
+}
+
+/// yaml.v3's `keyList.Less` for two string keys.
+pub fn go_key_less(a: &str, b: &str) -> bool {
+    let ar: Vec<char> = a.chars().collect();
+    let br: Vec<char> = b.chars().collect();
+    let mut digits = false;
+    let mut i = 0;
+    while i < ar.len() && i < br.len() {
+        if ar[i] == br[i] {
+            digits = ar[i].is_ascii_digit();
+            i += 1;
+            continue;
+        }
+        let al = ar[i].is_alphabetic();
+        let bl = br[i].is_alphabetic();
+        if al && bl {
+            return ar[i] < br[i];
+        }
+        if al || bl {
+            return if digits { al } else { bl };
+        }
+        let (mut an, mut bn): (i64, i64) = (0, 0);
+        if ar[i] == '0' || br[i] == '0' {
+            let mut j = i;
+            while j > 0 && ar[j - 1].is_ascii_digit() {
+                j -= 1;
+                if ar[j] != '0' {
+                    an = 1;
+                    bn = 1;
+                    break;
+                }
+            }
+        }
+        let mut ai = i;
+        while ai < ar.len() && ar[ai].is_ascii_digit() {
+            an = an.wrapping_mul(10).wrapping_add(ar[ai] as i64 - '0' as i64);
+            ai += 1;
+        }
+        let mut bi = i;
+        while bi < br.len() && br[bi].is_ascii_digit() {
+            bn = bn.wrapping_mul(10).wrapping_add(br[bi] as i64 - '0' as i64);
+            bi += 1;
+        }
+        if an != bn {
+            return an < bn;
+        }
+        if ai != bi {
+            return ai < bi;
+        }
+        return ar[i] < br[i];
+    }
+    ar.len() < br.len()
+}
+
 const BEST_INDENT: usize = 4;
 
 /// Which Go YAML library's string styling to reproduce. Layout is the same
@@ -1097,6 +1167,42 @@ network: {}
             Map::new().field("b", true).into(),
         ]);
         assert_eq!(d, "a: 1\n---\nb: true\n");
+    }
+
+    #[test]
+    fn go_map_key_order() {
+        let mut e: Vec<(String, Node)> = [
+            "nodefs.available",
+            "memory.available",
+            "imagefs.available",
+            "nodefs.inodesFree",
+            "a10",
+            "a9",
+            "a_b",
+            "ab",
+            "B",
+            "a",
+        ]
+        .iter()
+        .map(|k| (k.to_string(), Node::Null))
+        .collect();
+        sort_go_map(&mut e);
+        let keys: Vec<&str> = e.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "B",
+                "a",
+                "a_b",
+                "a9",
+                "a10",
+                "ab",
+                "imagefs.available",
+                "memory.available",
+                "nodefs.available",
+                "nodefs.inodesFree"
+            ]
+        );
     }
 
     #[test]

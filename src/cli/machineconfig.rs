@@ -103,12 +103,135 @@ pub struct ReservationsArgs {
     pub json: bool,
 }
 
-pub fn run(_args: MachineconfigArgs) -> crate::Result<i32> {
-    Err(crate::Error::refused("machineconfig: not implemented yet"))
+/// Read `@file` (or `@-`) patches; anything else is inline YAML.
+fn patch_text(arg: &str, i: usize) -> crate::Result<String> {
+    match arg.strip_prefix('@') {
+        Some(path) => super::read_input(path, &format!("--config-patch #{}", i + 1)),
+        None => Ok(arg.to_string()),
+    }
 }
 
-pub fn run_reservations(_args: ReservationsArgs) -> crate::Result<i32> {
-    Err(crate::Error::refused(
-        "kubelet-reservations: not implemented yet",
-    ))
+/// Write `text` to `path` through a temporary file, fsync and rename.
+fn write_file(path: &str, text: &str, what: &str) -> crate::Result<()> {
+    use std::io::Write;
+    let target = std::path::Path::new(path);
+    let dir = target
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let io = |e| crate::Error::io(format!("{what}: {path}"), e);
+    let mut tmp = tempfile_in(dir).map_err(io)?;
+    tmp.1.write_all(text.as_bytes()).map_err(io)?;
+    tmp.1.sync_all().map_err(io)?;
+    std::fs::rename(&tmp.0, target).map_err(io)?;
+    Ok(())
+}
+
+fn tempfile_in(dir: &std::path::Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    for n in 0..100u32 {
+        let p = dir.join(format!(".talos-gen.{}.{n}.tmp", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&p)
+        {
+            Ok(f) => return Ok((p, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("no temporary file name free"))
+}
+
+pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
+    use crate::machineconfig::{Request, generate};
+    use crate::yaml::Value;
+    let secrets = match &args.with_secrets {
+        Some(path) => Some(Value::String(super::read_input(path, "--with-secrets")?)),
+        None => None,
+    };
+    let values = match &args.values {
+        Some(path) => Some(Value::String(super::read_input(path, "--values")?)),
+        None => None,
+    };
+    let mut patches = Vec::new();
+    for (i, p) in args.config_patch.iter().enumerate() {
+        patches.push(Value::String(patch_text(p, i)?));
+    }
+    let r = args.reservations;
+    let req = Request {
+        talos_version: args.talos_version,
+        kubernetes_version: args.kubernetes_version,
+        cluster_name: args.cluster_name,
+        endpoint: args.endpoint,
+        secrets,
+        additional_sans: args.additional_sans,
+        dns_domain: args.dns_domain,
+        install_disk: args.install_disk,
+        install_image: args.install_image,
+        registry_mirror: args.registry_mirror,
+        config_patch: patches,
+        force: args.force,
+        schematic: args.schematic,
+        installer_repository: args.installer_repository,
+        profile: args.profile,
+        values,
+        nameserver: args.nameserver,
+        search_domain: args.search_domain,
+        extra_host_entry: args.extra_host_entry,
+        instance_type: args.instance_type,
+        cpu: args.cpu,
+        memory: args.memory,
+        system_reserved_memory: r.system_reserved_memory,
+        kube_reserved_memory: r.kube_reserved_memory,
+        system_reserved_cpu: r.system_reserved_cpu,
+        kube_reserved_cpu: r.kube_reserved_cpu,
+        eviction_hard_memory: r.eviction_hard_memory,
+        eviction_soft_memory: r.eviction_soft_memory,
+    };
+    let out = generate(&req)?;
+    for w in &out.warnings {
+        eprintln!("talos-gen: {w}");
+    }
+    if let Some(path) = &args.output_secrets {
+        write_file(path, &out.secrets, "--output-secrets")?;
+    }
+    match &args.output {
+        Some(path) if path != "-" => write_file(path, &out.config, "--output")?,
+        _ => {
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(out.config.as_bytes())
+                .and_then(|_| stdout.flush())
+                .map_err(|e| crate::Error::io("writing standard output", e))?;
+        }
+    }
+    Ok(0)
+}
+
+pub fn run_reservations(args: ReservationsArgs) -> crate::Result<i32> {
+    let o = args.overrides;
+    let r =
+        crate::machineconfig::kubelet_reservations(&crate::machineconfig::ReservationsRequest {
+            instance_type: args.instance_type,
+            memory: args.memory,
+            cpu: args.cpu,
+            system_reserved_memory: o.system_reserved_memory,
+            kube_reserved_memory: o.kube_reserved_memory,
+            system_reserved_cpu: o.system_reserved_cpu,
+            kube_reserved_cpu: o.kube_reserved_cpu,
+            eviction_hard_memory: o.eviction_hard_memory,
+            eviction_soft_memory: o.eviction_soft_memory,
+        })?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&r)
+            .map_err(|e| crate::Error::refused(format!("encoding JSON: {e}")))?;
+        println!("{text}");
+    } else {
+        print!("{}", r.to_text());
+    }
+    Ok(0)
 }

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use crate::error::{Error, Result};
 
 pub mod api;
+pub mod machineconfig;
 pub mod ops;
 pub mod schematics;
 
@@ -74,6 +75,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/matrix/check", get(api::matrix_check))
         .route("/schematics", axum::routing::post(schematics::create))
         .route("/schematics/{id}", get(schematics::get))
+        .route("/api/v1/machineconfig", post(machineconfig::generate))
+        .route(
+            "/api/v1/kubelet-reservations",
+            post(machineconfig::reservations),
+        )
         .with_state(state)
 }
 

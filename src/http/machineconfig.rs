@@ -1,0 +1,83 @@
+//! `POST /api/v1/machineconfig` and `POST /api/v1/kubelet-reservations`.
+//!
+//! Bodies are JSON or YAML with the flags' names in camelCase. Configs and
+//! bundles carry secrets: neither request nor response bodies are ever
+//! logged, and error messages name fields, not their secret values.
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::error::Error;
+use crate::machineconfig::{self, Request, ReservationsRequest};
+
+fn error_response(e: &Error) -> Response {
+    let status = match e {
+        Error::BadInput(_) => StatusCode::BAD_REQUEST,
+        Error::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::Upstream(_) => StatusCode::BAD_GATEWAY,
+        Error::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let body = serde_json::json!({ "error": e.to_string() }).to_string();
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+fn body_text(body: &Bytes) -> Result<&str, Error> {
+    std::str::from_utf8(body).map_err(|_| Error::bad_input("body: not UTF-8"))
+}
+
+/// `POST /api/v1/machineconfig`: answers the config as `application/yaml`.
+pub async fn generate(body: Bytes) -> Response {
+    let result = body_text(&body)
+        .and_then(|t| crate::yaml::from_str::<Request>(t, "body"))
+        .and_then(|req| machineconfig::generate(&req));
+    match result {
+        Ok(out) => {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/yaml"),
+            );
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            for w in &out.warnings {
+                let text = format!("299 talos-gen \"{}\"", w.replace('"', "'"));
+                if let Ok(v) = HeaderValue::from_str(&text) {
+                    headers.append(header::WARNING, v);
+                }
+            }
+            (StatusCode::OK, headers, out.config).into_response()
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+/// `POST /api/v1/kubelet-reservations`: answers JSON with the contract's fields.
+pub async fn reservations(body: Bytes) -> Response {
+    let result = body_text(&body)
+        .and_then(|t| crate::yaml::from_str::<ReservationsRequest>(t, "body"))
+        .and_then(|req| machineconfig::kubelet_reservations(&req));
+    match result {
+        Ok(r) => match serde_json::to_string(&r) {
+            Ok(json) => (
+                StatusCode::OK,
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                json,
+            )
+                .into_response(),
+            Err(e) => error_response(&Error::refused(format!("encoding JSON: {e}"))),
+        },
+        Err(e) => error_response(&e),
+    }
+}

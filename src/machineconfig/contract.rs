@@ -1,0 +1,129 @@
+//! Version contracts: what the generator writes for `--talos-version v1.X`.
+//! Every gate lives in the one table below, read as "from v1.X on" (Talos'
+//! `pkg/machinery/config/contract.go`, where each gate is
+//! `contract.Greater(TalosVersion1_{X-1})`).
+
+use crate::error::{Error, Result};
+use crate::version::Version;
+
+/// The contracts this generator knows.
+pub const OLDEST_MINOR: u64 = 3;
+pub const NEWEST_MINOR: u64 = 14;
+
+/// A behaviour that changed at one Talos minor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// `machine.kubelet.defaultRuntimeSeccompProfileEnabled: true`
+    KubeletSeccompDefault,
+    /// `machine.features.stableHostname: true` (legacy field, until the
+    /// HostnameConfig document replaces it)
+    StableHostname,
+    /// `cluster.discovery.registries.kubernetes.disabled: true`
+    KubernetesDiscoveryDisabled,
+    /// `machine.kubelet.disableManifestsDirectory: true`
+    ManifestsDirectoryDisabled,
+    /// `machine.features.apidCheckExtKeyUsage: true`
+    ApidCheckExtKeyUsage,
+    /// `machine.features.diskQuotaSupport: true`
+    DiskQuotaSupport,
+    /// `machine.features.kubePrism {enabled: true, port: 7445}`
+    KubePrism,
+    /// host DNS enabled
+    HostDns,
+    /// `hostDNS.forwardKubeDNSToHost: true`
+    ForwardKubeDnsToHost,
+    /// `cluster.clusterName` on workers
+    ClusterNameForWorkers,
+    /// Registry mirrors as RegistryMirrorConfig/RegistryTLSConfig
+    /// documents, a HostnameConfig document; `rbac`, `stableHostname`,
+    /// `apidCheckExtKeyUsage` no longer written.
+    MultidocNetwork,
+    /// `install.grubUseUKICmdline: true`
+    GrubUseUkiCmdline,
+    /// The empty `machine.network: {}` is dropped; KubeSpan is a document.
+    NoLegacyNetwork,
+    /// Nameservers, search domains and static hosts are ResolverConfig and
+    /// StaticHostConfig documents. Talos 1.12 introduced both kinds and its
+    /// schema already drops `machine.network.{nameservers, searchDomains,
+    /// extraHostEntries}`, so the replacement holds from 1.12 on.
+    ResolverDocuments,
+    /// Host DNS in the ResolverConfig document.
+    HostDnsDocument,
+    /// DiscoveryServiceConfig / DiscoveryIdentityConfig documents.
+    DiscoveryDocuments,
+    /// UnattendedInstallConfig instead of `machine.install`.
+    UnattendedInstall,
+    /// Kube*Config documents instead of `machine.kubelet`, `cluster.*`.
+    MultidocKubernetes,
+    /// EPHEMERAL VolumeConfig and FilesystemTrimConfig documents.
+    FilesystemTrim,
+    /// SecurityProfileConfig {workloadIsolation: true}.
+    WorkloadIsolation,
+    /// SysctlConfig instead of `machine.sysctls`.
+    SysctlDocument,
+}
+
+/// The one table of gates: each holds from that minor on.
+pub const GATES: &[(Gate, u64)] = &[
+    (Gate::KubeletSeccompDefault, 2),
+    (Gate::StableHostname, 2),
+    (Gate::KubernetesDiscoveryDisabled, 2),
+    (Gate::ManifestsDirectoryDisabled, 3),
+    (Gate::ApidCheckExtKeyUsage, 3),
+    (Gate::DiskQuotaSupport, 5),
+    (Gate::KubePrism, 6),
+    (Gate::HostDns, 7),
+    (Gate::ForwardKubeDnsToHost, 8),
+    (Gate::ClusterNameForWorkers, 8),
+    (Gate::MultidocNetwork, 12),
+    (Gate::GrubUseUkiCmdline, 12),
+    (Gate::ResolverDocuments, 12),
+    (Gate::NoLegacyNetwork, 13),
+    (Gate::HostDnsDocument, 14),
+    (Gate::DiscoveryDocuments, 14),
+    (Gate::UnattendedInstall, 14),
+    (Gate::MultidocKubernetes, 14),
+    (Gate::FilesystemTrim, 14),
+    (Gate::WorkloadIsolation, 14),
+    (Gate::SysctlDocument, 14),
+];
+
+/// A version contract (`v1.X`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Contract {
+    pub minor: u64,
+}
+
+impl Contract {
+    /// The contract of a Talos version; only v1.3..v1.14 are known.
+    pub fn from_version(v: &Version) -> Result<Contract> {
+        if v.major != 1 || !(OLDEST_MINOR..=NEWEST_MINOR).contains(&v.minor) {
+            return Err(Error::refused(format!(
+                "--talos-version: no version contract for {v}: talos-gen writes v1.{OLDEST_MINOR} through v1.{NEWEST_MINOR}"
+            )));
+        }
+        Ok(Contract { minor: v.minor })
+    }
+
+    pub fn has(&self, gate: Gate) -> bool {
+        GATES
+            .iter()
+            .find(|(g, _)| *g == gate)
+            .is_some_and(|(_, from)| self.minor >= *from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_gate_once() {
+        for (g, _) in GATES {
+            assert_eq!(GATES.iter().filter(|(x, _)| x == g).count(), 1, "{g:?}");
+        }
+        let c = Contract { minor: 12 };
+        assert!(c.has(Gate::MultidocNetwork));
+        assert!(!c.has(Gate::NoLegacyNetwork));
+    }
+}

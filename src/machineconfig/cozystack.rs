@@ -1,0 +1,244 @@
+//! The values of one Cozystack `kubernetes-nodes` worker pool, read as the
+//! chart reads them: chart defaults for what the file leaves out, keys the
+//! generator has no use for ignored, unknown keys inside `talos` and
+//! `kubelet` refused.
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::yaml::{Mapping, Value};
+
+use super::generate::Mirror;
+
+pub const DEFAULT_TALOS_VERSION: &str = "v1.13.6";
+pub const DEFAULT_SCHEMATIC: &str =
+    "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+pub const DEFAULT_IMAGE_FACTORY_URL: &str = "https://factory.talos.dev";
+pub const DEFAULT_INSTALLER_REPOSITORY: &str = "factory.talos.dev/installer";
+pub const DEFAULT_INSTANCE_TYPE: &str = "u1.medium";
+pub const DEFAULT_KUBERNETES: &str = "v1.35";
+pub const POD_SUBNET: &str = "10.243.0.0/16";
+pub const SERVICE_SUBNET: &str = "10.95.0.0/16";
+pub const INSTALL_DISK: &str = "/dev/vda";
+
+#[derive(Debug, Default, Deserialize)]
+struct RawValues {
+    version: Option<Value>,
+    talos: Option<RawTalos>,
+    #[serde(rename = "instanceType")]
+    instance_type: Option<Value>,
+    resources: Option<RawResources>,
+    kubelet: Option<RawKubelet>,
+    gpus: Option<Vec<Value>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTalos {
+    version: Option<Value>,
+    #[serde(rename = "schematicID")]
+    schematic_id: Option<Value>,
+    #[serde(rename = "imageFactoryURL")]
+    image_factory_url: Option<Value>,
+    #[serde(rename = "installerRepository")]
+    installer_repository: Option<Value>,
+    #[serde(rename = "registryMirrors")]
+    registry_mirrors: Option<Mapping>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResources {
+    cpu: Option<Value>,
+    memory: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawKubelet {
+    system_reserved_memory: Option<Value>,
+    kube_reserved_memory: Option<Value>,
+    system_reserved_cpu: Option<Value>,
+    kube_reserved_cpu: Option<Value>,
+    eviction_hard_memory: Option<Value>,
+    eviction_soft_memory: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawMirror {
+    endpoints: Option<Vec<Value>>,
+    override_path: Option<bool>,
+    skip_fallback: Option<bool>,
+}
+
+/// One pool's values, with the chart's defaults applied.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Values {
+    /// Kubernetes minor, e.g. `v1.35`.
+    pub version: String,
+    pub talos_version: String,
+    pub schematic_id: String,
+    pub image_factory_url: String,
+    pub installer_repository: String,
+    pub registry_mirrors: Vec<Mirror>,
+    pub instance_type: Option<String>,
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+    pub system_reserved_memory: Option<String>,
+    pub kube_reserved_memory: Option<String>,
+    pub system_reserved_cpu: Option<String>,
+    pub kube_reserved_cpu: Option<String>,
+    pub eviction_hard_memory: Option<String>,
+    pub eviction_soft_memory: Option<String>,
+    pub gpu: bool,
+}
+
+/// Helm's `toString` of a scalar value.
+fn text(v: &Option<Value>, field: &str, what: &str) -> Result<Option<String>> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::Number(n)) => Ok(Some(n.to_string())),
+        Some(Value::Bool(b)) => Ok(Some(b.to_string())),
+        Some(_) => Err(Error::bad_input(format!(
+            "{what}: {field} must be a string"
+        ))),
+    }
+}
+
+impl Values {
+    /// Parse a values tree (`what` names the source in errors).
+    pub fn from_value(v: Value, what: &str) -> Result<Values> {
+        let v = match v {
+            Value::Null => Value::Mapping(Mapping::new()),
+            Value::Mapping(m) => Value::Mapping(m),
+            _ => {
+                return Err(Error::bad_input(format!(
+                    "{what}: the values must be a mapping"
+                )));
+            }
+        };
+        let raw: RawValues = crate::yaml::from_value(v, what)?;
+        let talos = raw.talos.unwrap_or_default();
+        let or = |v: Option<String>, d: &str| v.unwrap_or_else(|| d.to_string());
+        let mut mirrors = Vec::new();
+        if let Some(m) = talos.registry_mirrors {
+            for (host, entry) in m {
+                let Value::String(host) = host else {
+                    return Err(Error::bad_input(format!(
+                        "{what}: talos.registryMirrors keys must be registry host names"
+                    )));
+                };
+                let field = format!("talos.registryMirrors.{host}");
+                let raw: RawMirror = crate::yaml::from_value(entry, &format!("{what}: {field}"))?;
+                let mut endpoints = Vec::new();
+                for e in raw.endpoints.unwrap_or_default() {
+                    match e {
+                        Value::String(s) => endpoints.push(s),
+                        _ => {
+                            return Err(Error::bad_input(format!(
+                                "{what}: {field}.endpoints must be a list of URLs"
+                            )));
+                        }
+                    }
+                }
+                if endpoints.is_empty() {
+                    return Err(Error::bad_input(format!(
+                        "{what}: {field}.endpoints must name at least one endpoint"
+                    )));
+                }
+                mirrors.push(Mirror {
+                    host,
+                    endpoints,
+                    override_path: raw.override_path,
+                    skip_fallback: raw.skip_fallback,
+                });
+            }
+        }
+        let resources = raw.resources.unwrap_or_default();
+        let kubelet = raw.kubelet.unwrap_or_default();
+        Ok(Values {
+            version: or(text(&raw.version, "version", what)?, DEFAULT_KUBERNETES),
+            talos_version: or(
+                text(&talos.version, "talos.version", what)?,
+                DEFAULT_TALOS_VERSION,
+            ),
+            schematic_id: or(
+                text(&talos.schematic_id, "talos.schematicID", what)?,
+                DEFAULT_SCHEMATIC,
+            ),
+            image_factory_url: or(
+                text(&talos.image_factory_url, "talos.imageFactoryURL", what)?,
+                DEFAULT_IMAGE_FACTORY_URL,
+            ),
+            installer_repository: or(
+                text(
+                    &talos.installer_repository,
+                    "talos.installerRepository",
+                    what,
+                )?,
+                DEFAULT_INSTALLER_REPOSITORY,
+            ),
+            registry_mirrors: mirrors,
+            instance_type: match &raw.instance_type {
+                None => Some(DEFAULT_INSTANCE_TYPE.to_string()),
+                other => text(other, "instanceType", what)?,
+            },
+            cpu: text(&resources.cpu, "resources.cpu", what)?,
+            memory: text(&resources.memory, "resources.memory", what)?,
+            system_reserved_memory: text(
+                &kubelet.system_reserved_memory,
+                "kubelet.systemReservedMemory",
+                what,
+            )?,
+            kube_reserved_memory: text(
+                &kubelet.kube_reserved_memory,
+                "kubelet.kubeReservedMemory",
+                what,
+            )?,
+            system_reserved_cpu: text(
+                &kubelet.system_reserved_cpu,
+                "kubelet.systemReservedCpu",
+                what,
+            )?,
+            kube_reserved_cpu: text(&kubelet.kube_reserved_cpu, "kubelet.kubeReservedCpu", what)?,
+            eviction_hard_memory: text(
+                &kubelet.eviction_hard_memory,
+                "kubelet.evictionHardMemory",
+                what,
+            )?,
+            eviction_soft_memory: text(
+                &kubelet.eviction_soft_memory,
+                "kubelet.evictionSoftMemory",
+                what,
+            )?,
+            gpu: raw.gpus.is_some_and(|g| !g.is_empty()),
+        })
+    }
+
+    /// The chart's values with nothing set (all defaults).
+    pub fn defaults() -> Values {
+        Values::from_value(Value::Null, "values").expect("defaults parse")
+    }
+
+    /// `<installerRepository>/<schematicID>:<talos.version>`
+    pub fn install_image(&self) -> String {
+        format!(
+            "{}/{}:{}",
+            self.installer_repository.trim_end_matches('/'),
+            self.schematic_id,
+            self.talos_version
+        )
+    }
+
+    /// `<imageFactoryURL>/image/<schematicID>/<talos.version>/openstack-amd64.raw.xz`
+    pub fn disk_image_url(&self) -> String {
+        format!(
+            "{}/image/{}/{}/openstack-amd64.raw.xz",
+            self.image_factory_url.trim_end_matches('/'),
+            self.schematic_id,
+            self.talos_version
+        )
+    }
+}

@@ -1,0 +1,383 @@
+//! Kubelet reservations, eviction thresholds and autoscaler capacity for a
+//! node group, computed exactly as the Cozystack `kubernetes-nodes` chart
+//! does (`templates/nodegroup.yaml`), with its messages.
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::goyaml::{Map, Node};
+
+use super::instancetypes;
+use super::quantity::{cpu_millis_f, cpu_millis_int, go_g, is_cpu, is_memory, to_float};
+
+/// The sizing and overrides of one node group.
+#[derive(Debug, Clone, Default)]
+pub struct Input {
+    pub instance_type: Option<String>,
+    /// `resources.cpu`
+    pub cpu: Option<String>,
+    /// `resources.memory`
+    pub memory: Option<String>,
+    pub system_reserved_memory: Option<String>,
+    pub kube_reserved_memory: Option<String>,
+    pub system_reserved_cpu: Option<String>,
+    pub kube_reserved_cpu: Option<String>,
+    pub eviction_hard_memory: Option<String>,
+    pub eviction_soft_memory: Option<String>,
+}
+
+/// What the node group gets. The capacity fields are empty when neither
+/// resources nor an instance type size the node (the chart renders no
+/// annotation then).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reservations {
+    pub system_reserved_memory: String,
+    pub kube_reserved_memory: String,
+    pub system_reserved_cpu: String,
+    pub kube_reserved_cpu: String,
+    pub eviction_hard_memory: String,
+    pub eviction_soft_memory: String,
+    pub capacity_memory: String,
+    pub capacity_cpu: String,
+}
+
+fn given(v: &Option<String>) -> Option<&str> {
+    v.as_deref().filter(|s| !s.is_empty())
+}
+
+const MEMORY_HINT: &str = "a valid Kubernetes memory quantity (e.g. 128Mi, 1Gi, 1e9, 500e6)";
+const CPU_HINT: &str =
+    "a valid Kubernetes CPU quantity (integer millicores like 100m, or decimal cores like 0.5, 1)";
+
+fn is_pct_number(s: &str) -> bool {
+    let (a, b) = match s.split_once('.') {
+        Some((a, b)) => (a, Some(b)),
+        None => (s, None),
+    };
+    !a.is_empty()
+        && a.bytes().all(|c| c.is_ascii_digit())
+        && b.is_none_or(|b| !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()))
+}
+
+/// Compute the reservations; `prefix` starts every message (the chart
+/// writes `nodeGroup <name>: `).
+pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
+    let bad = |m: String| Error::bad_input(format!("{prefix}{m}"));
+    let refuse = |m: String| Error::refused(format!("{prefix}{m}"));
+
+    let has_cpu = given(&input.cpu).is_some();
+    let has_mem = given(&input.memory).is_some();
+    let itype = given(&input.instance_type);
+    if itype.is_some() && has_cpu != has_mem {
+        return Err(bad(
+            "set both resources.cpu and resources.memory, or neither".into(),
+        ));
+    }
+    if let Some(c) = given(&input.cpu) {
+        if !is_cpu(c) {
+            return Err(bad(format!(
+                "invalid resources.cpu value {c:?} — must be {CPU_HINT}"
+            )));
+        }
+    }
+    if let Some(m) = given(&input.memory) {
+        if !is_memory(m) {
+            return Err(bad(format!(
+                "invalid resources.memory value {m:?} — must be {MEMORY_HINT}"
+            )));
+        }
+    }
+    let mut sized = None;
+    if let Some(t) = itype {
+        if !(has_cpu && has_mem) {
+            match instancetypes::lookup(t) {
+                Some(x) => sized = Some(x),
+                None => {
+                    return Err(bad(format!(
+                        "specified instanceType {t:?} not found in cluster"
+                    )));
+                }
+            }
+        }
+    }
+    let effective_memory: Option<String> = given(&input.memory)
+        .map(str::to_string)
+        .or_else(|| sized.as_ref().map(|(_, m)| m.clone()));
+    let effective_cpu: Option<String> = given(&input.cpu)
+        .map(str::to_string)
+        .or_else(|| sized.as_ref().map(|(c, _)| c.to_string()));
+
+    let mut auto_mi: i64 = 256;
+    if let Some(m) = &effective_memory {
+        let mi = (to_float(m) / 1048576.0) as i64;
+        let five = (mi as f64 * 0.05) as i64;
+        auto_mi = five.clamp(256, 1024);
+    }
+    let mut auto_millis: i64 = 50;
+    if let Some(c) = &effective_cpu {
+        let millis = cpu_millis_int(c);
+        let five = (millis as f64 * 0.05) as i64;
+        auto_millis = five.clamp(50, 500);
+    }
+
+    let sys_mem = given(&input.system_reserved_memory)
+        .map(str::to_string)
+        .unwrap_or(format!("{auto_mi}Mi"));
+    let kube_mem = given(&input.kube_reserved_memory)
+        .map(str::to_string)
+        .unwrap_or(format!("{auto_mi}Mi"));
+    let sys_cpu = given(&input.system_reserved_cpu)
+        .map(str::to_string)
+        .unwrap_or(format!("{auto_millis}m"));
+    let kube_cpu = given(&input.kube_reserved_cpu)
+        .map(str::to_string)
+        .unwrap_or(format!("{auto_millis}m"));
+    let hard = given(&input.eviction_hard_memory)
+        .unwrap_or("7%")
+        .to_string();
+    let soft = given(&input.eviction_soft_memory)
+        .unwrap_or("10%")
+        .to_string();
+
+    for (key, value, mem) in [
+        ("systemReservedMemory", &input.system_reserved_memory, true),
+        ("kubeReservedMemory", &input.kube_reserved_memory, true),
+        ("systemReservedCpu", &input.system_reserved_cpu, false),
+        ("kubeReservedCpu", &input.kube_reserved_cpu, false),
+    ] {
+        if let Some(v) = given(value) {
+            let ok = if mem { is_memory(v) } else { is_cpu(v) };
+            if !ok {
+                let hint = if mem { MEMORY_HINT } else { CPU_HINT };
+                return Err(bad(format!("invalid {key} value {v:?} — must be {hint}")));
+            }
+        }
+    }
+    for (key, value) in [
+        ("systemReservedMemory", &input.system_reserved_memory),
+        ("kubeReservedMemory", &input.kube_reserved_memory),
+    ] {
+        if let Some(v) = given(value) {
+            if to_float(v) <= 0.0 {
+                return Err(bad(format!("{key} must be a positive value, got {v}")));
+            }
+        }
+    }
+    for (key, value) in [
+        ("systemReservedCpu", &input.system_reserved_cpu),
+        ("kubeReservedCpu", &input.kube_reserved_cpu),
+    ] {
+        if let Some(v) = given(value) {
+            if cpu_millis_f(v) <= 0.0 {
+                return Err(bad(format!("{key} must be a positive value, got {v}")));
+            }
+        }
+    }
+    if !hard.ends_with('%') && !is_memory(&hard) {
+        return Err(bad(format!(
+            "invalid evictionHardMemory value {hard:?} — must be a percentage (e.g. 7%) or a valid Kubernetes memory quantity (e.g. 500Mi, 1Gi, 1e9)"
+        )));
+    }
+    if !soft.ends_with('%') && !is_memory(&soft) {
+        return Err(bad(format!(
+            "invalid evictionSoftMemory value {soft:?} — must be a percentage (e.g. 10%) or a valid Kubernetes memory quantity (e.g. 500Mi, 1Gi, 1e9)"
+        )));
+    }
+    match (hard.strip_suffix('%'), soft.strip_suffix('%')) {
+        (Some(h), Some(s)) => {
+            if !is_pct_number(h) {
+                return Err(bad(format!(
+                    "evictionHardMemory percentage value {h:?} is not a valid number"
+                )));
+            }
+            if !is_pct_number(s) {
+                return Err(bad(format!(
+                    "evictionSoftMemory percentage value {s:?} is not a valid number"
+                )));
+            }
+            let (hp, sp): (f64, f64) = (h.parse().unwrap_or(0.0), s.parse().unwrap_or(0.0));
+            if hp <= 0.0 || hp > 100.0 {
+                return Err(bad(format!(
+                    "evictionHardMemory percentage must be greater than 0 and at most 100, got {h}%"
+                )));
+            }
+            if sp <= 0.0 || sp > 100.0 {
+                return Err(bad(format!(
+                    "evictionSoftMemory percentage must be greater than 0 and at most 100, got {s}%"
+                )));
+            }
+            if hp >= sp {
+                return Err(refuse(format!(
+                    "evictionHardMemory ({hard}) must be strictly less than evictionSoftMemory ({soft})"
+                )));
+            }
+        }
+        (None, None) => {
+            if to_float(&hard) >= to_float(&soft) {
+                return Err(refuse(format!(
+                    "evictionHardMemory ({hard}) must be strictly less than evictionSoftMemory ({soft})"
+                )));
+            }
+        }
+        _ => {
+            return Err(refuse(format!(
+                "evictionHardMemory ({hard}) and evictionSoftMemory ({soft}) must use the same unit type (both percentage or both absolute)"
+            )));
+        }
+    }
+
+    let mut hard_bytes = 0.0;
+    if let Some(m) = &effective_memory {
+        hard_bytes = match hard.strip_suffix('%') {
+            Some(p) => to_float(m) * (p.parse::<f64>().unwrap_or(0.0) / 100.0),
+            None => to_float(&hard),
+        };
+    }
+    let mut capacity_memory = String::new();
+    if let Some(m) = &effective_memory {
+        let total = to_float(&sys_mem) + to_float(&kube_mem) + hard_bytes;
+        let eff = to_float(m);
+        if total >= eff {
+            return Err(refuse(format!(
+                "total reserved memory (systemReservedMemory={sys_mem} + kubeReservedMemory={kube_mem} + evictionHardMemory={hard}) must be less than effective node memory ({m})"
+            )));
+        }
+        capacity_memory = format!("{}Mi", go_g(((eff - total) / 1048576.0).floor()));
+    }
+    let mut capacity_cpu = String::new();
+    if let Some(c) = &effective_cpu {
+        let total = cpu_millis_f(&sys_cpu) + cpu_millis_f(&kube_cpu);
+        let eff = cpu_millis_int(c) as f64;
+        if total >= eff {
+            return Err(refuse(format!(
+                "total reserved CPU (systemReservedCpu={sys_cpu} + kubeReservedCpu={kube_cpu}) must be less than effective node CPU ({c} cores)"
+            )));
+        }
+        capacity_cpu = format!("{}m", (eff - total).ceil() as i64);
+    }
+    if effective_memory.is_none()
+        && [
+            &input.system_reserved_memory,
+            &input.kube_reserved_memory,
+            &input.eviction_hard_memory,
+            &input.eviction_soft_memory,
+        ]
+        .iter()
+        .any(|v| given(v).is_some())
+    {
+        return Err(refuse(
+            "kubelet memory reservations require effective memory to validate — set resources.memory or instanceType".into(),
+        ));
+    }
+    if effective_cpu.is_none()
+        && [&input.system_reserved_cpu, &input.kube_reserved_cpu]
+            .iter()
+            .any(|v| given(v).is_some())
+    {
+        return Err(refuse(
+            "cannot validate kubelet CPU reservations without effective CPU — set resources.cpu or a valid instanceType".into(),
+        ));
+    }
+    Ok(Reservations {
+        system_reserved_memory: sys_mem,
+        kube_reserved_memory: kube_mem,
+        system_reserved_cpu: sys_cpu,
+        kube_reserved_cpu: kube_cpu,
+        eviction_hard_memory: hard,
+        eviction_soft_memory: soft,
+        capacity_memory,
+        capacity_cpu,
+    })
+}
+
+impl Reservations {
+    /// The kubelet `extraConfig` the chart renders.
+    pub fn kubelet_extra_config(&self) -> Node {
+        Map::new()
+            .field(
+                "systemReserved",
+                Map::new()
+                    .field("cpu", self.system_reserved_cpu.as_str())
+                    .field("memory", self.system_reserved_memory.as_str()),
+            )
+            .field(
+                "kubeReserved",
+                Map::new()
+                    .field("cpu", self.kube_reserved_cpu.as_str())
+                    .field("memory", self.kube_reserved_memory.as_str()),
+            )
+            .field(
+                "evictionHard",
+                Map::new()
+                    .field("memory.available", self.eviction_hard_memory.as_str())
+                    .field("nodefs.available", "10%")
+                    .field("imagefs.available", "15%")
+                    .field("nodefs.inodesFree", "5%"),
+            )
+            .field(
+                "evictionSoft",
+                Map::new()
+                    .field("memory.available", self.eviction_soft_memory.as_str())
+                    .field("nodefs.available", "15%")
+                    .field("imagefs.available", "20%"),
+            )
+            .field(
+                "evictionSoftGracePeriod",
+                Map::new()
+                    .field("memory.available", "1m30s")
+                    .field("nodefs.available", "1m30s")
+                    .field("imagefs.available", "1m30s"),
+            )
+            .field(
+                "evictionMinimumReclaim",
+                Map::new().field("memory.available", "256Mi"),
+            )
+            .into()
+    }
+
+    /// Human-readable lines for the CLI.
+    pub fn to_text(&self) -> String {
+        let cap = |s: &str| {
+            if s.is_empty() {
+                "(not rendered: no size known)".to_string()
+            } else {
+                s.to_string()
+            }
+        };
+        format!(
+            "systemReservedMemory: {}\nkubeReservedMemory: {}\nsystemReservedCpu: {}\nkubeReservedCpu: {}\nevictionHardMemory: {}\nevictionSoftMemory: {}\ncapacity.cluster-autoscaler.kubernetes.io/memory: {}\ncapacity.cluster-autoscaler.kubernetes.io/cpu: {}\n",
+            self.system_reserved_memory,
+            self.kube_reserved_memory,
+            self.system_reserved_cpu,
+            self.kube_reserved_cpu,
+            self.eviction_hard_memory,
+            self.eviction_soft_memory,
+            cap(&self.capacity_memory),
+            cap(&self.capacity_cpu),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worked_example() {
+        let r = compute(
+            &Input {
+                instance_type: Some("u1.medium".into()),
+                ..Default::default()
+            },
+            "",
+        )
+        .unwrap();
+        assert_eq!(r.system_reserved_memory, "256Mi");
+        assert_eq!(r.kube_reserved_memory, "256Mi");
+        assert_eq!(r.system_reserved_cpu, "50m");
+        assert_eq!(r.kube_reserved_cpu, "50m");
+        assert_eq!(r.capacity_memory, "3297Mi");
+        assert_eq!(r.capacity_cpu, "900m");
+    }
+}

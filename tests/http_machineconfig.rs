@@ -1,0 +1,168 @@
+//! The HTTP API for configs and reservations, against a real `talos-gen
+//! serve` process on loopback.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+struct Server {
+    child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(common::bin())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--cache-dir",
+            dir.path().to_str().unwrap(),
+            "--offline",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let server = Server {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+        _dir: dir,
+    };
+    let client = reqwest::Client::new();
+    for _ in 0..100 {
+        if client
+            .get(format!("{}/healthz", server.base))
+            .send()
+            .await
+            .is_ok()
+        {
+            return server;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("talos-gen serve did not come up");
+}
+
+#[tokio::test]
+async fn machineconfig_over_http_matches_the_cli() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let server = start().await;
+    let secrets = std::fs::read_to_string(shared.join("talos-golden/secrets.yaml")).unwrap();
+    let client = reqwest::Client::new();
+
+    // JSON body: the same bytes as the golden.
+    let body = serde_json::json!({
+        "clusterName": "base",
+        "endpoint": "https://base:6443",
+        "kubernetesVersion": "1.28.0",
+        "talosVersion": "v1.12",
+        "installDisk": "",
+        "installImage": "",
+        "force": true,
+        "secrets": secrets,
+    });
+    let resp = client
+        .post(format!("{}/api/v1/machineconfig", server.base))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/yaml");
+    assert!(resp.headers().get("warning").is_some());
+    let text = resp.text().await.unwrap();
+    let want = std::fs::read_to_string(shared.join("talos-golden/v1.12/base-worker.yaml")).unwrap();
+    assert_eq!(text, want);
+
+    // YAML body with the Cozystack profile and inline values.
+    let yaml = format!(
+        "clusterName: kubernetes-demo\nendpoint: https://kubernetes-demo.ns.svc:6443\nprofile: cozystack\ninstanceType: u1.xlarge\nvalues:\n  version: v1.34\n  gpus: [{{name: x}}]\nsecrets: |\n{}",
+        secrets
+            .lines()
+            .map(|l| format!("  {l}\n"))
+            .collect::<String>()
+    );
+    let resp = client
+        .post(format!("{}/api/v1/machineconfig", server.base))
+        .header("content-type", "application/yaml")
+        .body(yaml)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("kubelet:v1.34.9"), "{text}");
+    assert!(text.contains("memory: 819Mi"), "{text}");
+    assert!(text.contains("gpu: \"on\""), "{text}");
+
+    // Bad input: 400 naming the field; refusal: 422.
+    let resp = client
+        .post(format!("{}/api/v1/machineconfig", server.base))
+        .header("content-type", "application/json")
+        .body(serde_json::json!({"clusterName": "c", "endpoint": "https://c:6443", "instanceTyp": "u1.medium"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert!(resp.text().await.unwrap().contains("instanceTyp"));
+    let resp = client
+        .post(format!("{}/api/v1/machineconfig", server.base))
+        .header("content-type", "application/json")
+        .body(serde_json::json!({"clusterName": "c", "endpoint": "https://c:6443", "talosVersion": "v1.13", "kubernetesVersion": "1.20.0", "secrets": secrets}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+}
+
+#[tokio::test]
+async fn reservations_over_http() {
+    let server = start().await;
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!("{}/api/v1/kubelet-reservations", server.base))
+        .header("content-type", "application/json")
+        .body(serde_json::json!({"instanceType": "u1.medium"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let j: serde_json::Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert_eq!(j["capacityMemory"], "3297Mi");
+    assert_eq!(j["capacityCpu"], "900m");
+    assert_eq!(j["systemReservedMemory"], "256Mi");
+    let resp = client
+        .post(format!("{}/api/v1/kubelet-reservations", server.base))
+        .body("instanceType: u1.nano\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+    let resp = client
+        .post(format!("{}/api/v1/kubelet-reservations", server.base))
+        .body("instanceType: u1.medium\nevictionHardMemory: lots\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+}

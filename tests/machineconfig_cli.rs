@@ -1,0 +1,389 @@
+//! `talos-gen machineconfig` edges: bad input and refusals with the
+//! contract's exit codes and a message naming the field, the Cozystack
+//! values file as it is, and patches the goldens do not show.
+
+mod common;
+
+use std::path::Path;
+
+fn secrets(shared: &Path) -> String {
+    shared
+        .join("talos-golden/secrets.yaml")
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+fn mc(extra: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
+    let mut args = vec![
+        "machineconfig",
+        "--cluster-name",
+        "c1",
+        "--endpoint",
+        "https://c1.ns.svc:6443",
+    ];
+    args.extend_from_slice(extra);
+    let out = common::run(&args, stdin);
+    (
+        out.status.code().unwrap_or(-1),
+        common::stdout(&out),
+        common::stderr(&out),
+    )
+}
+
+#[test]
+fn bad_input_and_refusals() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let s = secrets(&shared);
+    let values = shared.join("cozystack/kubernetes-nodes.values.yaml");
+    let v = values.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (
+            vec![
+                "--with-secrets",
+                &s,
+                "--profile",
+                "cozystack",
+                "-f",
+                v,
+                "--instance-type",
+                "u9.huge",
+            ],
+            2,
+            "instanceType \"u9.huge\" not found",
+        ),
+        (
+            vec![
+                "--with-secrets",
+                &s,
+                "--profile",
+                "cozystack",
+                "-f",
+                v,
+                "--memory",
+                "4 Gi",
+                "--cpu",
+                "1",
+            ],
+            2,
+            "resources.memory",
+        ),
+        (
+            vec![
+                "--with-secrets",
+                &s,
+                "--profile",
+                "cozystack",
+                "-f",
+                v,
+                "--kube-reserved-cpu",
+                "lots",
+            ],
+            2,
+            "kubeReservedCpu",
+        ),
+        (
+            vec![
+                "--with-secrets",
+                &s,
+                "--profile",
+                "cozystack",
+                "-f",
+                v,
+                "--system-reserved-memory",
+                "3.5Gi",
+            ],
+            1,
+            "must be less than effective node memory (4Gi)",
+        ),
+        (
+            vec![
+                "--with-secrets",
+                &s,
+                "--talos-version",
+                "v1.13",
+                "--config-patch",
+                "machine: [unclosed",
+            ],
+            2,
+            "--config-patch #1",
+        ),
+        (
+            vec![
+                "--with-secrets",
+                &s,
+                "--talos-version",
+                "v1.13",
+                "--config-patch",
+                "machine:\n  kubelet:\n    nope: 1\n",
+            ],
+            2,
+            "unknown field \"machine.kubelet.nope\"",
+        ),
+        (
+            vec![
+                "--with-secrets",
+                &s,
+                "--talos-version",
+                "v1.13",
+                "--config-patch",
+                "machine:\n  install:\n    wipe: maybe\n",
+            ],
+            2,
+            "machine.install.wipe: expected true or false",
+        ),
+        (
+            vec![
+                "--with-secrets",
+                &s,
+                "--talos-version",
+                "v1.13",
+                "--config-patch",
+                "apiVersion: v1alpha1\nkind: NoSuchConfig\n",
+            ],
+            2,
+            "unknown document kind \"NoSuchConfig\"",
+        ),
+        (
+            vec![
+                "--with-secrets",
+                &s,
+                "--talos-version",
+                "v1.13",
+                "--kubernetes-version",
+                "1.28.0",
+            ],
+            1,
+            "supported Kubernetes versions are v1.31 through v1.36",
+        ),
+        (
+            vec!["--with-secrets", &s, "--talos-version", "v1.99"],
+            1,
+            "--talos-version",
+        ),
+        (
+            vec!["--with-secrets", &s, "--talos-version", "1.x"],
+            2,
+            "--talos-version",
+        ),
+        (
+            vec!["--with-secrets", &s, "--registry-mirror", "ghcr.io"],
+            2,
+            "--registry-mirror",
+        ),
+        (
+            vec!["--with-secrets", &s, "--nameserver", "not-an-ip"],
+            2,
+            "--nameserver",
+        ),
+        (
+            vec!["--with-secrets", "/nonexistent/secrets.yaml"],
+            2,
+            "--with-secrets",
+        ),
+        (
+            vec![
+                "--with-secrets",
+                &s,
+                "--profile",
+                "cozystack",
+                "-f",
+                v,
+                "--kubernetes-version",
+                "v1.30",
+            ],
+            1,
+            "Kubernetes version v1.30 is not supported, allowed versions are [v1.31 v1.32 v1.33 v1.34 v1.35]",
+        ),
+    ];
+    for (args, want, msg) in cases {
+        let (code, out, err) = mc(&args, None);
+        assert_eq!(code, want, "{args:?}: {err}");
+        assert!(err.contains(msg), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: nothing on stdout");
+    }
+}
+
+#[test]
+fn values_file_unknown_keys() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let s = secrets(&shared);
+    for (text, want, msg) in [
+        ("somethingNew: 1\nversion: v1.34\n", 0, ""),
+        ("talos:\n  versionn: v1.13.6\n", 2, "versionn"),
+        (
+            "kubelet:\n  systemReservedMem: 1Gi\n",
+            2,
+            "systemReservedMem",
+        ),
+        (
+            "talos:\n  registryMirrors:\n    ghcr.io:\n      endpoint: [http://x]\n",
+            2,
+            "talos.registryMirrors.ghcr.io",
+        ),
+    ] {
+        let (code, out, err) = mc(
+            &["--with-secrets", &s, "--profile", "cozystack", "-f", "-"],
+            Some(text.as_bytes()),
+        );
+        assert_eq!(code, want, "{text}: {err}");
+        assert!(err.contains(msg), "{text}: {err}");
+        if want == 0 {
+            assert!(out.contains("ghcr.io/siderolabs/kubelet:v1.34.9"), "{out}");
+        }
+    }
+}
+
+#[test]
+fn the_chart_guard_refuses_and_force_writes() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let s = secrets(&shared);
+    let values = "version: v1.35\ntalos:\n  version: v1.13.6\n";
+    // v1.13 runs v1.31..v1.36; v1.30 is not in the versions table either,
+    // so use the talos version to move out of the window instead.
+    let (code, _, err) = mc(
+        &[
+            "--with-secrets",
+            &s,
+            "--profile",
+            "cozystack",
+            "-f",
+            "-",
+            "--talos-version",
+            "v1.11.3",
+        ],
+        Some(values.as_bytes()),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("Kubernetes v1.35.6 is not supported by Talos v1.11.3"),
+        "{err}"
+    );
+    let (code, out, err) = mc(
+        &[
+            "--with-secrets",
+            &s,
+            "--profile",
+            "cozystack",
+            "-f",
+            "-",
+            "--talos-version",
+            "v1.11.3",
+            "--force",
+        ],
+        Some(values.as_bytes()),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("warning:"), "{err}");
+    assert!(out.contains("registries") || out.contains("kubelet:v1.35.6"));
+}
+
+#[test]
+fn real_values_file_renders_the_chart_worker() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let s = secrets(&shared);
+    let v = shared.join("cozystack/kubernetes-nodes.values.yaml");
+    let (code, out, err) = mc(
+        &[
+            "--with-secrets",
+            &s,
+            "--profile",
+            "cozystack",
+            "-f",
+            v.to_str().unwrap(),
+            "--talos-version",
+            "v1.11.6",
+            "--kubernetes-version",
+            "v1.34",
+            "--nameserver",
+            "10.95.0.10",
+            "--search-domain",
+            "svc.cozy.local",
+            "--search-domain",
+            "cozy.local",
+            "--extra-host-entry",
+            "10.95.3.4=c1.ns.svc,c1.ns.svc.cluster.local",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let want_fragments = [
+        "    network:\n        nameservers:\n            - 10.95.0.10\n        searchDomains:\n            - svc.cozy.local\n            - cozy.local\n        extraHostEntries:\n            - ip: 10.95.3.4\n              aliases:\n                - c1.ns.svc\n                - c1.ns.svc.cluster.local\n",
+        "        image: ghcr.io/siderolabs/kubelet:v1.34.9\n",
+        "            kubeReserved:\n                cpu: 50m\n                memory: 256Mi\n",
+        "    install:\n        disk: /dev/vda\n        image: factory.talos.dev/installer/ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515:v1.11.6\n        wipe: false\n",
+        "        kubePrism:\n            enabled: false\n",
+        "            - 10.243.0.0/16\n",
+        "            - 10.95.0.0/16\n",
+        "            service:\n                disabled: true\n",
+        "        rbac: true\n",
+    ];
+    for f in want_fragments {
+        assert!(out.contains(f), "missing:\n{f}\n--- in\n{out}");
+    }
+}
+
+#[test]
+fn patches_beyond_the_goldens() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let s = secrets(&shared);
+    // Fields in Go struct order whatever order the patch uses; maps sorted;
+    // extraArgs replaced per key; mirrors merged by name (endpoints append).
+    let patch = "\
+machine:
+  time:
+    servers: [time.example]
+    bootTimeout: 90s
+  kubelet:
+    extraArgs:
+      rotate-server-certificates: true
+    nodeIP:
+      validSubnets: [10.0.0.0/8]
+  nodeLabels:
+    zone: b
+    a10: x
+    a9: y
+---
+apiVersion: v1alpha1
+kind: RegistryMirrorConfig
+name: ghcr.io
+endpoints:
+  - url: https://second.example
+";
+    let (code, out, err) = mc(
+        &[
+            "--with-secrets",
+            &s,
+            "--talos-version",
+            "v1.12",
+            "--kubernetes-version",
+            "1.34.0",
+            "--registry-mirror",
+            "ghcr.io=https://first.example",
+            "--config-patch",
+            patch,
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    for f in [
+        "    kubelet:\n        image: ghcr.io/siderolabs/kubelet:v1.34.0\n        extraArgs:\n            rotate-server-certificates: \"true\"\n        defaultRuntimeSeccompProfileEnabled: true\n        nodeIP:\n            validSubnets:\n                - 10.0.0.0/8\n        disableManifestsDirectory: true\n",
+        "    time:\n        servers:\n            - time.example\n        bootTimeout: 1m30s\n",
+        "    nodeLabels:\n        a9: \"y\"\n        a10: x\n        zone: b\n",
+        "kind: RegistryMirrorConfig\nname: ghcr.io\nendpoints:\n    - url: https://first.example\n    - url: https://second.example\n",
+    ] {
+        assert!(out.contains(f), "missing:\n{f}\n--- in\n{out}");
+    }
+    // features come after time in MachineConfig.
+    assert!(out.find("    time:").unwrap() < out.find("    features:").unwrap());
+}

@@ -1,0 +1,296 @@
+//! Every config talos-gen writes validates, document by document, against
+//! the official JSON schema of its Talos minor. Schemas used (nearest copy
+//! in `../shared/talos-schema` for minors without their own):
+//! v1.3..v1.11 -> config.schema.v1.11.6.json, v1.12 -> v1.12.11,
+//! v1.13 -> config.schema.json (v1.13.9), v1.14 -> v1.14.0-rc.1.
+//! Exactly three exceptions are allowed (Talos itself writes them and the
+//! schemas leave them out): top-level `persist`; `machine.install.
+//! extraKernelArgs` from 1.12; the kind `UnattendedInstallConfig`, spelled
+//! `UnattendedInstall` in the 1.14-rc schema.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_json::Value as Json;
+use talos_gen::machineconfig::{self, Request, model};
+use talos_gen::yaml::Value;
+
+fn schema_file(minor: u64) -> &'static str {
+    match minor {
+        0..=11 => "config.schema.v1.11.6.json",
+        12 => "config.schema.v1.12.11.json",
+        13 => "config.schema.json",
+        _ => "config.schema.v1.14.0-rc.1.json",
+    }
+}
+
+struct Schemas {
+    dir: std::path::PathBuf,
+    files: HashMap<&'static str, Json>,
+    validators: HashMap<(u64, String), jsonschema::Validator>,
+}
+
+impl Schemas {
+    fn new(shared: &Path) -> Schemas {
+        Schemas {
+            dir: shared.join("talos-schema"),
+            files: HashMap::new(),
+            validators: HashMap::new(),
+        }
+    }
+
+    fn validator(&mut self, minor: u64, def: &str) -> &jsonschema::Validator {
+        let file = schema_file(minor);
+        let key = (minor, def.to_string());
+        if !self.validators.contains_key(&key) {
+            let schema = self.files.entry(file).or_insert_with(|| {
+                serde_json::from_str(&std::fs::read_to_string(self.dir.join(file)).unwrap())
+                    .unwrap()
+            });
+            let defs = schema["$defs"].clone();
+            assert!(defs.get(def).is_some(), "{file} has no definition {def}");
+            let wrapper = serde_json::json!({
+                "$schema": schema["$schema"].clone(),
+                "$ref": format!("#/$defs/{def}"),
+                "$defs": defs,
+            });
+            let v = jsonschema::validator_for(&wrapper).unwrap();
+            self.validators.insert(key.clone(), v);
+        }
+        &self.validators[&key]
+    }
+
+    /// Validate every document of `config` for contract `minor`; panics
+    /// naming the document and the errors.
+    fn check(&mut self, minor: u64, config: &str, label: &str) {
+        let docs = talos_gen::yaml::documents_from_str(config, label).unwrap();
+        assert!(!docs.is_empty(), "{label}: no documents");
+        for doc in docs {
+            let mut json: Json = serde_json::to_value(&doc).unwrap();
+            let def: String = match json.get("kind").and_then(Json::as_str) {
+                None => {
+                    // The exceptions for the versioned document.
+                    let obj = json.as_object_mut().unwrap();
+                    obj.remove("persist");
+                    if minor >= 12 {
+                        if let Some(install) = obj
+                            .get_mut("machine")
+                            .and_then(|m| m.get_mut("install"))
+                            .and_then(Json::as_object_mut)
+                        {
+                            install.remove("extraKernelArgs");
+                        }
+                    }
+                    "v1alpha1.Config".into()
+                }
+                Some(kind) => {
+                    let k = model::kind_named(kind)
+                        .unwrap_or_else(|| panic!("{label}: unknown kind {kind}"));
+                    if kind == "UnattendedInstallConfig" && minor >= 14 {
+                        json["kind"] = Json::String("UnattendedInstall".into());
+                    }
+                    k.schema.to_string()
+                }
+            };
+            let v = self.validator(minor, &def);
+            let errors: Vec<String> = v
+                .iter_errors(&json)
+                .map(|e| format!("{} at {}", e, e.instance_path()))
+                .collect();
+            assert!(
+                errors.is_empty(),
+                "{label}: {def} (schema {}) invalid:\n{}\n--- document\n{}",
+                schema_file(minor),
+                errors.join("\n"),
+                serde_json::to_string_pretty(&json).unwrap()
+            );
+        }
+    }
+}
+
+fn golden_secrets(shared: &Path) -> Value {
+    Value::String(std::fs::read_to_string(shared.join("talos-golden/secrets.yaml")).unwrap())
+}
+
+fn base(shared: &Path, minor: u64) -> Request {
+    Request {
+        talos_version: Some(format!("v1.{minor}")),
+        kubernetes_version: Some("1.28.0".into()),
+        cluster_name: Some("base".into()),
+        endpoint: Some("https://base:6443".into()),
+        secrets: Some(golden_secrets(shared)),
+        install_disk: Some(String::new()),
+        install_image: Some(String::new()),
+        force: true,
+        ..Default::default()
+    }
+}
+
+const OVERRIDES_PATCH: &str = "\
+machine:
+  install:
+    extraKernelArgs: [foo=bar, bar=baz]
+  sysctls:
+    foo: bar
+cluster:
+  network:
+    cni:
+      name: custom
+      urls: [https://example.com/cni.yaml]
+";
+
+#[test]
+fn the_validator_allows_exactly_the_three_exceptions_on_talos_goldens() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let mut schemas = Schemas::new(&shared);
+    for minor in 3..=14u64 {
+        let dir = shared.join(format!("talos-golden/v1.{minor}"));
+        for f in ["base-worker.yaml", "overrides-worker.yaml"] {
+            let p = dir.join(f);
+            if p.exists() {
+                let text = std::fs::read_to_string(&p).unwrap();
+                schemas.check(minor, &text, &format!("golden v1.{minor}/{f}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn base_and_overrides_are_schema_valid() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let mut schemas = Schemas::new(&shared);
+    let patch = std::fs::read_to_string(shared.join("talos-golden/patch.yaml")).unwrap();
+    for minor in 3..=14u64 {
+        let out = machineconfig::generate(&base(&shared, minor)).unwrap();
+        schemas.check(minor, &out.config, &format!("base v1.{minor}"));
+        // The overrides mode, on every contract that still has the
+        // fields the patches name (1.14 moved kubelet and sysctls out).
+        if minor <= 13 {
+            let mut req = base(&shared, minor);
+            req.install_disk = Some("/dev/vda".into());
+            req.additional_sans = vec!["foo".into(), "bar".into()];
+            req.dns_domain = Some("example.com".into());
+            req.registry_mirror = vec![
+                "ghcr.io=https://ghcr.io.my-mirror.com".into(),
+                "docker.io=https://a.example/v2,http://10.0.0.1:5000".into(),
+            ];
+            req.config_patch = vec![
+                Value::String(OVERRIDES_PATCH.into()),
+                Value::String(patch.clone()),
+            ];
+            let out = machineconfig::generate(&req).unwrap();
+            schemas.check(minor, &out.config, &format!("overrides v1.{minor}"));
+        }
+    }
+}
+
+#[test]
+fn fresh_secrets_resolver_and_mirror_modes_are_schema_valid() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let mut schemas = Schemas::new(&shared);
+    for minor in 3..=14u64 {
+        let req = Request {
+            talos_version: Some(format!("v1.{minor}.0")),
+            cluster_name: Some("tenant-a".into()),
+            endpoint: Some("https://tenant-a.ns.svc:6443".into()),
+            install_disk: Some("/dev/sda".into()),
+            install_image: Some("factory.talos.dev/installer/abc:v1.13.6".into()),
+            nameserver: vec!["10.96.0.10".into(), "fd00::10".into()],
+            search_domain: vec!["svc.cozy.local".into(), "cozy.local".into()],
+            extra_host_entry: vec!["10.95.1.1=a.ns.svc,a.ns.svc.cluster.local".into()],
+            registry_mirror: vec!["ghcr.io=https://m1.example,https://m2.example".into()],
+            ..Default::default()
+        };
+        let out = machineconfig::generate(&req).unwrap();
+        schemas.check(minor, &out.config, &format!("resolver v1.{minor}"));
+        // The deprecated form is never written where its replacement exists.
+        let has_legacy_net = out.config.contains("\n        nameservers:");
+        assert_eq!(has_legacy_net, minor <= 11, "v1.{minor}:\n{}", out.config);
+        let has_legacy_mirrors = out.config.contains("    registries:\n        mirrors:");
+        assert_eq!(
+            has_legacy_mirrors,
+            minor <= 11,
+            "v1.{minor}:\n{}",
+            out.config
+        );
+        if minor >= 12 {
+            assert!(out.config.contains("kind: ResolverConfig"));
+            assert!(out.config.contains("kind: StaticHostConfig"));
+        }
+    }
+}
+
+#[test]
+fn cozystack_profile_is_schema_valid_on_every_contract() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let mut schemas = Schemas::new(&shared);
+    let values =
+        std::fs::read_to_string(shared.join("cozystack/kubernetes-nodes.values.yaml")).unwrap();
+    for minor in 3..=14u64 {
+        for (label, extra) in [
+            ("defaults", ""),
+            (
+                "gpu+mirrors",
+                "\ngpus: [{name: nvidia.com/AD102GL_L40S}]\ntalos:\n  registryMirrors:\n    ghcr.io:\n      endpoints: [\"http://mirror$(id)\", https://m2.example]\n      skipFallback: true\n",
+            ),
+        ] {
+            let text = if extra.is_empty() {
+                values.clone()
+            } else {
+                // A values file is one mapping; replace the talos/gpus keys.
+                let mut v: Value = talos_gen::yaml::value_from_str(&values, "values").unwrap();
+                let e: Value = talos_gen::yaml::value_from_str(extra, "extra").unwrap();
+                if let (Value::Mapping(m), Value::Mapping(x)) = (&mut v, e) {
+                    for (k, val) in x {
+                        if k.as_str() == Some("talos") {
+                            if let Some(Value::Mapping(t)) = m.get_mut("talos") {
+                                if let Value::Mapping(tx) = val {
+                                    for (k2, v2) in tx {
+                                        t.insert(k2, v2);
+                                    }
+                                }
+                                continue;
+                            }
+                        }
+                        m.insert(k, val);
+                    }
+                }
+                serde_json::to_string(&v).unwrap()
+            };
+            let req = Request {
+                profile: Some("cozystack".into()),
+                values: Some(Value::String(text)),
+                talos_version: Some(format!("v1.{minor}.0")),
+                cluster_name: Some("kubernetes-demo".into()),
+                endpoint: Some("https://kubernetes-demo.tenant-root.svc:6443".into()),
+                secrets: Some(golden_secrets(&shared)),
+                nameserver: vec!["10.95.0.10".into()],
+                search_domain: vec!["svc.cozy.local".into(), "cozy.local".into()],
+                extra_host_entry: vec!["10.95.3.4=kubernetes-demo.tenant-root.svc".into()],
+                force: true,
+                ..Default::default()
+            };
+            let out =
+                machineconfig::generate(&req).unwrap_or_else(|e| panic!("v1.{minor} {label}: {e}"));
+            schemas.check(minor, &out.config, &format!("cozystack {label} v1.{minor}"));
+            assert!(out.config.contains("ghcr.io/siderolabs/kubelet:v1.35.6"));
+            assert!(out.config.contains(&format!(
+                "factory.talos.dev/installer/ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515:v1.{minor}.0"
+            )));
+            if label != "defaults" {
+                assert!(out.config.contains("gpu: \"on\""), "{}", out.config);
+                assert!(out.config.contains("http://mirror$(id)"), "{}", out.config);
+            }
+        }
+    }
+}
