@@ -1,2 +1,814 @@
 //! One upstream fetch per key, streamed to many readers as bytes arrive,
-//! verified and committed to the store only when whole.
+//! verified and committed to the store only when whole. Knows nothing of
+//! what it fetches: the caller hands in a function that opens the upstream
+//! (a head plus a byte stream), a store key, an expected length and/or
+//! digest, and an optional [`Verifier`] (e.g. [`XzVerifier`]).
+//!
+//! # Behaviour
+//! - At most one fill per key at a time ([`Fills::join`]); a request for a
+//!   key being filled attaches to the running fill.
+//! - Readers stream from the growing temp file ([`FillHandle::reader`]), so
+//!   they get bytes as they arrive; a late joiner starts at byte 0. The last
+//!   byte of the object is released only after verification and commit, so
+//!   a failed fill never looks like a complete body.
+//! - The fill runs to completion in its own task even when every reader
+//!   left, bounded by [`FillSpec::timeout`].
+//! - A failed fill is discarded (temp file removed); readers get the error
+//!   (before headers) or an I/O error mid-body (the connection ends early);
+//!   the next `join` starts a new fill.
+//!
+//! # Usage
+//! ```no_run
+//! # async fn demo(store: talos_gen::store::Store) {
+//! use talos_gen::fill::{Fills, FillSpec, Head, Opened, Joined};
+//! use futures::StreamExt;
+//! let fills = Fills::new(store);
+//! let joined = fills.join("blob/sha256:abc", || FillSpec::new(|| Box::pin(async {
+//!     // make the upstream request here
+//!     let body = futures::stream::iter(vec![Ok(bytes::Bytes::from_static(b"hi"))]).boxed();
+//!     Ok(Opened { head: Head { len: Some(2), ..Head::default() }, body })
+//! })));
+//! match joined {
+//!     Joined::Stored(obj) => { /* serve obj.file */ }
+//!     Joined::Filling(mut h) => {
+//!         let head = h.head().await;          // Err(FetchError) if the upstream refused
+//!         let body = h.reader(0, None);       // Stream<Item = io::Result<Bytes>>
+//!         let entry = h.wait().await;         // the committed entry
+//!     }
+//! }
+//! # }
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures::future::BoxFuture;
+use futures::stream::{BoxStream, Stream, StreamExt};
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::store::{Entry, Meta, Store, StoredObject};
+
+/// What the upstream said about the object before its body.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Head {
+    /// Content length, when the upstream sent one.
+    pub len: Option<u64>,
+    pub content_type: Option<String>,
+    /// Facts kept with the object (e.g. `content-disposition`).
+    pub meta: BTreeMap<String, String>,
+}
+
+impl Head {
+    fn from_entry(e: &Entry) -> Head {
+        Head {
+            len: Some(e.size),
+            content_type: e.content_type.clone(),
+            meta: e.meta.clone(),
+        }
+    }
+}
+
+/// Why a fill did not produce an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchError {
+    /// The upstream answered, but not with the object (e.g. 404): shown to
+    /// the client as it came, never cached.
+    Status {
+        status: u16,
+        content_type: Option<String>,
+        body: Bytes,
+    },
+    /// The upstream did not answer (or finish) in time.
+    Timeout(String),
+    /// The upstream failed (5xx, reset, bad length, failed verification).
+    Failed(String),
+    /// Local trouble (disk).
+    Local(String),
+}
+
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FetchError::Status { status, body, .. } => {
+                write!(
+                    f,
+                    "upstream answered {status}: {}",
+                    String::from_utf8_lossy(body).trim()
+                )
+            }
+            FetchError::Timeout(m) | FetchError::Failed(m) | FetchError::Local(m) => f.write_str(m),
+        }
+    }
+}
+
+/// An upstream response being received.
+pub struct Opened {
+    pub head: Head,
+    pub body: BoxStream<'static, Result<Bytes, FetchError>>,
+}
+
+/// Opens the upstream (called once, inside the fill task).
+pub type OpenFn = Box<dyn FnOnce() -> BoxFuture<'static, Result<Opened, FetchError>> + Send>;
+
+/// Checks bytes as they stream; runs on its own thread, off the fill path.
+pub trait Verifier: Send + 'static {
+    fn update(&mut self, data: &[u8]) -> Result<(), String>;
+    fn finish(&mut self) -> Result<(), String>;
+}
+
+/// What to fetch and how to check it.
+pub struct FillSpec {
+    pub open: OpenFn,
+    pub expected_len: Option<u64>,
+    /// Lowercase hex sha256 the bytes must have.
+    pub expected_digest: Option<String>,
+    pub verifier: Option<Box<dyn Verifier>>,
+    /// Extra facts for the store (pinning, meta merged over the head's).
+    pub meta: Meta,
+    /// Bound on the whole fill (headers and body).
+    pub timeout: Duration,
+    /// Label for metrics (e.g. `image`, `blob`).
+    pub kind: &'static str,
+}
+
+impl FillSpec {
+    pub fn new<F>(open: F) -> FillSpec
+    where
+        F: FnOnce() -> BoxFuture<'static, Result<Opened, FetchError>> + Send + 'static,
+    {
+        FillSpec {
+            open: Box::new(open),
+            expected_len: None,
+            expected_digest: None,
+            verifier: None,
+            meta: Meta::default(),
+            timeout: Duration::from_secs(3600),
+            kind: "object",
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Phase {
+    Starting,
+    Streaming,
+    Done(Entry),
+    Failed(FetchError),
+}
+
+#[derive(Clone)]
+struct Progress {
+    phase: Phase,
+    written: u64,
+}
+
+struct Shared {
+    head: std::sync::OnceLock<Head>,
+    file: std::sync::OnceLock<Arc<File>>,
+    tx: watch::Sender<Progress>,
+}
+
+/// The fills in progress; cheap to clone.
+#[derive(Clone)]
+pub struct Fills {
+    store: Store,
+    inflight: Arc<Mutex<HashMap<String, Arc<Shared>>>>,
+    metrics: Option<Metrics>,
+}
+
+/// The answer to [`Fills::join`].
+pub enum Joined {
+    /// Already in the store.
+    Stored(StoredObject),
+    /// Being fetched (possibly just started).
+    Filling(FillHandle),
+}
+
+impl Fills {
+    pub fn new(store: Store) -> Fills {
+        Fills {
+            store,
+            inflight: Arc::default(),
+            metrics: None,
+        }
+    }
+
+    pub fn with_metrics(mut self, m: Metrics) -> Fills {
+        self.metrics = Some(m);
+        self
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Number of fills running.
+    pub fn running(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Shared>>> {
+        self.inflight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The stored object for `key`, or the running fill for it, or a new
+    /// fill made from `spec()` (called only then). Must run inside tokio.
+    pub fn join(&self, key: &str, spec: impl FnOnce() -> FillSpec) -> Joined {
+        let mut map = self.lock();
+        if let Some(sh) = map.get(key) {
+            return Joined::Filling(FillHandle::new(sh.clone()));
+        }
+        // A fill removes itself only after its commit, under this lock.
+        if let Some(obj) = self.store.get(key) {
+            return Joined::Stored(obj);
+        }
+        let (tx, _) = watch::channel(Progress {
+            phase: Phase::Starting,
+            written: 0,
+        });
+        let sh = Arc::new(Shared {
+            head: Default::default(),
+            file: Default::default(),
+            tx,
+        });
+        map.insert(key.to_string(), sh.clone());
+        drop(map);
+        let spec = spec();
+        let this = self.clone();
+        let key = key.to_string();
+        let task_sh = sh.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let kind = spec.kind;
+            let timeout = spec.timeout;
+            let result = match tokio::time::timeout(timeout, this.run(&key, spec, &task_sh)).await {
+                Ok(r) => r,
+                Err(_) => Err(FetchError::Timeout(format!(
+                    "fetching {key}: no complete answer within {}s",
+                    timeout.as_secs()
+                ))),
+            };
+            if let Some(m) = &this.metrics {
+                m.upstream_fetch(kind, result.is_ok(), started.elapsed());
+            }
+            // Remove under the lock before publishing the outcome, so a
+            // `join` sees either this fill or the committed object.
+            let mut map = this.lock();
+            if map.get(&key).is_some_and(|s| Arc::ptr_eq(s, &task_sh)) {
+                map.remove(&key);
+            }
+            drop(map);
+            match result {
+                Ok(entry) => {
+                    tracing::info!(key, size = entry.size, digest = %entry.digest, secs = started.elapsed().as_secs_f64(), "fill committed");
+                    task_sh.tx.send_modify(|p| p.phase = Phase::Done(entry));
+                }
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "fill failed");
+                    task_sh.tx.send_modify(|p| p.phase = Phase::Failed(e));
+                }
+            }
+        });
+        Joined::Filling(FillHandle::new(sh))
+    }
+
+    async fn run(&self, key: &str, spec: FillSpec, sh: &Shared) -> Result<Entry, FetchError> {
+        let local = |e: crate::Error| FetchError::Local(e.to_string());
+        let opened = (spec.open)().await?;
+        let head = opened.head;
+        if let (Some(a), Some(b)) = (head.len, spec.expected_len)
+            && a != b
+        {
+            return Err(FetchError::Failed(format!(
+                "fetching {key}: upstream length {a} differs from the expected {b}"
+            )));
+        }
+        let want_len = head.len.or(spec.expected_len);
+        let mut tmp = self.store.temp().map_err(local)?;
+        let reader = File::open(tmp.path())
+            .map_err(|e| FetchError::Local(format!("opening {}: {e}", tmp.path().display())))?;
+        let _ = sh.file.set(Arc::new(reader));
+        let _ = sh.head.set(head.clone());
+        sh.tx.send_modify(|p| p.phase = Phase::Streaming);
+
+        // The verifier runs on its own thread, fed through a bounded channel.
+        let (vtx, vjoin) = match spec.verifier {
+            Some(mut v) => {
+                let (vtx, mut vrx) = tokio::sync::mpsc::channel::<Bytes>(64);
+                let join = std::thread::spawn(move || {
+                    let mut res = Ok(());
+                    while let Some(b) = vrx.blocking_recv() {
+                        if res.is_ok() {
+                            res = v.update(&b);
+                        }
+                    }
+                    res.and_then(|_| v.finish())
+                });
+                (Some(vtx), Some(join))
+            }
+            None => (None, None),
+        };
+
+        let mut body = opened.body;
+        let mut written: u64 = 0;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk?;
+            if chunk.is_empty() {
+                continue;
+            }
+            if want_len.is_some_and(|n| written + chunk.len() as u64 > n) {
+                return Err(FetchError::Failed(format!(
+                    "fetching {key}: upstream sent more than its length {}",
+                    want_len.unwrap_or(0)
+                )));
+            }
+            tmp.write_all(&chunk).await.map_err(local)?;
+            written += chunk.len() as u64;
+            sh.tx.send_modify(|p| p.written = written);
+            if let Some(v) = &vtx {
+                // A closed channel means the verifier thread ended; its result says why.
+                let _ = v.send(chunk).await;
+            }
+        }
+        drop(body);
+        drop(vtx);
+        if let Some(n) = want_len
+            && written != n
+        {
+            return Err(FetchError::Failed(format!(
+                "fetching {key}: upstream ended after {written} of {n} bytes"
+            )));
+        }
+        if let Some(j) = vjoin {
+            let res = tokio::task::spawn_blocking(move || j.join())
+                .await
+                .map_err(|e| FetchError::Local(format!("verifier task: {e}")))?
+                .map_err(|_| FetchError::Local("verifier panicked".into()))?;
+            res.map_err(|e| FetchError::Failed(format!("fetching {key}: {e}")))?;
+        }
+        if let Some(d) = &spec.expected_digest {
+            let got = tmp.digest();
+            if !got.eq_ignore_ascii_case(d) {
+                return Err(FetchError::Failed(format!(
+                    "fetching {key}: sha256 {got} differs from the expected {d}"
+                )));
+            }
+        }
+        let mut meta = spec.meta;
+        if meta.content_type.is_none() {
+            meta.content_type = head.content_type.clone();
+        }
+        let mut m = head.meta.clone();
+        m.extend(meta.meta);
+        meta.meta = m;
+        self.store.commit(tmp, key, meta).await.map_err(local)
+    }
+}
+
+/// A reader's view of one fill.
+#[derive(Clone)]
+pub struct FillHandle {
+    sh: Arc<Shared>,
+    rx: watch::Receiver<Progress>,
+}
+
+/// Bytes read from the file per step.
+const CHUNK: usize = 256 * 1024;
+
+impl FillHandle {
+    fn new(sh: Arc<Shared>) -> FillHandle {
+        let rx = sh.tx.subscribe();
+        FillHandle { sh, rx }
+    }
+
+    /// Wait for the upstream's head (or the fill's failure).
+    pub async fn head(&mut self) -> Result<Head, FetchError> {
+        loop {
+            let p = self.rx.borrow_and_update().clone();
+            match p.phase {
+                Phase::Starting => {}
+                Phase::Streaming => {
+                    if let Some(h) = self.sh.head.get() {
+                        return Ok(h.clone());
+                    }
+                }
+                Phase::Done(e) => return Ok(Head::from_entry(&e)),
+                Phase::Failed(e) => return Err(e),
+            }
+            if self.rx.changed().await.is_err() {
+                return Err(FetchError::Local("fill task vanished".into()));
+            }
+        }
+    }
+
+    /// Wait for the fill to end.
+    pub async fn wait(mut self) -> Result<Entry, FetchError> {
+        loop {
+            let p = self.rx.borrow_and_update().clone();
+            match p.phase {
+                Phase::Done(e) => return Ok(e),
+                Phase::Failed(e) => return Err(e),
+                _ => {}
+            }
+            if self.rx.changed().await.is_err() {
+                return Err(FetchError::Local("fill task vanished".into()));
+            }
+        }
+    }
+
+    /// Bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.rx.borrow().written
+    }
+
+    /// Stream bytes `start..end` (end exclusive; `None` = to the end) as
+    /// they arrive. Call after [`FillHandle::head`] succeeded. Yields an
+    /// error (so the connection ends early) if the fill fails.
+    pub fn reader(
+        &self,
+        start: u64,
+        end: Option<u64>,
+    ) -> impl Stream<Item = std::io::Result<Bytes>> + Send + 'static {
+        let st = ReadState {
+            sh: self.sh.clone(),
+            rx: self.sh.tx.subscribe(),
+            pos: start,
+            end,
+        };
+        futures::stream::unfold(st, |mut st| async move {
+            match st.step().await {
+                Ok(Some(b)) => Some((Ok(b), st)),
+                Ok(None) => None,
+                Err(e) => {
+                    st.end = Some(st.pos); // end after the error
+                    Some((Err(e), st))
+                }
+            }
+        })
+    }
+}
+
+struct ReadState {
+    sh: Arc<Shared>,
+    rx: watch::Receiver<Progress>,
+    pos: u64,
+    end: Option<u64>,
+}
+
+impl ReadState {
+    async fn step(&mut self) -> std::io::Result<Option<Bytes>> {
+        loop {
+            if self.end.is_some_and(|e| self.pos >= e) {
+                return Ok(None);
+            }
+            let p = self.rx.borrow_and_update().clone();
+            let len = self.sh.head.get().and_then(|h| h.len);
+            let (limit, done) = match &p.phase {
+                Phase::Done(e) => (e.size, true),
+                Phase::Failed(e) => return Err(std::io::Error::other(e.to_string())),
+                // Hold back the last byte until the object is verified.
+                _ => (
+                    match len {
+                        Some(n) => p.written.min(n.saturating_sub(1)),
+                        None => p.written,
+                    },
+                    false,
+                ),
+            };
+            let limit = self.end.map_or(limit, |e| e.min(limit));
+            if self.pos < limit {
+                let Some(file) = self.sh.file.get().cloned() else {
+                    return Err(std::io::Error::other("fill has no file"));
+                };
+                let n = ((limit - self.pos) as usize).min(CHUNK);
+                let pos = self.pos;
+                let buf = tokio::task::spawn_blocking(move || {
+                    let mut buf = BytesMut::zeroed(n);
+                    let mut got = 0;
+                    while got < n {
+                        match file.read_at(&mut buf[got..], pos + got as u64)? {
+                            0 => break,
+                            k => got += k,
+                        }
+                    }
+                    buf.truncate(got);
+                    Ok::<_, std::io::Error>(buf.freeze())
+                })
+                .await
+                .map_err(std::io::Error::other)??;
+                if buf.is_empty() {
+                    return Err(std::io::Error::other("fill file shorter than written"));
+                }
+                self.pos += buf.len() as u64;
+                return Ok(Some(buf));
+            }
+            if done {
+                return Ok(None);
+            }
+            if self.rx.changed().await.is_err() {
+                return Err(std::io::Error::other("fill task vanished"));
+            }
+        }
+    }
+}
+
+/// Checks that an `.xz` stream decodes cleanly (all its checks), keeping
+/// none of the output.
+pub struct XzVerifier {
+    stream: xz2::stream::Stream,
+    out: Vec<u8>,
+}
+
+impl XzVerifier {
+    pub fn new() -> Result<XzVerifier, String> {
+        let stream = xz2::stream::Stream::new_stream_decoder(u64::MAX, xz2::stream::CONCATENATED)
+            .map_err(|e| format!("xz decoder: {e}"))?;
+        Ok(XzVerifier {
+            stream,
+            out: vec![0; 256 * 1024],
+        })
+    }
+
+    fn run(
+        &mut self,
+        mut input: &[u8],
+        action: xz2::stream::Action,
+    ) -> Result<xz2::stream::Status, String> {
+        loop {
+            let before_in = self.stream.total_in();
+            let before_out = self.stream.total_out();
+            let status = self
+                .stream
+                .process(input, &mut self.out, action)
+                .map_err(|e| format!("xz stream does not decode: {e}"))?;
+            let used = (self.stream.total_in() - before_in) as usize;
+            input = &input[used..];
+            let produced = self.stream.total_out() - before_out;
+            if status == xz2::stream::Status::StreamEnd {
+                return Ok(status);
+            }
+            if input.is_empty() && produced < self.out.len() as u64 {
+                return Ok(status);
+            }
+            if used == 0 && produced == 0 {
+                return Ok(status);
+            }
+        }
+    }
+}
+
+impl Verifier for XzVerifier {
+    fn update(&mut self, data: &[u8]) -> Result<(), String> {
+        self.run(data, xz2::stream::Action::Run).map(|_| ())
+    }
+
+    fn finish(&mut self) -> Result<(), String> {
+        for _ in 0..1_000_000 {
+            if self.run(&[], xz2::stream::Action::Finish)? == xz2::stream::Status::StreamEnd {
+                return Ok(());
+            }
+        }
+        Err("xz stream is truncated".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn xz(data: &[u8]) -> Vec<u8> {
+        let mut e = xz2::write::XzEncoder::new(Vec::new(), 1);
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    fn verify(v: &mut dyn Verifier, data: &[u8], step: usize) -> Result<(), String> {
+        for c in data.chunks(step) {
+            v.update(c)?;
+        }
+        v.finish()
+    }
+
+    #[test]
+    fn xz_verifier() {
+        let raw: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let good = xz(&raw);
+        for step in [1, 7, 4096, 1 << 20] {
+            assert!(
+                verify(&mut XzVerifier::new().unwrap(), &good, step).is_ok(),
+                "{step}"
+            );
+        }
+        let truncated = &good[..good.len() - 10];
+        assert!(verify(&mut XzVerifier::new().unwrap(), truncated, 4096).is_err());
+        let mut corrupt = good.clone();
+        let mid = corrupt.len() / 2;
+        corrupt[mid] ^= 0x55;
+        assert!(verify(&mut XzVerifier::new().unwrap(), &corrupt, 4096).is_err());
+        let mut two = good.clone();
+        two.extend_from_slice(&good);
+        assert!(verify(&mut XzVerifier::new().unwrap(), &two, 4096).is_ok());
+        assert!(verify(&mut XzVerifier::new().unwrap(), b"not xz at all", 4096).is_err());
+    }
+
+    /// A source fed by the test through a channel.
+    fn channel_spec(
+        len: Option<u64>,
+    ) -> (
+        tokio::sync::mpsc::Sender<Result<Bytes, FetchError>>,
+        FillSpec,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let spec = FillSpec::new(move || {
+            Box::pin(async move {
+                let body = tokio_stream_from(rx);
+                Ok(Opened {
+                    head: Head {
+                        len,
+                        content_type: Some("application/x-test".into()),
+                        meta: BTreeMap::new(),
+                    },
+                    body,
+                })
+            })
+        });
+        (tx, spec)
+    }
+
+    fn tokio_stream_from(
+        rx: tokio::sync::mpsc::Receiver<Result<Bytes, FetchError>>,
+    ) -> BoxStream<'static, Result<Bytes, FetchError>> {
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) })
+            .boxed()
+    }
+
+    async fn collect(s: impl Stream<Item = std::io::Result<Bytes>>) -> std::io::Result<Vec<u8>> {
+        let mut v = Vec::new();
+        let mut s = std::pin::pin!(s);
+        while let Some(b) = s.next().await {
+            v.extend_from_slice(&b?);
+        }
+        Ok(v)
+    }
+
+    #[tokio::test]
+    async fn one_fill_many_readers_streaming() {
+        let dir = tempfile::tempdir().unwrap();
+        let fills = Fills::new(Store::open(dir.path(), None).unwrap());
+        let (tx, spec) = channel_spec(Some(6));
+        let Joined::Filling(mut a) = fills.join("k", || spec) else {
+            panic!("expected a fill")
+        };
+        // a second join attaches (its spec is never built)
+        let Joined::Filling(mut b) = fills.join("k", || panic!("second spec built")) else {
+            panic!("expected a fill")
+        };
+        tx.send(Ok(Bytes::from_static(b"abc"))).await.unwrap();
+        assert_eq!(a.head().await.unwrap().len, Some(6));
+        b.head().await.unwrap();
+        let mut ra = Box::pin(a.reader(0, None));
+        // bytes arrive before the fill ends
+        assert_eq!(&ra.next().await.unwrap().unwrap()[..], b"abc");
+        let rb = tokio::spawn(collect(b.reader(1, Some(5))));
+        tx.send(Ok(Bytes::from_static(b"def"))).await.unwrap();
+        drop(tx);
+        let rest = collect(ra).await.unwrap();
+        assert_eq!(rest, b"def");
+        assert_eq!(rb.await.unwrap().unwrap(), b"bcde");
+        let e = a.wait().await.unwrap();
+        assert_eq!(e.size, 6);
+        assert_eq!(e.content_type.as_deref(), Some("application/x-test"));
+        assert!(matches!(
+            fills.join("k", || panic!("no new fill")),
+            Joined::Stored(_)
+        ));
+        assert_eq!(fills.running(), 0);
+    }
+
+    #[tokio::test]
+    async fn fill_survives_readers_leaving() {
+        let dir = tempfile::tempdir().unwrap();
+        let fills = Fills::new(Store::open(dir.path(), None).unwrap());
+        let (tx, spec) = channel_spec(Some(4));
+        let Joined::Filling(h) = fills.join("k", || spec) else {
+            panic!()
+        };
+        let waiter = h.clone();
+        drop(h);
+        tx.send(Ok(Bytes::from_static(b"ab"))).await.unwrap();
+        tx.send(Ok(Bytes::from_static(b"cd"))).await.unwrap();
+        drop(tx);
+        waiter.wait().await.unwrap();
+        let Joined::Stored(o) = fills.join("k", || panic!()) else {
+            panic!()
+        };
+        assert_eq!(std::fs::read(o.path).unwrap(), b"abcd");
+    }
+
+    #[tokio::test]
+    async fn failed_fill_ends_readers_early_and_is_discarded() {
+        let dir = tempfile::tempdir().unwrap();
+        let fills = Fills::new(Store::open(dir.path(), None).unwrap());
+        // short body: length says 6, upstream sends 5 and ends
+        let (tx, spec) = channel_spec(Some(6));
+        let Joined::Filling(mut h) = fills.join("k", || spec) else {
+            panic!()
+        };
+        tx.send(Ok(Bytes::from_static(b"abcde"))).await.unwrap();
+        h.head().await.unwrap();
+        let r = tokio::spawn(collect(h.reader(0, None)));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(tx);
+        let got = r.await.unwrap();
+        assert!(
+            got.is_err(),
+            "reader must see an error, not a complete body"
+        );
+        assert!(matches!(h.clone().wait().await, Err(FetchError::Failed(_))));
+        assert!(fills.store().get("k").is_none());
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+            0
+        );
+        // the next join starts a new fill
+        let (tx, spec) = channel_spec(None);
+        let Joined::Filling(h) = fills.join("k", || spec) else {
+            panic!()
+        };
+        tx.send(Ok(Bytes::from_static(b"xy"))).await.unwrap();
+        drop(tx);
+        assert_eq!(h.wait().await.unwrap().size, 2);
+    }
+
+    #[tokio::test]
+    async fn status_errors_pass_through_and_verifier_and_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let fills = Fills::new(Store::open(dir.path(), None).unwrap());
+        let Joined::Filling(mut h) = fills.join("k", || {
+            FillSpec::new(|| {
+                Box::pin(async {
+                    Err(FetchError::Status {
+                        status: 404,
+                        content_type: None,
+                        body: Bytes::from_static(b"nope"),
+                    })
+                })
+            })
+        }) else {
+            panic!()
+        };
+        assert!(matches!(
+            h.head().await,
+            Err(FetchError::Status { status: 404, .. })
+        ));
+        // a corrupt xz is refused
+        let (tx, mut spec) = channel_spec(None);
+        spec.verifier = Some(Box::new(XzVerifier::new().unwrap()));
+        let Joined::Filling(h) = fills.join("x", || spec) else {
+            panic!()
+        };
+        tx.send(Ok(Bytes::from_static(b"\xfd7zXZ\0garbage")))
+            .await
+            .unwrap();
+        drop(tx);
+        assert!(h.wait().await.is_err());
+        // a wrong digest is refused, a right one accepted
+        let (tx, mut spec) = channel_spec(None);
+        spec.expected_digest = Some("0".repeat(64));
+        let Joined::Filling(h) = fills.join("d", || spec) else {
+            panic!()
+        };
+        tx.send(Ok(Bytes::from_static(b"hi"))).await.unwrap();
+        drop(tx);
+        assert!(h.wait().await.is_err());
+        let (tx, mut spec) = channel_spec(None);
+        spec.expected_digest =
+            Some("8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4".into());
+        let Joined::Filling(h) = fills.join("d", || spec) else {
+            panic!()
+        };
+        tx.send(Ok(Bytes::from_static(b"hi"))).await.unwrap();
+        drop(tx);
+        assert!(h.wait().await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn timeout_bounds_a_fill() {
+        let dir = tempfile::tempdir().unwrap();
+        let fills = Fills::new(Store::open(dir.path(), None).unwrap());
+        let (tx, mut spec) = channel_spec(Some(10));
+        spec.timeout = Duration::from_millis(100);
+        let Joined::Filling(h) = fills.join("k", || spec) else {
+            panic!()
+        };
+        tx.send(Ok(Bytes::from_static(b"ab"))).await.unwrap();
+        assert!(matches!(h.wait().await, Err(FetchError::Timeout(_))));
+        drop(tx);
+    }
+}

@@ -1,1 +1,204 @@
 //! Counters and histograms, kept in one place, exported as Prometheus text.
+//!
+//! One [`Metrics`] (cheap to clone) lives in the service state; the store
+//! users record through its methods, and `GET /metrics` renders
+//! [`Metrics::render`]. Labels: `kind` is the object family (`image`,
+//! `manifest`, `blob`, ...), `result` is `ok` or `error`.
+//!
+//! ```
+//! let m = talos_gen::metrics::Metrics::new();
+//! m.hit("image");
+//! m.served("image", 1024);
+//! assert!(m.render().contains("talos_gen_cache_hits_total{kind=\"image\"} 1"));
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Kind {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindResult {
+    kind: String,
+    result: String,
+}
+
+struct Inner {
+    registry: Registry,
+    hits: Family<Kind, Counter>,
+    misses: Family<Kind, Counter>,
+    bytes_served: Family<Kind, Counter>,
+    fetches: Family<KindResult, Counter>,
+    fetch_seconds: Family<Kind, Histogram>,
+    responses: Family<KindResult, Counter>,
+    store_bytes: Gauge,
+}
+
+/// The service's counters; cheap to clone.
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+fn kind(k: &str) -> Kind {
+    Kind {
+        kind: k.to_string(),
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("talos_gen");
+        let hits = Family::<Kind, Counter>::default();
+        let misses = Family::<Kind, Counter>::default();
+        let bytes_served = Family::<Kind, Counter>::default();
+        let fetches = Family::<KindResult, Counter>::default();
+        let fetch_seconds = Family::<Kind, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.05, 2.0, 16))
+        });
+        let responses = Family::<KindResult, Counter>::default();
+        let store_bytes = Gauge::default();
+        registry.register(
+            "cache_hits",
+            "Requests answered from the store",
+            hits.clone(),
+        );
+        registry.register(
+            "cache_misses",
+            "Requests that started or joined an upstream fill",
+            misses.clone(),
+        );
+        registry.register(
+            "bytes_served",
+            "Body bytes sent to clients",
+            bytes_served.clone(),
+        );
+        registry.register(
+            "upstream_fetches",
+            "Upstream fills by outcome",
+            fetches.clone(),
+        );
+        registry.register(
+            "upstream_fetch_duration_seconds",
+            "Duration of upstream fills",
+            fetch_seconds.clone(),
+        );
+        registry.register(
+            "responses",
+            "Responses by route kind and status class",
+            responses.clone(),
+        );
+        registry.register(
+            "store_bytes",
+            "Bytes held by the store",
+            store_bytes.clone(),
+        );
+        Metrics(Arc::new(Inner {
+            registry,
+            hits,
+            misses,
+            bytes_served,
+            fetches,
+            fetch_seconds,
+            responses,
+            store_bytes,
+        }))
+    }
+
+    pub fn hit(&self, k: &str) {
+        self.0.hits.get_or_create(&kind(k)).inc();
+    }
+
+    pub fn miss(&self, k: &str) {
+        self.0.misses.get_or_create(&kind(k)).inc();
+    }
+
+    pub fn served(&self, k: &str, bytes: u64) {
+        self.0.bytes_served.get_or_create(&kind(k)).inc_by(bytes);
+    }
+
+    /// One upstream fill ended.
+    pub fn upstream_fetch(&self, k: &str, ok: bool, took: Duration) {
+        let result = if ok { "ok" } else { "error" }.to_string();
+        self.0
+            .fetches
+            .get_or_create(&KindResult {
+                kind: k.to_string(),
+                result,
+            })
+            .inc();
+        self.0
+            .fetch_seconds
+            .get_or_create(&kind(k))
+            .observe(took.as_secs_f64());
+    }
+
+    /// One response sent (`status` as a number; recorded by class, e.g. `2xx`).
+    pub fn response(&self, k: &str, status: u16) {
+        self.0
+            .responses
+            .get_or_create(&KindResult {
+                kind: k.to_string(),
+                result: format!("{}xx", status / 100),
+            })
+            .inc();
+    }
+
+    pub fn set_store_bytes(&self, bytes: u64) {
+        self.0.store_bytes.set(bytes.min(i64::MAX as u64) as i64);
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.0.registry);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders() {
+        let m = Metrics::new();
+        m.hit("image");
+        m.miss("image");
+        m.served("image", 10);
+        m.upstream_fetch("image", true, Duration::from_millis(200));
+        m.response("image", 206);
+        let t = m.render();
+        assert!(
+            t.contains("talos_gen_cache_hits_total{kind=\"image\"} 1"),
+            "{t}"
+        );
+        assert!(
+            t.contains("talos_gen_bytes_served_total{kind=\"image\"} 10"),
+            "{t}"
+        );
+        assert!(
+            t.contains("talos_gen_upstream_fetches_total{kind=\"image\",result=\"ok\"} 1"),
+            "{t}"
+        );
+        assert!(
+            t.contains("talos_gen_responses_total{kind=\"image\",result=\"2xx\"} 1"),
+            "{t}"
+        );
+        assert!(t.ends_with("# EOF\n"));
+    }
+}

@@ -14,6 +14,8 @@ use crate::error::{Error, Result};
 
 pub mod api;
 pub mod machineconfig;
+pub mod image;
+pub mod metrics;
 pub mod ops;
 pub mod schematics;
 
@@ -42,7 +44,13 @@ pub struct Shared {
     /// The support matrix (`--matrix FILE` or the embedded one).
     pub matrix: crate::matrix::Matrix,
     /// Known schematics: `--schematics-dir` (or embedded) plus POSTed ones.
-    pub schematics: crate::schematic::Registry,
+    pub schematics: Arc<crate::schematic::Registry>,
+    pub metrics: crate::metrics::Metrics,
+    pub store: crate::store::Store,
+    pub fills: crate::fill::Fills,
+    /// `None` when offline.
+    pub upstream: Option<crate::upstream::Upstream>,
+    pub images: crate::imagecache::ImageCache,
 }
 
 impl std::ops::Deref for AppState {
@@ -56,12 +64,41 @@ impl AppState {
     /// Build the state: load data, open the store.
     pub async fn new(cfg: ServeConfig) -> Result<AppState> {
         let matrix = crate::matrix::Matrix::load(cfg.matrix.as_deref())?;
-        let schematics =
-            crate::schematic::Registry::open(&cfg.cache_dir, cfg.schematics_dir.as_deref())?;
+        let schematics = Arc::new(crate::schematic::Registry::open(
+            &cfg.cache_dir,
+            cfg.schematics_dir.as_deref(),
+        )?);
+        let metrics = crate::metrics::Metrics::new();
+        let max = cfg
+            .cache_max_size
+            .as_deref()
+            .map(crate::store::parse_size)
+            .transpose()?;
+        let dir = cfg.cache_dir.clone();
+        let store = tokio::task::spawn_blocking(move || crate::store::Store::open(dir, max))
+            .await
+            .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
+        let fills = crate::fill::Fills::new(store.clone()).with_metrics(metrics.clone());
+        let upstream = if cfg.offline {
+            None
+        } else {
+            Some(crate::upstream::Upstream::new(Default::default())?)
+        };
+        let images = crate::imagecache::ImageCache::new(
+            fills.clone(),
+            upstream.clone().map(|u| (u, cfg.factory_url.clone())),
+            schematics.clone(),
+            metrics.clone(),
+        );
         Ok(AppState(Arc::new(Shared {
             cfg,
             matrix,
             schematics,
+            metrics,
+            store,
+            fills,
+            upstream,
+            images,
         })))
     }
 }
@@ -79,6 +116,12 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/v1/kubelet-reservations",
             post(machineconfig::reservations),
+        )
+        .route("/metrics", get(metrics::metrics))
+        .route("/versions", get(image::versions))
+        .route(
+            "/image/{schematic}/{version}/{asset}",
+            get(image::get_image),
         )
         .with_state(state)
 }

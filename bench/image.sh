@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Benchmark of the /image cache, side by side with the peers a user would pick,
+# in one run, on loopback:
+#   1. cached artifact throughput: wrk (8 connections) against talos-gen
+#      serving a stored artifact vs nginx serving the same file with sendfile;
+#   2. 16 cold clients behind a rate-limited upstream (nginx limit_rate):
+#      time to first byte and completion of each client vs one plain upstream
+#      download, for talos-gen and for nginx proxy_cache + proxy_cache_lock;
+#   3. peak RSS (VmHWM) of talos-gen during the cold run.
+# Prints ratios. Needs: nginx (nginx-light), wrk, curl, xz; a release build
+# (cargo build --release). Usage: bench/image.sh [SIZE_MIB] [RATE]
+#   SIZE_MIB  artifact size (default 100)   RATE  upstream limit_rate (default 25m)
+set -euo pipefail
+
+SIZE_MIB=${1:-100}
+RATE=${2:-25m}
+DURATION=${DURATION:-10}
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${TALOS_GEN_BIN:-$HERE/target/release/talos-gen}
+for t in nginx wrk curl xz; do
+  command -v $t >/dev/null || { echo "missing tool: $t" >&2; exit 2; }
+done
+[ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN)" >&2; exit 2; }
+
+W=$(mktemp -d /tmp/talos-gen-bench.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+S=376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba
+V=v1.13.6
+A=openstack-amd64.raw.xz
+P=/image/$S/$V/$A
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$1/" && return 0; sleep 0.05; done; echo "port $1 never answered" >&2; exit 1; }
+
+echo "# generating a ${SIZE_MIB} MiB artifact (xz of random data)"
+mkdir -p "$W/root/image/$S/$V"
+head -c $((SIZE_MIB << 20)) /dev/urandom | xz -0 -T2 -c > "$W/root$P"
+LEN=$(stat -c %s "$W/root$P")
+
+# nginx instance: name port extra-server-directives [extra-http]
+start_nginx() {
+  local name=$1 port=$2 server=$3 http=${4:-}
+  mkdir -p "$W/$name"
+  cat > "$W/$name/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 2;
+user root;
+error_log $W/$name/error.log;
+pid $W/$name/nginx.pid;
+events { worker_connections 1024; }
+http {
+  access_log $W/$name/access.log;
+  client_body_temp_path $W/$name/body;
+  proxy_temp_path $W/$name/proxy;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_requests 100000;
+  types { application/x-xz xz; }
+  default_type application/octet-stream;
+  $http
+  server {
+    listen 127.0.0.1:$port;
+    $server
+  }
+}
+EOF
+  nginx -c "$W/$name/nginx.conf" -p "$W/$name" &
+  PIDS+=($!)
+  wait_port "$port"
+}
+
+NG_FILE=$(free_port); start_nginx file "$NG_FILE" "root $W/root;"
+NG_UP=$(free_port);   start_nginx up "$NG_UP" "root $W/root; limit_rate $RATE;"
+NG_FAST=$(free_port); start_nginx fast "$NG_FAST" "root $W/root;"
+NG_PC=$(free_port)
+start_nginx pcache "$NG_PC" "location / { proxy_pass http://127.0.0.1:$NG_UP; proxy_cache img; proxy_cache_lock on; proxy_cache_lock_timeout 10m; proxy_cache_lock_age 10m; proxy_cache_valid 200 1h; }" \
+  "proxy_cache_path $W/pcache/cache levels=1:2 keys_zone=img:10m max_size=10g inactive=60m use_temp_path=off;"
+
+SVC_PID=
+start_svc() { # cache-dir upstream-port
+  SVC=$(free_port)
+  RUST_LOG=warn "$BIN" serve --listen 127.0.0.1:$SVC --cache-dir "$1" --factory-url "http://127.0.0.1:$2" 2>"$W/svc.log" &
+  SVC_PID=$!
+  PIDS+=($SVC_PID)
+  for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$SVC/healthz" && break; sleep 0.05; done
+}
+stop_svc() { kill "$SVC_PID" 2>/dev/null || true; wait "$SVC_PID" 2>/dev/null || true; }
+
+to_bytes() { # wrk's "1.23GB" -> bytes
+  awk -v v="$1" 'BEGIN{ n=v+0; u=v; sub(/^[0-9.]+/,"",u);
+    m=1; if(u=="KB")m=1024; if(u=="MB")m=1048576; if(u=="GB")m=1073741824; printf "%.0f", n*m }'
+}
+wrk_rate() { # url -> bytes/s
+  local t; t=$(wrk -c8 -t2 -d"${DURATION}s" "$1" | awk '/Transfer\/sec/{print $2}')
+  to_bytes "$t"
+}
+
+echo "# 1. cached throughput (wrk -c8 -t2 -d${DURATION}s, ${LEN} bytes per request)"
+start_svc "$W/cache-warm" "$NG_FAST"
+curl -sf -o /dev/null "http://127.0.0.1:$SVC$P"          # fill
+sleep 0.5
+curl -sf -o /dev/null "http://127.0.0.1:$SVC$P"          # warm page cache
+curl -sf -o /dev/null "http://127.0.0.1:$NG_FILE$P"
+NGX1=$(wrk_rate "http://127.0.0.1:$NG_FILE$P")
+OURS1=$(wrk_rate "http://127.0.0.1:$SVC$P")
+NGX2=$(wrk_rate "http://127.0.0.1:$NG_FILE$P")
+OURS2=$(wrk_rate "http://127.0.0.1:$SVC$P")
+stop_svc
+NGX=$(( (NGX1 + NGX2) / 2 )); OURS=$(( (OURS1 + OURS2) / 2 ))
+awk -v n=$NGX -v o=$OURS 'BEGIN{printf "nginx sendfile   %8.1f MiB/s\ntalos-gen        %8.1f MiB/s\nthroughput ratio %8.3f (talos-gen / nginx; must be >= 0.9)\n", n/1048576, o/1048576, o/n}'
+
+cold_run() { # label url -> lines "ttfb total" in $W/cold-<label>
+  local label=$1 url=$2
+  local cp=()
+  rm -f "$W/cold-$label"
+  for i in $(seq 16); do
+    curl -sf -o /dev/null -w '%{time_starttransfer} %{time_total}\n' "$url" >> "$W/cold-$label" &
+    cp+=($!)
+  done
+  for p in "${cp[@]}"; do wait "$p" || true; done
+  [ "$(wc -l < "$W/cold-$label")" = 16 ] || { echo "cold run $label: not all 16 clients succeeded" >&2; cat "$W/svc.log" >&2; exit 1; }
+}
+
+echo "# 2. 16 cold clients, upstream limit_rate $RATE"
+BASE=$(curl -sf -o /dev/null -w '%{time_starttransfer} %{time_total}' "http://127.0.0.1:$NG_UP$P")
+read -r UP_TTFB UP_TOTAL <<< "$BASE"
+echo "plain upstream download: ttfb ${UP_TTFB}s total ${UP_TOTAL}s"
+
+start_svc "$W/cache-cold" "$NG_UP"
+cold_run ours "http://127.0.0.1:$SVC$P"
+RSS_KB=$(awk '/VmHWM/{print $2}' /proc/$SVC_PID/status)
+UPGETS=$(grep -c "GET $P" "$W/up/access.log" || true)
+stop_svc
+cold_run nginx "http://127.0.0.1:$NG_PC$P"
+
+report() {
+  awk -v up_t="$UP_TTFB" -v up_d="$UP_TOTAL" -v name="$1" '
+    { if ($1>mt) mt=$1; if ($2>md) md=$2 }
+    END { printf "%-22s max ttfb %.3fs (upstream +%4.0f ms; must be <= 50)  last done %.3fs (%.3fx plain download; must be <= 1.2)\n", name, mt, (mt-up_t)*1000, md, md/up_d }' "$W/cold-$1"
+}
+report ours
+report nginx
+echo "upstream GETs for the talos-gen cold run (incl. the plain download): $UPGETS (expect 2)"
+echo "# 3. peak RSS of talos-gen during the cold run: $((RSS_KB / 1024)) MiB (must be < 64)"

@@ -1,0 +1,18 @@
+//! `GET /metrics`: the service's counters as Prometheus text.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+
+use super::AppState;
+
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    state.metrics.set_store_bytes(state.store.total_size());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+}

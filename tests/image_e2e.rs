@@ -1,0 +1,498 @@
+//! End-to-end tests of the `/image` cache with real parts: nginx (Debian's
+//! nginx-light) as the upstream factory on loopback, `talos-gen serve`,
+//! curl, xz, nbdkit's curl plugin and qemu-img. Test data is generated.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use support::{Nginx, NginxOpts, Proc, Service, require_tool};
+
+const S: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
+const V: &str = "v1.13.6";
+const A: &str = "openstack-amd64.raw.xz";
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    raw: Vec<u8>,
+    xz: Vec<u8>,
+    nginx: Nginx,
+}
+
+impl Fixture {
+    /// A generated raw image (`random_mib` random, then zeros) compressed
+    /// with xz, published as `/image/S/V/A` (and `metal-amd64.raw.xz` only
+    /// when asked) by nginx limited to `rate`.
+    fn new(random_mib: usize, rate: Option<&str>) -> Fixture {
+        require_tool("xz");
+        require_tool("curl");
+        let dir = tempfile::tempdir().unwrap();
+        let mut raw = vec![0u8; random_mib << 20];
+        use std::io::Read;
+        std::fs::File::open("/dev/urandom")
+            .unwrap()
+            .read_exact(&mut raw)
+            .unwrap();
+        raw.extend(std::iter::repeat_n(0u8, 4 << 20));
+        let raw_path = dir.path().join("disk.raw");
+        std::fs::write(&raw_path, &raw).unwrap();
+        let out = Command::new("xz")
+            .args(["-0", "-T1", "-c"])
+            .arg(&raw_path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "xz failed");
+        let xz = out.stdout;
+        let root = dir.path().join("root");
+        let d = root.join(format!("image/{S}/{V}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(A), &xz).unwrap();
+        std::fs::create_dir_all(dir.path().join("cache")).unwrap();
+        let nginx = Nginx::start(
+            &root,
+            NginxOpts {
+                limit_rate: rate.map(str::to_string),
+                ..Default::default()
+            },
+        );
+        Fixture {
+            dir,
+            raw,
+            xz,
+            nginx,
+        }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    fn serve(&self, extra: &[&str]) -> Service {
+        let cache = self.cache();
+        let url = self.nginx.url();
+        let mut args = vec![
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--factory-url",
+            &url,
+        ];
+        args.extend_from_slice(extra);
+        Service::start(&args)
+    }
+
+    fn upstream_gets(&self) -> usize {
+        self.nginx.count(&format!("\"GET /image/{S}/{V}/{A} "))
+    }
+}
+
+fn path() -> String {
+    format!("/image/{S}/{V}/{A}")
+}
+
+struct Got {
+    status: u16,
+    headers: String,
+    body: Vec<u8>,
+    ttfb: f64,
+    total: f64,
+    exit: i32,
+}
+
+impl Got {
+    fn header(&self, name: &str) -> Option<String> {
+        let name = name.to_ascii_lowercase();
+        self.headers.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim().to_ascii_lowercase() == name).then(|| v.trim().to_string())
+        })
+    }
+}
+
+fn curl_cmd(url: &str, extra: &[&str], out_dir: &Path, tag: &str) -> Command {
+    let mut c = Command::new("curl");
+    c.args(["-s", "--path-as-is", "-D"])
+        .arg(out_dir.join(format!("{tag}.headers")))
+        .arg("-o")
+        .arg(out_dir.join(format!("{tag}.body")))
+        .args([
+            "-w",
+            "%{http_code} %{time_starttransfer} %{time_total}",
+            "--max-time",
+            "60",
+        ])
+        .args(extra)
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    c
+}
+
+fn collect(out: Output, out_dir: &Path, tag: &str) -> Got {
+    let w = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut it = w.split_whitespace();
+    let status = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let ttfb = it.next().and_then(|s| s.parse().ok()).unwrap_or(-1.0);
+    let total = it.next().and_then(|s| s.parse().ok()).unwrap_or(-1.0);
+    Got {
+        status,
+        headers: std::fs::read_to_string(out_dir.join(format!("{tag}.headers")))
+            .unwrap_or_default(),
+        body: std::fs::read(out_dir.join(format!("{tag}.body"))).unwrap_or_default(),
+        ttfb,
+        total,
+        exit: out.status.code().unwrap_or(-1),
+    }
+}
+
+fn curl(url: &str, extra: &[&str]) -> Got {
+    let d = tempfile::tempdir().unwrap();
+    let out = curl_cmd(url, extra, d.path(), "x").output().unwrap();
+    collect(out, d.path(), "x")
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+/// Wait until the artifact is committed (HEAD shows an ETag).
+fn wait_committed(svc: &Service, p: &str) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        let g = curl(&format!("{}{p}", svc.url()), &["-I"]);
+        if g.header("etag").is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("artifact {p} was never committed; log:\n{}", svc.log_text());
+}
+
+#[test]
+fn sixteen_cold_clients_share_one_upstream_get() {
+    // ~3 MiB of xz at 1 MiB/s: a fill takes ~3 s.
+    let fx = Fixture::new(3, Some("1m"));
+    let svc = fx.serve(&[]);
+    let url = format!("{}{}", svc.url(), path());
+    let out = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let children: Vec<_> = (0..16)
+        .map(|i| {
+            curl_cmd(&url, &[], out.path(), &i.to_string())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let gots: Vec<Got> = children
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| collect(c.wait_with_output().unwrap(), out.path(), &i.to_string()))
+        .collect();
+    let wall = started.elapsed().as_secs_f64();
+    assert_eq!(fx.upstream_gets(), 1, "exactly one upstream GET");
+    for (i, g) in gots.iter().enumerate() {
+        assert_eq!(g.status, 200, "client {i}");
+        assert!(
+            g.body == fx.xz,
+            "client {i}: body differs ({} bytes)",
+            g.body.len()
+        );
+        // The upstream transfer takes seconds; every client must get its
+        // first bytes long before it ends.
+        assert!(
+            g.ttfb < 1.0 && g.ttfb < g.total / 2.0,
+            "client {i}: first byte at {:.3}s, done at {:.3}s",
+            g.ttfb,
+            g.total
+        );
+    }
+    assert!(
+        wall > 2.0,
+        "the limited upstream should take seconds ({wall:.2}s)"
+    );
+    // Served from the store afterwards, still one upstream GET.
+    let g = curl(&url, &[]);
+    assert_eq!(g.body, fx.xz);
+    assert_eq!(fx.upstream_gets(), 1);
+}
+
+#[test]
+fn streaming_import_ranges_head_sha256_and_nbd_probe() {
+    let fx = Fixture::new(2, Some("4m"));
+    let svc = fx.serve(&[]);
+    let url = format!("{}{}", svc.url(), path());
+    let len = fx.xz.len();
+
+    // HEAD on a cold key: fills first, answers the length.
+    let h = curl(&url, &["-I", "-A", "cdi-golang-importer"]);
+    assert_eq!(h.status, 200, "{}", h.headers);
+    assert_eq!(h.header("content-length"), Some(len.to_string()));
+    assert_eq!(h.header("accept-ranges").as_deref(), Some("bytes"));
+    assert_eq!(
+        h.header("content-type").as_deref(),
+        Some("application/x-xz")
+    );
+    assert_eq!(
+        h.header("content-disposition").as_deref(),
+        Some("attachment; filename=openstack-amd64.raw.xz")
+    );
+
+    // Streaming import as CDI does it: curl | xz -d.
+    let sh = format!("curl -sf -H 'Accept-Encoding: gzip' '{url}' | xz -d");
+    let out = Command::new("sh").args(["-c", &sh]).output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        out.stdout == fx.raw,
+        "decompressed stream differs from the raw image"
+    );
+    wait_committed(&svc, &path());
+
+    // Warm HEAD and GET: strong ETag, Last-Modified, never compressed.
+    let g = curl(&url, &["-H", "Accept-Encoding: gzip"]);
+    assert_eq!(g.status, 200);
+    assert!(g.header("content-encoding").is_none());
+    let etag = g.header("etag").expect("etag");
+    assert_eq!(etag, format!("\"{}\"", sha256_hex(&fx.xz)));
+    assert!(g.header("last-modified").is_some());
+    assert_eq!(g.body, fx.xz);
+
+    // Ranges.
+    let r = curl(&url, &["-r", "0-99"]);
+    assert_eq!(r.status, 206);
+    assert_eq!(r.body, fx.xz[..100]);
+    assert_eq!(r.header("content-range"), Some(format!("bytes 0-99/{len}")));
+    let r = curl(&url, &["-r", "-10"]);
+    assert_eq!(r.status, 206);
+    assert_eq!(r.body, fx.xz[len - 10..]);
+    let r = curl(&url, &["-r", &format!("{len}-")]);
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some(format!("bytes */{len}")));
+    // If-Range with a stale validator: the whole body.
+    let r = curl(&url, &["-r", "0-9", "-H", "If-Range: \"stale\""]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), len);
+    // Conditionals.
+    let r = curl(&url, &["-H", &format!("If-None-Match: {etag}")]);
+    assert_eq!(r.status, 304);
+    let lm = g.header("last-modified").unwrap();
+    let r = curl(&url, &["-H", &format!("If-Modified-Since: {lm}")]);
+    assert_eq!(r.status, 304);
+
+    // .sha256, usable as CDI's checksum.
+    let s = curl(&format!("{url}.sha256"), &[]);
+    assert_eq!(s.status, 200);
+    assert_eq!(
+        String::from_utf8(s.body).unwrap(),
+        format!("{}  {A}\n", sha256_hex(&fx.xz))
+    );
+
+    // CDI's probe: nbdkit curl (readahead, retry) + qemu-img info over NBD.
+    let nbdkit = require_tool("nbdkit");
+    let qemu_img = require_tool("qemu-img");
+    let sockdir = tempfile::tempdir().unwrap();
+    let sock = sockdir.path().join("nbd.sock");
+    let mut cmd = Command::new(nbdkit);
+    cmd.args(["--exit-with-parent", "-f", "-U"])
+        .arg(&sock)
+        .args(["--filter=readahead", "--filter=retry", "curl"])
+        .arg(format!("url={url}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _nbd = Proc::spawn("nbdkit", cmd);
+    let t = Instant::now();
+    while !sock.exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = Command::new(qemu_img)
+        .args(["info", "--output=json"])
+        .arg(format!("nbd+unix:///?socket={}", sock.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "qemu-img info failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // NBD sizes are whole 512-byte sectors.
+    assert_eq!(
+        info["virtual-size"].as_u64(),
+        Some(len.div_ceil(512) as u64 * 512),
+        "{info}"
+    );
+    assert_eq!(fx.upstream_gets(), 1);
+}
+
+#[test]
+fn client_hanging_up_early_does_not_cancel_the_fill() {
+    let fx = Fixture::new(3, Some("2m"));
+    let svc = fx.serve(&[]);
+    let url = format!("{}{}", svc.url(), path());
+    // Read 100 KB and hang up (CDI's first importer pod does this).
+    let sh = format!("curl -s '{url}' | head -c 102400 | wc -c");
+    let out = Command::new("sh").args(["-c", &sh]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "102400");
+    wait_committed(&svc, &path());
+    let g = curl(&url, &[]);
+    assert!(g.body == fx.xz);
+    assert_eq!(fx.upstream_gets(), 1, "no second upstream GET");
+}
+
+#[test]
+fn kill_9_mid_fill_then_restart_is_always_right() {
+    let fx = Fixture::new(3, Some("1m"));
+    let mut svc = fx.serve(&[]);
+    let url = format!("{}{}", svc.url(), path());
+    let out = tempfile::tempdir().unwrap();
+    let child = curl_cmd(&url, &[], out.path(), "a").spawn().unwrap();
+    let body = out.path().join("a.body");
+    let t = Instant::now();
+    while std::fs::metadata(&body).map(|m| m.len()).unwrap_or(0) < 500_000 {
+        assert!(t.elapsed() < Duration::from_secs(20), "no bytes arrived");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    svc.proc.kill(); // SIGKILL
+    let g = collect(child.wait_with_output().unwrap(), out.path(), "a");
+    assert_ne!(
+        g.exit, 0,
+        "the interrupted client must see a failed transfer"
+    );
+    assert!(g.body.len() < fx.xz.len());
+
+    let svc = fx.serve(&[]);
+    assert_eq!(
+        std::fs::read_dir(fx.cache().join("tmp")).unwrap().count(),
+        0,
+        "partial fills are cleaned on start"
+    );
+    assert_eq!(
+        std::fs::read_dir(fx.cache().join("index")).unwrap().count(),
+        0
+    );
+    let url = format!("{}{}", svc.url(), path());
+    let h = curl(&url, &["-I"]);
+    assert_eq!(h.header("content-length"), Some(fx.xz.len().to_string()));
+    let g = curl(&url, &[]);
+    assert_eq!(g.status, 200);
+    assert!(g.body == fx.xz);
+    let s = curl(&format!("{url}.sha256"), &[]);
+    assert!(String::from_utf8_lossy(&s.body).starts_with(&sha256_hex(&fx.xz)));
+    let g = curl(&url, &["-r", "1000-1999"]);
+    assert_eq!(g.body, fx.xz[1000..2000]);
+}
+
+#[test]
+fn upstream_down_serves_cache_and_fails_fast_otherwise() {
+    let mut fx = Fixture::new(1, None);
+    let svc = fx.serve(&[]);
+    let url = format!("{}{}", svc.url(), path());
+    assert_eq!(curl(&url, &[]).body, fx.xz);
+    wait_committed(&svc, &path());
+    fx.nginx.stop();
+    let g = curl(&url, &[]);
+    assert_eq!(g.status, 200);
+    assert!(g.body == fx.xz);
+    let t = Instant::now();
+    let other = format!("{}/image/{S}/{V}/metal-amd64.raw.xz", svc.url());
+    let g = curl(&other, &[]);
+    assert!(
+        matches!(g.status, 502..=504),
+        "uncached with upstream down: {}",
+        g.status
+    );
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    drop(svc);
+
+    // Offline: the store only; nothing is asked upstream.
+    let svc = fx.serve(&["--offline"]);
+    let g = curl(&format!("{}{}", svc.url(), path()), &[]);
+    assert_eq!(g.status, 200);
+    assert!(g.body == fx.xz);
+    let g = curl(
+        &format!("{}/image/{S}/{V}/metal-amd64.raw.xz", svc.url()),
+        &[],
+    );
+    assert_eq!(g.status, 404);
+}
+
+#[test]
+fn upstream_errors_pass_through_uncached_and_bad_bytes_never_look_complete() {
+    let fx = Fixture::new(1, Some("4m"));
+    let svc = fx.serve(&[]);
+    // 404 passes through, is not cached.
+    let missing = format!("/image/{S}/{V}/nocloud-amd64.raw.xz");
+    for _ in 0..2 {
+        let g = curl(&format!("{}{missing}", svc.url()), &[]);
+        assert_eq!(g.status, 404);
+    }
+    assert_eq!(fx.nginx.count(&format!("GET {missing} ")), 2);
+
+    // A corrupt xz of the right length: the client gets an early end, never
+    // the whole body, and nothing is stored.
+    let mut bad = fx.xz.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0xff;
+    let asset = "metal-amd64.raw.xz";
+    std::fs::write(fx.root().join(format!("image/{S}/{V}/{asset}")), &bad).unwrap();
+    let url = format!("{}/image/{S}/{V}/{asset}", svc.url());
+    let g = curl(&url, &[]);
+    assert_ne!(g.exit, 0, "curl must report a short transfer");
+    assert!(g.body.len() < bad.len());
+    let g = curl(&url, &["-I"]);
+    assert!(
+        g.header("etag").is_none(),
+        "a corrupt artifact must not be stored"
+    );
+    assert!(fx.nginx.count(&format!("GET /image/{S}/{V}/{asset} ")) >= 2);
+}
+
+#[test]
+fn hostile_paths_are_refused_and_touch_nothing() {
+    let fx = Fixture::new(1, None);
+    let svc = fx.serve(&[]);
+    let long = "a".repeat(5000);
+    let upper = S.to_uppercase();
+    let nonhex = "g".repeat(64);
+    let paths = [
+        "/image/../../../etc/passwd".to_string(),
+        format!("/image/{S}/{V}/..%2F..%2F..%2Fetc%2Fpasswd"),
+        format!("/image/{S}/{V}/..%2f..%2fcache"),
+        format!("/image/%2e%2e/{V}/{A}"),
+        format!("/image/{S}/%2e%2e/{A}"),
+        format!("/image/{S}%2F..%2F/{V}/{A}"),
+        format!("/image/{S}/{V}/{A}%00"),
+        format!("/image/{S}/{V}/{long}"),
+        format!("/image/{long}/{V}/{A}"),
+        format!("/image/{S}/{long}/{A}"),
+        format!("/image/{upper}/{V}/{A}"),
+        format!("/image/{nonhex}/{V}/{A}"),
+        format!("/image/{S}/not-a-version/{A}"),
+        format!("/image/{S}/{V}/.."),
+        format!("/image/{S}/{V}/openstack-amd64.raw.xz/extra"),
+    ];
+    for p in &paths {
+        let g = curl(&format!("{}{p}", svc.url()), &[]);
+        assert!((400..500).contains(&g.status), "{p}: answered {}", g.status);
+    }
+    assert_eq!(fx.nginx.count("/image/"), 0, "nothing reached the upstream");
+    // The cache dir holds only its empty skeleton.
+    for sub in ["objects/sha256", "index", "tmp"] {
+        assert_eq!(
+            std::fs::read_dir(fx.cache().join(sub)).unwrap().count(),
+            0,
+            "{sub}"
+        );
+    }
+    let mut top: Vec<String> = std::fs::read_dir(fx.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    top.sort();
+    assert_eq!(top, ["cache", "disk.raw", "root"]);
+}
