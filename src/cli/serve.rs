@@ -62,6 +62,14 @@ pub struct ServeArgs {
     /// File holding the bearer token required by `/api/v1/` writes.
     #[arg(long, env = "TALOS_GEN_API_TOKEN_FILE", value_name = "FILE")]
     pub api_token_file: Option<String>,
+    /// Seconds a tag -> digest mapping of `/v2/` is trusted before the upstream is asked again.
+    #[arg(
+        long,
+        env = "TALOS_GEN_TAG_REVALIDATE",
+        default_value_t = 30,
+        value_name = "SECONDS"
+    )]
+    pub tag_revalidate: u64,
     /// Log format: `text` or `json`.
     #[arg(long, env = "TALOS_GEN_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -83,6 +91,7 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         mirror_upstreams: args.mirror_upstream,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         api_token_file: args.api_token_file.map(Into::into),
+        tag_revalidate: Duration::from_secs(args.tag_revalidate),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

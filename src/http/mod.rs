@@ -18,6 +18,7 @@ pub mod image;
 pub mod metrics;
 pub mod ops;
 pub mod schematics;
+pub mod registry;
 
 /// Everything `serve` was told, already parsed by the CLI edge.
 #[derive(Debug, Clone)]
@@ -33,6 +34,7 @@ pub struct ServeConfig {
     pub mirror_upstreams: Vec<String>,
     pub shutdown_timeout: Duration,
     pub api_token_file: Option<PathBuf>,
+    pub tag_revalidate: Duration,
 }
 
 /// Shared, typed state handed to every handler.
@@ -51,6 +53,7 @@ pub struct Shared {
     /// `None` when offline.
     pub upstream: Option<crate::upstream::Upstream>,
     pub images: crate::imagecache::ImageCache,
+    pub registry: crate::registry::Registry,
 }
 
 impl std::ops::Deref for AppState {
@@ -84,6 +87,14 @@ impl AppState {
         } else {
             Some(crate::upstream::Upstream::new(Default::default())?)
         };
+        let registry = crate::registry::Registry::new(
+            fills.clone(),
+            Some(metrics.clone()),
+            Some(cfg.registry_url.as_deref().unwrap_or(&cfg.factory_url)),
+            &cfg.mirror_upstreams,
+            cfg.offline,
+        )?
+        .with_revalidate(cfg.tag_revalidate);
         let images = crate::imagecache::ImageCache::new(
             fills.clone(),
             upstream.clone().map(|u| (u, cfg.factory_url.clone())),
@@ -99,6 +110,7 @@ impl AppState {
             fills,
             upstream,
             images,
+            registry,
         })))
     }
 }
@@ -123,6 +135,8 @@ pub fn router(state: AppState) -> Router {
             "/image/{schematic}/{version}/{asset}",
             get(image::get_image),
         )
+        .route("/v2/", get(registry::v2_root))
+        .route("/v2/{*rest}", get(registry::v2_tail))
         .with_state(state)
 }
 

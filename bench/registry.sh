@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Benchmark of the /v2/ pull-through, side by side with the peer a user
+# would pick: Debian's distribution registry in proxy mode (proxy: remoteurl:)
+# on the same upstream.
+#
+# 1. Upstream: docker-registry on loopback with a factory-shaped installer
+#    image pushed over the registry API (OCI index over linux/amd64 and
+#    linux/arm64 Docker schema-2 manifests, random layers).
+# 2. Warm `skopeo copy --all` through talos-gen vs through the proxy registry
+#    (hyperfine, both warmed first); ratio = talos-gen mean / proxy mean,
+#    target <= 1.0.
+# 3. 8 concurrent cold copies through a fresh talos-gen: every blob fetched
+#    from the upstream exactly once (counted in the upstream's access log),
+#    every copy identical. The same run against a fresh proxy registry is
+#    shown for comparison.
+#
+# Usage: bench/registry.sh [LAYER_MIB...]   (default: 48 16 1, per arch)
+# Needs: docker-registry, skopeo, hyperfine, curl, jq, sha256sum.
+# Uses target/release/talos-gen (built if missing).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BIN=${TALOS_GEN_BIN:-$ROOT/target/release/talos-gen}
+LAYERS=("$@")
+[ ${#LAYERS[@]} -gt 0 ] || LAYERS=(48 16 1)
+RUNS=${RUNS:-10}
+
+for t in docker-registry skopeo hyperfine curl jq sha256sum; do
+  command -v "$t" >/dev/null || { echo "missing $t (apt-get install -y $t)" >&2; exit 2; }
+done
+[ -x "$BIN" ] || cargo build --release
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "$1 did not come up" >&2; exit 1; }
+
+# start_registry NAME PORT [REMOTEURL]
+start_registry() {
+  local name=$1 port=$2 remote=${3:-}
+  mkdir -p "$WORK/$name/storage"
+  {
+    echo "version: 0.1"
+    echo "log: {level: info, accesslog: {disabled: false}}"
+    echo "storage: {filesystem: {rootdirectory: $WORK/$name/storage}, delete: {enabled: true}}"
+    echo "http: {addr: 127.0.0.1:$port}"
+    [ -n "$remote" ] && echo "proxy: {remoteurl: $remote}"
+  } > "$WORK/$name/config.yml"
+  docker-registry serve "$WORK/$name/config.yml" > "$WORK/$name/log" 2>&1 &
+  PIDS+=($!)
+  wait_http "http://127.0.0.1:$port/v2/"
+}
+
+# start_service NAME PORT UPSTREAM
+start_service() {
+  local name=$1 port=$2 upstream=$3
+  mkdir -p "$WORK/$name/cache"
+  RUST_LOG=warn "$BIN" serve --listen "127.0.0.1:$port" --cache-dir "$WORK/$name/cache" \
+    --registry-url "$upstream" > "$WORK/$name/log" 2>&1 &
+  PIDS+=($!)
+  wait_http "http://127.0.0.1:$port/healthz"
+}
+
+push_blob() { # base repo file -> prints digest
+  local base=$1 repo=$2 file=$3 digest loc
+  digest="sha256:$(sha256sum "$file" | cut -d' ' -f1)"
+  loc=$(curl -sf -X POST -D - -o /dev/null "$base/v2/$repo/blobs/uploads/" | tr -d '\r' | awk 'tolower($1)=="location:"{print $2}')
+  case $loc in /*) loc="$base$loc";; esac
+  case $loc in *\?*) loc="$loc&digest=$digest";; *) loc="$loc?digest=$digest";; esac
+  curl -sf -X PUT -H 'content-type: application/octet-stream' --data-binary "@$file" "$loc" -o /dev/null
+  echo "$digest"
+}
+
+push_manifest() { # base repo ref type file
+  curl -sf -X PUT -H "content-type: $4" --data-binary "@$5" "$1/v2/$2/manifests/$3" -o /dev/null
+}
+
+SCHEMATIC=ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515
+REPO=installer/$SCHEMATIC
+TAG=v1.13.6
+
+UP_PORT=$(free_port); start_registry upstream "$UP_PORT"
+UP=http://127.0.0.1:$UP_PORT
+echo "== pushing a factory-shaped image to $UP/$REPO:$TAG (layers per arch: ${LAYERS[*]} MiB)"
+ENTRIES=()
+mkdir -p "$WORK/img"
+for arch in amd64 arm64; do
+  LJSON=() DIFFS=()
+  i=0
+  for mib in "${LAYERS[@]}"; do
+    f="$WORK/img/$arch-$i"; i=$((i+1))
+    head -c $((mib * 1024 * 1024)) /dev/urandom > "$f"
+    d=$(push_blob "$UP" "$REPO" "$f")
+    LJSON+=("{\"mediaType\":\"application/vnd.docker.image.rootfs.diff.tar.gzip\",\"size\":$(stat -c %s "$f"),\"digest\":\"$d\"}")
+    DIFFS+=("\"$d\"")
+  done
+  cfg="$WORK/img/$arch-config.json"
+  printf '{"architecture":"%s","os":"linux","rootfs":{"type":"layers","diff_ids":[%s]}}' \
+    "$arch" "$(IFS=,; echo "${DIFFS[*]}")" > "$cfg"
+  cd_=$(push_blob "$UP" "$REPO" "$cfg")
+  man="$WORK/img/$arch-manifest.json"
+  printf '{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{"mediaType":"application/vnd.docker.container.image.v1+json","size":%s,"digest":"%s"},"layers":[%s]}' \
+    "$(stat -c %s "$cfg")" "$cd_" "$(IFS=,; echo "${LJSON[*]}")" > "$man"
+  md="sha256:$(sha256sum "$man" | cut -d' ' -f1)"
+  push_manifest "$UP" "$REPO" "$md" application/vnd.docker.distribution.manifest.v2+json "$man"
+  ENTRIES+=("{\"mediaType\":\"application/vnd.docker.distribution.manifest.v2+json\",\"size\":$(stat -c %s "$man"),\"digest\":\"$md\",\"platform\":{\"architecture\":\"$arch\",\"os\":\"linux\"}}")
+done
+idx="$WORK/img/index.json"
+printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[%s]}' "$(IFS=,; echo "${ENTRIES[*]}")" > "$idx"
+push_manifest "$UP" "$REPO" "$TAG" application/vnd.oci.image.index.v1+json "$idx"
+INDEX_DIGEST="sha256:$(sha256sum "$idx" | cut -d' ' -f1)"
+BLOBS=$(cd "$WORK/img" && for f in *; do [ "$f" = index.json ] || [[ $f == *manifest.json ]] || echo "sha256:$(sha256sum "$f" | cut -d' ' -f1)"; done)
+NBLOBS=$(echo "$BLOBS" | wc -l)
+TOTAL_MIB=$(du -sm "$WORK/img" | cut -f1)
+echo "   index $INDEX_DIGEST, $NBLOBS blobs, ${TOTAL_MIB} MiB"
+
+copy() { # host dest
+  skopeo copy -q --all --src-tls-verify=false --retry-times 0 "docker://$1/$REPO:$TAG" "dir:$2"
+}
+
+echo "== warm copy: talos-gen vs docker-registry proxy (proxy: remoteurl: $UP)"
+TG_PORT=$(free_port); start_service talos-gen "$TG_PORT" "$UP"
+PX_PORT=$(free_port); start_registry proxy "$PX_PORT" "$UP"
+copy "127.0.0.1:$TG_PORT" "$WORK/ref-tg"
+copy "127.0.0.1:$PX_PORT" "$WORK/ref-px"
+copy "127.0.0.1:$UP_PORT" "$WORK/ref-direct"
+diff -r "$WORK/ref-direct" "$WORK/ref-tg" >/dev/null || { echo "FAIL: talos-gen copy differs from direct copy" >&2; exit 1; }
+diff -r "$WORK/ref-direct" "$WORK/ref-px" >/dev/null || echo "note: proxy copy differs from direct copy"
+hyperfine -N --warmup 2 --runs "$RUNS" --export-json "$WORK/warm.json" \
+  --prepare "rm -rf $WORK/w" \
+  -n talos-gen "skopeo copy -q --all --src-tls-verify=false docker://127.0.0.1:$TG_PORT/$REPO:$TAG dir:$WORK/w" \
+  -n registry-proxy "skopeo copy -q --all --src-tls-verify=false docker://127.0.0.1:$PX_PORT/$REPO:$TAG dir:$WORK/w" \
+  -n direct-upstream "skopeo copy -q --all --src-tls-verify=false docker://127.0.0.1:$UP_PORT/$REPO:$TAG dir:$WORK/w"
+TG_MEAN=$(jq '.results[] | select(.command=="talos-gen") | .mean' "$WORK/warm.json")
+PX_MEAN=$(jq '.results[] | select(.command=="registry-proxy") | .mean' "$WORK/warm.json")
+DI_MEAN=$(jq '.results[] | select(.command=="direct-upstream") | .mean' "$WORK/warm.json")
+WARM_RATIO=$(python3 -c "print(f'{$TG_MEAN/$PX_MEAN:.3f}')")
+echo "   warm mean: talos-gen ${TG_MEAN}s, registry-proxy ${PX_MEAN}s, direct ${DI_MEAN}s"
+echo "   RATIO warm talos-gen/registry-proxy = $WARM_RATIO (target <= 1.0)"
+
+# cold_run NAME HOST-PORT LOGFILE-OF-UPSTREAM
+cold_run() {
+  local name=$1 port=$2
+  local before; before=$(wc -l < "$WORK/upstream/log")
+  local t0; t0=$(date +%s.%N)
+  local pids=()
+  for i in $(seq 8); do
+    copy "127.0.0.1:$port" "$WORK/cold-$name-$i" & pids+=($!)
+  done
+  local fail=0
+  for p in "${pids[@]}"; do wait "$p" || fail=1; done
+  local t1; t1=$(date +%s.%N)
+  [ $fail = 0 ] || { echo "FAIL: a cold copy through $name failed" >&2; exit 1; }
+  for i in $(seq 8); do
+    diff -r "$WORK/ref-direct" "$WORK/cold-$name-$i" >/dev/null || { echo "FAIL: cold copy $i through $name differs" >&2; exit 1; }
+  done
+  tail -n +"$((before + 1))" "$WORK/upstream/log" > "$WORK/cold-$name.log"
+  local max=0 sum=0
+  for d in $BLOBS; do
+    n=$(grep -c "\"GET /v2/$REPO/blobs/$d" "$WORK/cold-$name.log" || true)
+    sum=$((sum + n)); [ "$n" -gt "$max" ] && max=$n
+  done
+  echo "   $name: 8 cold copies in $(python3 -c "print(f'{$t1-$t0:.2f}')")s, identical; upstream blob GETs: $sum for $NBLOBS blobs (max per blob $max)"
+  eval "COLD_MAX_$name=$max"
+}
+
+echo "== 8 concurrent cold copies"
+TG2_PORT=$(free_port); start_service tg_cold "$TG2_PORT" "$UP"
+cold_run tg_cold "$TG2_PORT"
+PX2_PORT=$(free_port); start_registry px_cold "$PX2_PORT" "$UP"
+cold_run px_cold "$PX2_PORT"
+
+echo
+echo "SUMMARY"
+echo "  image: ${TOTAL_MIB} MiB, $NBLOBS blobs (layers per arch: ${LAYERS[*]} MiB)"
+echo "  warm skopeo copy --all: talos-gen ${TG_MEAN}s / registry-proxy ${PX_MEAN}s = $WARM_RATIO (target <= 1.0)"
+echo "  8 cold copies: max upstream GETs per blob: talos-gen $COLD_MAX_tg_cold (target 1), registry-proxy $COLD_MAX_px_cold"
+ok=1
+python3 -c "import sys; sys.exit(0 if $TG_MEAN/$PX_MEAN <= 1.0 else 1)" || ok=0
+[ "$COLD_MAX_tg_cold" = 1 ] || ok=0
+[ $ok = 1 ] && echo "  PASS" || { echo "  FAIL"; exit 1; }

@@ -1,2 +1,0 @@
-//! What `/v2/` means: repository and reference validation, manifests and
-//! blobs by digest, tag revalidation, `?ns=` mirrors.

@@ -1,0 +1,470 @@
+//! Grammar of what a `/v2/` client sends: repository names, references
+//! (tags and digests), the `?ns=` registry host, and the `--mirror-upstream`
+//! table. Everything here is pure: strings in, typed values or a clear error
+//! out. Nothing parsed here ever becomes a filesystem path.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Longest repository name accepted (distribution's limit).
+pub const MAX_REPO_LEN: usize = 255;
+/// Longest tag (OCI distribution spec: 128 characters).
+pub const MAX_TAG_LEN: usize = 128;
+
+/// Why a name, reference or ns was refused; maps to an OCI error code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameError {
+    /// Not a valid repository name at all (400 NAME_INVALID).
+    Invalid(String),
+    /// A valid name this service does not serve (403 DENIED).
+    Denied(String),
+    /// Malformed tag or digest (400 MANIFEST_INVALID / DIGEST_INVALID).
+    Reference(String),
+    Digest(String),
+}
+
+impl fmt::Display for NameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NameError::Invalid(m)
+            | NameError::Denied(m)
+            | NameError::Reference(m)
+            | NameError::Digest(m) => f.write_str(m),
+        }
+    }
+}
+
+/// A sha256 digest, `sha256:<64 lowercase hex>`; the only algorithm served.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest(String);
+
+impl Digest {
+    pub fn parse(s: &str) -> Result<Digest, NameError> {
+        let bad = || {
+            NameError::Digest(format!(
+                "digest {:?} is not sha256:<64 lowercase hex>",
+                truncate(s)
+            ))
+        };
+        let hex = s.strip_prefix("sha256:").ok_or_else(bad)?;
+        if is_hex64(hex) {
+            Ok(Digest(s.to_string()))
+        } else {
+            Err(bad())
+        }
+    }
+
+    /// The digest of `data`.
+    pub fn of(data: &[u8]) -> Digest {
+        use sha2::Digest as _;
+        Digest(format!("sha256:{}", hex::encode(sha2::Sha256::digest(data))))
+    }
+
+    /// From the 64-hex form (as the store records it).
+    pub fn from_hex(hex: &str) -> Option<Digest> {
+        is_hex64(hex).then(|| Digest(format!("sha256:{hex}")))
+    }
+
+    /// `sha256:<hex>`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The 64 hex characters.
+    pub fn hex(&self) -> &str {
+        &self.0["sha256:".len()..]
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A manifest reference: a tag or a digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reference {
+    Tag(String),
+    Digest(Digest),
+}
+
+impl Reference {
+    pub fn parse(s: &str) -> Result<Reference, NameError> {
+        if s.contains(':') {
+            return Digest::parse(s).map(Reference::Digest);
+        }
+        if is_tag(s) {
+            Ok(Reference::Tag(s.to_string()))
+        } else {
+            Err(NameError::Reference(format!(
+                "reference {:?} is neither a tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}}) nor sha256:<hex>",
+                truncate(s)
+            )))
+        }
+    }
+}
+
+impl fmt::Display for Reference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reference::Tag(t) => f.write_str(t),
+            Reference::Digest(d) => f.write_str(d.as_str()),
+        }
+    }
+}
+
+/// `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
+pub fn is_tag(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_TAG_LEN
+        && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+pub fn is_hex64(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// One path component: `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`.
+fn is_component(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.is_empty() || !is_alnum(b[0]) || !is_alnum(b[b.len() - 1]) {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        if is_alnum(b[i]) {
+            i += 1;
+            continue;
+        }
+        // A separator run: ".", "_", "__", or "-"+; followed by alnum.
+        let start = i;
+        while i < b.len() && !is_alnum(b[i]) {
+            i += 1;
+        }
+        let sep = &s[start..i];
+        let ok = sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|c| c == b'-');
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+fn is_alnum(c: u8) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit()
+}
+
+/// A syntactically valid OCI repository name (`component(/component)*`).
+pub fn is_repository(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_REPO_LEN && s.split('/').all(is_component)
+}
+
+/// An installer repository of the Image Factory:
+/// `installer[-secureboot]/<schematic>` or
+/// `<platform>-installer[-secureboot]/<schematic>` (64-hex schematic).
+pub fn is_installer_repository(s: &str) -> bool {
+    let Some((image, schematic)) = s.split_once('/') else {
+        return false;
+    };
+    if !is_hex64(schematic) || !is_component(image) {
+        return false;
+    }
+    let base = image.strip_suffix("-secureboot").unwrap_or(image);
+    if base == "installer" {
+        return true;
+    }
+    match base.strip_suffix("-installer") {
+        Some(platform) => {
+            !platform.is_empty()
+                && platform
+                    .split('-')
+                    .all(|p| !p.is_empty() && p.bytes().all(is_alnum))
+        }
+        None => false,
+    }
+}
+
+/// A registry host as containerd sends it in `?ns=`: `host[:port]`.
+pub fn is_registry_host(s: &str) -> bool {
+    let (host, port) = match s.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (s, None),
+    };
+    if let Some(p) = port
+        && (p.is_empty() || p.len() > 5 || !p.bytes().all(|c| c.is_ascii_digit()))
+    {
+        return false;
+    }
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+        })
+}
+
+/// Which upstream a request goes to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UpstreamId {
+    /// `--registry-url` (installer repositories).
+    Installer,
+    /// A `--mirror-upstream` registry, by its `ns`.
+    Mirror(String),
+}
+
+impl UpstreamId {
+    /// A stable name for store keys and metrics.
+    pub fn key_name(&self) -> String {
+        match self {
+            UpstreamId::Installer => "installer".to_string(),
+            UpstreamId::Mirror(ns) => format!("ns={ns}"),
+        }
+    }
+}
+
+/// The `--mirror-upstream ns=URL` table.
+#[derive(Debug, Clone, Default)]
+pub struct MirrorTable {
+    map: BTreeMap<String, String>,
+}
+
+impl MirrorTable {
+    /// Parse `ns=URL` strings; an empty list is an empty table.
+    pub fn parse(items: &[String]) -> Result<MirrorTable, String> {
+        let mut map = BTreeMap::new();
+        for item in items.iter().flat_map(|s| s.split([',', ' '])) {
+            let item = item.trim();
+            if item.is_empty() {
+                continue;
+            }
+            let (ns, url) = item.split_once('=').ok_or_else(|| {
+                format!("--mirror-upstream: {item:?} is not ns=URL (e.g. ghcr.io=https://ghcr.io)")
+            })?;
+            if !is_registry_host(ns) {
+                return Err(format!(
+                    "--mirror-upstream: {ns:?} is not a registry host[:port]"
+                ));
+            }
+            let url = check_base_url(url).map_err(|e| format!("--mirror-upstream {ns}: {e}"))?;
+            map.insert(ns.to_string(), url);
+        }
+        Ok(MirrorTable { map })
+    }
+
+    pub fn get(&self, ns: &str) -> Option<&str> {
+        self.map.get(ns).map(String::as_str)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.map.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+/// An `http(s)://host[:port][/path]` base URL, returned without a trailing slash.
+pub fn check_base_url(url: &str) -> Result<String, String> {
+    let u = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() {
+        return Err(format!("{url:?} is not an http(s) URL with a host"));
+    }
+    if u.query().is_some() || u.fragment().is_some() {
+        return Err(format!("{url:?} must not carry a query or fragment"));
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+/// `host[:port]` of a base URL (what `?ns=` would name it).
+pub fn url_host(url: &str) -> Option<String> {
+    let u = reqwest::Url::parse(url).ok()?;
+    let host = u.host_str()?;
+    Some(match u.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    })
+}
+
+/// Decide which upstream serves `repo`, given the request's `ns`.
+/// - no `ns`: installer repositories only, from `--registry-url`;
+/// - `ns` configured with `--mirror-upstream`: any valid repository;
+/// - `ns` naming the `--registry-url` host itself (a Talos worker whose
+///   mirror for the factory points here): installer repositories;
+/// - anything else is denied and never proxied.
+pub fn route(
+    repo: &str,
+    ns: Option<&str>,
+    mirrors: &MirrorTable,
+    installer_host: Option<&str>,
+) -> Result<UpstreamId, NameError> {
+    if !is_repository(repo) {
+        return Err(NameError::Invalid(format!(
+            "repository name {:?} is not a valid OCI repository name",
+            truncate(repo)
+        )));
+    }
+    match ns {
+        None => {
+            if is_installer_repository(repo) {
+                Ok(UpstreamId::Installer)
+            } else {
+                Err(NameError::Denied(format!(
+                    "repository {repo:?} is not served here: without ?ns= only installer[-secureboot]/<schematic> and <platform>-installer[-secureboot]/<schematic> are"
+                )))
+            }
+        }
+        Some(ns) => {
+            if !is_registry_host(ns) {
+                return Err(NameError::Invalid(format!(
+                    "ns {:?} is not a registry host[:port]",
+                    truncate(ns)
+                )));
+            }
+            if mirrors.get(ns).is_some() {
+                Ok(UpstreamId::Mirror(ns.to_string()))
+            } else if installer_host == Some(ns) && is_installer_repository(repo) {
+                Ok(UpstreamId::Installer)
+            } else {
+                Err(NameError::Denied(format!(
+                    "ns {ns:?} is not a configured mirror upstream (--mirror-upstream {ns}=URL)"
+                )))
+            }
+        }
+    }
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+
+    #[test]
+    fn installer_repositories() {
+        for ok in [
+            format!("installer/{H}"),
+            format!("installer-secureboot/{H}"),
+            format!("metal-installer/{H}"),
+            format!("digital-ocean-installer-secureboot/{H}"),
+            format!("openstack-installer/{H}"),
+        ] {
+            assert!(is_installer_repository(&ok), "{ok}");
+            assert!(is_repository(&ok), "{ok}");
+        }
+        for bad in [
+            format!("installer/{}", &H[..63]),
+            format!("installer/{}", H.to_uppercase()),
+            format!("installer/{H}/x"),
+            format!("x/installer/{H}"),
+            format!("-installer/{H}"),
+            format!("installerx/{H}"),
+            format!("installer-secureboot-secureboot/{H}"),
+            format!("metal--installer/{H}"),
+            "installer".to_string(),
+            format!("../{H}"),
+        ] {
+            assert!(!is_installer_repository(&bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn repository_grammar() {
+        for ok in ["a", "siderolabs/kubelet", "library/nginx", "a.b_c__d---e/f0"] {
+            assert!(is_repository(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "A",
+            "a//b",
+            "/a",
+            "a/",
+            "..",
+            "a/../b",
+            "a/./b",
+            "a___b",
+            "a-",
+            "a%2fb",
+            "a\\b",
+            "a b",
+            &"a".repeat(256),
+        ] {
+            assert!(!is_repository(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn references() {
+        assert_eq!(
+            Reference::parse("v1.13.6"),
+            Ok(Reference::Tag("v1.13.6".into()))
+        );
+        assert!(Reference::parse("latest").is_ok());
+        assert!(Reference::parse(&format!("sha256:{H}")).is_ok());
+        for bad in [
+            "",
+            ".x",
+            "-x",
+            "a/b",
+            "..",
+            &"a".repeat(129),
+            "sha512:abc",
+            &format!("sha256:{}", &H[..10]),
+            &format!("sha256:{}", H.to_uppercase()),
+            "sha256:../../etc",
+        ] {
+            assert!(Reference::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(Digest::parse(&format!("sha256:{H}/..")).is_err());
+    }
+
+    #[test]
+    fn registry_hosts_and_mirror_table() {
+        for ok in ["ghcr.io", "docker.io", "127.0.0.1:5000", "registry-1.docker.io"] {
+            assert!(is_registry_host(ok), "{ok}");
+        }
+        for bad in ["", "a..b", "-a.io", "a.io:", "a.io:x", "a/b", "a.io:123456", "a_b.io"] {
+            assert!(!is_registry_host(bad), "{bad}");
+        }
+        let t = MirrorTable::parse(&["ghcr.io=https://ghcr.io/".into()]).unwrap();
+        assert_eq!(t.get("ghcr.io"), Some("https://ghcr.io"));
+        assert!(MirrorTable::parse(&["ghcr.io".into()]).is_err());
+        assert!(MirrorTable::parse(&["ghcr.io=ftp://x".into()]).is_err());
+        assert!(MirrorTable::parse(&["a/b=http://x".into()]).is_err());
+    }
+
+    #[test]
+    fn routing() {
+        let t = MirrorTable::parse(&["ghcr.io=http://127.0.0.1:1".into()]).unwrap();
+        let inst = format!("installer/{H}");
+        assert_eq!(route(&inst, None, &t, None), Ok(UpstreamId::Installer));
+        assert_eq!(
+            route("siderolabs/kubelet", Some("ghcr.io"), &t, None),
+            Ok(UpstreamId::Mirror("ghcr.io".into()))
+        );
+        assert!(matches!(
+            route("siderolabs/kubelet", None, &t, None),
+            Err(NameError::Denied(_))
+        ));
+        assert!(matches!(
+            route("siderolabs/kubelet", Some("docker.io"), &t, None),
+            Err(NameError::Denied(_))
+        ));
+        assert!(matches!(
+            route("x", Some("a/b"), &t, None),
+            Err(NameError::Invalid(_))
+        ));
+        assert_eq!(
+            route(&inst, Some("factory.talos.dev"), &t, Some("factory.talos.dev")),
+            Ok(UpstreamId::Installer)
+        );
+        assert!(route("a/../b", None, &t, None).is_err());
+    }
+}

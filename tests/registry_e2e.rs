@@ -1,0 +1,404 @@
+//! End-to-end tests of the `/v2/` pull-through with real parts: Debian's
+//! distribution registry as the upstream (an image shaped like the Image
+//! Factory's installer pushed to it), `talos-gen serve` in front, and skopeo
+//! as the client.
+
+mod common;
+mod registry_harness;
+
+use registry_harness::*;
+
+const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+const MIB: usize = 1024 * 1024;
+
+fn repo() -> String {
+    format!("installer/{SCHEMATIC}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn harness_upstream_serves_factory_shaped_image_to_skopeo() {
+    let up = DockerRegistry::start();
+    let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[3 * MIB, MIB], 1).await;
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("direct");
+    let o = skopeo_copy(&up.host(), &repo(), "v1.13.6", &dest);
+    assert!(o.status.success(), "skopeo: {}", String::from_utf8_lossy(&o.stderr));
+    let files = dir_contents(&dest);
+    assert_eq!(files.get("manifest.json"), Some(&img.index));
+    for b in &img.blobs {
+        let hexd = b.digest.trim_start_matches("sha256:");
+        assert_eq!(files.get(hexd), Some(&b.data), "blob {}", b.digest);
+    }
+}
+
+fn service(up: &DockerRegistry, cache: &std::path::Path, extra: &[&str]) -> Service {
+    let mut args = vec!["--registry-url".to_string(), up.url()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Service::start(&common::bin(), cache, &args)
+}
+
+fn assert_same_dir(a: &std::path::Path, b: &std::path::Path) {
+    let (x, y) = (dir_contents(a), dir_contents(b));
+    assert_eq!(
+        x.keys().collect::<Vec<_>>(),
+        y.keys().collect::<Vec<_>>(),
+        "file names differ"
+    );
+    for (k, v) in &x {
+        assert!(y[k] == *v, "file {k} differs");
+    }
+}
+
+fn oci_error_code(body: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(body).expect("OCI error body is JSON");
+    v["errors"][0]["code"].as_str().expect("errors[0].code").to_string()
+}
+
+const ACCEPT_ALL: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
+    let mut up = DockerRegistry::start();
+    let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[5 * MIB, 2 * MIB, 300_000], 2).await;
+    let cache = tempfile::tempdir().unwrap();
+    let svc = service(&up, cache.path(), &["--tag-revalidate", "1"]);
+    let out = tempfile::tempdir().unwrap();
+
+    // The direct copy and the copy through the service are the same files.
+    let direct = out.path().join("direct");
+    let o = skopeo_copy(&up.host(), &repo(), "v1.13.6", &direct);
+    assert!(o.status.success(), "direct skopeo: {}", String::from_utf8_lossy(&o.stderr));
+    let via = out.path().join("via");
+    let o = skopeo_copy(&svc.host(), &repo(), "v1.13.6", &via);
+    assert!(o.status.success(), "skopeo via service: {}", String::from_utf8_lossy(&o.stderr));
+    assert_same_dir(&direct, &via);
+
+    // skopeo inspect --raw through the service hashes to the index digest.
+    let o = std::process::Command::new("skopeo")
+        .args(["inspect", "--raw", "--tls-verify=false"])
+        .arg(format!("docker://{}/{}:v1.13.6", svc.host(), repo()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "inspect: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(sha256_digest(&o.stdout), img.index_digest);
+
+    let http = reqwest::Client::new();
+    // HEAD on the tag: digest and media type.
+    let r = http
+        .head(format!("{}/v2/{}/manifests/v1.13.6", svc.url(), repo()))
+        .header("accept", ACCEPT_ALL)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["docker-content-digest"], img.index_digest.as_str());
+    assert_eq!(r.headers()["content-type"], INDEX_TYPE);
+    assert_eq!(r.headers()["content-length"], img.index.len().to_string().as_str());
+    // A per-arch manifest by digest: Docker schema 2, byte for byte.
+    let (_, mbytes, mdigest) = &img.manifests[1];
+    let r = http
+        .get(format!("{}/v2/{}/manifests/{mdigest}", svc.url(), repo()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], DOCKER_MANIFEST);
+    assert_eq!(r.bytes().await.unwrap(), mbytes.as_slice());
+    // GET /v2/
+    let r = http.get(format!("{}/v2/", svc.url())).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["docker-distribution-api-version"], "registry/2.0");
+
+    // Blob ranges.
+    let b = &img.blobs[0];
+    for (range, lo, hi) in [
+        ("bytes=0-99", 0usize, 99usize),
+        ("bytes=1000000-1999999", 1_000_000, 1_999_999),
+        ("bytes=-10", b.data.len() - 10, b.data.len() - 1),
+        ("bytes=5000000-", 5_000_000, b.data.len() - 1),
+    ] {
+        let r = http
+            .get(format!("{}/v2/{}/blobs/{}", svc.url(), repo(), b.digest))
+            .header("range", range)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 206, "{range}");
+        assert_eq!(
+            r.headers()["content-range"],
+            format!("bytes {lo}-{hi}/{}", b.data.len()).as_str()
+        );
+        assert_eq!(r.bytes().await.unwrap(), &b.data[lo..=hi], "{range}");
+    }
+    let r = http
+        .get(format!("{}/v2/{}/blobs/{}", svc.url(), repo(), b.digest))
+        .header("range", format!("bytes={}-", b.data.len()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 416);
+
+    // Unknown tag and blob: 404 with OCI error bodies.
+    let r = http
+        .get(format!("{}/v2/{}/manifests/v9.9.9", svc.url(), repo()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(oci_error_code(&r.bytes().await.unwrap()), "MANIFEST_UNKNOWN");
+    let missing = format!("sha256:{}", "0".repeat(64));
+    let r = http
+        .get(format!("{}/v2/{}/blobs/{missing}", svc.url(), repo()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(oci_error_code(&r.bytes().await.unwrap()), "BLOB_UNKNOWN");
+    let r = http
+        .get(format!("{}/v2/{}/manifests/{missing}", svc.url(), repo()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(oci_error_code(&r.bytes().await.unwrap()), "MANIFEST_UNKNOWN");
+
+    // Upstream gone, tag mapping past its revalidation time: the whole copy
+    // still succeeds from the store.
+    up.stop();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let offline = out.path().join("offline");
+    let o = skopeo_copy(&svc.host(), &repo(), "v1.13.6", &offline);
+    assert!(o.status.success(), "skopeo with upstream down: {}", String::from_utf8_lossy(&o.stderr));
+    assert_same_dir(&direct, &offline);
+    // Unknown things with the upstream down fail fast with 5xx, not 404 lies.
+    let t0 = std::time::Instant::now();
+    let r = http
+        .get(format!("{}/v2/{}/manifests/v0.0.1", svc.url(), repo()))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_server_error(), "{}", r.status());
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ns_mirror_served_only_for_configured_registries() {
+    let up = DockerRegistry::start();
+    let img = push_factory_image(&up.url(), "siderolabs/kubelet", "v1.35.6", &[MIB], 3).await;
+    let cache = tempfile::tempdir().unwrap();
+    let svc = service(
+        &up,
+        cache.path(),
+        &["--mirror-upstream", &format!("ghcr.io={}", up.url())],
+    );
+    let http = reqwest::Client::new();
+    let before = up.count_gets("siderolabs/kubelet");
+    // As containerd asks a mirror: HEAD then GET with ?ns=.
+    let url = format!("{}/v2/siderolabs/kubelet/manifests/v1.35.6?ns=ghcr.io", svc.url());
+    let r = http.head(&url).header("accept", ACCEPT_ALL).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["docker-content-digest"], img.index_digest.as_str());
+    let r = http.get(&url).header("accept", ACCEPT_ALL).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], INDEX_TYPE);
+    assert_eq!(r.bytes().await.unwrap(), img.index.as_slice());
+    let b = &img.blobs[0];
+    let r = http
+        .get(format!("{}/v2/siderolabs/kubelet/blobs/{}?ns=ghcr.io", svc.url(), b.digest))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.unwrap(), b.data.as_slice());
+    // A cold blob: HEAD gives its size; a range is served from the fill.
+    let cold = &img.blobs[2];
+    let burl = format!("{}/v2/siderolabs/kubelet/blobs/{}?ns=ghcr.io", svc.url(), cold.digest);
+    let r = http.head(&burl).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-length"], cold.data.len().to_string().as_str());
+    assert_eq!(r.headers()["docker-content-digest"], cold.digest.as_str());
+    let r = http.get(&burl).header("range", "bytes=1000-2999").send().await.unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.bytes().await.unwrap(), &cold.data[1000..3000]);
+    let r = http.get(&burl).send().await.unwrap();
+    assert_eq!(r.bytes().await.unwrap(), cold.data.as_slice());
+    assert_eq!(up.count_gets(&format!("/blobs/{}", cold.digest)), 1);
+    let served = up.count_gets("siderolabs/kubelet");
+    assert!(served > before);
+
+    // Unconfigured ns, no ns for a non-installer repository, malformed ns:
+    // refused, and the upstream never hears of it.
+    for (q, status, code) in [
+        ("?ns=docker.io", 403, "DENIED"),
+        ("", 403, "DENIED"),
+        ("?ns=ghcr.io%2F..", 400, "NAME_INVALID"),
+        ("?ns=evil/x", 400, "NAME_INVALID"),
+        ("?ns=ghcr.io&ns=docker.io", 400, "UNSUPPORTED"),
+    ] {
+        let r = http
+            .get(format!("{}/v2/siderolabs/kubelet/manifests/v1.35.6{q}", svc.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{q}");
+        assert_eq!(oci_error_code(&r.bytes().await.unwrap()), code, "{q}");
+    }
+    assert_eq!(up.count_gets("siderolabs/kubelet"), served, "refused requests reached the upstream");
+    assert_eq!(up.count_gets("docker.io"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_names_and_digests_are_refused_and_touch_nothing() {
+    let up = DockerRegistry::start();
+    push_factory_image(&up.url(), &repo(), "v1.13.6", &[100_000], 4).await;
+    let root = tempfile::tempdir().unwrap();
+    let cache = root.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let sentinel = root.path().join("sentinel");
+    std::fs::write(&sentinel, b"keep").unwrap();
+    let svc = service(&up, &cache, &["--mirror-upstream", &format!("ghcr.io={}", up.url())]);
+    let gets_before = std::fs::read_to_string(&up.log).unwrap().lines().count();
+    let h = SCHEMATIC;
+    let long = "a".repeat(300);
+    let paths = [
+        "/v2/../../etc/passwd/manifests/latest".to_string(),
+        format!("/v2/installer/../{h}/manifests/latest"),
+        format!("/v2/installer/%2e%2e/manifests/latest"),
+        format!("/v2/installer%2F{h}/manifests/latest"),
+        format!("/v2/installer/{h}/manifests/..%2F..%2Fsentinel"),
+        format!("/v2/installer/{h}/manifests/sha256:..%2f..%2fsentinel"),
+        format!("/v2/installer/{h}/blobs/sha256:../../sentinel"),
+        format!("/v2/installer/{h}/blobs/sha256:{}", "Z".repeat(64)),
+        format!("/v2/installer/{h}/blobs/sha512:{}", "0".repeat(128)),
+        format!("/v2/installer/{h}/blobs/{}", "0".repeat(64)),
+        format!("/v2/installer/{h}/manifests/{}", "v".repeat(200)),
+        format!("/v2/installer/{h}/manifests/.hidden"),
+        format!("/v2/installer/{}/manifests/latest", &h[..63]),
+        format!("/v2/installer/{}/manifests/latest", h.to_uppercase()),
+        format!("/v2/installer//{h}/manifests/latest"),
+        format!("/v2/Installer/{h}/manifests/latest"),
+        format!("/v2/evil-installer-x/{h}/manifests/latest"),
+        format!("/v2/{long}/{h}/manifests/latest"),
+        format!("/v2/{long}/manifests/latest?ns=ghcr.io"),
+        "/v2/library/nginx/manifests/latest".to_string(),
+        "/v2/library/nginx/manifests/latest?ns=..".to_string(),
+        "/v2/library/nginx/blobs/sha256:x?ns=ghcr.io".to_string(),
+        format!("/v2/installer/{h}/tags/list"),
+        format!("/v2/installer/{h}/referrers/sha256:{}", "0".repeat(64)),
+    ];
+    for p in &paths {
+        let o = std::process::Command::new("curl")
+            .args(["-s", "--path-as-is", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("{}{p}", svc.url()))
+            .output()
+            .unwrap();
+        let code: u16 = String::from_utf8_lossy(&o.stdout).parse().unwrap_or(0);
+        assert!((400..500).contains(&code), "{p}: {code}");
+    }
+    // Writes are refused too.
+    let r = reqwest::Client::new()
+        .put(format!("{}/v2/installer/{h}/manifests/latest", svc.url()))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_client_error(), "{}", r.status());
+
+    // Nothing reached the upstream, nothing appeared beside the cache dir.
+    let gets_after = std::fs::read_to_string(&up.log).unwrap().lines().count();
+    assert_eq!(gets_before, gets_after, "hostile requests reached the upstream");
+    let mut names: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["cache", "sentinel"]);
+    assert_eq!(std::fs::read(&sentinel).unwrap(), b"keep");
+    drop(svc);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_cold_copies_fetch_each_blob_once() {
+    let up = DockerRegistry::start();
+    let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[4 * MIB, MIB], 5).await;
+    let cache = tempfile::tempdir().unwrap();
+    let svc = service(&up, cache.path(), &[]);
+    let out = tempfile::tempdir().unwrap();
+    let host = svc.host();
+    let mut handles = Vec::new();
+    for i in 0..8 {
+        let dest = out.path().join(format!("c{i}"));
+        let host = host.clone();
+        handles.push(std::thread::spawn(move || {
+            let o = skopeo_copy(&host, &repo(), "v1.13.6", &dest);
+            assert!(o.status.success(), "copy {i}: {}", String::from_utf8_lossy(&o.stderr));
+            dest
+        }));
+    }
+    let dests: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for d in &dests[1..] {
+        assert_same_dir(&dests[0], d);
+    }
+    for b in &img.blobs {
+        let n = up.count_gets(&format!("/blobs/{}", b.digest));
+        assert_eq!(n, 1, "blob {} fetched {n} times from upstream", b.digest);
+    }
+    for (_, _, d) in &img.manifests {
+        assert_eq!(up.count_gets(&format!("/manifests/{d}")), 1, "manifest {d}");
+    }
+}
+
+/// Flip one byte of the object docker-registry keeps for `digest` (same
+/// length), so the real upstream serves bytes that do not match their digest.
+fn corrupt_upstream_object(up: &DockerRegistry, digest: &str) {
+    let hex = digest.trim_start_matches("sha256:");
+    let p = up
+        .storage()
+        .join("docker/registry/v2/blobs/sha256")
+        .join(&hex[..2])
+        .join(hex)
+        .join("data");
+    let mut data = std::fs::read(&p).expect("upstream object");
+    let i = data.len() / 2;
+    data[i] ^= 0x20;
+    std::fs::write(&p, data).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn corrupted_upstream_bytes_are_never_served_whole_or_stored() {
+    let up = DockerRegistry::start();
+    let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[2 * MIB], 6).await;
+    let layer = img.blobs[0].clone();
+    let (_, _, mdigest) = img.manifests[1].clone();
+    corrupt_upstream_object(&up, &layer.digest);
+    corrupt_upstream_object(&up, &mdigest);
+    let cache = tempfile::tempdir().unwrap();
+    let svc = service(&up, cache.path(), &[]);
+    let http = reqwest::Client::new();
+    for _ in 0..2 {
+        let r = http
+            .get(format!("{}/v2/{}/blobs/{}", svc.url(), repo(), layer.digest))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            // Headers may already be out; the body must then end early.
+            let body = r.bytes().await;
+            assert!(body.is_err() || body.unwrap().len() < layer.data.len());
+        } else {
+            assert!(r.status().is_server_error(), "{}", r.status());
+        }
+        let r = http
+            .get(format!("{}/v2/{}/manifests/{mdigest}", svc.url(), repo()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 502);
+    }
+    let objects = cache.path().join("objects/sha256");
+    for d in [&layer.digest, &mdigest] {
+        assert!(!objects.join(d.trim_start_matches("sha256:")).exists(), "{d} stored");
+    }
+    // Each attempt went upstream again (nothing bad was cached).
+    assert_eq!(up.count_gets(&format!("/blobs/{}", layer.digest)), 2);
+}

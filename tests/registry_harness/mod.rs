@@ -1,0 +1,382 @@
+//! Real parts for the registry tests: Debian's distribution registry
+//! (`docker-registry`) started on loopback as a child process (killed on
+//! drop), an image shaped like the Image Factory's installer pushed to it over
+//! the plain registry API, and the `talos-gen serve` process in front of it.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+pub const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+pub const DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
+pub const DOCKER_LAYER: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
+
+/// A free loopback port (bound then released; the race is harmless here).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+pub fn sha256_digest(data: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(data)))
+}
+
+/// Wait until `url` answers anything over HTTP (or panic after 20 s).
+pub fn wait_http(url: &str) {
+    let start = Instant::now();
+    loop {
+        let ok = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "--max-time", "2", url])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if ok {
+            return;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            panic!("{url} did not come up");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A child process killed (and reaped) on drop.
+pub struct KillOnDrop(pub Option<Child>);
+
+impl KillOnDrop {
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Debian's distribution registry on 127.0.0.1, storage in a temp dir.
+/// With `proxy_of`, it runs in pull-through proxy mode (`proxy: remoteurl:`).
+pub struct DockerRegistry {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub log: PathBuf,
+    child: KillOnDrop,
+}
+
+impl DockerRegistry {
+    pub fn start() -> DockerRegistry {
+        Self::start_with(None)
+    }
+
+    pub fn start_proxy(remote: &str) -> DockerRegistry {
+        Self::start_with(Some(remote))
+    }
+
+    fn start_with(proxy_of: Option<&str>) -> DockerRegistry {
+        let extra = proxy_of
+            .map(|r| format!("proxy:\n  remoteurl: {r}\n"))
+            .unwrap_or_default();
+        Self::start_custom(None, &extra)
+    }
+
+    /// A registry over `storage` (default: a fresh dir), with `extra` YAML
+    /// appended to its config (auth, middleware, proxy).
+    pub fn start_custom(storage: Option<&Path>, extra: &str) -> DockerRegistry {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let storage = storage
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| dir.path().join("storage"));
+        std::fs::create_dir_all(&storage).expect("storage dir");
+        let mut cfg = format!(
+            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            storage.display()
+        );
+        cfg.push_str(extra);
+        let cfg_path = dir.path().join("config.yml");
+        std::fs::write(&cfg_path, cfg).expect("write registry config");
+        let log = dir.path().join("registry.log");
+        let logf = std::fs::File::create(&log).expect("log file");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&cfg_path)
+            .stdout(logf.try_clone().expect("log clone"))
+            .stderr(logf)
+            .spawn()
+            .expect("spawn docker-registry (apt-get install -y docker-registry)");
+        let reg = DockerRegistry {
+            dir,
+            port,
+            log,
+            child: KillOnDrop(Some(child)),
+        };
+        wait_http(&format!("{}/v2/", reg.url()));
+        reg
+    }
+
+    pub fn storage(&self) -> PathBuf {
+        self.dir.path().join("storage")
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        self.child.stop();
+    }
+
+    /// Access-log lines of GET requests whose path contains `needle`.
+    pub fn count_gets(&self, needle: &str) -> usize {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s.lines()
+            .filter(|l| l.contains("\"GET ") && l.contains(needle))
+            .count()
+    }
+}
+
+/// One pushed blob.
+#[derive(Clone, Debug)]
+pub struct Blob {
+    pub digest: String,
+    pub media_type: String,
+    pub data: Vec<u8>,
+}
+
+/// The image pushed: an OCI index over two Docker schema-2 manifests.
+#[derive(Clone, Debug)]
+pub struct PushedImage {
+    pub repo: String,
+    pub tag: String,
+    pub index: Vec<u8>,
+    pub index_digest: String,
+    /// (platform arch, manifest bytes, digest)
+    pub manifests: Vec<(String, Vec<u8>, String)>,
+    pub blobs: Vec<Blob>,
+}
+
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    // xorshift: cheap, deterministic per seed, incompressible enough.
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+async fn push_blob(client: &reqwest::Client, base: &str, repo: &str, data: &[u8]) -> String {
+    let digest = sha256_digest(data);
+    let r = client
+        .post(format!("{base}/v2/{repo}/blobs/uploads/"))
+        .send()
+        .await
+        .expect("start upload");
+    assert_eq!(r.status().as_u16(), 202, "start upload: {:?}", r.text().await);
+    let loc = r
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .expect("upload location")
+        .to_string();
+    let loc = if loc.starts_with('/') {
+        format!("{base}{loc}")
+    } else {
+        loc
+    };
+    let sep = if loc.contains('?') { '&' } else { '?' };
+    let r = client
+        .put(format!("{loc}{sep}digest={digest}"))
+        .header("content-type", "application/octet-stream")
+        .body(data.to_vec())
+        .send()
+        .await
+        .expect("finish upload");
+    assert_eq!(r.status().as_u16(), 201, "finish upload: {:?}", r.text().await);
+    digest
+}
+
+async fn push_manifest(
+    client: &reqwest::Client,
+    base: &str,
+    repo: &str,
+    reference: &str,
+    media_type: &str,
+    body: &[u8],
+) {
+    let r = client
+        .put(format!("{base}/v2/{repo}/manifests/{reference}"))
+        .header("content-type", media_type)
+        .body(body.to_vec())
+        .send()
+        .await
+        .expect("put manifest");
+    assert_eq!(r.status().as_u16(), 201, "put manifest: {:?}", r.text().await);
+}
+
+/// Push a factory-shaped installer image to `base` under `repo:tag`.
+/// `layer_sizes` per architecture (amd64, arm64); `seed` varies the content.
+pub async fn push_factory_image(
+    base: &str,
+    repo: &str,
+    tag: &str,
+    layer_sizes: &[usize],
+    seed: u64,
+) -> PushedImage {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("client");
+    let mut blobs = Vec::new();
+    let mut manifests = Vec::new();
+    let mut entries = Vec::new();
+    for (ai, arch) in ["amd64", "arm64"].iter().enumerate() {
+        let mut layers = Vec::new();
+        let mut diff_ids = Vec::new();
+        for (li, size) in layer_sizes.iter().enumerate() {
+            let data = random_bytes(*size, seed * 1000 + (ai as u64) * 100 + li as u64 + 1);
+            let digest = push_blob(&client, base, repo, &data).await;
+            diff_ids.push(digest.clone());
+            layers.push(serde_json::json!({
+                "mediaType": DOCKER_LAYER, "size": data.len(), "digest": digest
+            }));
+            blobs.push(Blob {
+                digest,
+                media_type: DOCKER_LAYER.into(),
+                data,
+            });
+        }
+        let config = serde_json::to_vec(&serde_json::json!({
+            "architecture": arch, "os": "linux",
+            "config": {"Entrypoint": ["/bin/installer"], "Env": ["PATH=/bin"]},
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
+            "created": "2026-01-01T00:00:00Z"
+        }))
+        .expect("config json");
+        let config_digest = push_blob(&client, base, repo, &config).await;
+        blobs.push(Blob {
+            digest: config_digest.clone(),
+            media_type: DOCKER_CONFIG.into(),
+            data: config.clone(),
+        });
+        // Pretty-printed on purpose: byte-for-byte serving must keep it.
+        let manifest = serde_json::to_vec_pretty(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": DOCKER_MANIFEST,
+            "config": {"mediaType": DOCKER_CONFIG, "size": config.len(), "digest": config_digest},
+            "layers": layers,
+        }))
+        .expect("manifest json");
+        let mdigest = sha256_digest(&manifest);
+        push_manifest(&client, base, repo, &mdigest, DOCKER_MANIFEST, &manifest).await;
+        entries.push(serde_json::json!({
+            "mediaType": DOCKER_MANIFEST, "size": manifest.len(), "digest": mdigest,
+            "platform": {"architecture": arch, "os": "linux"}
+        }));
+        manifests.push((arch.to_string(), manifest, mdigest));
+    }
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": INDEX_TYPE,
+        "manifests": entries,
+    }))
+    .expect("index json");
+    let index_digest = sha256_digest(&index);
+    push_manifest(&client, base, repo, tag, INDEX_TYPE, &index).await;
+    PushedImage {
+        repo: repo.into(),
+        tag: tag.into(),
+        index,
+        index_digest,
+        manifests,
+        blobs,
+    }
+}
+
+/// `talos-gen serve` on a free loopback port, killed on drop.
+pub struct Service {
+    pub port: u16,
+    pub cache: PathBuf,
+    child: KillOnDrop,
+}
+
+impl Service {
+    pub fn start(bin: &Path, cache: &Path, extra: &[String]) -> Service {
+        let port = free_port();
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--cache-dir")
+            .arg(cache)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let child = cmd.spawn().expect("spawn talos-gen serve");
+        let s = Service {
+            port,
+            cache: cache.to_path_buf(),
+            child: KillOnDrop(Some(child)),
+        };
+        wait_http(&format!("{}/healthz", s.url()));
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        self.child.stop();
+    }
+}
+
+/// `skopeo copy --all docker://<host>/<repo>:<tag> dir:<dest>` over plain HTTP.
+pub fn skopeo_copy(host: &str, repo: &str, reference: &str, dest: &Path) -> std::process::Output {
+    let sep = if reference.starts_with("sha256:") { '@' } else { ':' };
+    Command::new("skopeo")
+        .args(["copy", "--all", "--src-tls-verify=false", "--retry-times", "0"])
+        .arg(format!("docker://{host}/{repo}{sep}{reference}"))
+        .arg(format!("dir:{}", dest.display()))
+        .output()
+        .expect("run skopeo (apt-get install -y skopeo)")
+}
+
+/// Every file of a directory: name -> bytes (flat; skopeo's dir: is flat).
+pub fn dir_contents(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut m = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(dir).expect("read dir") {
+        let e = e.expect("entry");
+        let name = e.file_name().to_string_lossy().into_owned();
+        m.insert(name, std::fs::read(e.path()).expect("read file"));
+    }
+    m
+}
