@@ -453,7 +453,11 @@ impl Store {
             let mut st = self.lock();
             let t = st.tick();
             let old = st.keys.insert(entry.key.clone(), entry.clone());
-            if let Some(old) = old {
+            // Re-putting a key on the same object (pinning, a re-linked tag)
+            // must not drop the object it still names.
+            if let Some(old) = old
+                && old.digest != digest
+            {
                 self.unref(&mut st, &old.key, &old.digest);
             }
             let is_new = !st.objects.contains_key(&digest);
@@ -464,7 +468,9 @@ impl Store {
                 keys: Vec::new(),
             });
             obj.last_used = t;
-            obj.keys.push(entry.key.clone());
+            if !obj.keys.contains(&entry.key) {
+                obj.keys.push(entry.key.clone());
+            }
             if is_new {
                 st.total += entry.size;
             }
@@ -745,6 +751,21 @@ mod tests {
         assert!(store.get("newer").is_some());
         assert!(store.total_size() <= 25);
         assert!(store.get("old").is_none());
+    }
+
+    #[tokio::test]
+    async fn pinning_or_relinking_keeps_the_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Some(1)).unwrap();
+        let e = put(&store, "k", b"bytes", false).await;
+        store.set_pinned("k", true).await.unwrap();
+        assert!(store.object_path(&e.digest).unwrap().exists());
+        store.link("k", &e.digest, Meta { pinned: true, ..Meta::default() }).await.unwrap();
+        assert!(store.object_path(&e.digest).unwrap().exists());
+        assert_eq!(store.total_size(), 5);
+        drop(store);
+        let store = Store::open(dir.path(), Some(1)).unwrap();
+        assert!(store.get("k").is_some_and(|o| o.entry.pinned));
     }
 
     #[tokio::test]
