@@ -398,3 +398,37 @@ async fn a_sync_killed_half_way_resumes_without_refetching_whole_objects() {
     let svc = fx.serve_offline("cache");
     fx.check_served(&svc);
 }
+
+#[test]
+fn shipped_config_and_manifests_are_consistent() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("mirror");
+    let cfg = talos_gen::mirror::Config::load(&root.join("mirror.yaml")).unwrap();
+    assert_eq!(cfg.versions, ["v1.13.6"]);
+    assert_eq!(cfg.images, ["openstack-amd64.raw.xz"]);
+    assert_eq!(cfg.installers, ["installer"]);
+    assert_eq!(cfg.extra_images.len(), 5);
+    let text = std::fs::read_to_string(root.join("kubernetes.yaml")).unwrap();
+    let docs = talos_gen::yaml::documents_from_str(&text, "kubernetes.yaml").unwrap();
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d.get("kind")?.as_str()).collect();
+    assert_eq!(kinds, ["PersistentVolumeClaim", "ConfigMap", "Deployment", "Service", "CronJob"]);
+    // The ConfigMap carries the same items as mirror/mirror.yaml.
+    let cm = docs[1]["data"]["mirror.yaml"].as_str().unwrap();
+    let in_cm = talos_gen::mirror::Config::parse(cm, &root, "configmap").unwrap();
+    assert_eq!(in_cm.items(), cfg.items());
+    for (i, kind) in [(2, "Deployment"), (4, "CronJob")] {
+        let spec = if kind == "CronJob" {
+            &docs[i]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        } else {
+            &docs[i]["spec"]["template"]["spec"]
+        };
+        assert_eq!(spec["securityContext"]["runAsNonRoot"].as_bool(), Some(true), "{kind}");
+        let c = &spec["containers"][0];
+        assert!(c["resources"]["requests"]["memory"].is_string(), "{kind}");
+        assert!(c["livenessProbe"].is_mapping(), "{kind}");
+        let vol = &spec["volumes"][0]["persistentVolumeClaim"]["claimName"];
+        assert_eq!(vol.as_str(), Some("talos-gen-cache"), "{kind}");
+    }
+    // The service is probed for readiness too.
+    let d = &docs[2]["spec"]["template"]["spec"]["containers"][0];
+    assert!(d["readinessProbe"].is_mapping());
+}
