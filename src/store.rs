@@ -146,6 +146,9 @@ impl State {
     }
 }
 
+/// Unreferenced objects younger than this survive a startup.
+const ORPHAN_GRACE: Duration = Duration::from_secs(600);
+
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -177,10 +180,19 @@ impl Store {
             fs::create_dir_all(&p)
                 .map_err(|e| Error::io(format!("creating {}", p.display()), e))?;
         }
-        // Leftovers of interrupted fills and index writes.
+        // Leftovers of interrupted fills and index writes: temp names carry
+        // the writer's pid; those of live processes (another process sharing
+        // the cache dir, e.g. the mirror job) are left alone.
         let tmp = dir.join("tmp");
         for e in read_dir(&tmp)? {
-            let _ = fs::remove_file(e.path());
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name.split('-').nth(1).and_then(|p| p.parse::<u32>().ok());
+            let live = pid.is_some_and(|p| {
+                p != std::process::id() && Path::new(&format!("/proc/{p}")).exists()
+            });
+            if !live {
+                let _ = fs::remove_file(e.path());
+            }
         }
         let mut state = State::default();
         // Objects on disk.
@@ -229,11 +241,20 @@ impl Store {
                 }
             }
         }
-        // Objects no key names are garbage.
+        // Objects no key names are garbage (unless just written: another
+        // process may be about to write their index entry).
         for (digest, size) in &on_disk {
             if !state.objects.contains_key(digest) {
-                tracing::info!(%digest, "removing an unreferenced object");
-                let _ = fs::remove_file(objdir.join(digest));
+                let p = objdir.join(digest);
+                let young = fs::metadata(&p)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age < ORPHAN_GRACE);
+                if !young {
+                    tracing::info!(%digest, "removing an unreferenced object");
+                    let _ = fs::remove_file(p);
+                }
             } else {
                 state.total += size;
             }
@@ -296,7 +317,16 @@ impl Store {
     /// from eviction until dropped. Marks it recently used.
     pub fn get(&self, key: &str) -> Option<StoredObject> {
         let mut st = self.lock();
-        let entry = st.keys.get(key)?.clone();
+        let entry = match st.keys.get(key) {
+            Some(e) => e.clone(),
+            None => {
+                // Another process (the mirror job) may have added it.
+                drop(st);
+                self.adopt(key)?;
+                st = self.lock();
+                st.keys.get(key)?.clone()
+            }
+        };
         let path = self.inner.dir.join("objects/sha256").join(&entry.digest);
         let file = match File::open(&path) {
             Ok(f) => f,
@@ -322,6 +352,38 @@ impl Store {
             path,
             entry,
         })
+    }
+
+    /// Load `key`'s index entry written by another process, if its object
+    /// is there with the right size.
+    fn adopt(&self, key: &str) -> Option<()> {
+        let path = self.inner.dir.join("index").join(key_file_name(key));
+        let en: Entry = serde_json::from_slice(&fs::read(&path).ok()?).ok()?;
+        if en.key != key || !is_hex64(&en.digest) {
+            return None;
+        }
+        let md = fs::metadata(self.inner.dir.join("objects/sha256").join(&en.digest)).ok()?;
+        if md.len() != en.size {
+            return None;
+        }
+        let mut st = self.lock();
+        if st.keys.contains_key(key) {
+            return Some(());
+        }
+        let t = st.tick();
+        let is_new = !st.objects.contains_key(&en.digest);
+        let obj = st.objects.entry(en.digest.clone()).or_insert(Obj {
+            size: en.size,
+            readers: 0,
+            last_used: t,
+            keys: Vec::new(),
+        });
+        obj.keys.push(key.to_string());
+        if is_new {
+            st.total += en.size;
+        }
+        st.keys.insert(key.to_string(), en);
+        Some(())
     }
 
     /// A new temp file for a fill. Hashes what is written through it.
@@ -595,6 +657,115 @@ pub struct StoredObject {
     pub lease: Lease,
 }
 
+/// Bytes per step when streaming a stored object.
+pub const STREAM_CHUNK: usize = 8 << 20;
+
+/// Stream bytes `start..end` of a committed object (whose file never
+/// changes) in large chunks, holding `lease` until the end. Each chunk is a
+/// read-only memory map of one window of the file, handed out as `Bytes`
+/// without copying and unmapped when the consumer drops it, so the bytes go
+/// from the page cache to the socket in one copy and memory stays bounded
+/// by the chunks in flight.
+pub fn stream_range(
+    file: Arc<File>,
+    start: u64,
+    end: u64,
+    lease: Lease,
+) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static {
+    futures::stream::unfold(
+        (file, start, Some(lease)),
+        move |(file, pos, lease)| async move {
+            lease.as_ref()?;
+            if pos >= end {
+                return None;
+            }
+            let n = ((end - pos) as usize).min(STREAM_CHUNK);
+            let f = file.clone();
+            let res = tokio::task::spawn_blocking(move || map_window(&f, pos, n))
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|r| r);
+            match res {
+                Ok(b) => Some((Ok(b), (file, pos + n as u64, lease))),
+                Err(e) => Some((Err(e), (file, end, None))),
+            }
+        },
+    )
+}
+
+/// A read-only mapping of part of a file.
+struct Mapped {
+    base: *mut libc::c_void,
+    map_len: usize,
+    skip: usize,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only and owned; nothing aliases it mutably.
+unsafe impl Send for Mapped {}
+unsafe impl Sync for Mapped {}
+
+impl AsRef<[u8]> for Mapped {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `base..base+map_len` is a live PROT_READ mapping (until
+        // drop) and `skip + len <= map_len`.
+        unsafe { std::slice::from_raw_parts((self.base as *const u8).add(self.skip), self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the region mmap returned.
+        unsafe {
+            libc::munmap(self.base, self.map_len);
+        }
+    }
+}
+
+fn map_window(file: &File, pos: u64, len: usize) -> std::io::Result<bytes::Bytes> {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        return Ok(bytes::Bytes::new());
+    }
+    let file_len = file.metadata()?.len();
+    if pos + len as u64 > file_len {
+        return Err(std::io::Error::other(
+            "stored object is shorter than its entry",
+        ));
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let aligned = pos - pos % page;
+    let skip = (pos - aligned) as usize;
+    let map_len = skip + len;
+    // SAFETY: a fresh read-only shared mapping of a regular file we hold
+    // open; objects are immutable once committed (replaced only by rename,
+    // never truncated), so the mapped range stays valid.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            file.as_raw_fd(),
+            aligned as libc::off_t,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: advisory only, on the region just mapped.
+    unsafe {
+        libc::madvise(base, map_len, libc::MADV_SEQUENTIAL);
+    }
+    Ok(bytes::Bytes::from_owner(Mapped {
+        base,
+        map_len,
+        skip,
+        len,
+    }))
+}
+
 /// A fill's temp file: written through [`TempObject::write_all`], which
 /// hashes as it goes. Removed on drop unless committed.
 pub struct TempObject {
@@ -687,12 +858,19 @@ mod tests {
         drop(o);
         // leftovers: a partial fill and a stray index entry
         std::fs::write(dir.path().join("tmp/fill-partial"), b"part").unwrap();
+        std::fs::write(dir.path().join("tmp/fill-999999999-1-2"), b"part").unwrap();
         std::fs::write(dir.path().join("index/bogus.json"), b"{").unwrap();
-        std::fs::write(
-            dir.path().join("objects/sha256").join("a".repeat(64)),
-            b"orphan",
-        )
-        .unwrap();
+        let orphan = dir.path().join("objects/sha256").join("a".repeat(64));
+        std::fs::write(&orphan, b"orphan").unwrap();
+        let old = SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&orphan)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let young = dir.path().join("objects/sha256").join("b".repeat(64));
+        std::fs::write(&young, b"young").unwrap();
         drop(store);
         let store = Store::open(dir.path(), None).unwrap();
         assert_eq!(store.entries().len(), 1);
@@ -701,11 +879,10 @@ mod tests {
             0
         );
         assert!(!dir.path().join("index/bogus.json").exists());
+        assert!(!orphan.exists());
         assert!(
-            !dir.path()
-                .join("objects/sha256")
-                .join("a".repeat(64))
-                .exists()
+            young.exists(),
+            "a just-written object may still get its entry"
         );
         assert_eq!(store.total_size(), 5);
         // a truncated object drops its entry
@@ -766,6 +943,48 @@ mod tests {
         drop(store);
         let store = Store::open(dir.path(), Some(1)).unwrap();
         assert!(store.get("k").is_some_and(|o| o.entry.pinned));
+    }
+
+    #[tokio::test]
+    async fn sees_entries_written_by_another_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let serve = Store::open(dir.path(), None).unwrap();
+        let mirror = Store::open(dir.path(), None).unwrap();
+        put(&mirror, "k", b"mirrored", true).await;
+        let o = serve.get("k").expect("adopted from disk");
+        assert_eq!(o.entry.size, 8);
+        assert!(o.entry.pinned);
+        assert_eq!(serve.total_size(), 8);
+        // a live process's temp file survives another's startup
+        let t = mirror.temp().unwrap();
+        drop(Store::open(dir.path(), None).unwrap());
+        // (same pid here: our own leftovers are always removed)
+        assert!(!t.path().exists());
+    }
+
+    #[tokio::test]
+    async fn streams_ranges() {
+        use futures::StreamExt;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), None).unwrap();
+        let body: Vec<u8> = (0..(STREAM_CHUNK * 2 + 12345))
+            .map(|i| (i % 253) as u8)
+            .collect();
+        put(&store, "k", &body, false).await;
+        for (a, b) in [
+            (0, body.len()),
+            (5000, 5001),
+            (4095, STREAM_CHUNK + 3),
+            (10, 10),
+        ] {
+            let o = store.get("k").unwrap();
+            let mut s = Box::pin(stream_range(Arc::new(o.file), a as u64, b as u64, o.lease));
+            let mut got = Vec::new();
+            while let Some(c) = s.next().await {
+                got.extend_from_slice(&c.unwrap());
+            }
+            assert!(got == body[a..b], "{a}..{b}");
+        }
     }
 
     #[tokio::test]
