@@ -95,7 +95,11 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
     }
     let segs: Vec<&str> = tail.split('/').collect();
     if segs.len() < 3 {
-        return Err(OciError::new(404, "UNSUPPORTED", format!("no such route: {path}")));
+        return Err(OciError::new(
+            404,
+            "UNSUPPORTED",
+            format!("no such route: {path}"),
+        ));
     }
     let kind = segs[segs.len() - 2];
     let reference = segs[segs.len() - 1];
@@ -139,7 +143,11 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
             let blob = reg.blob(&up, repo, &d).await?;
             serve_blob(reg, &d, blob, &req.headers).await
         }
-        _ => Err(OciError::new(404, "UNSUPPORTED", format!("no such route: {path}"))),
+        _ => Err(OciError::new(
+            404,
+            "UNSUPPORTED",
+            format!("no such route: {path}"),
+        )),
     }
 }
 
@@ -201,7 +209,6 @@ async fn serve_blob(
     blob: Blob,
     req_headers: &HeaderMap,
 ) -> Result<Response, OciError> {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
     let size = match &blob {
         Blob::Stored(obj) => Some(obj.entry.size),
         Blob::Filling(_, head) => head.len,
@@ -226,26 +233,16 @@ async fn serve_blob(
     };
     let body = match blob {
         Blob::Stored(obj) => {
-            let file = obj
-                .file
-                .try_clone()
-                .map_err(|e| OciError::new(500, "UNKNOWN", format!("opening blob: {e}")))?;
-            let mut file = tokio::fs::File::from_std(file);
-            if start > 0 {
-                file.seek(std::io::SeekFrom::Start(start))
-                    .await
-                    .map_err(|e| OciError::new(500, "UNKNOWN", format!("seeking blob: {e}")))?;
-            }
-            // The lease travels with the stream, keeping the object from eviction.
-            let lease = obj.lease;
+            // Memory-mapped windows of the committed object, one copy to
+            // the socket; the lease keeps it from eviction until the end.
             let n = len.unwrap_or(total);
-            let stream = tokio_util::io::ReaderStream::with_capacity(file.take(n), 256 * 1024);
-            let stream = futures::StreamExt::map(stream, move |c| {
-                let _hold = &lease;
-                c
-            });
             reg.served("blob", n);
-            Body::from_stream(stream)
+            Body::from_stream(crate::store::stream_range(
+                std::sync::Arc::new(obj.file),
+                start,
+                start + n,
+                obj.lease,
+            ))
         }
         Blob::Filling(h, _) => {
             let end = len.map(|n| start + n);
@@ -288,7 +285,10 @@ mod tests {
         assert_eq!(parse_range(Some(&hv("bytes=0-9")), 100), Some(Ok((0, 9))));
         assert_eq!(parse_range(Some(&hv("bytes=90-")), 100), Some(Ok((90, 99))));
         assert_eq!(parse_range(Some(&hv("bytes=-10")), 100), Some(Ok((90, 99))));
-        assert_eq!(parse_range(Some(&hv("bytes=50-500")), 100), Some(Ok((50, 99))));
+        assert_eq!(
+            parse_range(Some(&hv("bytes=50-500")), 100),
+            Some(Ok((50, 99)))
+        );
         assert_eq!(parse_range(Some(&hv("bytes=100-")), 100), Some(Err(())));
         assert_eq!(parse_range(Some(&hv("bytes=0-1,5-6")), 100), None);
         assert_eq!(parse_range(Some(&hv("items=0-1")), 100), None);
