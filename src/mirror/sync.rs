@@ -2,7 +2,7 @@
 //! same [`ImageCache`] and [`Registry`] the service uses (one store, one
 //! fill, one verification), pinning what it mirrors.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Arc;
@@ -154,28 +154,15 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
     let metrics = Metrics::new();
     let fills = Fills::new(store.clone()).with_metrics(metrics.clone());
 
-    // Every extraImages host goes through --mirror-upstream, or its own host.
-    let mut mirrors = opts.mirror_upstreams.clone();
-    let table = crate::registry::MirrorTable::parse(&opts.mirror_upstreams)
-        .map_err(Error::bad_input)?;
-    let mut added = BTreeSet::new();
-    for x in &cfg.extra_images {
-        if table.get(&x.host).is_none() && added.insert(x.host.clone()) {
-            let url = if x.host == "docker.io" {
-                "https://registry-1.docker.io".to_string()
-            } else {
-                format!("https://{}", x.host)
-            };
-            mirrors.push(format!("{}={url}", x.host));
-        }
-    }
     let registry = Registry::new(
         fills.clone(),
         Some(metrics.clone()),
         Some(opts.registry_url.as_deref().unwrap_or(&factory)),
-        &mirrors,
+        &opts.mirror_upstreams,
         false,
     )?
+    // extraImages hosts without --mirror-upstream are reached at https://<host>.
+    .allow_direct_upstreams()
     // Tags are asked again every sync (a HEAD when unchanged).
     .with_revalidate(Duration::ZERO);
     let images = ImageCache::new(
@@ -353,7 +340,10 @@ async fn sync_item(
             sync_oci(ctx, &UpstreamId::Installer, repo, tag, counts, meter).await
         }
         Item::Extra(x) => {
-            let up = UpstreamId::Mirror(x.host.clone());
+            let up = ctx
+                .registry
+                .upstream_for_host(&x.host)
+                .map_err(|e| e.message)?;
             sync_oci(ctx, &up, &x.repo, &x.reference, counts, meter).await
         }
     }
