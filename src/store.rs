@@ -937,7 +937,17 @@ mod tests {
         let e = put(&store, "k", b"bytes", false).await;
         store.set_pinned("k", true).await.unwrap();
         assert!(store.object_path(&e.digest).unwrap().exists());
-        store.link("k", &e.digest, Meta { pinned: true, ..Meta::default() }).await.unwrap();
+        store
+            .link(
+                "k",
+                &e.digest,
+                Meta {
+                    pinned: true,
+                    ..Meta::default()
+                },
+            )
+            .await
+            .unwrap();
         assert!(store.object_path(&e.digest).unwrap().exists());
         assert_eq!(store.total_size(), 5);
         drop(store);

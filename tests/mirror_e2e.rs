@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use registry_harness::{DockerRegistry, PushedImage, dir_contents, push_factory_image, skopeo_copy};
+use registry_harness::{
+    DockerRegistry, PushedImage, dir_contents, push_factory_image, skopeo_copy,
+};
 use support::{Nginx, NginxOpts, Service, require_tool};
 
 const V: &str = "v1.13.6";
@@ -60,7 +62,10 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let (id, _) = talos_gen::schematic::id_and_canonical(SCHEMATIC_YAML).unwrap();
         let assets = vec![
-            ("openstack-amd64.raw.xz".to_string(), xz(&random(xz_mib * MIB, 7))),
+            (
+                "openstack-amd64.raw.xz".to_string(),
+                xz(&random(xz_mib * MIB, 7)),
+            ),
             ("metal-amd64.iso".to_string(), random(MIB + 123, 9)),
         ];
         let root = dir.path().join("root");
@@ -81,8 +86,14 @@ impl Fixture {
             },
         );
         let reg = DockerRegistry::start();
-        let installer =
-            push_factory_image(&reg.url(), &format!("installer/{id}"), V, &[2 * MIB, MIB], 1).await;
+        let installer = push_factory_image(
+            &reg.url(),
+            &format!("installer/{id}"),
+            V,
+            &[2 * MIB, MIB],
+            1,
+        )
+        .await;
         let kubelet =
             push_factory_image(&reg.url(), "siderolabs/kubelet", "v1.35.6", &[MIB], 2).await;
         let fx = Fixture {
@@ -94,7 +105,10 @@ impl Fixture {
             installer,
             kubelet,
         };
-        fx.write_config("mirror.yaml", &fx.assets.iter().map(|a| a.0.clone()).collect::<Vec<_>>());
+        fx.write_config(
+            "mirror.yaml",
+            &fx.assets.iter().map(|a| a.0.clone()).collect::<Vec<_>>(),
+        );
         fx
     }
 
@@ -168,13 +182,26 @@ impl Fixture {
         // The installer, every platform, with skopeo.
         let out = tempfile::tempdir().unwrap();
         let dest = out.path().join("installer");
-        let o = skopeo_copy(&format!("127.0.0.1:{}", svc.port), &self.installer.repo, V, &dest);
-        assert!(o.status.success(), "skopeo: {}", String::from_utf8_lossy(&o.stderr));
+        let o = skopeo_copy(
+            &format!("127.0.0.1:{}", svc.port),
+            &self.installer.repo,
+            V,
+            &dest,
+        );
+        assert!(
+            o.status.success(),
+            "skopeo: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let files = dir_contents(&dest);
         assert_eq!(files.get("manifest.json"), Some(&self.installer.index));
         for (arch, m, d) in &self.installer.manifests {
             let hexd = d.trim_start_matches("sha256:");
-            assert_eq!(files.get(&format!("{hexd}.manifest.json")), Some(m), "{arch}");
+            assert_eq!(
+                files.get(&format!("{hexd}.manifest.json")),
+                Some(m),
+                "{arch}"
+            );
         }
         for b in &self.installer.blobs {
             let hexd = b.digest.trim_start_matches("sha256:");
@@ -205,7 +232,11 @@ fn curl(url: &str) -> Vec<u8> {
         .arg(url)
         .output()
         .unwrap();
-    assert!(o.status.success(), "curl {url}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "curl {url}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     o.stdout
 }
 
@@ -243,9 +274,16 @@ async fn sync_then_offline_serves_everything_and_resync_fetches_nothing() {
     let o = fx.sync("mirror.yaml", "cache");
     let err = ok(&o, "first sync");
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("failed") && stdout.contains(" 0 failed"), "{stdout}");
+    assert!(
+        stdout.contains("failed") && stdout.contains(" 0 failed"),
+        "{stdout}"
+    );
     // One line per item (no terminal): 1 schematic + 2 images + installer + kubelet.
-    assert_eq!(err.lines().filter(|l| l.starts_with("ok ")).count(), 5, "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("ok ")).count(),
+        5,
+        "{err}"
+    );
     assert_eq!(fx.nginx.count("\"POST /schematics"), 1);
     let (images, blobs) = (fx.image_gets(), fx.blob_gets());
     assert_eq!(images, 2);
@@ -275,7 +313,10 @@ async fn verify_catches_a_flipped_byte_and_sync_repairs_it() {
     ok(&fx.sync("mirror.yaml", "cache"), "sync");
     let cache = fx.path("cache");
     let c = cache.to_str().unwrap();
-    ok(&talos_gen(&["mirror", "verify", "--cache-dir", c]), "verify clean");
+    ok(
+        &talos_gen(&["mirror", "verify", "--cache-dir", c]),
+        "verify clean",
+    );
     // Flip one byte in every 3rd object (images and blobs alike).
     let mut flipped = Vec::new();
     for p in object_paths(&cache).iter().step_by(3) {
@@ -294,9 +335,15 @@ async fn verify_catches_a_flipped_byte_and_sync_repairs_it() {
     let before = (fx.image_gets(), fx.blob_gets());
     ok(&fx.sync("mirror.yaml", "cache"), "repairing sync");
     let after = (fx.image_gets(), fx.blob_gets());
-    assert!(after.0 + after.1 > before.0 + before.1, "nothing was fetched again");
+    assert!(
+        after.0 + after.1 > before.0 + before.1,
+        "nothing was fetched again"
+    );
     assert!(after.0 + after.1 - before.0 - before.1 <= flipped.len());
-    ok(&talos_gen(&["mirror", "verify", "--cache-dir", c]), "verify after repair");
+    ok(
+        &talos_gen(&["mirror", "verify", "--cache-dir", c]),
+        "verify after repair",
+    );
     let svc = fx.serve_offline("cache");
     fx.check_served(&svc);
 }
@@ -311,7 +358,9 @@ async fn an_asset_the_upstream_lacks_fails_by_name_after_the_rest_synced() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.lines().any(|l| l.contains("failed") && l.contains("nocloud-arm64.raw.xz") && l.contains("404")),
+        err.lines().any(|l| l.contains("failed")
+            && l.contains("nocloud-arm64.raw.xz")
+            && l.contains("404")),
         "{err}"
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains(" 1 failed"));
@@ -326,14 +375,32 @@ async fn export_import_into_an_empty_dir_serves_the_same() {
     let tar = fx.path("mirror.tar");
     let (c, t) = (fx.path("cache"), tar.to_str().unwrap().to_string());
     ok(
-        &talos_gen(&["mirror", "export", "--cache-dir", c.to_str().unwrap(), "--output", &t, "--config", fx.path("mirror.yaml").to_str().unwrap()]),
+        &talos_gen(&[
+            "mirror",
+            "export",
+            "--cache-dir",
+            c.to_str().unwrap(),
+            "--output",
+            &t,
+            "--config",
+            fx.path("mirror.yaml").to_str().unwrap(),
+        ]),
         "export",
     );
     let empty = fx.path("imported");
     let e = empty.to_str().unwrap();
-    ok(&talos_gen(&["mirror", "import", &t, "--cache-dir", e]), "import");
-    ok(&talos_gen(&["mirror", "import", &t, "--cache-dir", e]), "import again");
-    ok(&talos_gen(&["mirror", "verify", "--cache-dir", e]), "verify imported");
+    ok(
+        &talos_gen(&["mirror", "import", &t, "--cache-dir", e]),
+        "import",
+    );
+    ok(
+        &talos_gen(&["mirror", "import", &t, "--cache-dir", e]),
+        "import again",
+    );
+    ok(
+        &talos_gen(&["mirror", "verify", "--cache-dir", e]),
+        "verify imported",
+    );
     let a = fx.serve_offline("cache");
     let b = fx.serve_offline("imported");
     let ans_a = fx.check_served(&a);
@@ -348,9 +415,28 @@ async fn export_import_into_an_empty_dir_serves_the_same() {
     bytes[n / 2] ^= 0xff;
     let bad = fx.path("bad.tar");
     std::fs::write(&bad, bytes).unwrap();
-    let o = talos_gen(&["mirror", "import", bad.to_str().unwrap(), "--cache-dir", fx.path("third").to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
-    ok(&talos_gen(&["mirror", "verify", "--cache-dir", fx.path("third").to_str().unwrap()]), "verify after a bad import");
+    let o = talos_gen(&[
+        "mirror",
+        "import",
+        bad.to_str().unwrap(),
+        "--cache-dir",
+        fx.path("third").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    ok(
+        &talos_gen(&[
+            "mirror",
+            "verify",
+            "--cache-dir",
+            fx.path("third").to_str().unwrap(),
+        ]),
+        "verify after a bad import",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -367,7 +453,9 @@ async fn a_sync_killed_half_way_resumes_without_refetching_whole_objects() {
     let t0 = Instant::now();
     // Wait until some objects are whole, then kill -9.
     loop {
-        let n = std::fs::read_dir(cache.join("objects/sha256")).map(|d| d.count()).unwrap_or(0);
+        let n = std::fs::read_dir(cache.join("objects/sha256"))
+            .map(|d| d.count())
+            .unwrap_or(0);
         if n >= 3 || t0.elapsed() > Duration::from_secs(20) {
             break;
         }
@@ -376,7 +464,9 @@ async fn a_sync_killed_half_way_resumes_without_refetching_whole_objects() {
     std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap();
     child.wait().unwrap();
-    let whole: Vec<talos_gen::store::Entry> = talos_gen::store::Store::open(&cache, None).unwrap().entries();
+    let whole: Vec<talos_gen::store::Entry> = talos_gen::store::Store::open(&cache, None)
+        .unwrap()
+        .entries();
     assert!(!whole.is_empty());
     assert!(
         whole.len() < 2 + 2 * 2 + fx.installer.blobs.len() + fx.kubelet.blobs.len(),
@@ -385,16 +475,29 @@ async fn a_sync_killed_half_way_resumes_without_refetching_whole_objects() {
     ok(&fx.sync("mirror.yaml", "cache"), "resumed sync");
     for e in &whole {
         if let Some(d) = e.key.strip_prefix("oci/blob/") {
-            assert_eq!(fx.reg.count_gets(&format!("/blobs/{d}")), 1, "{} fetched twice", e.key);
+            assert_eq!(
+                fx.reg.count_gets(&format!("/blobs/{d}")),
+                1,
+                "{} fetched twice",
+                e.key
+            );
         } else if let Some(rest) = e.key.strip_prefix("image/") {
             let asset = rest.rsplit('/').next().unwrap();
-            assert_eq!(fx.nginx.count(&format!("/{asset} ")), 1, "{} fetched twice", e.key);
+            assert_eq!(
+                fx.nginx.count(&format!("/{asset} ")),
+                1,
+                "{} fetched twice",
+                e.key
+            );
         }
     }
     for (a, _) in &fx.assets {
         assert!(fx.nginx.count(&format!("/{a} ")) <= 2);
     }
-    ok(&talos_gen(&["mirror", "verify", "--cache-dir", cache.to_str().unwrap()]), "verify");
+    ok(
+        &talos_gen(&["mirror", "verify", "--cache-dir", cache.to_str().unwrap()]),
+        "verify",
+    );
     let svc = fx.serve_offline("cache");
     fx.check_served(&svc);
 }
@@ -409,8 +512,20 @@ fn shipped_config_and_manifests_are_consistent() {
     assert_eq!(cfg.extra_images.len(), 5);
     let text = std::fs::read_to_string(root.join("kubernetes.yaml")).unwrap();
     let docs = talos_gen::yaml::documents_from_str(&text, "kubernetes.yaml").unwrap();
-    let kinds: Vec<&str> = docs.iter().filter_map(|d| d.get("kind")?.as_str()).collect();
-    assert_eq!(kinds, ["PersistentVolumeClaim", "ConfigMap", "Deployment", "Service", "CronJob"]);
+    let kinds: Vec<&str> = docs
+        .iter()
+        .filter_map(|d| d.get("kind")?.as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "PersistentVolumeClaim",
+            "ConfigMap",
+            "Deployment",
+            "Service",
+            "CronJob"
+        ]
+    );
     // The ConfigMap carries the same items as mirror/mirror.yaml.
     let cm = docs[1]["data"]["mirror.yaml"].as_str().unwrap();
     let in_cm = talos_gen::mirror::Config::parse(cm, &root, "configmap").unwrap();
@@ -421,7 +536,11 @@ fn shipped_config_and_manifests_are_consistent() {
         } else {
             &docs[i]["spec"]["template"]["spec"]
         };
-        assert_eq!(spec["securityContext"]["runAsNonRoot"].as_bool(), Some(true), "{kind}");
+        assert_eq!(
+            spec["securityContext"]["runAsNonRoot"].as_bool(),
+            Some(true),
+            "{kind}"
+        );
         let c = &spec["containers"][0];
         assert!(c["resources"]["requests"]["memory"].is_string(), "{kind}");
         assert!(c["livenessProbe"].is_mapping(), "{kind}");

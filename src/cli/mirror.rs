@@ -143,12 +143,20 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 mirror::sync::human(r.bytes)
             );
             for b in &r.bad {
-                eprintln!("talos-gen: mirror import: {b}: bytes do not match its name; not imported");
+                eprintln!(
+                    "talos-gen: mirror import: {b}: bytes do not match its name; not imported"
+                );
             }
             for k in &r.missing {
-                eprintln!("talos-gen: mirror import: {k}: its object is not in the file; not imported");
+                eprintln!(
+                    "talos-gen: mirror import: {k}: its object is not in the file; not imported"
+                );
             }
-            Ok(if r.bad.is_empty() && r.missing.is_empty() { 0 } else { 1 })
+            Ok(if r.bad.is_empty() && r.missing.is_empty() {
+                0
+            } else {
+                1
+            })
         }
     }
 }

@@ -13,12 +13,12 @@ use axum::routing::{get, post};
 use crate::error::{Error, Result};
 
 pub mod api;
-pub mod machineconfig;
 pub mod image;
+pub mod machineconfig;
 pub mod metrics;
 pub mod ops;
-pub mod schematics;
 pub mod registry;
+pub mod schematics;
 
 /// Everything `serve` was told, already parsed by the CLI edge.
 #[derive(Debug, Clone)]

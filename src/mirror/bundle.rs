@@ -84,8 +84,12 @@ pub fn export(cache_dir: &Path, output: &Path, cfg: Option<&Config>) -> Result<E
             h.set_mode(0o644);
             h.set_mtime(0);
             h.set_entry_type(tar::EntryType::Regular);
-            tar.append_data(&mut h, format!("objects/sha256/{digest}"), (&mut f).take(*size))
-                .map_err(werr)?;
+            tar.append_data(
+                &mut h,
+                format!("objects/sha256/{digest}"),
+                (&mut f).take(*size),
+            )
+            .map_err(werr)?;
             bytes += size;
         }
         // Schematics the service was taught (so GET /schematics/{id} works offline).
@@ -125,7 +129,11 @@ pub fn export(cache_dir: &Path, output: &Path, cfg: Option<&Config>) -> Result<E
     }
 }
 
-fn append_bytes<W: Write>(tar: &mut tar::Builder<W>, name: &str, data: &[u8]) -> std::io::Result<()> {
+fn append_bytes<W: Write>(
+    tar: &mut tar::Builder<W>,
+    name: &str,
+    data: &[u8],
+) -> std::io::Result<()> {
     let mut h = tar::Header::new_gnu();
     h.set_size(data.len() as u64);
     h.set_mode(0o644);
@@ -166,7 +174,10 @@ pub async fn import(file: &Path, cache_dir: &Path) -> Result<ImportReport> {
             .next()
             .ok_or_else(|| bad_input("empty tar file".into()))?
             .map_err(|e| bad_input(format!("not a tar file: {e}")))?;
-        let name = first.path().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = first
+            .path()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if name != INDEX_NAME || first.size() > MAX_INDEX {
             return Err(bad_input(format!(
                 "not a talos-gen mirror export (first member is {name:?}, expected {INDEX_NAME})"
@@ -176,10 +187,13 @@ pub async fn import(file: &Path, cache_dir: &Path) -> Result<ImportReport> {
         first
             .read_to_end(&mut b)
             .map_err(|e| bad_input(format!("reading {INDEX_NAME}: {e}")))?;
-        let idx: BundleIndex = serde_json::from_slice(&b)
-            .map_err(|e| bad_input(format!("{INDEX_NAME}: {e}")))?;
+        let idx: BundleIndex =
+            serde_json::from_slice(&b).map_err(|e| bad_input(format!("{INDEX_NAME}: {e}")))?;
         if idx.format != FORMAT {
-            return Err(bad_input(format!("{INDEX_NAME}: unknown format {}", idx.format)));
+            return Err(bad_input(format!(
+                "{INDEX_NAME}: unknown format {}",
+                idx.format
+            )));
         }
         idx
     };

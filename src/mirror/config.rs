@@ -61,9 +61,7 @@ impl ExtraImage {
             None => (s, None),
         };
         let (host, rest) = match name.split_once('/') {
-            Some((h, r))
-                if h.contains('.') || h.contains(':') || h == "localhost" =>
-            {
+            Some((h, r)) if h.contains('.') || h.contains(':') || h == "localhost" => {
                 (h.to_string(), r.to_string())
             }
             _ => ("docker.io".to_string(), name.to_string()),
@@ -308,10 +306,7 @@ mod tests {
         assert!(c.schematics[1].canonical.is_some());
         let items = c.items();
         assert_eq!(items.len(), 5);
-        assert_eq!(
-            items[1].name(),
-            format!("installer installer/{S}:v1.13.6")
-        );
+        assert_eq!(items[1].name(), format!("installer installer/{S}:v1.13.6"));
         for bad in [
             "schematics: [abc]\n",
             "schematics: [{file: missing.yaml}]\n",

@@ -76,10 +76,7 @@ pub fn manifest_refs(body: &[u8]) -> Result<ManifestRefs, String> {
 
 /// Every store key a config's items reach in `store` (tags, manifests,
 /// blobs, images); the items not (fully) stored are named in the error list.
-pub fn reachable_keys(
-    store: &crate::store::Store,
-    cfg: &Config,
-) -> (Vec<String>, Vec<String>) {
+pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>, Vec<String>) {
     let mut keys = Vec::new();
     let mut missing = Vec::new();
     for item in cfg.items() {

@@ -208,7 +208,10 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
         let name = format!(
             "schematic {} ({})",
             s.id,
-            s.file.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+            s.file
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
         );
         let t = Instant::now();
         let res = post_schematic(&upstream, &factory, &s.id, canonical).await;
@@ -350,7 +353,10 @@ async fn sync_item(
 }
 
 /// Follow a fill to its end, moving the meter as bytes arrive.
-async fn track(h: FillHandle, meter: &Meter) -> std::result::Result<crate::store::Entry, FetchError> {
+async fn track(
+    h: FillHandle,
+    meter: &Meter,
+) -> std::result::Result<crate::store::Entry, FetchError> {
     let watch = h.clone();
     let fut = h.wait();
     tokio::pin!(fut);
@@ -394,7 +400,9 @@ async fn sync_image(
             meter.grow(o.entry.size);
             meter.inc(o.entry.size);
             counts.stored.fetch_add(1, Ordering::Relaxed);
-            counts.stored_bytes.fetch_add(o.entry.size, Ordering::Relaxed);
+            counts
+                .stored_bytes
+                .fetch_add(o.entry.size, Ordering::Relaxed);
         }
         Ok(Joined::Filling(mut h)) => {
             let head = h.head().await.map_err(|e| e.to_string())?;
@@ -425,10 +433,11 @@ async fn sync_oci(
     while let Some(r) = queue.pop() {
         let before = match &r {
             Reference::Digest(d) => ctx.store.entry(&manifest_key(d)).is_some(),
-            Reference::Tag(t) => ctx
-                .store
-                .entry(&tag_key(up, repo, t))
-                .is_some_and(|e| ctx.store.entry(&format!("oci/manifest/sha256:{}", e.digest)).is_some()),
+            Reference::Tag(t) => ctx.store.entry(&tag_key(up, repo, t)).is_some_and(|e| {
+                ctx.store
+                    .entry(&format!("oci/manifest/sha256:{}", e.digest))
+                    .is_some()
+            }),
         };
         let m = ctx
             .registry
@@ -440,13 +449,17 @@ async fn sync_oci(
         }
         if before {
             counts.stored.fetch_add(1, Ordering::Relaxed);
-            counts.stored_bytes.fetch_add(m.body.len() as u64, Ordering::Relaxed);
+            counts
+                .stored_bytes
+                .fetch_add(m.body.len() as u64, Ordering::Relaxed);
         } else {
             counts.fetched.fetch_add(1, Ordering::Relaxed);
-            counts.fetched_bytes.fetch_add(m.body.len() as u64, Ordering::Relaxed);
+            counts
+                .fetched_bytes
+                .fetch_add(m.body.len() as u64, Ordering::Relaxed);
         }
-        let refs = manifest_refs(&m.body)
-            .map_err(|e| format!("manifest {repo}@{}: {e}", m.digest))?;
+        let refs =
+            manifest_refs(&m.body).map_err(|e| format!("manifest {repo}@{}: {e}", m.digest))?;
         for d in refs.manifests {
             if !manifests.contains(&d) {
                 queue.push(Reference::Digest(d));
@@ -470,7 +483,9 @@ async fn sync_oci(
                 }
                 meter.inc(o.entry.size);
                 counts.stored.fetch_add(1, Ordering::Relaxed);
-                counts.stored_bytes.fetch_add(o.entry.size, Ordering::Relaxed);
+                counts
+                    .stored_bytes
+                    .fetch_add(o.entry.size, Ordering::Relaxed);
             }
             Ok(Blob::Filling(h, head)) => {
                 if size.is_none()

@@ -55,7 +55,9 @@ pub fn verify(cache_dir: &Path) -> Result<VerifyReport> {
     let store = Store::open(cache_dir, None)?;
     let mut by_digest: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
     for e in store.entries() {
-        let v = by_digest.entry(e.digest.clone()).or_insert((e.size, Vec::new()));
+        let v = by_digest
+            .entry(e.digest.clone())
+            .or_insert((e.size, Vec::new()));
         v.1.push(e.key);
     }
     let work: Vec<(String, u64, Vec<String>, Option<PathBuf>)> = by_digest
@@ -94,11 +96,13 @@ pub fn verify(cache_dir: &Path) -> Result<VerifyReport> {
                     };
                     report.lock().unwrap_or_else(|p| p.into_inner()).objects += 1;
                     if let Some(reason) = reason {
-                        bad.lock().unwrap_or_else(|p| p.into_inner()).push(BadObject {
-                            digest,
-                            keys,
-                            reason,
-                        });
+                        bad.lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(BadObject {
+                                digest,
+                                keys,
+                                reason,
+                            });
                     }
                 }
             });
