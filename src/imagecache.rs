@@ -588,3 +588,11 @@ mod tests {
         assert!(ImageKey::parse(S, &long, "metal-amd64.iso").is_err());
     }
 }
+
+/// The service's schematic registry (named files and earlier POSTs) is
+/// what the factory is taught after a 404.
+impl SchematicLookup for crate::schematic::Registry {
+    fn canonical(&self, id: &str) -> Option<Vec<u8>> {
+        self.get(id).ok().flatten().map(String::into_bytes)
+    }
+}

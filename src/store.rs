@@ -946,6 +946,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn pinning_or_relinking_keeps_the_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Some(1)).unwrap();
+        let e = put(&store, "k", b"bytes", false).await;
+        store.set_pinned("k", true).await.unwrap();
+        assert!(store.object_path(&e.digest).unwrap().exists());
+        store
+            .link(
+                "k",
+                &e.digest,
+                Meta {
+                    pinned: true,
+                    ..Meta::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(store.object_path(&e.digest).unwrap().exists());
+        assert_eq!(store.total_size(), 5);
+        drop(store);
+        let store = Store::open(dir.path(), Some(1)).unwrap();
+        assert!(store.get("k").is_some_and(|o| o.entry.pinned));
+    }
+
+    #[tokio::test]
     async fn sees_entries_written_by_another_process() {
         let dir = tempfile::tempdir().unwrap();
         let serve = Store::open(dir.path(), None).unwrap();

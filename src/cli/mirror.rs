@@ -56,6 +56,107 @@ pub enum MirrorCommand {
     },
 }
 
-pub fn run(_args: MirrorArgs) -> crate::Result<i32> {
-    Err(crate::Error::refused("mirror: not implemented yet"))
+pub fn run(args: MirrorArgs) -> crate::Result<i32> {
+    use crate::mirror;
+    use std::path::Path;
+    super::serve::init_tracing("text");
+    let rt = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| crate::Error::io("starting the runtime", e))
+    };
+    match args.command {
+        MirrorCommand::Sync {
+            config,
+            cache_dir,
+            factory_url,
+            registry_url,
+            mirror_upstream,
+            concurrency,
+        } => {
+            if concurrency == 0 {
+                return Err(crate::Error::bad_input("--concurrency: must be at least 1"));
+            }
+            let cfg = mirror::Config::load(Path::new(&config))?;
+            let opts = mirror::SyncOptions {
+                factory_url,
+                registry_url,
+                mirror_upstreams: mirror_upstream,
+                concurrency,
+                output: mirror::Output::auto(),
+            };
+            let report = rt()?.block_on(mirror::sync(&cfg, Path::new(&cache_dir), &opts))?;
+            println!("{}", report.summary());
+            let failed = report.failed();
+            for f in &failed {
+                eprintln!(
+                    "talos-gen: mirror sync: failed: {}: {}",
+                    f.name,
+                    f.error.as_deref().unwrap_or_default()
+                );
+            }
+            Ok(if failed.is_empty() { 0 } else { 1 })
+        }
+        MirrorCommand::Verify { cache_dir } => {
+            let r = mirror::verify(Path::new(&cache_dir))?;
+            println!(
+                "mirror verify: {} objects ({}) checked, {} bad",
+                r.objects,
+                mirror::sync::human(r.bytes),
+                r.bad.len()
+            );
+            for b in &r.bad {
+                eprintln!(
+                    "talos-gen: mirror verify: bad object sha256:{} ({}): {}; removed, run mirror sync to fetch it again",
+                    b.digest,
+                    b.keys.join(", "),
+                    b.reason
+                );
+            }
+            Ok(if r.bad.is_empty() { 0 } else { 1 })
+        }
+        MirrorCommand::Export {
+            cache_dir,
+            output,
+            config,
+        } => {
+            let cfg = config
+                .as_deref()
+                .map(|c| mirror::Config::load(Path::new(c)))
+                .transpose()?;
+            let r = mirror::export(Path::new(&cache_dir), Path::new(&output), cfg.as_ref())?;
+            println!(
+                "mirror export: {} keys, {} objects ({}) written to {output}",
+                r.keys,
+                r.objects,
+                mirror::sync::human(r.bytes)
+            );
+            Ok(0)
+        }
+        MirrorCommand::Import { file, cache_dir } => {
+            let r = rt()?.block_on(mirror::import(Path::new(&file), Path::new(&cache_dir)))?;
+            println!(
+                "mirror import: {} keys, {} objects ({}) imported",
+                r.keys,
+                r.objects,
+                mirror::sync::human(r.bytes)
+            );
+            for b in &r.bad {
+                eprintln!(
+                    "talos-gen: mirror import: {b}: bytes do not match its name; not imported"
+                );
+            }
+            for k in &r.missing {
+                eprintln!(
+                    "talos-gen: mirror import: {k}: its object is not in the file; not imported"
+                );
+            }
+            Ok(if r.bad.is_empty() && r.missing.is_empty() {
+                0
+            } else {
+                1
+            })
+        }
+    }
 }

@@ -87,15 +87,6 @@ impl AppState {
         } else {
             Some(crate::upstream::Upstream::new(Default::default())?)
         };
-        let images = crate::imagecache::ImageCache::new(
-            fills.clone(),
-            upstream.clone().map(|u| (u, cfg.factory_url.clone())),
-            {
-                let known = schematics.clone();
-                Arc::new(move |id: &str| known.get(id).ok().flatten().map(String::into_bytes))
-            },
-            metrics.clone(),
-        );
         let registry = crate::registry::Registry::new(
             fills.clone(),
             Some(metrics.clone()),
@@ -104,6 +95,12 @@ impl AppState {
             cfg.offline,
         )?
         .with_revalidate(cfg.tag_revalidate);
+        let images = crate::imagecache::ImageCache::new(
+            fills.clone(),
+            upstream.clone().map(|u| (u, cfg.factory_url.clone())),
+            schematics.clone(),
+            metrics.clone(),
+        );
         Ok(AppState(Arc::new(Shared {
             cfg,
             matrix,

@@ -1,1 +1,0 @@
-//! The mirror job: sync, verify, export and import.

@@ -1,0 +1,285 @@
+//! `mirror export` / `mirror import`: one tar file with the index
+//! (`talos-gen-mirror.json`, first) and the objects
+//! (`objects/sha256/<hex>`), plus known schematics (`schematics/<id>.yaml`).
+//! Import streams every object into a store temp file, checks its sha256
+//! and size against its name and the index, and only then commits it, so
+//! nothing unverified ever becomes visible. Importing twice is harmless.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::Config;
+use crate::error::{Error, Result};
+use crate::store::{Entry, Meta, Store};
+
+const INDEX_NAME: &str = "talos-gen-mirror.json";
+const FORMAT: u32 = 1;
+/// Largest index accepted on import.
+const MAX_INDEX: u64 = 256 << 20;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct BundleIndex {
+    format: u32,
+    entries: Vec<Entry>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ExportReport {
+    pub keys: usize,
+    pub objects: usize,
+    pub bytes: u64,
+}
+
+/// Write the store at `cache_dir` (all of it, or what `cfg` reaches) to `output`.
+/// Items of `cfg` that are not (fully) stored refuse the export, named.
+pub fn export(cache_dir: &Path, output: &Path, cfg: Option<&Config>) -> Result<ExportReport> {
+    if !cache_dir.join("index").is_dir() {
+        return Err(Error::bad_input(format!(
+            "--cache-dir {}: not a talos-gen store",
+            cache_dir.display()
+        )));
+    }
+    let store = Store::open(cache_dir, None)?;
+    let entries: Vec<Entry> = match cfg {
+        None => store.entries(),
+        Some(cfg) => {
+            let (keys, missing) = super::reachable_keys(&store, cfg);
+            if !missing.is_empty() {
+                return Err(Error::refused(format!(
+                    "not in the store (run mirror sync first): {}",
+                    missing.join(", ")
+                )));
+            }
+            keys.iter().filter_map(|k| store.entry(k)).collect()
+        }
+    };
+    let mut objects: BTreeMap<String, u64> = BTreeMap::new();
+    for e in &entries {
+        objects.insert(e.digest.clone(), e.size);
+    }
+    let tmp = output.with_extension("tar.partial");
+    let res = (|| -> Result<ExportReport> {
+        let f = std::fs::File::create(&tmp)
+            .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
+        let mut tar = tar::Builder::new(BufWriter::with_capacity(1 << 20, f));
+        let werr = |e: std::io::Error| Error::io(format!("writing {}", tmp.display()), e);
+        let index = serde_json::to_vec(&BundleIndex {
+            format: FORMAT,
+            entries: entries.clone(),
+        })
+        .map_err(|e| Error::io("encoding the index", std::io::Error::other(e)))?;
+        append_bytes(&mut tar, INDEX_NAME, &index).map_err(werr)?;
+        let mut bytes = 0;
+        for (digest, size) in &objects {
+            let path = store
+                .object_path(digest)
+                .ok_or_else(|| Error::refused(format!("malformed digest {digest}")))?;
+            let mut f = std::fs::File::open(&path)
+                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            let mut h = tar::Header::new_gnu();
+            h.set_size(*size);
+            h.set_mode(0o644);
+            h.set_mtime(0);
+            h.set_entry_type(tar::EntryType::Regular);
+            tar.append_data(
+                &mut h,
+                format!("objects/sha256/{digest}"),
+                (&mut f).take(*size),
+            )
+            .map_err(werr)?;
+            bytes += size;
+        }
+        // Schematics the service was taught (so GET /schematics/{id} works offline).
+        let sdir = cache_dir.join("schematics");
+        if let Ok(rd) = std::fs::read_dir(&sdir) {
+            let mut names: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+            names.sort();
+            for n in names {
+                let n = n.to_string_lossy().into_owned();
+                if let Some(id) = n.strip_suffix(".yaml")
+                    && crate::schematic::is_valid_id(id)
+                    && let Ok(b) = std::fs::read(sdir.join(&n))
+                {
+                    append_bytes(&mut tar, &format!("schematics/{n}"), &b).map_err(werr)?;
+                }
+            }
+        }
+        let w = tar.into_inner().map_err(werr)?;
+        let f = w.into_inner().map_err(|e| werr(e.into_error()))?;
+        f.sync_all().map_err(werr)?;
+        Ok(ExportReport {
+            keys: entries.len(),
+            objects: objects.len(),
+            bytes,
+        })
+    })();
+    match res {
+        Ok(r) => {
+            std::fs::rename(&tmp, output)
+                .map_err(|e| Error::io(format!("renaming to {}", output.display()), e))?;
+            Ok(r)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+fn append_bytes<W: Write>(
+    tar: &mut tar::Builder<W>,
+    name: &str,
+    data: &[u8],
+) -> std::io::Result<()> {
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_mtime(0);
+    h.set_entry_type(tar::EntryType::Regular);
+    tar.append_data(&mut h, name, data)
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ImportReport {
+    pub keys: usize,
+    pub objects: usize,
+    pub bytes: u64,
+    /// Objects whose bytes did not match their name (not imported).
+    pub bad: Vec<String>,
+    /// Keys whose object the file did not carry (not imported).
+    pub missing: Vec<String>,
+}
+
+/// Import `file` into the store at `cache_dir`.
+pub async fn import(file: &Path, cache_dir: &Path) -> Result<ImportReport> {
+    let f = std::fs::File::open(file)
+        .map_err(|e| Error::bad_input(format!("{}: {e}", file.display())))?;
+    let dir = cache_dir.to_path_buf();
+    let store = tokio::task::spawn_blocking(move || Store::open(dir, None))
+        .await
+        .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
+    let schematics = crate::schematic::Registry::open(cache_dir, None)?;
+    let what = file.display().to_string();
+    let bad_input = |m: String| Error::bad_input(format!("{what}: {m}"));
+    let mut tar = tar::Archive::new(BufReader::with_capacity(1 << 20, f));
+    let mut entries_iter = tar
+        .entries()
+        .map_err(|e| bad_input(format!("not a tar file: {e}")))?;
+    // The index comes first.
+    let index: BundleIndex = {
+        let mut first = entries_iter
+            .next()
+            .ok_or_else(|| bad_input("empty tar file".into()))?
+            .map_err(|e| bad_input(format!("not a tar file: {e}")))?;
+        let name = first
+            .path()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name != INDEX_NAME || first.size() > MAX_INDEX {
+            return Err(bad_input(format!(
+                "not a talos-gen mirror export (first member is {name:?}, expected {INDEX_NAME})"
+            )));
+        }
+        let mut b = Vec::new();
+        first
+            .read_to_end(&mut b)
+            .map_err(|e| bad_input(format!("reading {INDEX_NAME}: {e}")))?;
+        let idx: BundleIndex =
+            serde_json::from_slice(&b).map_err(|e| bad_input(format!("{INDEX_NAME}: {e}")))?;
+        if idx.format != FORMAT {
+            return Err(bad_input(format!(
+                "{INDEX_NAME}: unknown format {}",
+                idx.format
+            )));
+        }
+        idx
+    };
+    let mut by_digest: HashMap<String, Vec<Entry>> = HashMap::new();
+    for e in index.entries {
+        by_digest.entry(e.digest.clone()).or_default().push(e);
+    }
+    let mut report = ImportReport::default();
+    let mut known: std::collections::HashSet<String> =
+        store.entries().into_iter().map(|e| e.digest).collect();
+    let mut buf = vec![0u8; 1 << 20];
+    for member in entries_iter {
+        let mut member = member.map_err(|e| bad_input(format!("reading the tar file: {e}")))?;
+        let name = member
+            .path()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let Some(n) = name.strip_prefix("schematics/") {
+            let mut b = Vec::new();
+            if member.read_to_end(&mut b).is_ok()
+                && let Some(id) = n.strip_suffix(".yaml")
+                && crate::schematic::id_of(&b) == id
+                && let Ok(text) = String::from_utf8(b)
+                && let Ok(s) = crate::schematic::Schematic::parse(&text)
+            {
+                schematics.put(&s)?;
+            } else {
+                report.bad.push(name.clone());
+            }
+            continue;
+        }
+        let Some(digest) = name.strip_prefix("objects/sha256/") else {
+            continue;
+        };
+        let Some(entries) = by_digest.remove(digest) else {
+            continue; // named by no key: nothing would keep it
+        };
+        let want = entries[0].size;
+        let mut tmp = store.temp()?;
+        let mut ok = true;
+        loop {
+            let n = member
+                .read(&mut buf)
+                .map_err(|e| bad_input(format!("reading {name}: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            if tmp.len() + n as u64 > want {
+                ok = false;
+                break;
+            }
+            tmp.write_all(&buf[..n]).await?;
+        }
+        if !ok || tmp.len() != want || tmp.digest() != digest {
+            report.bad.push(format!("sha256:{digest}"));
+            continue;
+        }
+        for e in entries {
+            if store.entry(&e.key).is_some_and(|x| x.digest == e.digest) {
+                if e.pinned {
+                    store.set_pinned(&e.key, true).await?;
+                }
+                continue;
+            }
+            let meta = Meta {
+                content_type: e.content_type.clone(),
+                pinned: e.pinned,
+                meta: e.meta.clone(),
+            };
+            if !known.contains(digest) {
+                let t = std::mem::replace(&mut tmp, store.temp()?);
+                store.commit(t, &e.key, meta).await?;
+                known.insert(digest.to_string());
+            } else {
+                store.link(&e.key, digest, meta).await?;
+            }
+            report.keys += 1;
+        }
+        report.objects += 1;
+        report.bytes += want;
+    }
+    for entries in by_digest.values() {
+        for e in entries {
+            report.missing.push(e.key.clone());
+        }
+    }
+    report.missing.sort();
+    Ok(report)
+}

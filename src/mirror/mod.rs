@@ -1,0 +1,170 @@
+//! The mirror job: fill the store ahead of time (`sync`), re-hash it
+//! (`verify`), and carry it across an air gap (`export` / `import`).
+//!
+//! Everything goes through the same [`crate::store::Store`] the service
+//! reads, with the registry's key layout (see [`crate::registry`]):
+//! `image/<schematic>/<version>/<asset>`, `oci/manifest/<digest>`,
+//! `oci/blob/<digest>`, `oci/tag/<upstream>/<repo>:<tag>`. Mirrored keys are
+//! pinned, so `--cache-max-size` never evicts them.
+
+pub mod bundle;
+pub mod config;
+pub mod sync;
+pub mod verify;
+
+pub use bundle::{ExportReport, ImportReport, export, import};
+pub use config::{Config, ExtraImage, Item};
+pub use sync::{Output, SyncOptions, SyncReport, sync};
+pub use verify::{VerifyReport, verify};
+
+use crate::registry::{Digest, UpstreamId};
+
+/// The store key of a manifest (the registry module's layout).
+pub fn manifest_key(d: &Digest) -> String {
+    format!("oci/manifest/{d}")
+}
+
+/// The store key of a blob.
+pub fn blob_key(d: &Digest) -> String {
+    format!("oci/blob/{d}")
+}
+
+/// The store key of a tag mapping.
+pub fn tag_key(up: &UpstreamId, repo: &str, tag: &str) -> String {
+    format!("oci/tag/{}/{repo}:{tag}", up.key_name())
+}
+
+/// What a manifest points at.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ManifestRefs {
+    /// Child manifests (of an index / manifest list).
+    pub manifests: Vec<Digest>,
+    /// Config, layers and artifact blobs, with their declared sizes.
+    pub blobs: Vec<(Digest, Option<u64>)>,
+}
+
+/// Parse the references out of a manifest or index body.
+pub fn manifest_refs(body: &[u8]) -> Result<ManifestRefs, String> {
+    #[derive(serde::Deserialize)]
+    struct Desc {
+        digest: String,
+        size: Option<u64>,
+    }
+    #[derive(serde::Deserialize)]
+    struct M {
+        #[serde(default)]
+        manifests: Vec<Desc>,
+        config: Option<Desc>,
+        #[serde(default)]
+        layers: Vec<Desc>,
+        #[serde(default)]
+        blobs: Vec<Desc>,
+    }
+    let m: M = serde_json::from_slice(body).map_err(|e| format!("not a manifest: {e}"))?;
+    let parse = |d: &Desc| {
+        Digest::parse(&d.digest).map_err(|_| format!("unsupported digest {:?}", d.digest))
+    };
+    let mut out = ManifestRefs::default();
+    for d in &m.manifests {
+        out.manifests.push(parse(d)?);
+    }
+    for d in m.config.iter().chain(&m.layers).chain(&m.blobs) {
+        out.blobs.push((parse(d)?, d.size));
+    }
+    Ok(out)
+}
+
+/// Every store key a config's items reach in `store` (tags, manifests,
+/// blobs, images); the items not (fully) stored are named in the error list.
+pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>, Vec<String>) {
+    let mut keys = Vec::new();
+    let mut missing = Vec::new();
+    for item in cfg.items() {
+        let (up, repo, reference) = match &item {
+            Item::Image(k) => {
+                let key = k.store_key();
+                if store.entry(&key).is_some() {
+                    keys.push(key);
+                } else {
+                    missing.push(item.name());
+                }
+                continue;
+            }
+            Item::Installer { repo, tag } => (UpstreamId::Installer, repo.clone(), tag.clone()),
+            Item::Extra(x) => (
+                UpstreamId::Mirror(x.host.clone()),
+                x.repo.clone(),
+                x.reference.clone(),
+            ),
+        };
+        let top = if let Some(d) = reference.strip_prefix("sha256:").and_then(Digest::from_hex) {
+            Some(d)
+        } else {
+            let k = tag_key(&up, &repo, &reference);
+            store.entry(&k).and_then(|e| {
+                keys.push(k);
+                Digest::from_hex(&e.digest)
+            })
+        };
+        let Some(top) = top else {
+            missing.push(item.name());
+            continue;
+        };
+        let mut queue = vec![top];
+        let mut ok = true;
+        while let Some(d) = queue.pop() {
+            let mk = manifest_key(&d);
+            if keys.contains(&mk) {
+                continue;
+            }
+            let Some(o) = store.get(&mk) else {
+                ok = false;
+                continue;
+            };
+            let Ok(body) = std::fs::read(&o.path) else {
+                ok = false;
+                continue;
+            };
+            keys.push(mk);
+            match manifest_refs(&body) {
+                Ok(r) => {
+                    queue.extend(r.manifests);
+                    for (b, _) in r.blobs {
+                        let bk = blob_key(&b);
+                        if store.entry(&bk).is_some() {
+                            if !keys.contains(&bk) {
+                                keys.push(bk);
+                            }
+                        } else {
+                            ok = false;
+                        }
+                    }
+                }
+                Err(_) => ok = false,
+            }
+        }
+        if !ok {
+            missing.push(item.name());
+        }
+    }
+    (keys, missing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refs() {
+        let d = format!("sha256:{}", "a".repeat(64));
+        let idx = format!(r#"{{"manifests":[{{"digest":"{d}","size":3}}]}}"#);
+        let r = manifest_refs(idx.as_bytes()).unwrap();
+        assert_eq!(r.manifests.len(), 1);
+        let m = format!(
+            r#"{{"config":{{"digest":"{d}","size":1}},"layers":[{{"digest":"{d}","size":2}}]}}"#
+        );
+        assert_eq!(manifest_refs(m.as_bytes()).unwrap().blobs.len(), 2);
+        assert!(manifest_refs(b"[]").is_err());
+        assert!(manifest_refs(br#"{"layers":[{"digest":"md5:x"}]}"#).is_err());
+    }
+}

@@ -1,0 +1,531 @@
+//! `mirror sync`: fetch every item of a config into the store, through the
+//! same [`ImageCache`] and [`Registry`] the service uses (one store, one
+//! fill, one verification), pinning what it mirrors.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio::sync::Semaphore;
+
+use super::config::{Config, Item};
+use super::{blob_key, manifest_key, manifest_refs, tag_key};
+use crate::error::{Error, Result};
+use crate::fill::{FetchError, FillHandle, Fills, Joined};
+use crate::imagecache::{ImageCache, ImageError, ImageKey};
+use crate::metrics::Metrics;
+use crate::registry::{Blob, Digest, Reference, Registry, UpstreamId};
+use crate::store::Store;
+use crate::upstream::Upstream;
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// indicatif bars (a terminal).
+    Bars,
+    /// One line per item on stderr.
+    Lines,
+    /// Nothing (library use).
+    Quiet,
+}
+
+impl Output {
+    /// Bars on a terminal, lines otherwise.
+    pub fn auto() -> Output {
+        if std::io::stderr().is_terminal() {
+            Output::Bars
+        } else {
+            Output::Lines
+        }
+    }
+}
+
+/// Where to fetch from and how hard.
+#[derive(Debug, Clone)]
+pub struct SyncOptions {
+    pub factory_url: String,
+    /// Installer registry; the factory URL when `None`.
+    pub registry_url: Option<String>,
+    /// `ns=URL` for `extraImages` hosts.
+    pub mirror_upstreams: Vec<String>,
+    pub concurrency: usize,
+    pub output: Output,
+}
+
+/// What happened to one item.
+#[derive(Debug, Clone, Default)]
+pub struct ItemReport {
+    pub name: String,
+    /// Objects fetched from the upstream in this run.
+    pub fetched: usize,
+    pub fetched_bytes: u64,
+    /// Objects that were already stored.
+    pub stored: usize,
+    pub stored_bytes: u64,
+    pub error: Option<String>,
+    pub elapsed: Duration,
+}
+
+/// The outcome of a sync.
+#[derive(Debug, Clone, Default)]
+pub struct SyncReport {
+    pub items: Vec<ItemReport>,
+    pub elapsed: Duration,
+}
+
+impl SyncReport {
+    pub fn failed(&self) -> Vec<&ItemReport> {
+        self.items.iter().filter(|i| i.error.is_some()).collect()
+    }
+
+    /// The closing summary line.
+    pub fn summary(&self) -> String {
+        let ok = self.items.len() - self.failed().len();
+        let fetched: usize = self.items.iter().map(|i| i.fetched).sum();
+        let fbytes: u64 = self.items.iter().map(|i| i.fetched_bytes).sum();
+        let stored: usize = self.items.iter().map(|i| i.stored).sum();
+        let sbytes: u64 = self.items.iter().map(|i| i.stored_bytes).sum();
+        format!(
+            "mirror sync: {} items, {ok} ok, {} failed; fetched {fetched} objects ({}), {stored} already stored ({}); {:.1}s",
+            self.items.len(),
+            self.failed().len(),
+            human(fbytes),
+            human(sbytes),
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+pub fn human(n: u64) -> String {
+    indicatif::HumanBytes(n).to_string()
+}
+
+/// Counters of one item, shared by its concurrent parts.
+#[derive(Default)]
+struct Counts {
+    fetched: AtomicUsize,
+    fetched_bytes: AtomicU64,
+    stored: AtomicUsize,
+    stored_bytes: AtomicU64,
+}
+
+/// Progress of one item (and the total).
+#[derive(Clone)]
+struct Meter {
+    item: ProgressBar,
+    total: ProgressBar,
+}
+
+impl Meter {
+    fn grow(&self, n: u64) {
+        self.item.inc_length(n);
+        self.total.inc_length(n);
+    }
+    fn inc(&self, n: u64) {
+        self.item.inc(n);
+        self.total.inc(n);
+    }
+}
+
+struct Ctx {
+    store: Store,
+    images: ImageCache,
+    registry: Registry,
+    sem: Arc<Semaphore>,
+    concurrency: usize,
+}
+
+/// Sync `cfg` into the store at `cache_dir`.
+pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<SyncReport> {
+    let t0 = Instant::now();
+    let dir = cache_dir.to_path_buf();
+    let store = tokio::task::spawn_blocking(move || Store::open(dir, None))
+        .await
+        .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
+    let factory = crate::registry::names::check_base_url(&opts.factory_url)
+        .map_err(|e| Error::bad_input(format!("--factory-url: {e}")))?;
+    let upstream = Upstream::new(Default::default())?;
+    let schematics = Arc::new(crate::schematic::Registry::open(cache_dir, None)?);
+    let metrics = Metrics::new();
+    let fills = Fills::new(store.clone()).with_metrics(metrics.clone());
+
+    let registry = Registry::new(
+        fills.clone(),
+        Some(metrics.clone()),
+        Some(opts.registry_url.as_deref().unwrap_or(&factory)),
+        &opts.mirror_upstreams,
+        false,
+    )?
+    // extraImages hosts without --mirror-upstream are reached at https://<host>.
+    .allow_direct_upstreams()
+    // Tags are asked again every sync (a HEAD when unchanged).
+    .with_revalidate(Duration::ZERO);
+    let images = ImageCache::new(
+        fills,
+        Some((upstream.clone(), factory.clone())),
+        schematics.clone(),
+        metrics,
+    );
+    let concurrency = opts.concurrency.max(1);
+    let ctx = Arc::new(Ctx {
+        store,
+        images,
+        registry,
+        sem: Arc::new(Semaphore::new(concurrency)),
+        concurrency,
+    });
+
+    let multi = MultiProgress::with_draw_target(match opts.output {
+        Output::Bars => ProgressDrawTarget::stderr(),
+        _ => ProgressDrawTarget::hidden(),
+    });
+    let total = multi.add(ProgressBar::new(0));
+    total.set_style(
+        ProgressStyle::with_template(
+            "{prefix:>7} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    total.set_prefix("total");
+    let say = |line: String| match opts.output {
+        Output::Bars => multi.suspend(|| eprintln!("{line}")),
+        Output::Lines => eprintln!("{line}"),
+        Output::Quiet => {}
+    };
+
+    let mut reports = Vec::new();
+    // Schematics given as files are taught to the factory first.
+    for s in &cfg.schematics {
+        let Some(canonical) = &s.canonical else {
+            continue;
+        };
+        let name = format!(
+            "schematic {} ({})",
+            s.id,
+            s.file
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        );
+        let t = Instant::now();
+        let res = post_schematic(&upstream, &factory, &s.id, canonical).await;
+        if let Ok(parsed) = crate::schematic::Schematic::parse(canonical) {
+            let _ = schematics.put(&parsed);
+        }
+        let rep = ItemReport {
+            name,
+            error: res.err(),
+            elapsed: t.elapsed(),
+            ..Default::default()
+        };
+        say(line(&rep));
+        reports.push(rep);
+    }
+
+    let items = cfg.items();
+    total.set_message(format!("0/{} items", items.len()));
+    let done = AtomicUsize::new(0);
+    let n_items = items.len();
+    let style = ProgressStyle::with_template(
+        "{prefix:>7} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ");
+    let mut results = futures::stream::iter(items.into_iter().map(|item| {
+        let ctx = ctx.clone();
+        let bar = multi.insert_before(&total, ProgressBar::new(0));
+        bar.set_style(style.clone());
+        bar.set_prefix("item");
+        bar.set_message(item.name());
+        let meter = Meter {
+            item: bar,
+            total: total.clone(),
+        };
+        async move {
+            let t = Instant::now();
+            let counts = Counts::default();
+            let res = sync_item(&ctx, &item, &counts, &meter).await;
+            meter.item.finish_and_clear();
+            ItemReport {
+                name: item.name(),
+                fetched: counts.fetched.load(Ordering::Relaxed),
+                fetched_bytes: counts.fetched_bytes.load(Ordering::Relaxed),
+                stored: counts.stored.load(Ordering::Relaxed),
+                stored_bytes: counts.stored_bytes.load(Ordering::Relaxed),
+                error: res.err(),
+                elapsed: t.elapsed(),
+            }
+        }
+    }))
+    .buffer_unordered(concurrency);
+    while let Some(rep) = results.next().await {
+        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+        total.set_message(format!("{n}/{n_items} items"));
+        say(line(&rep));
+        reports.push(rep);
+    }
+    total.finish_and_clear();
+    Ok(SyncReport {
+        items: reports,
+        elapsed: t0.elapsed(),
+    })
+}
+
+/// The log line of one finished item.
+fn line(r: &ItemReport) -> String {
+    match &r.error {
+        Some(e) => format!("FAILED {}: {e}", r.name),
+        None if r.fetched == 0 => format!(
+            "ok     {}: already stored ({} objects, {})",
+            r.name,
+            r.stored,
+            human(r.stored_bytes)
+        ),
+        None => format!(
+            "ok     {}: fetched {} objects ({}) in {:.1}s, {} already stored",
+            r.name,
+            r.fetched,
+            human(r.fetched_bytes),
+            r.elapsed.as_secs_f64(),
+            r.stored
+        ),
+    }
+}
+
+async fn post_schematic(
+    up: &Upstream,
+    factory: &str,
+    id: &str,
+    canonical: &str,
+) -> std::result::Result<(), String> {
+    let url = format!("{factory}/schematics");
+    let resp = up
+        .post(&url, "application/yaml", canonical.as_bytes().to_vec())
+        .await
+        .map_err(|e| format!("POST {url}: {e}"))?;
+    let st = resp.status();
+    let body = crate::upstream::small_body(resp).await;
+    if !st.is_success() {
+        return Err(format!(
+            "POST {url}: {st}: {}",
+            String::from_utf8_lossy(&body).trim()
+        ));
+    }
+    #[derive(serde::Deserialize)]
+    struct Created {
+        id: String,
+    }
+    match serde_json::from_slice::<Created>(&body) {
+        Ok(c) if c.id == id => Ok(()),
+        Ok(c) => Err(format!(
+            "POST {url}: the factory gave ID {} for a schematic whose ID is {id}",
+            c.id
+        )),
+        Err(e) => Err(format!("POST {url}: answer is not {{\"id\": ...}}: {e}")),
+    }
+}
+
+async fn sync_item(
+    ctx: &Ctx,
+    item: &Item,
+    counts: &Counts,
+    meter: &Meter,
+) -> std::result::Result<(), String> {
+    match item {
+        Item::Image(k) => sync_image(ctx, k, counts, meter).await,
+        Item::Installer { repo, tag } => {
+            sync_oci(ctx, &UpstreamId::Installer, repo, tag, counts, meter).await
+        }
+        Item::Extra(x) => {
+            let up = ctx
+                .registry
+                .upstream_for_host(&x.host)
+                .map_err(|e| e.message)?;
+            sync_oci(ctx, &up, &x.repo, &x.reference, counts, meter).await
+        }
+    }
+}
+
+/// Follow a fill to its end, moving the meter as bytes arrive.
+async fn track(
+    h: FillHandle,
+    meter: &Meter,
+) -> std::result::Result<crate::store::Entry, FetchError> {
+    let watch = h.clone();
+    let fut = h.wait();
+    tokio::pin!(fut);
+    let mut seen = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            r = &mut fut => {
+                if let Ok(e) = &r {
+                    meter.inc(e.size.saturating_sub(seen));
+                }
+                return r;
+            }
+            _ = tick.tick() => {
+                let w = watch.written();
+                meter.inc(w.saturating_sub(seen));
+                seen = seen.max(w);
+            }
+        }
+    }
+}
+
+async fn pin(store: &Store, key: &str) -> std::result::Result<(), String> {
+    store
+        .set_pinned(key, true)
+        .await
+        .map_err(|e| format!("pinning {key}: {e}"))
+}
+
+async fn sync_image(
+    ctx: &Ctx,
+    key: &ImageKey,
+    counts: &Counts,
+    meter: &Meter,
+) -> std::result::Result<(), String> {
+    let _permit = ctx.sem.acquire().await.map_err(|e| e.to_string())?;
+    match ctx.images.lookup(key) {
+        Err(ImageError::NotCached(m)) => return Err(m),
+        Err(ImageError::Fetch(e)) => return Err(e.to_string()),
+        Ok(Joined::Stored(o)) => {
+            meter.grow(o.entry.size);
+            meter.inc(o.entry.size);
+            counts.stored.fetch_add(1, Ordering::Relaxed);
+            counts
+                .stored_bytes
+                .fetch_add(o.entry.size, Ordering::Relaxed);
+        }
+        Ok(Joined::Filling(mut h)) => {
+            let head = h.head().await.map_err(|e| e.to_string())?;
+            if let Some(n) = head.len {
+                meter.grow(n);
+            }
+            let e = track(h, meter).await.map_err(|e| e.to_string())?;
+            counts.fetched.fetch_add(1, Ordering::Relaxed);
+            counts.fetched_bytes.fetch_add(e.size, Ordering::Relaxed);
+        }
+    }
+    pin(&ctx.store, &key.store_key()).await
+}
+
+async fn sync_oci(
+    ctx: &Ctx,
+    up: &UpstreamId,
+    repo: &str,
+    reference: &str,
+    counts: &Counts,
+    meter: &Meter,
+) -> std::result::Result<(), String> {
+    let top_ref = Reference::parse(reference).map_err(|e| format!("{e:?}"))?;
+    // Manifests: the top one, then every manifest of an index (all platforms).
+    let mut manifests: Vec<Digest> = Vec::new();
+    let mut blobs: BTreeMap<Digest, Option<u64>> = BTreeMap::new();
+    let mut queue: Vec<Reference> = vec![top_ref.clone()];
+    while let Some(r) = queue.pop() {
+        let before = match &r {
+            Reference::Digest(d) => ctx.store.entry(&manifest_key(d)).is_some(),
+            Reference::Tag(t) => ctx.store.entry(&tag_key(up, repo, t)).is_some_and(|e| {
+                ctx.store
+                    .entry(&format!("oci/manifest/sha256:{}", e.digest))
+                    .is_some()
+            }),
+        };
+        let m = ctx
+            .registry
+            .manifest(up, repo, &r)
+            .await
+            .map_err(|e| format!("manifest {repo}:{}: {}", ref_str(&r), e.message))?;
+        if manifests.contains(&m.digest) {
+            continue;
+        }
+        if before {
+            counts.stored.fetch_add(1, Ordering::Relaxed);
+            counts
+                .stored_bytes
+                .fetch_add(m.body.len() as u64, Ordering::Relaxed);
+        } else {
+            counts.fetched.fetch_add(1, Ordering::Relaxed);
+            counts
+                .fetched_bytes
+                .fetch_add(m.body.len() as u64, Ordering::Relaxed);
+        }
+        let refs =
+            manifest_refs(&m.body).map_err(|e| format!("manifest {repo}@{}: {e}", m.digest))?;
+        for d in refs.manifests {
+            if !manifests.contains(&d) {
+                queue.push(Reference::Digest(d));
+            }
+        }
+        for (d, size) in refs.blobs {
+            blobs.entry(d).or_insert(size);
+        }
+        manifests.push(m.digest);
+    }
+    for size in blobs.values().flatten() {
+        meter.grow(*size);
+    }
+    // Blobs, concurrently; every one is tried even when another failed.
+    let errors: Vec<String> = futures::stream::iter(blobs.iter().map(|(d, size)| async move {
+        let _permit = ctx.sem.acquire().await.map_err(|e| e.to_string())?;
+        match ctx.registry.blob(up, repo, d).await {
+            Ok(Blob::Stored(o)) => {
+                if size.is_none() {
+                    meter.grow(o.entry.size);
+                }
+                meter.inc(o.entry.size);
+                counts.stored.fetch_add(1, Ordering::Relaxed);
+                counts
+                    .stored_bytes
+                    .fetch_add(o.entry.size, Ordering::Relaxed);
+            }
+            Ok(Blob::Filling(h, head)) => {
+                if size.is_none()
+                    && let Some(n) = head.len
+                {
+                    meter.grow(n);
+                }
+                let e = track(h, meter)
+                    .await
+                    .map_err(|e| format!("blob {d}: {e}"))?;
+                counts.fetched.fetch_add(1, Ordering::Relaxed);
+                counts.fetched_bytes.fetch_add(e.size, Ordering::Relaxed);
+            }
+            Err(e) => return Err(format!("blob {d}: {}", e.message)),
+        }
+        pin(&ctx.store, &blob_key(d)).await
+    }))
+    .buffer_unordered(ctx.concurrency)
+    .filter_map(|r| async move { r.err() })
+    .collect()
+    .await;
+    if let Some(first) = errors.first() {
+        return Err(if errors.len() > 1 {
+            format!("{first} (and {} more)", errors.len() - 1)
+        } else {
+            first.clone()
+        });
+    }
+    for d in &manifests {
+        pin(&ctx.store, &manifest_key(d)).await?;
+    }
+    if let Reference::Tag(t) = &top_ref {
+        pin(&ctx.store, &tag_key(up, repo, t)).await?;
+    }
+    Ok(())
+}
+
+fn ref_str(r: &Reference) -> String {
+    match r {
+        Reference::Tag(t) => t.clone(),
+        Reference::Digest(d) => d.as_str().to_string(),
+    }
+}

@@ -1,0 +1,553 @@
+//! End-to-end tests of `talos-gen mirror` with real parts: nginx as the
+//! factory's `/image` upstream (and `POST /schematics`), Debian's
+//! distribution registry as the installer (and extra image) upstream,
+//! `talos-gen serve --offline` afterwards, curl and skopeo as clients.
+
+mod common;
+mod registry_harness;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use registry_harness::{
+    DockerRegistry, PushedImage, dir_contents, push_factory_image, skopeo_copy,
+};
+use support::{Nginx, NginxOpts, Service, require_tool};
+
+const V: &str = "v1.13.6";
+const MIB: usize = 1 << 20;
+const SCHEMATIC_YAML: &str = "customization:\n  extraKernelArgs:\n    - mirror-test\n";
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    id: String,
+    /// asset name -> bytes published by nginx.
+    assets: Vec<(String, Vec<u8>)>,
+    nginx: Nginx,
+    reg: DockerRegistry,
+    installer: PushedImage,
+    kubelet: PushedImage,
+}
+
+fn random(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+fn xz(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = xz2::write::XzEncoder::new(Vec::new(), 0);
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+impl Fixture {
+    /// nginx publishing two assets (`xz_mib` MiB of random data as xz, and
+    /// an ISO), optionally rate-limited; a registry with a two-platform
+    /// installer and a `siderolabs/kubelet` image.
+    async fn new(xz_mib: usize, rate: Option<&str>) -> Fixture {
+        require_tool("curl");
+        require_tool("skopeo");
+        require_tool("docker-registry");
+        let dir = tempfile::tempdir().unwrap();
+        let (id, _) = talos_gen::schematic::id_and_canonical(SCHEMATIC_YAML).unwrap();
+        let assets = vec![
+            (
+                "openstack-amd64.raw.xz".to_string(),
+                xz(&random(xz_mib * MIB, 7)),
+            ),
+            ("metal-amd64.iso".to_string(), random(MIB + 123, 9)),
+        ];
+        let root = dir.path().join("root");
+        let d = root.join(format!("image/{id}/{V}"));
+        std::fs::create_dir_all(&d).unwrap();
+        for (a, b) in &assets {
+            std::fs::write(d.join(a), b).unwrap();
+        }
+        std::fs::write(dir.path().join("schematic.yaml"), SCHEMATIC_YAML).unwrap();
+        let nginx = Nginx::start(
+            &root,
+            NginxOpts {
+                limit_rate: rate.map(str::to_string),
+                server_extra: format!(
+                    "location = /schematics {{ default_type application/json; return 201 '{{\"id\":\"{id}\"}}'; }}"
+                ),
+                ..Default::default()
+            },
+        );
+        let reg = DockerRegistry::start();
+        let installer = push_factory_image(
+            &reg.url(),
+            &format!("installer/{id}"),
+            V,
+            &[2 * MIB, MIB],
+            1,
+        )
+        .await;
+        let kubelet =
+            push_factory_image(&reg.url(), "siderolabs/kubelet", "v1.35.6", &[MIB], 2).await;
+        let fx = Fixture {
+            dir,
+            id,
+            assets,
+            nginx,
+            reg,
+            installer,
+            kubelet,
+        };
+        fx.write_config(
+            "mirror.yaml",
+            &fx.assets.iter().map(|a| a.0.clone()).collect::<Vec<_>>(),
+        );
+        fx
+    }
+
+    fn write_config(&self, name: &str, images: &[String]) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(
+            &p,
+            format!(
+                "schematics:\n  - file: schematic.yaml\ntalosVersions: [{V}]\nimages: [{}]\ninstallers: [installer]\nextraImages: [ghcr.io/siderolabs/kubelet:v1.35.6]\n",
+                images.join(", ")
+            ),
+        )
+        .unwrap();
+        p
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    fn sync_cmd(&self, config: &str, cache: &str) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_talos-gen"));
+        c.args(["mirror", "sync", "--config"])
+            .arg(self.path(config))
+            .arg("--cache-dir")
+            .arg(self.path(cache))
+            .args(["--factory-url", &self.nginx.url()])
+            .args(["--registry-url", &self.reg.url()])
+            .args(["--mirror-upstream", &format!("ghcr.io={}", self.reg.url())])
+            .args(["--concurrency", "4"])
+            .env("RUST_LOG", "warn");
+        c
+    }
+
+    fn sync(&self, config: &str, cache: &str) -> Output {
+        self.sync_cmd(config, cache).output().unwrap()
+    }
+
+    fn image_gets(&self) -> usize {
+        self.nginx.count("\"GET /image/")
+    }
+
+    fn blob_gets(&self) -> usize {
+        self.reg.count_gets("/blobs/")
+    }
+
+    /// `serve --offline` over `cache` (pinned content survives a tiny size limit).
+    fn serve_offline(&self, cache: &str) -> Service {
+        let cache = self.path(cache);
+        Service::start(&[
+            "--offline",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--cache-max-size",
+            "1",
+            "--mirror-upstream",
+            "ghcr.io=https://ghcr.invalid",
+        ])
+    }
+
+    /// Everything a client would ask, answered by `svc`, checked against the upstream content.
+    fn check_served(&self, svc: &Service) -> Vec<(String, Vec<u8>)> {
+        let mut answers = Vec::new();
+        for (a, bytes) in &self.assets {
+            let url = format!("{}/image/{}/{V}/{a}", svc.url(), self.id);
+            let got = curl(&url);
+            assert_eq!(got.len(), bytes.len(), "{a}");
+            assert!(got == *bytes, "{a}: bytes differ");
+            answers.push((url, got));
+        }
+        // The installer, every platform, with skopeo.
+        let out = tempfile::tempdir().unwrap();
+        let dest = out.path().join("installer");
+        let o = skopeo_copy(
+            &format!("127.0.0.1:{}", svc.port),
+            &self.installer.repo,
+            V,
+            &dest,
+        );
+        assert!(
+            o.status.success(),
+            "skopeo: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let files = dir_contents(&dest);
+        assert_eq!(files.get("manifest.json"), Some(&self.installer.index));
+        for (arch, m, d) in &self.installer.manifests {
+            let hexd = d.trim_start_matches("sha256:");
+            assert_eq!(
+                files.get(&format!("{hexd}.manifest.json")),
+                Some(m),
+                "{arch}"
+            );
+        }
+        for b in &self.installer.blobs {
+            let hexd = b.digest.trim_start_matches("sha256:");
+            assert_eq!(files.get(hexd), Some(&b.data), "blob {}", b.digest);
+        }
+        for (k, v) in files {
+            answers.push((format!("skopeo {k}"), v));
+        }
+        // The extra image through ?ns=, every platform, with curl.
+        let base = format!("{}/v2/siderolabs/kubelet", svc.url());
+        let idx = curl(&format!("{base}/manifests/v1.35.6?ns=ghcr.io"));
+        assert_eq!(idx, self.kubelet.index);
+        for (_, m, d) in &self.kubelet.manifests {
+            assert_eq!(&curl(&format!("{base}/manifests/{d}?ns=ghcr.io")), m);
+        }
+        for b in &self.kubelet.blobs {
+            assert!(curl(&format!("{base}/blobs/{}?ns=ghcr.io", b.digest)) == b.data);
+        }
+        answers.push(("kubelet index".into(), idx));
+        answers
+    }
+}
+
+fn curl(url: &str) -> Vec<u8> {
+    let o = Command::new("curl")
+        .args(["-sS", "--fail", "-H"])
+        .arg("Accept: application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json")
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "curl {url}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout
+}
+
+fn ok(o: &Output, what: &str) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        o.status.success(),
+        "{what} failed ({:?}): {}\n{err}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    err
+}
+
+fn talos_gen(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn object_paths(cache: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(cache.join("objects/sha256"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sync_then_offline_serves_everything_and_resync_fetches_nothing() {
+    let mut fx = Fixture::new(3, None).await;
+    let o = fx.sync("mirror.yaml", "cache");
+    let err = ok(&o, "first sync");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("failed") && stdout.contains(" 0 failed"),
+        "{stdout}"
+    );
+    // One line per item (no terminal): 1 schematic + 2 images + installer + kubelet.
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("ok ")).count(),
+        5,
+        "{err}"
+    );
+    assert_eq!(fx.nginx.count("\"POST /schematics"), 1);
+    let (images, blobs) = (fx.image_gets(), fx.blob_gets());
+    assert_eq!(images, 2);
+    assert_eq!(blobs, fx.installer.blobs.len() + fx.kubelet.blobs.len());
+
+    // Second sync: no upstream artifact GET at all.
+    let o = fx.sync("mirror.yaml", "cache");
+    let err = ok(&o, "second sync");
+    assert_eq!(fx.image_gets(), images, "re-sync fetched an image again");
+    assert_eq!(fx.blob_gets(), blobs, "re-sync fetched a blob again");
+    assert!(err.contains("already stored"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("fetched 0 objects"));
+
+    // Both upstreams gone: the offline service answers all of it.
+    fx.nginx.stop();
+    fx.reg.stop();
+    let svc = fx.serve_offline("cache");
+    fx.check_served(&svc);
+    // The schematic is known offline too.
+    let s = curl(&format!("{}/schematics/{}", svc.url(), fx.id));
+    assert!(!s.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_catches_a_flipped_byte_and_sync_repairs_it() {
+    let fx = Fixture::new(2, None).await;
+    ok(&fx.sync("mirror.yaml", "cache"), "sync");
+    let cache = fx.path("cache");
+    let c = cache.to_str().unwrap();
+    ok(
+        &talos_gen(&["mirror", "verify", "--cache-dir", c]),
+        "verify clean",
+    );
+    // Flip one byte in every 3rd object (images and blobs alike).
+    let mut flipped = Vec::new();
+    for p in object_paths(&cache).iter().step_by(3) {
+        let mut b = std::fs::read(p).unwrap();
+        let i = b.len() / 2;
+        b[i] ^= 0x01;
+        std::fs::write(p, b).unwrap();
+        flipped.push(p.file_name().unwrap().to_string_lossy().into_owned());
+    }
+    let o = talos_gen(&["mirror", "verify", "--cache-dir", c]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for d in &flipped {
+        assert!(err.contains(d.as_str()), "verify did not name {d}: {err}");
+    }
+    let before = (fx.image_gets(), fx.blob_gets());
+    ok(&fx.sync("mirror.yaml", "cache"), "repairing sync");
+    let after = (fx.image_gets(), fx.blob_gets());
+    assert!(
+        after.0 + after.1 > before.0 + before.1,
+        "nothing was fetched again"
+    );
+    assert!(after.0 + after.1 - before.0 - before.1 <= flipped.len());
+    ok(
+        &talos_gen(&["mirror", "verify", "--cache-dir", c]),
+        "verify after repair",
+    );
+    let svc = fx.serve_offline("cache");
+    fx.check_served(&svc);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_asset_the_upstream_lacks_fails_by_name_after_the_rest_synced() {
+    let fx = Fixture::new(1, None).await;
+    let mut images: Vec<String> = fx.assets.iter().map(|a| a.0.clone()).collect();
+    images.insert(0, "nocloud-arm64.raw.xz".into());
+    fx.write_config("lacking.yaml", &images);
+    let o = fx.sync("lacking.yaml", "cache");
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.lines().any(|l| l.contains("failed")
+            && l.contains("nocloud-arm64.raw.xz")
+            && l.contains("404")),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains(" 1 failed"));
+    let svc = fx.serve_offline("cache");
+    fx.check_served(&svc);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn export_import_into_an_empty_dir_serves_the_same() {
+    let fx = Fixture::new(1, None).await;
+    ok(&fx.sync("mirror.yaml", "cache"), "sync");
+    let tar = fx.path("mirror.tar");
+    let (c, t) = (fx.path("cache"), tar.to_str().unwrap().to_string());
+    ok(
+        &talos_gen(&[
+            "mirror",
+            "export",
+            "--cache-dir",
+            c.to_str().unwrap(),
+            "--output",
+            &t,
+            "--config",
+            fx.path("mirror.yaml").to_str().unwrap(),
+        ]),
+        "export",
+    );
+    let empty = fx.path("imported");
+    let e = empty.to_str().unwrap();
+    ok(
+        &talos_gen(&["mirror", "import", &t, "--cache-dir", e]),
+        "import",
+    );
+    ok(
+        &talos_gen(&["mirror", "import", &t, "--cache-dir", e]),
+        "import again",
+    );
+    ok(
+        &talos_gen(&["mirror", "verify", "--cache-dir", e]),
+        "verify imported",
+    );
+    let a = fx.serve_offline("cache");
+    let b = fx.serve_offline("imported");
+    let ans_a = fx.check_served(&a);
+    let ans_b = fx.check_served(&b);
+    assert_eq!(ans_a.len(), ans_b.len());
+    for ((_, x), (_, y)) in ans_a.iter().zip(&ans_b) {
+        assert!(x == y);
+    }
+    // A damaged file is refused object by object, nothing unverified appears.
+    let mut bytes = std::fs::read(&tar).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0xff;
+    let bad = fx.path("bad.tar");
+    std::fs::write(&bad, bytes).unwrap();
+    let o = talos_gen(&[
+        "mirror",
+        "import",
+        bad.to_str().unwrap(),
+        "--cache-dir",
+        fx.path("third").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    ok(
+        &talos_gen(&[
+            "mirror",
+            "verify",
+            "--cache-dir",
+            fx.path("third").to_str().unwrap(),
+        ]),
+        "verify after a bad import",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sync_killed_half_way_resumes_without_refetching_whole_objects() {
+    // 6 MiB of xz at 2 MiB/s: the images are still arriving when the blobs are done.
+    let fx = Fixture::new(6, Some("2m")).await;
+    let mut child = fx
+        .sync_cmd("mirror.yaml", "cache")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let cache = fx.path("cache");
+    let t0 = Instant::now();
+    // Wait until some objects are whole, then kill -9.
+    loop {
+        let n = std::fs::read_dir(cache.join("objects/sha256"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        if n >= 3 || t0.elapsed() > Duration::from_secs(20) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let whole: Vec<talos_gen::store::Entry> = talos_gen::store::Store::open(&cache, None)
+        .unwrap()
+        .entries();
+    assert!(!whole.is_empty());
+    assert!(
+        whole.len() < 2 + 2 * 2 + fx.installer.blobs.len() + fx.kubelet.blobs.len(),
+        "the sync was not interrupted half-way"
+    );
+    ok(&fx.sync("mirror.yaml", "cache"), "resumed sync");
+    for e in &whole {
+        if let Some(d) = e.key.strip_prefix("oci/blob/") {
+            assert_eq!(
+                fx.reg.count_gets(&format!("/blobs/{d}")),
+                1,
+                "{} fetched twice",
+                e.key
+            );
+        } else if let Some(rest) = e.key.strip_prefix("image/") {
+            let asset = rest.rsplit('/').next().unwrap();
+            assert_eq!(
+                fx.nginx.count(&format!("/{asset} ")),
+                1,
+                "{} fetched twice",
+                e.key
+            );
+        }
+    }
+    for (a, _) in &fx.assets {
+        assert!(fx.nginx.count(&format!("/{a} ")) <= 2);
+    }
+    ok(
+        &talos_gen(&["mirror", "verify", "--cache-dir", cache.to_str().unwrap()]),
+        "verify",
+    );
+    let svc = fx.serve_offline("cache");
+    fx.check_served(&svc);
+}
+
+#[test]
+fn shipped_config_and_manifests_are_consistent() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("mirror");
+    let cfg = talos_gen::mirror::Config::load(&root.join("mirror.yaml")).unwrap();
+    assert_eq!(cfg.versions, ["v1.13.6"]);
+    assert_eq!(cfg.images, ["openstack-amd64.raw.xz"]);
+    assert_eq!(cfg.installers, ["installer"]);
+    assert_eq!(cfg.extra_images.len(), 5);
+    let text = std::fs::read_to_string(root.join("kubernetes.yaml")).unwrap();
+    let docs = talos_gen::yaml::documents_from_str(&text, "kubernetes.yaml").unwrap();
+    let kinds: Vec<&str> = docs
+        .iter()
+        .filter_map(|d| d.get("kind")?.as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "PersistentVolumeClaim",
+            "ConfigMap",
+            "Deployment",
+            "Service",
+            "CronJob"
+        ]
+    );
+    // The ConfigMap carries the same items as mirror/mirror.yaml.
+    let cm = docs[1]["data"]["mirror.yaml"].as_str().unwrap();
+    let in_cm = talos_gen::mirror::Config::parse(cm, &root, "configmap").unwrap();
+    assert_eq!(in_cm.items(), cfg.items());
+    for (i, kind) in [(2, "Deployment"), (4, "CronJob")] {
+        let spec = if kind == "CronJob" {
+            &docs[i]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        } else {
+            &docs[i]["spec"]["template"]["spec"]
+        };
+        assert_eq!(
+            spec["securityContext"]["runAsNonRoot"].as_bool(),
+            Some(true),
+            "{kind}"
+        );
+        let c = &spec["containers"][0];
+        assert!(c["resources"]["requests"]["memory"].is_string(), "{kind}");
+        assert!(c["livenessProbe"].is_mapping(), "{kind}");
+        let vol = &spec["volumes"][0]["persistentVolumeClaim"]["claimName"];
+        assert_eq!(vol.as_str(), Some("talos-gen-cache"), "{kind}");
+    }
+    // The service is probed for readiness too.
+    let d = &docs[2]["spec"]["template"]["spec"]["containers"][0];
+    assert!(d["readinessProbe"].is_mapping());
+}
