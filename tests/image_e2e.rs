@@ -374,10 +374,19 @@ fn cache_max_size_evicts_least_recently_used() {
     // A was least recently used: evicted; fetching it again goes upstream.
     assert!(curl(&ua, &[]).body == fx.xz);
     assert_eq!(fx.upstream_gets(), 2, "evicted artifact fetched again");
-    let objects = std::fs::read_dir(fx.cache().join("objects/sha256"))
-        .unwrap()
-        .count();
-    assert_eq!(objects, 1, "only one object fits");
+    // The last byte reaches the client before the durable commit, and the
+    // eviction runs just after it: wait for both, then count.
+    wait_committed(&svc, &path());
+    let count = || {
+        std::fs::read_dir(fx.cache().join("objects/sha256"))
+            .unwrap()
+            .count()
+    };
+    let start = Instant::now();
+    while count() != 1 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(count(), 1, "only one object fits");
 }
 
 #[test]
