@@ -1,7 +1,9 @@
 //! The project's one YAML emitter: writes ordered trees exactly as Go's
-//! `gopkg.in/yaml.v3` encoder does with `SetIndent(4)` (what Talos and the
-//! Image Factory use), so that schematic IDs and machine configs match them
-//! byte for byte.
+//! `gopkg.in/yaml.v3` encoder does with `SetIndent(4)` (what Talos uses), or,
+//! with [`Flavor::V4`], as `go.yaml.in/yaml/v4`'s `Marshal` does (what the
+//! Image Factory uses since late 2025; same layout, a few strings quoted
+//! differently), so that schematic IDs and machine configs match them byte
+//! for byte.
 //!
 //! It knows nothing of Talos: callers build a [`Node`] with fields in the
 //! order they want them (Go struct order), leaving out what `omitempty`
@@ -400,7 +402,7 @@ fn scalar_text(s: &str, ctx: ScalarCtx, indent: usize, f: Flavor) -> String {
         Style::Plain => s.to_string(),
         Style::Single => format!("'{}'", s.replace('\'', "''")),
         Style::Double => double_quoted(s),
-        Style::Literal => literal(s, indent),
+        Style::Literal => literal(s, indent, f),
     }
 }
 
@@ -886,10 +888,12 @@ fn double_quoted(s: &str) -> String {
 }
 
 /// `|` block with hints, content at `indent`, ending with a line break.
-fn literal(s: &str, indent: usize) -> String {
+/// The indentation hint is written for a leading space, and in v3 also for a
+/// leading line break (v4 dropped that case: go-yaml issue #65).
+fn literal(s: &str, indent: usize, f: Flavor) -> String {
     let mut out = String::from("|");
     let first = s.chars().next();
-    if first == Some(' ') || first.is_some_and(is_break) {
+    if first == Some(' ') || (f == Flavor::V3 && first.is_some_and(is_break)) {
         let _ = write!(out, "{BEST_INDENT}");
     }
     let mut rev = s.chars().rev();
@@ -1089,6 +1093,9 @@ network: {}
         // Multi-line strings that are too short or all blank: double quotes.
         assert_eq!(v4("\n"), "k: \"\\n\"\n");
         assert_eq!(v4(" \n "), "k: \" \\n \"\n");
+        // A leading line break gets no indentation hint in v4 (it does in v3).
+        assert_eq!(v4("\na\n"), "k: |\n\n    a\n");
+        assert_eq!(val("\na\n"), "k: |4\n\n    a\n");
         // Everything else as v3.
         for s in [
             "",

@@ -71,13 +71,11 @@ proptest! {
     fn schematic_strings_round_trip(args in proptest::collection::vec("(?s).{0,20}", 0..4)) {
         // Any extension/kernel-arg strings survive the canonical encoding:
         // decoding the canonical YAML yields the same values (Go quoting works).
-        // Excluded: a multi-line string starting with a space or line break
-        // inside a sequence. go-yaml writes it as a literal block with the
-        // indentation hint `|4` but indents the content by 2 under the dash,
-        // which no YAML parser reads back; we reproduce Go's bytes.
-        prop_assume!(!args.iter().any(|a| a.contains('\n')
-            && a.len() >= 2
-            && a.starts_with([' ', '\n', '\r', '\u{85}', '\u{2028}', '\u{2029}'])));
+        // Excluded: a multi-line string starting with a space inside a
+        // sequence. go-yaml writes it as a literal block with the indentation
+        // hint `|4` but indents the content by 2 under the dash, which no YAML
+        // parser reads back; we reproduce Go's bytes.
+        prop_assume!(!args.iter().any(|a| a.contains('\n') && a.starts_with(' ')));
         let s = Schematic {
             customization: talos_gen::schematic::Customization {
                 extra_kernel_args: args.clone(),
