@@ -132,6 +132,8 @@ pub struct FillSpec {
     pub meta: Meta,
     /// Bound on the whole fill (headers and body).
     pub timeout: Duration,
+    /// Longest silence between two body chunks.
+    pub idle_timeout: Duration,
     /// Label for metrics (e.g. `image`, `blob`).
     pub kind: &'static str,
 }
@@ -148,6 +150,7 @@ impl FillSpec {
             verifier: None,
             meta: Meta::default(),
             timeout: Duration::from_secs(3600),
+            idle_timeout: Duration::from_secs(60),
             kind: "object",
         }
     }
@@ -238,6 +241,7 @@ impl Fills {
         });
         map.insert(key.to_string(), sh.clone());
         drop(map);
+        tracing::info!(key, "fill started");
         let spec = spec();
         let this = self.clone();
         let key = key.to_string();
@@ -316,7 +320,17 @@ impl Fills {
 
         let mut body = opened.body;
         let mut written: u64 = 0;
-        while let Some(chunk) = body.next().await {
+        let idle = spec.idle_timeout;
+        loop {
+            let next = tokio::time::timeout(idle, body.next()).await.map_err(|_| {
+                FetchError::Timeout(format!(
+                    "fetching {key}: upstream sent nothing for {}s after {written} bytes",
+                    idle.as_secs()
+                ))
+            })?;
+            let Some(chunk) = next else {
+                break;
+            };
             let chunk = chunk?;
             if chunk.is_empty() {
                 continue;
@@ -379,6 +393,8 @@ pub struct FillHandle {
 
 /// Bytes read from the file per step.
 const CHUNK: usize = 256 * 1024;
+/// Reads this close behind the writer are served inline.
+const HOT: u64 = 8 << 20;
 
 impl FillHandle {
     fn new(sh: Arc<Shared>) -> FillHandle {
@@ -487,7 +503,7 @@ impl ReadState {
                 };
                 let n = ((limit - self.pos) as usize).min(CHUNK);
                 let pos = self.pos;
-                let buf = tokio::task::spawn_blocking(move || {
+                let read = move |file: &File| {
                     let mut buf = BytesMut::zeroed(n);
                     let mut got = 0;
                     while got < n {
@@ -498,9 +514,16 @@ impl ReadState {
                     }
                     buf.truncate(got);
                     Ok::<_, std::io::Error>(buf.freeze())
-                })
-                .await
-                .map_err(std::io::Error::other)??;
+                };
+                // Bytes just written are in the page cache: read them inline
+                // (a memcpy); older bytes (a late joiner) on the blocking pool.
+                let buf = if p.written - pos <= HOT {
+                    read(&file)?
+                } else {
+                    tokio::task::spawn_blocking(move || read(&file))
+                        .await
+                        .map_err(std::io::Error::other)??
+                };
                 if buf.is_empty() {
                     return Err(std::io::Error::other("fill file shorter than written"));
                 }
@@ -809,6 +832,16 @@ mod tests {
         };
         tx.send(Ok(Bytes::from_static(b"ab"))).await.unwrap();
         assert!(matches!(h.wait().await, Err(FetchError::Timeout(_))));
+        drop(tx);
+        let (tx, mut spec) = channel_spec(Some(10));
+        spec.idle_timeout = Duration::from_millis(100);
+        let Joined::Filling(h) = fills.join("k", || spec) else {
+            panic!()
+        };
+        tx.send(Ok(Bytes::from_static(b"ab"))).await.unwrap();
+        let t = Instant::now();
+        assert!(matches!(h.wait().await, Err(FetchError::Timeout(_))));
+        assert!(t.elapsed() < Duration::from_secs(2));
         drop(tx);
     }
 }

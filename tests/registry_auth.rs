@@ -42,7 +42,9 @@ async fn token_server() -> TokenServer {
         .self_signed(&key)
         .unwrap();
     let rng = ring::rand::SystemRandom::new();
-    let signer = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &key.serialize_der(), &rng).unwrap();
+    let signer =
+        EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &key.serialize_der(), &rng)
+            .unwrap();
     let x5c = base64::engine::general_purpose::STANDARD.encode(cert.der());
     let seen: Arc<Mutex<Vec<(bool, String)>>> = Arc::default();
 
@@ -189,7 +191,12 @@ async fn bearer_challenges_and_cross_host_redirects_without_credentials() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
-    assert!(r.headers()["www-authenticate"].to_str().unwrap().starts_with("Bearer realm="));
+    assert!(
+        r.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer realm=")
+    );
 
     let cache = tempfile::tempdir().unwrap();
     let svc = Service::start(
@@ -200,18 +207,34 @@ async fn bearer_challenges_and_cross_host_redirects_without_credentials() {
     let out = tempfile::tempdir().unwrap();
     let via = out.path().join("via");
     let o = skopeo_copy(&svc.host(), &repo, "v1.13.6", &via);
-    assert!(o.status.success(), "skopeo via service: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "skopeo via service: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let files = dir_contents(&via);
     assert_eq!(files.get("manifest.json"), Some(&img.index));
     for b in &img.blobs {
-        assert_eq!(files.get(b.digest.trim_start_matches("sha256:")), Some(&b.data), "{}", b.digest);
+        assert_eq!(
+            files.get(b.digest.trim_start_matches("sha256:")),
+            Some(&b.data),
+            "{}",
+            b.digest
+        );
     }
 
     // Tokens were asked for anonymously, for the repository's pull scope.
     let seen = tok.seen.lock().unwrap().clone();
     assert!(!seen.is_empty());
-    assert!(seen.iter().all(|(auth, _)| !auth), "credentials sent to the token endpoint");
-    assert!(seen.iter().all(|(_, s)| s == &format!("repository:{repo}:pull")), "{seen:?}");
+    assert!(
+        seen.iter().all(|(auth, _)| !auth),
+        "credentials sent to the token endpoint"
+    );
+    assert!(
+        seen.iter()
+            .all(|(_, s)| s == &format!("repository:{repo}:pull")),
+        "{seen:?}"
+    );
     // Every blob came from nginx (the redirect target) with no credentials:
     // nginx answers 403 to any request carrying Authorization.
     let log = std::fs::read_to_string(&ngx.access_log).unwrap();

@@ -21,7 +21,10 @@ struct Containerd {
 }
 
 fn start_containerd(dir: &Path) -> Option<Containerd> {
-    if Command::new("containerd").arg("--version").output().is_err()
+    if Command::new("containerd")
+        .arg("--version")
+        .output()
+        .is_err()
         || Command::new("ctr").arg("--version").output().is_err()
     {
         eprintln!("SKIP: containerd/ctr not installed (apt-get install -y containerd)");
@@ -92,10 +95,17 @@ async fn containerd_pulls_through_the_service_with_hosts_toml() {
         return;
     };
     let up = DockerRegistry::start();
-    let kubelet = push_factory_image(&up.url(), "siderolabs/kubelet", "v1.35.6", &[2 << 20], 11).await;
+    let kubelet =
+        push_factory_image(&up.url(), "siderolabs/kubelet", "v1.35.6", &[2 << 20], 11).await;
     let installer_repo = format!("installer/{SCHEMATIC}");
-    let installer =
-        push_factory_image(&up.url(), &installer_repo, "v1.13.6", &[3 << 20, 1 << 20], 12).await;
+    let installer = push_factory_image(
+        &up.url(),
+        &installer_repo,
+        "v1.13.6",
+        &[3 << 20, 1 << 20],
+        12,
+    )
+    .await;
     let cache = work.path().join("cache");
     let svc = Service::start(
         &common::bin(),
@@ -116,11 +126,21 @@ async fn containerd_pulls_through_the_service_with_hosts_toml() {
 
     for (reference, img) in [
         ("ghcr.io/siderolabs/kubelet:v1.35.6".to_string(), &kubelet),
-        (format!("factory.talos.dev/{installer_repo}:v1.13.6"), &installer),
+        (
+            format!("factory.talos.dev/{installer_repo}:v1.13.6"),
+            &installer,
+        ),
     ] {
         let o = ctr(
             &cd,
-            &["content", "fetch", "--all-platforms", "--hosts-dir", &hosts_s, &reference],
+            &[
+                "content",
+                "fetch",
+                "--all-platforms",
+                "--hosts-dir",
+                &hosts_s,
+                &reference,
+            ],
         );
         assert!(
             o.status.success(),
@@ -141,11 +161,16 @@ async fn containerd_pulls_through_the_service_with_hosts_toml() {
         for (d, data) in want {
             let o = ctr(&cd, &["content", "get", &d]);
             assert!(o.status.success(), "ctr content get {d}");
-            assert!(o.stdout == data, "{reference}: {d} differs in containerd's store");
+            assert!(
+                o.stdout == data,
+                "{reference}: {d} differs in containerd's store"
+            );
         }
         // ... and came through the service: it is in the service's store.
         for b in &img.blobs {
-            let obj = cache.join("objects/sha256").join(b.digest.trim_start_matches("sha256:"));
+            let obj = cache
+                .join("objects/sha256")
+                .join(b.digest.trim_start_matches("sha256:"));
             assert!(obj.exists(), "{} not in the service's store", b.digest);
         }
     }

@@ -22,7 +22,11 @@ async fn harness_upstream_serves_factory_shaped_image_to_skopeo() {
     let out = tempfile::tempdir().unwrap();
     let dest = out.path().join("direct");
     let o = skopeo_copy(&up.host(), &repo(), "v1.13.6", &dest);
-    assert!(o.status.success(), "skopeo: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "skopeo: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let files = dir_contents(&dest);
     assert_eq!(files.get("manifest.json"), Some(&img.index));
     for b in &img.blobs {
@@ -51,7 +55,10 @@ fn assert_same_dir(a: &std::path::Path, b: &std::path::Path) {
 
 fn oci_error_code(body: &[u8]) -> String {
     let v: serde_json::Value = serde_json::from_slice(body).expect("OCI error body is JSON");
-    v["errors"][0]["code"].as_str().expect("errors[0].code").to_string()
+    v["errors"][0]["code"]
+        .as_str()
+        .expect("errors[0].code")
+        .to_string()
 }
 
 const ACCEPT_ALL: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json";
@@ -59,7 +66,14 @@ const ACCEPT_ALL: &str = "application/vnd.oci.image.index.v1+json, application/v
 #[tokio::test(flavor = "multi_thread")]
 async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
     let mut up = DockerRegistry::start();
-    let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[5 * MIB, 2 * MIB, 300_000], 2).await;
+    let img = push_factory_image(
+        &up.url(),
+        &repo(),
+        "v1.13.6",
+        &[5 * MIB, 2 * MIB, 300_000],
+        2,
+    )
+    .await;
     let cache = tempfile::tempdir().unwrap();
     let svc = service(&up, cache.path(), &["--tag-revalidate", "1"]);
     let out = tempfile::tempdir().unwrap();
@@ -67,10 +81,18 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
     // The direct copy and the copy through the service are the same files.
     let direct = out.path().join("direct");
     let o = skopeo_copy(&up.host(), &repo(), "v1.13.6", &direct);
-    assert!(o.status.success(), "direct skopeo: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "direct skopeo: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let via = out.path().join("via");
     let o = skopeo_copy(&svc.host(), &repo(), "v1.13.6", &via);
-    assert!(o.status.success(), "skopeo via service: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "skopeo via service: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_same_dir(&direct, &via);
 
     // skopeo inspect --raw through the service hashes to the index digest.
@@ -79,7 +101,11 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
         .arg(format!("docker://{}/{}:v1.13.6", svc.host(), repo()))
         .output()
         .unwrap();
-    assert!(o.status.success(), "inspect: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "inspect: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(sha256_digest(&o.stdout), img.index_digest);
 
     let http = reqwest::Client::new();
@@ -91,9 +117,15 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["docker-content-digest"], img.index_digest.as_str());
+    assert_eq!(
+        r.headers()["docker-content-digest"],
+        img.index_digest.as_str()
+    );
     assert_eq!(r.headers()["content-type"], INDEX_TYPE);
-    assert_eq!(r.headers()["content-length"], img.index.len().to_string().as_str());
+    assert_eq!(
+        r.headers()["content-length"],
+        img.index.len().to_string().as_str()
+    );
     // A per-arch manifest by digest: Docker schema 2, byte for byte.
     let (_, mbytes, mdigest) = &img.manifests[1];
     let r = http
@@ -107,7 +139,10 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
     // GET /v2/
     let r = http.get(format!("{}/v2/", svc.url())).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["docker-distribution-api-version"], "registry/2.0");
+    assert_eq!(
+        r.headers()["docker-distribution-api-version"],
+        "registry/2.0"
+    );
 
     // Blob ranges.
     let b = &img.blobs[0];
@@ -145,7 +180,10 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
-    assert_eq!(oci_error_code(&r.bytes().await.unwrap()), "MANIFEST_UNKNOWN");
+    assert_eq!(
+        oci_error_code(&r.bytes().await.unwrap()),
+        "MANIFEST_UNKNOWN"
+    );
     let missing = format!("sha256:{}", "0".repeat(64));
     let r = http
         .get(format!("{}/v2/{}/blobs/{missing}", svc.url(), repo()))
@@ -160,7 +198,10 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
-    assert_eq!(oci_error_code(&r.bytes().await.unwrap()), "MANIFEST_UNKNOWN");
+    assert_eq!(
+        oci_error_code(&r.bytes().await.unwrap()),
+        "MANIFEST_UNKNOWN"
+    );
 
     // Upstream gone, tag mapping past its revalidation time: the whole copy
     // still succeeds from the store.
@@ -168,7 +209,11 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let offline = out.path().join("offline");
     let o = skopeo_copy(&svc.host(), &repo(), "v1.13.6", &offline);
-    assert!(o.status.success(), "skopeo with upstream down: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "skopeo with upstream down: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_same_dir(&direct, &offline);
     // Unknown things with the upstream down fail fast with 5xx, not 404 lies.
     let t0 = std::time::Instant::now();
@@ -194,17 +239,37 @@ async fn ns_mirror_served_only_for_configured_registries() {
     let http = reqwest::Client::new();
     let before = up.count_gets("siderolabs/kubelet");
     // As containerd asks a mirror: HEAD then GET with ?ns=.
-    let url = format!("{}/v2/siderolabs/kubelet/manifests/v1.35.6?ns=ghcr.io", svc.url());
-    let r = http.head(&url).header("accept", ACCEPT_ALL).send().await.unwrap();
+    let url = format!(
+        "{}/v2/siderolabs/kubelet/manifests/v1.35.6?ns=ghcr.io",
+        svc.url()
+    );
+    let r = http
+        .head(&url)
+        .header("accept", ACCEPT_ALL)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["docker-content-digest"], img.index_digest.as_str());
-    let r = http.get(&url).header("accept", ACCEPT_ALL).send().await.unwrap();
+    assert_eq!(
+        r.headers()["docker-content-digest"],
+        img.index_digest.as_str()
+    );
+    let r = http
+        .get(&url)
+        .header("accept", ACCEPT_ALL)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], INDEX_TYPE);
     assert_eq!(r.bytes().await.unwrap(), img.index.as_slice());
     let b = &img.blobs[0];
     let r = http
-        .get(format!("{}/v2/siderolabs/kubelet/blobs/{}?ns=ghcr.io", svc.url(), b.digest))
+        .get(format!(
+            "{}/v2/siderolabs/kubelet/blobs/{}?ns=ghcr.io",
+            svc.url(),
+            b.digest
+        ))
         .send()
         .await
         .unwrap();
@@ -212,12 +277,24 @@ async fn ns_mirror_served_only_for_configured_registries() {
     assert_eq!(r.bytes().await.unwrap(), b.data.as_slice());
     // A cold blob: HEAD gives its size; a range is served from the fill.
     let cold = &img.blobs[2];
-    let burl = format!("{}/v2/siderolabs/kubelet/blobs/{}?ns=ghcr.io", svc.url(), cold.digest);
+    let burl = format!(
+        "{}/v2/siderolabs/kubelet/blobs/{}?ns=ghcr.io",
+        svc.url(),
+        cold.digest
+    );
     let r = http.head(&burl).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["content-length"], cold.data.len().to_string().as_str());
+    assert_eq!(
+        r.headers()["content-length"],
+        cold.data.len().to_string().as_str()
+    );
     assert_eq!(r.headers()["docker-content-digest"], cold.digest.as_str());
-    let r = http.get(&burl).header("range", "bytes=1000-2999").send().await.unwrap();
+    let r = http
+        .get(&burl)
+        .header("range", "bytes=1000-2999")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 206);
     assert_eq!(r.bytes().await.unwrap(), &cold.data[1000..3000]);
     let r = http.get(&burl).send().await.unwrap();
@@ -236,14 +313,21 @@ async fn ns_mirror_served_only_for_configured_registries() {
         ("?ns=ghcr.io&ns=docker.io", 400, "UNSUPPORTED"),
     ] {
         let r = http
-            .get(format!("{}/v2/siderolabs/kubelet/manifests/v1.35.6{q}", svc.url()))
+            .get(format!(
+                "{}/v2/siderolabs/kubelet/manifests/v1.35.6{q}",
+                svc.url()
+            ))
             .send()
             .await
             .unwrap();
         assert_eq!(r.status(), status, "{q}");
         assert_eq!(oci_error_code(&r.bytes().await.unwrap()), code, "{q}");
     }
-    assert_eq!(up.count_gets("siderolabs/kubelet"), served, "refused requests reached the upstream");
+    assert_eq!(
+        up.count_gets("siderolabs/kubelet"),
+        served,
+        "refused requests reached the upstream"
+    );
     assert_eq!(up.count_gets("docker.io"), 0);
 }
 
@@ -256,14 +340,18 @@ async fn hostile_names_and_digests_are_refused_and_touch_nothing() {
     std::fs::create_dir_all(&cache).unwrap();
     let sentinel = root.path().join("sentinel");
     std::fs::write(&sentinel, b"keep").unwrap();
-    let svc = service(&up, &cache, &["--mirror-upstream", &format!("ghcr.io={}", up.url())]);
+    let svc = service(
+        &up,
+        &cache,
+        &["--mirror-upstream", &format!("ghcr.io={}", up.url())],
+    );
     let gets_before = std::fs::read_to_string(&up.log).unwrap().lines().count();
     let h = SCHEMATIC;
     let long = "a".repeat(300);
     let paths = [
         "/v2/../../etc/passwd/manifests/latest".to_string(),
         format!("/v2/installer/../{h}/manifests/latest"),
-        format!("/v2/installer/%2e%2e/manifests/latest"),
+        "/v2/installer/%2e%2e/manifests/latest".to_string(),
         format!("/v2/installer%2F{h}/manifests/latest"),
         format!("/v2/installer/{h}/manifests/..%2F..%2Fsentinel"),
         format!("/v2/installer/{h}/manifests/sha256:..%2f..%2fsentinel"),
@@ -288,7 +376,14 @@ async fn hostile_names_and_digests_are_refused_and_touch_nothing() {
     ];
     for p in &paths {
         let o = std::process::Command::new("curl")
-            .args(["-s", "--path-as-is", "-o", "/dev/null", "-w", "%{http_code}"])
+            .args([
+                "-s",
+                "--path-as-is",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+            ])
             .arg(format!("{}{p}", svc.url()))
             .output()
             .unwrap();
@@ -306,7 +401,10 @@ async fn hostile_names_and_digests_are_refused_and_touch_nothing() {
 
     // Nothing reached the upstream, nothing appeared beside the cache dir.
     let gets_after = std::fs::read_to_string(&up.log).unwrap().lines().count();
-    assert_eq!(gets_before, gets_after, "hostile requests reached the upstream");
+    assert_eq!(
+        gets_before, gets_after,
+        "hostile requests reached the upstream"
+    );
     let mut names: Vec<_> = std::fs::read_dir(root.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -331,7 +429,11 @@ async fn concurrent_cold_copies_fetch_each_blob_once() {
         let host = host.clone();
         handles.push(std::thread::spawn(move || {
             let o = skopeo_copy(&host, &repo(), "v1.13.6", &dest);
-            assert!(o.status.success(), "copy {i}: {}", String::from_utf8_lossy(&o.stderr));
+            assert!(
+                o.status.success(),
+                "copy {i}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
             dest
         }));
     }
@@ -346,6 +448,26 @@ async fn concurrent_cold_copies_fetch_each_blob_once() {
     for (_, _, d) in &img.manifests {
         assert_eq!(up.count_gets(&format!("/manifests/{d}")), 1, "manifest {d}");
     }
+    // The metrics agree: one blob fill per blob, the rest joined or hit.
+    let m = reqwest::get(format!("{}/metrics", svc.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let want = format!(
+        "talos_gen_upstream_fetches_total{{kind=\"blob\",result=\"ok\"}} {}",
+        img.blobs.len()
+    );
+    assert!(m.contains(&want), "{want} not in:\n{m}");
+    assert!(
+        m.contains("talos_gen_cache_misses_total{kind=\"blob\"}"),
+        "{m}"
+    );
+    assert!(
+        m.contains("talos_gen_upstream_fetches_total{kind=\"manifest\",result=\"ok\"} 3"),
+        "{m}"
+    );
 }
 
 /// Flip one byte of the object docker-registry keeps for `digest` (same
@@ -377,7 +499,12 @@ async fn corrupted_upstream_bytes_are_never_served_whole_or_stored() {
     let http = reqwest::Client::new();
     for _ in 0..2 {
         let r = http
-            .get(format!("{}/v2/{}/blobs/{}", svc.url(), repo(), layer.digest))
+            .get(format!(
+                "{}/v2/{}/blobs/{}",
+                svc.url(),
+                repo(),
+                layer.digest
+            ))
             .send()
             .await
             .unwrap();
@@ -397,8 +524,77 @@ async fn corrupted_upstream_bytes_are_never_served_whole_or_stored() {
     }
     let objects = cache.path().join("objects/sha256");
     for d in [&layer.digest, &mdigest] {
-        assert!(!objects.join(d.trim_start_matches("sha256:")).exists(), "{d} stored");
+        assert!(
+            !objects.join(d.trim_start_matches("sha256:")).exists(),
+            "{d} stored"
+        );
     }
     // Each attempt went upstream again (nothing bad was cached).
     assert_eq!(up.count_gets(&format!("/blobs/{}", layer.digest)), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn moving_tags_are_revalidated_and_offline_serves_the_store() {
+    let up = DockerRegistry::start();
+    let a = push_factory_image(&up.url(), &repo(), "latest", &[MIB], 7).await;
+    let cache = tempfile::tempdir().unwrap();
+    let mut svc = service(&up, cache.path(), &["--tag-revalidate", "2"]);
+    let http = reqwest::Client::new();
+    let head = |url: String| {
+        let http = http.clone();
+        async move {
+            let r = http
+                .head(url)
+                .header("accept", ACCEPT_ALL)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.headers()["docker-content-digest"]
+                .to_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let url = format!("{}/v2/{}/manifests/latest", svc.url(), repo());
+    assert_eq!(head(url.clone()).await, a.index_digest);
+    // `latest` moves upstream: the old mapping holds within the interval,
+    // the new one is served after it.
+    let b = push_factory_image(&up.url(), &repo(), "latest", &[MIB], 8).await;
+    assert_ne!(a.index_digest, b.index_digest);
+    assert_eq!(head(url.clone()).await, a.index_digest);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!(head(url.clone()).await, b.index_digest);
+    let out = tempfile::tempdir().unwrap();
+    let first = out.path().join("first");
+    let o = skopeo_copy(&svc.host(), &repo(), "latest", &first);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    svc.stop();
+
+    // `serve --offline` on the same cache dir answers it all, no upstream.
+    let gets = up.count_gets("/v2/");
+    let svc = Service::start(
+        &common::bin(),
+        cache.path(),
+        &["--offline".into(), "--registry-url".into(), up.url()],
+    );
+    let again = out.path().join("again");
+    let o = skopeo_copy(&svc.host(), &repo(), "latest", &again);
+    assert!(
+        o.status.success(),
+        "offline: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_same_dir(&first, &again);
+    let r = http
+        .get(format!("{}/v2/{}/manifests/v0.0.0", svc.url(), repo()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(
+        up.count_gets("/v2/"),
+        gets,
+        "--offline contacted the upstream"
+    );
 }

@@ -4,7 +4,6 @@
 //! single byte ranges and conditional requests. Never compressed.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -12,7 +11,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 
 use crate::fill::{FetchError, FillHandle, Head, Joined};
@@ -21,9 +20,6 @@ use crate::metrics::Metrics;
 use crate::store::{Entry, Lease};
 
 use super::AppState;
-
-/// Bytes read from a stored file per step.
-const FILE_CHUNK: usize = 1 << 20;
 
 fn text(status: StatusCode, msg: impl Into<String>) -> Response {
     let mut m = msg.into();
@@ -214,7 +210,7 @@ fn etag_list_matches(list: &str, etag: &str, weak_ok: bool) -> bool {
     })
 }
 
-fn hdr<'a>(h: &'a HeaderMap, name: header::HeaderName) -> Option<&'a str> {
+fn hdr(h: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -323,7 +319,7 @@ fn shape(
     head: &Head,
     len: u64,
     ask: RangeAsk,
-) -> Result<(StatusCode, ByteRange, HeaderMap), Response> {
+) -> Result<(StatusCode, ByteRange, HeaderMap), Box<Response>> {
     let mut h = HeaderMap::new();
     base_headers(&mut h, head);
     let (status, range) = match ask {
@@ -342,7 +338,7 @@ fn shape(
             }
             r.headers_mut()
                 .insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-            return Err(r);
+            return Err(Box::new(r));
         }
     };
     h.insert(
@@ -387,7 +383,7 @@ fn serve_stored(
             Ok(x) => x,
             Err(mut r) => {
                 r.headers_mut().extend(extra);
-                return r;
+                return *r;
             }
         };
     h.extend(extra);
@@ -396,7 +392,7 @@ fn serve_stored(
     } else {
         Body::from_stream(counted(
             metrics.clone(),
-            file_stream(file, range.start, range.end, lease),
+            crate::store::stream_range(file, range.start, range.end, lease),
         ))
     };
     let mut r = Response::new(body);
@@ -417,7 +413,7 @@ fn serve_filling(
     let use_range = hdr(req, header::IF_RANGE).is_none();
     let (status, range, hm) = match shape(&head, len, range_of(req, len, use_range)) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let body = if head_only {
         Body::empty()
@@ -442,51 +438,6 @@ fn counted(
             metrics.served("image", b.len() as u64);
         }
     })
-}
-
-/// Stream `start..end` of a stored file in large chunks; holds the lease.
-pub fn file_stream(
-    file: Arc<File>,
-    start: u64,
-    end: u64,
-    lease: Lease,
-) -> impl Stream<Item = std::io::Result<Bytes>> + Send + 'static {
-    futures::stream::unfold(
-        (file, start, Some(lease)),
-        move |(file, pos, lease)| async move {
-            lease.as_ref()?;
-            if pos >= end {
-                return None;
-            }
-            let n = ((end - pos) as usize).min(FILE_CHUNK);
-            let f = file.clone();
-            let res = tokio::task::spawn_blocking(move || {
-                let mut buf = BytesMut::zeroed(n);
-                let mut got = 0;
-                while got < n {
-                    match f.read_at(&mut buf[got..], pos + got as u64)? {
-                        0 => {
-                            return Err(std::io::Error::other(
-                                "stored object is shorter than its entry",
-                            ));
-                        }
-                        k => got += k,
-                    }
-                }
-                Ok(buf.freeze())
-            })
-            .await
-            .map_err(std::io::Error::other)
-            .and_then(|r| r);
-            match res {
-                Ok(b) => {
-                    let next = pos + b.len() as u64;
-                    Some((Ok(b), (file, next, lease)))
-                }
-                Err(e) => Some((Err(e), (file, end, None))),
-            }
-        },
-    )
 }
 
 #[cfg(test)]

@@ -95,7 +95,11 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
     }
     let segs: Vec<&str> = tail.split('/').collect();
     if segs.len() < 3 {
-        return Err(OciError::new(404, "UNSUPPORTED", format!("no such route: {path}")));
+        return Err(OciError::new(
+            404,
+            "UNSUPPORTED",
+            format!("no such route: {path}"),
+        ));
     }
     let kind = segs[segs.len() - 2];
     let reference = segs[segs.len() - 1];
@@ -139,7 +143,11 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
             let blob = reg.blob(&up, repo, &d).await?;
             serve_blob(reg, &d, blob, &req.headers).await
         }
-        _ => Err(OciError::new(404, "UNSUPPORTED", format!("no such route: {path}"))),
+        _ => Err(OciError::new(
+            404,
+            "UNSUPPORTED",
+            format!("no such route: {path}"),
+        )),
     }
 }
 
@@ -288,7 +296,10 @@ mod tests {
         assert_eq!(parse_range(Some(&hv("bytes=0-9")), 100), Some(Ok((0, 9))));
         assert_eq!(parse_range(Some(&hv("bytes=90-")), 100), Some(Ok((90, 99))));
         assert_eq!(parse_range(Some(&hv("bytes=-10")), 100), Some(Ok((90, 99))));
-        assert_eq!(parse_range(Some(&hv("bytes=50-500")), 100), Some(Ok((50, 99))));
+        assert_eq!(
+            parse_range(Some(&hv("bytes=50-500")), 100),
+            Some(Ok((50, 99)))
+        );
         assert_eq!(parse_range(Some(&hv("bytes=100-")), 100), Some(Err(())));
         assert_eq!(parse_range(Some(&hv("bytes=0-1,5-6")), 100), None);
         assert_eq!(parse_range(Some(&hv("items=0-1")), 100), None);

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, LOCATION, WWW_AUTHENTICATE};
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue, LOCATION, WWW_AUTHENTICATE};
 use reqwest::{Method, Response, StatusCode, Url};
 
 /// Every manifest type a Talos installer or a containerd pull may meet.
@@ -212,7 +212,9 @@ impl RegistryClient {
             .filter(|s| !s.is_empty())
             .ok_or_else(|| Fetch::Failed(format!("token endpoint {realm} gave no token")))?;
         if HeaderValue::from_str(&format!("Bearer {tok}")).is_err() {
-            return Err(Fetch::Failed(format!("token endpoint {realm} gave an unusable token")));
+            return Err(Fetch::Failed(format!(
+                "token endpoint {realm} gave an unusable token"
+            )));
         }
         // Registries default to 60 s; keep a margin.
         let life = Duration::from_secs(t.expires_in.unwrap_or(60).clamp(10, 3600) - 5);
@@ -311,7 +313,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.realm, "https://ghcr.io/token");
         assert_eq!(c.service.as_deref(), Some("ghcr.io"));
-        assert_eq!(c.scope.as_deref(), Some("repository:siderolabs/kubelet:pull"));
+        assert_eq!(
+            c.scope.as_deref(),
+            Some("repository:siderolabs/kubelet:pull")
+        );
         let c = parse_bearer_challenge(r#"bearer realm=http://x/t, scope="a,b""#).unwrap();
         assert_eq!(c.realm, "http://x/t");
         assert_eq!(c.scope.as_deref(), Some("a,b"));

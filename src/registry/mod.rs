@@ -101,6 +101,68 @@ pub enum Blob {
     Filling(FillHandle, Head),
 }
 
+/// What [`Registry::mirror_image`] put in the store.
+#[derive(Debug, Clone)]
+pub struct MirroredImage {
+    /// The digest the reference resolved to.
+    pub digest: Digest,
+    /// That manifest and, for an index, every platform manifest.
+    pub manifests: Vec<Digest>,
+    /// Every config and layer blob.
+    pub blobs: Vec<Digest>,
+    /// Total bytes of all of them.
+    pub bytes: u64,
+}
+
+/// The platform manifests an index or manifest list names (empty for an
+/// image manifest).
+pub fn manifest_children(body: &[u8]) -> Result<Vec<Digest>, OciError> {
+    let v = parse_manifest(body)?;
+    let Some(list) = v.get("manifests").and_then(|m| m.as_array()) else {
+        return Ok(Vec::new());
+    };
+    list.iter().map(descriptor_digest).collect()
+}
+
+/// The config and layer blobs an image manifest names.
+pub fn manifest_blobs(body: &[u8]) -> Result<Vec<Digest>, OciError> {
+    let v = parse_manifest(body)?;
+    let mut out = Vec::new();
+    if let Some(c) = v.get("config") {
+        out.push(descriptor_digest(c)?);
+    }
+    for l in v
+        .get("layers")
+        .and_then(|l| l.as_array())
+        .into_iter()
+        .flatten()
+    {
+        // Foreign layers (Windows) are not fetched from the registry.
+        if l.get("urls")
+            .is_some_and(|u| u.as_array().is_some_and(|a| !a.is_empty()))
+        {
+            continue;
+        }
+        out.push(descriptor_digest(l)?);
+    }
+    Ok(out)
+}
+
+fn parse_manifest(body: &[u8]) -> Result<serde_json::Value, OciError> {
+    serde_json::from_slice(body).map_err(|e| {
+        OciError::new(
+            502,
+            "MANIFEST_INVALID",
+            format!("manifest is not JSON: {e}"),
+        )
+    })
+}
+
+fn descriptor_digest(v: &serde_json::Value) -> Result<Digest, OciError> {
+    let s = v.get("digest").and_then(|d| d.as_str()).unwrap_or("");
+    Digest::parse(s).map_err(|e| OciError::new(502, "MANIFEST_INVALID", e.to_string()))
+}
+
 /// Bound on one blob fill (headers and body).
 pub const BLOB_FILL_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -114,6 +176,7 @@ pub struct Registry {
     installer_host: Option<String>,
     mirrors: MirrorTable,
     offline: bool,
+    direct: bool,
     revalidate: Duration,
     locks: KeyedLocks,
 }
@@ -130,21 +193,27 @@ impl Registry {
     ) -> crate::Result<Registry> {
         let mirrors = MirrorTable::parse(mirrors).map_err(crate::Error::bad_input)?;
         let installer_url = installer_url
-            .map(|u| names::check_base_url(u).map_err(|e| crate::Error::bad_input(format!("--registry-url: {e}"))))
+            .map(|u| {
+                names::check_base_url(u)
+                    .map_err(|e| crate::Error::bad_input(format!("--registry-url: {e}")))
+            })
             .transpose()?;
         let installer_host = installer_url.as_deref().and_then(names::url_host);
         Ok(Registry {
             store: fills.store().clone(),
             fills,
             metrics,
+            // Reads may wait long: the factory builds an installer before
+            // answering its manifest (minutes). Connects fail fast.
             client: Arc::new(RegistryClient::new(
                 Duration::from_secs(5),
-                Duration::from_secs(60),
+                Duration::from_secs(300),
             )?),
             installer_url,
             installer_host,
             mirrors,
             offline,
+            direct: false,
             revalidate: TAG_REVALIDATE,
             locks: KeyedLocks::default(),
         })
@@ -157,19 +226,71 @@ impl Registry {
     }
 
     /// Which upstream serves `repo` for this `ns` (or why none does).
+    ///
+    /// With `--offline` no upstream is ever contacted, so any valid `ns` is
+    /// answered from what the store holds for it (what `mirror sync` put
+    /// there for `extraImages`); unknown content is 404.
     pub fn route(&self, repo: &str, ns: Option<&str>) -> Result<UpstreamId, OciError> {
-        Ok(names::route(
-            repo,
-            ns,
-            &self.mirrors,
-            self.installer_host.as_deref(),
-        )?)
+        match names::route(repo, ns, &self.mirrors, self.installer_host.as_deref()) {
+            Err(NameError::Denied(_))
+                if self.offline && ns.is_some_and(names::is_registry_host) =>
+            {
+                Ok(UpstreamId::Mirror(ns.unwrap_or_default().to_string()))
+            }
+            r => Ok(r?),
+        }
     }
 
-    fn base_url(&self, up: &UpstreamId) -> Result<&str, OciError> {
+    /// Let [`Registry::mirror_image`] reach registries that have no
+    /// `--mirror-upstream` at their own host (`https://<host>`; docker.io at
+    /// registry-1.docker.io). For the mirror job, never for `serve`.
+    pub fn allow_direct_upstreams(mut self) -> Registry {
+        self.direct = true;
+        self
+    }
+
+    /// The upstream for an image reference's registry host (`ghcr.io`):
+    /// its `--mirror-upstream`, else the installer upstream when the host is
+    /// `--registry-url`'s, else the host itself (only with
+    /// [`Registry::allow_direct_upstreams`]).
+    pub fn upstream_for_host(&self, host: &str) -> Result<UpstreamId, OciError> {
+        if self.mirrors.get(host).is_some() {
+            return Ok(UpstreamId::Mirror(host.to_string()));
+        }
+        if self.installer_host.as_deref() == Some(host) {
+            return Ok(UpstreamId::Installer);
+        }
+        if self.direct || self.offline {
+            return Ok(UpstreamId::Mirror(host.to_string()));
+        }
+        Err(OciError::new(
+            403,
+            "DENIED",
+            format!("registry {host:?} has no --mirror-upstream"),
+        ))
+    }
+
+    fn base_url(&self, up: &UpstreamId) -> Result<String, OciError> {
+        if let UpstreamId::Mirror(ns) = up
+            && self.mirrors.get(ns).is_none()
+            && self.direct
+        {
+            return Ok(match ns.as_str() {
+                "docker.io" | "index.docker.io" => "https://registry-1.docker.io".to_string(),
+                _ => format!("https://{ns}"),
+            });
+        }
+        self.configured_base_url(up).map(str::to_string)
+    }
+
+    fn configured_base_url(&self, up: &UpstreamId) -> Result<&str, OciError> {
         match up {
             UpstreamId::Installer => self.installer_url.as_deref().ok_or_else(|| {
-                OciError::new(503, "UNAVAILABLE", "no --registry-url configured for installer images")
+                OciError::new(
+                    503,
+                    "UNAVAILABLE",
+                    "no --registry-url configured for installer images",
+                )
             }),
             UpstreamId::Mirror(ns) => self
                 .mirrors
@@ -198,9 +319,30 @@ impl Registry {
         reference: &Reference,
     ) -> Result<Manifest, OciError> {
         match reference {
-            Reference::Digest(d) => self.manifest_by_digest(up, repo, d).await,
-            Reference::Tag(t) => self.manifest_by_tag(up, repo, t).await,
+            Reference::Digest(d) => self.manifest_by_digest(up, repo, d, false).await,
+            Reference::Tag(t) => self.manifest_by_tag(up, repo, t, false).await,
         }
+    }
+
+    /// [`Registry::manifest`], committing (and keeping) it pinned.
+    async fn manifest_pinned(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        reference: &Reference,
+    ) -> Result<Manifest, OciError> {
+        let m = match reference {
+            Reference::Digest(d) => self.manifest_by_digest(up, repo, d, true).await?,
+            Reference::Tag(t) => self.manifest_by_tag(up, repo, t, true).await?,
+        };
+        self.pin(&m.digest).await?;
+        if let Reference::Tag(t) = reference {
+            let key = Self::tag_key(up, repo, t);
+            if self.store.entry(&key).is_some() {
+                self.store.set_pinned(&key, true).await?;
+            }
+        }
+        Ok(m)
     }
 
     /// A stored manifest, if any.
@@ -238,6 +380,7 @@ impl Registry {
         up: &UpstreamId,
         repo: &str,
         d: &Digest,
+        pin: bool,
     ) -> Result<Manifest, OciError> {
         if let Some(m) = self.stored_manifest(d).await {
             self.metric(|x| x.hit("manifest"));
@@ -252,7 +395,10 @@ impl Registry {
         if let Some(m) = self.stored_manifest(d).await {
             return Ok(m);
         }
-        match self.fetch_manifest(up, repo, d.as_str(), Some(d)).await? {
+        match self
+            .fetch_manifest(up, repo, d.as_str(), Some(d), pin)
+            .await?
+        {
             Some(m) => Ok(m),
             None => Err(manifest_unknown(repo, d.as_str())),
         }
@@ -263,6 +409,7 @@ impl Registry {
         up: &UpstreamId,
         repo: &str,
         tag: &str,
+        pin: bool,
     ) -> Result<Manifest, OciError> {
         let key = Self::tag_key(up, repo, tag);
         let known = |store: &Store| {
@@ -300,7 +447,7 @@ impl Registry {
             match self.head_manifest_digest(up, repo, tag).await {
                 Ok(Some(now)) if now == *d => {
                     if let Some(m) = self.stored_manifest(d).await {
-                        self.link_tag(&key, &m).await;
+                        self.link_tag(&key, &m, pin).await;
                         return Ok(m);
                     }
                 }
@@ -315,9 +462,9 @@ impl Registry {
                 Err(_) => {}
             }
         }
-        match self.fetch_manifest(up, repo, tag, None).await {
+        match self.fetch_manifest(up, repo, tag, None, pin).await {
             Ok(Some(m)) => {
-                self.link_tag(&key, &m).await;
+                self.link_tag(&key, &m, pin).await;
                 Ok(m)
             }
             Ok(None) => Err(manifest_unknown(repo, tag)),
@@ -335,9 +482,12 @@ impl Registry {
         }
     }
 
-    async fn link_tag(&self, key: &str, m: &Manifest) {
+    async fn link_tag(&self, key: &str, m: &Manifest, pin: bool) {
+        // A pinned (mirrored) tag stays pinned when revalidated.
+        let pinned = pin || self.store.entry(key).is_some_and(|e| e.pinned);
         let meta = Meta {
             content_type: Some(m.media_type.clone()),
+            pinned,
             ..Meta::default()
         };
         if let Err(e) = self.store.link(key, m.digest.hex(), meta).await {
@@ -345,8 +495,17 @@ impl Registry {
         }
     }
 
-    fn upstream_url(&self, up: &UpstreamId, repo: &str, kind: &str, reference: &str) -> Result<String, OciError> {
-        Ok(format!("{}/v2/{repo}/{kind}/{reference}", self.base_url(up)?))
+    fn upstream_url(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        kind: &str,
+        reference: &str,
+    ) -> Result<String, OciError> {
+        Ok(format!(
+            "{}/v2/{repo}/{kind}/{reference}",
+            self.base_url(up)?
+        ))
     }
 
     /// `HEAD` the manifest: its `Docker-Content-Digest`, if the upstream gives one.
@@ -359,12 +518,20 @@ impl Registry {
         let url = self.upstream_url(up, repo, "manifests", tag)?;
         let resp = self
             .client
-            .send(Method::HEAD, &url, Some(MANIFEST_ACCEPT), &HeaderMap::new(), &scope(repo))
+            .send(
+                Method::HEAD,
+                &url,
+                Some(MANIFEST_ACCEPT),
+                &HeaderMap::new(),
+                &scope(repo),
+            )
             .await
             .map_err(fetch_error)?;
         let st = resp.status();
         if st.is_server_error() {
-            return Err(OciError::upstream(format!("upstream answered {st} for {repo}:{tag}")));
+            return Err(OciError::upstream(format!(
+                "upstream answered {st} for {repo}:{tag}"
+            )));
         }
         if !st.is_success() {
             return Ok(None);
@@ -383,12 +550,19 @@ impl Registry {
         repo: &str,
         reference: &str,
         expect: Option<&Digest>,
+        pin: bool,
     ) -> Result<Option<Manifest>, OciError> {
         let url = self.upstream_url(up, repo, "manifests", reference)?;
         let t0 = std::time::Instant::now();
         let mut resp = self
             .client
-            .send(Method::GET, &url, Some(MANIFEST_ACCEPT), &HeaderMap::new(), &scope(repo))
+            .send(
+                Method::GET,
+                &url,
+                Some(MANIFEST_ACCEPT),
+                &HeaderMap::new(),
+                &scope(repo),
+            )
             .await
             .map_err(fetch_error)?;
         let st = resp.status();
@@ -436,7 +610,9 @@ impl Registry {
             )));
         }
         let media_type = media_type
-            .filter(|m| !m.is_empty() && m != "application/octet-stream" && !m.starts_with("text/plain"))
+            .filter(|m| {
+                !m.is_empty() && m != "application/octet-stream" && !m.starts_with("text/plain")
+            })
             .or_else(|| media_type_field(&body))
             .unwrap_or_else(|| "application/vnd.oci.image.manifest.v1+json".to_string());
         let m = Manifest {
@@ -444,13 +620,13 @@ impl Registry {
             media_type,
             body: Bytes::from(body),
         };
-        self.commit_manifest(&m).await?;
+        self.commit_manifest(&m, pin).await?;
         self.metric(|x| x.upstream_fetch("manifest", true, t0.elapsed()));
         tracing::info!(repo, reference, digest = %m.digest, ms = t0.elapsed().as_millis() as u64, "manifest fetched");
         Ok(Some(m))
     }
 
-    async fn commit_manifest(&self, m: &Manifest) -> Result<(), OciError> {
+    async fn commit_manifest(&self, m: &Manifest, pin: bool) -> Result<(), OciError> {
         let key = Self::manifest_key(&m.digest);
         if self.store.entry(&key).is_some() {
             return Ok(());
@@ -459,6 +635,7 @@ impl Registry {
         tmp.write_all(&m.body).await?;
         let meta = Meta {
             content_type: Some(m.media_type.clone()),
+            pinned: pin,
             ..Meta::default()
         };
         self.store.commit(tmp, &key, meta).await?;
@@ -469,6 +646,16 @@ impl Registry {
     /// streamed to every waiting reader, committed only when whole and
     /// verified against the digest).
     pub async fn blob(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<Blob, OciError> {
+        self.blob_with(up, repo, d, false).await
+    }
+
+    async fn blob_with(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        d: &Digest,
+        pin: bool,
+    ) -> Result<Blob, OciError> {
         let key = Self::blob_key(d);
         if self.offline {
             return match self.store.get(&key) {
@@ -491,6 +678,7 @@ impl Registry {
             spec.kind = "blob";
             spec.timeout = BLOB_FILL_TIMEOUT;
             spec.meta.content_type = Some("application/octet-stream".into());
+            spec.meta.pinned = pin;
             spec
         });
         match joined {
@@ -522,13 +710,97 @@ impl Registry {
         self.metric(|m| m.response("registry", status));
     }
 
+    /// Fetch an image into the store: the manifest `reference` names, every
+    /// platform manifest of an index or manifest list, and every config and
+    /// layer blob (through the shared fill). With `pin`, everything fetched
+    /// (and the tag mapping) is pinned against eviction. Idempotent: what is
+    /// stored and valid is not fetched again (a tag is revalidated).
+    pub async fn mirror_image(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        reference: &Reference,
+        pin: bool,
+    ) -> Result<MirroredImage, OciError> {
+        let top = if pin {
+            self.manifest_pinned(up, repo, reference).await?
+        } else {
+            self.manifest(up, repo, reference).await?
+        };
+        let mut out = MirroredImage {
+            digest: top.digest.clone(),
+            manifests: vec![top.digest.clone()],
+            blobs: Vec::new(),
+            bytes: top.body.len() as u64,
+        };
+        let mut images = Vec::new();
+        let children = manifest_children(&top.body)?;
+        if children.is_empty() {
+            images.push(top);
+        } else {
+            for d in children {
+                let r = Reference::Digest(d);
+                let m = if pin {
+                    self.manifest_pinned(up, repo, &r).await?
+                } else {
+                    self.manifest(up, repo, &r).await?
+                };
+                out.manifests.push(m.digest.clone());
+                out.bytes += m.body.len() as u64;
+                images.push(m);
+            }
+        }
+        for m in &images {
+            for d in manifest_blobs(&m.body)? {
+                if out.blobs.contains(&d) {
+                    continue;
+                }
+                let size = match self.blob_with(up, repo, &d, pin).await? {
+                    Blob::Stored(obj) => obj.entry.size,
+                    Blob::Filling(h, _) => {
+                        h.wait().await.map_err(|e| fill_error(e, repo, &d))?.size
+                    }
+                };
+                if pin {
+                    self.pin(&d).await?;
+                }
+                out.bytes += size;
+                out.blobs.push(d);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Pin an object already in the store with a key of its own,
+    /// `oci/pin/<digest>`: an object is kept while any key naming it is
+    /// pinned. (Re-writing the object's only key in place with
+    /// `Store::set_pinned` would drop the object: `put_entry` unrefs the
+    /// old entry before re-adding it.)
+    async fn pin(&self, d: &Digest) -> Result<(), OciError> {
+        let key = format!("oci/pin/{d}");
+        if self.store.entry(&key).is_some_and(|e| e.pinned) {
+            return Ok(());
+        }
+        let meta = Meta {
+            pinned: true,
+            ..Meta::default()
+        };
+        self.store.link(&key, d.hex(), meta).await?;
+        Ok(())
+    }
+
     /// Whether a blob is already stored (no upstream call), and its size.
     pub fn stored_blob_size(&self, d: &Digest) -> Option<u64> {
         self.store.entry(&Self::blob_key(d)).map(|e| e.size)
     }
 
     /// The size of a blob without filling it: from the store, else an upstream HEAD.
-    pub async fn blob_size(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<u64, OciError> {
+    pub async fn blob_size(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        d: &Digest,
+    ) -> Result<u64, OciError> {
         if let Some(n) = self.stored_blob_size(d) {
             return Ok(n);
         }
@@ -628,7 +900,11 @@ fn check_status(st: StatusCode, repo: &str, reference: &str) -> Result<(), OciEr
         ));
     }
     if st == StatusCode::TOO_MANY_REQUESTS {
-        return Err(OciError::new(429, "TOOMANYREQUESTS", format!("upstream rate-limited {repo}")));
+        return Err(OciError::new(
+            429,
+            "TOOMANYREQUESTS",
+            format!("upstream rate-limited {repo}"),
+        ));
     }
     Err(OciError::upstream(format!(
         "upstream answered {st} for {repo} ({reference})"
@@ -646,7 +922,11 @@ fn media_type_field(body: &[u8]) -> Option<String> {
 }
 
 fn manifest_unknown(repo: &str, reference: &str) -> OciError {
-    OciError::new(404, "MANIFEST_UNKNOWN", format!("manifest {repo}:{reference} not known"))
+    OciError::new(
+        404,
+        "MANIFEST_UNKNOWN",
+        format!("manifest {repo}:{reference} not known"),
+    )
 }
 
 fn blob_unknown(repo: &str, d: &Digest) -> OciError {

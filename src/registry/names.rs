@@ -57,7 +57,10 @@ impl Digest {
     /// The digest of `data`.
     pub fn of(data: &[u8]) -> Digest {
         use sha2::Digest as _;
-        Digest(format!("sha256:{}", hex::encode(sha2::Sha256::digest(data))))
+        Digest(format!(
+            "sha256:{}",
+            hex::encode(sha2::Sha256::digest(data))
+        ))
     }
 
     /// From the 64-hex form (as the store records it).
@@ -337,6 +340,48 @@ pub fn route(
     }
 }
 
+/// An image reference as users write it (`ghcr.io/siderolabs/kubelet:v1.35.6`,
+/// `factory.talos.dev/installer/<id>:v1.13.6`, `nginx`, `x/y@sha256:...`),
+/// split into registry host, repository and reference the way Docker
+/// normalises it: a first component without `.` or `:` (and not
+/// `localhost`) is a Docker Hub repository; a Docker Hub name without `/`
+/// is under `library/`; no tag means `latest`; a digest wins over a tag.
+pub fn parse_image_reference(s: &str) -> Result<(String, String, Reference), NameError> {
+    let bad = |why: &str| NameError::Invalid(format!("image reference {:?}: {why}", truncate(s)));
+    let (rest, digest) = match s.split_once('@') {
+        Some((r, d)) => (r, Some(Digest::parse(d)?)),
+        None => (s, None),
+    };
+    let (host, path) = match rest.split_once('/') {
+        Some((first, p)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            (first.to_string(), p)
+        }
+        _ => ("docker.io".to_string(), rest),
+    };
+    if !is_registry_host(&host) {
+        return Err(bad("bad registry host"));
+    }
+    let (repo, tag) = match path.rsplit_once(':') {
+        Some((r, t)) if !t.contains('/') => (r, Some(t)),
+        _ => (path, None),
+    };
+    let repo = if (host == "docker.io" || host == "index.docker.io") && !repo.contains('/') {
+        format!("library/{repo}")
+    } else {
+        repo.to_string()
+    };
+    if !is_repository(&repo) {
+        return Err(bad("bad repository name"));
+    }
+    let reference = match (digest, tag) {
+        (Some(d), _) => Reference::Digest(d),
+        (None, Some(t)) if is_tag(t) => Reference::Tag(t.to_string()),
+        (None, Some(_)) => return Err(bad("bad tag")),
+        (None, None) => Reference::Tag("latest".to_string()),
+    };
+    Ok((host, repo, reference))
+}
+
 fn truncate(s: &str) -> String {
     s.chars().take(80).collect()
 }
@@ -377,7 +422,12 @@ mod tests {
 
     #[test]
     fn repository_grammar() {
-        for ok in ["a", "siderolabs/kubelet", "library/nginx", "a.b_c__d---e/f0"] {
+        for ok in [
+            "a",
+            "siderolabs/kubelet",
+            "library/nginx",
+            "a.b_c__d---e/f0",
+        ] {
             assert!(is_repository(ok), "{ok}");
         }
         for bad in [
@@ -427,10 +477,24 @@ mod tests {
 
     #[test]
     fn registry_hosts_and_mirror_table() {
-        for ok in ["ghcr.io", "docker.io", "127.0.0.1:5000", "registry-1.docker.io"] {
+        for ok in [
+            "ghcr.io",
+            "docker.io",
+            "127.0.0.1:5000",
+            "registry-1.docker.io",
+        ] {
             assert!(is_registry_host(ok), "{ok}");
         }
-        for bad in ["", "a..b", "-a.io", "a.io:", "a.io:x", "a/b", "a.io:123456", "a_b.io"] {
+        for bad in [
+            "",
+            "a..b",
+            "-a.io",
+            "a.io:",
+            "a.io:x",
+            "a/b",
+            "a.io:123456",
+            "a_b.io",
+        ] {
             assert!(!is_registry_host(bad), "{bad}");
         }
         let t = MirrorTable::parse(&["ghcr.io=https://ghcr.io/".into()]).unwrap();
@@ -438,6 +502,44 @@ mod tests {
         assert!(MirrorTable::parse(&["ghcr.io".into()]).is_err());
         assert!(MirrorTable::parse(&["ghcr.io=ftp://x".into()]).is_err());
         assert!(MirrorTable::parse(&["a/b=http://x".into()]).is_err());
+    }
+
+    #[test]
+    fn image_references() {
+        let r = |s: &str| parse_image_reference(s).unwrap();
+        assert_eq!(
+            r("ghcr.io/siderolabs/kubelet:v1.35.6"),
+            (
+                "ghcr.io".into(),
+                "siderolabs/kubelet".into(),
+                Reference::Tag("v1.35.6".into())
+            )
+        );
+        assert_eq!(
+            r("nginx"),
+            (
+                "docker.io".into(),
+                "library/nginx".into(),
+                Reference::Tag("latest".into())
+            )
+        );
+        assert_eq!(r("127.0.0.1:5000/a/b").0, "127.0.0.1:5000");
+        assert_eq!(r("127.0.0.1:5000/a/b").2, Reference::Tag("latest".into()));
+        let d = format!("sha256:{H}");
+        assert_eq!(
+            r(&format!("factory.talos.dev/installer/{H}:v1.13.6@{d}")).2,
+            Reference::Digest(Digest::parse(&d).unwrap())
+        );
+        for bad in [
+            "",
+            "ghcr.io/",
+            "ghcr.io/A:b",
+            "ghcr.io/a:..",
+            "a@sha256:x",
+            "ghcr.io/a/../b",
+        ] {
+            assert!(parse_image_reference(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -462,7 +564,12 @@ mod tests {
             Err(NameError::Invalid(_))
         ));
         assert_eq!(
-            route(&inst, Some("factory.talos.dev"), &t, Some("factory.talos.dev")),
+            route(
+                &inst,
+                Some("factory.talos.dev"),
+                &t,
+                Some("factory.talos.dev")
+            ),
             Ok(UpstreamId::Installer)
         );
         assert!(route("a/../b", None, &t, None).is_err());

@@ -195,7 +195,12 @@ async fn push_blob(client: &reqwest::Client, base: &str, repo: &str, data: &[u8]
         .send()
         .await
         .expect("start upload");
-    assert_eq!(r.status().as_u16(), 202, "start upload: {:?}", r.text().await);
+    assert_eq!(
+        r.status().as_u16(),
+        202,
+        "start upload: {:?}",
+        r.text().await
+    );
     let loc = r
         .headers()
         .get("location")
@@ -215,7 +220,12 @@ async fn push_blob(client: &reqwest::Client, base: &str, repo: &str, data: &[u8]
         .send()
         .await
         .expect("finish upload");
-    assert_eq!(r.status().as_u16(), 201, "finish upload: {:?}", r.text().await);
+    assert_eq!(
+        r.status().as_u16(),
+        201,
+        "finish upload: {:?}",
+        r.text().await
+    );
     digest
 }
 
@@ -234,7 +244,12 @@ async fn push_manifest(
         .send()
         .await
         .expect("put manifest");
-    assert_eq!(r.status().as_u16(), 201, "put manifest: {:?}", r.text().await);
+    assert_eq!(
+        r.status().as_u16(),
+        201,
+        "put manifest: {:?}",
+        r.text().await
+    );
 }
 
 /// Push a factory-shaped installer image to `base` under `repo:tag`.
@@ -361,9 +376,19 @@ impl Service {
 
 /// `skopeo copy --all docker://<host>/<repo>:<tag> dir:<dest>` over plain HTTP.
 pub fn skopeo_copy(host: &str, repo: &str, reference: &str, dest: &Path) -> std::process::Output {
-    let sep = if reference.starts_with("sha256:") { '@' } else { ':' };
+    let sep = if reference.starts_with("sha256:") {
+        '@'
+    } else {
+        ':'
+    };
     Command::new("skopeo")
-        .args(["copy", "--all", "--src-tls-verify=false", "--retry-times", "0"])
+        .args([
+            "copy",
+            "--all",
+            "--src-tls-verify=false",
+            "--retry-times",
+            "0",
+        ])
         .arg(format!("docker://{host}/{repo}{sep}{reference}"))
         .arg(format!("dir:{}", dest.display()))
         .output()

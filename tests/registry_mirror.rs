@@ -1,0 +1,147 @@
+//! The registry side of the mirror job: `Registry::mirror_image` puts an
+//! installer (every platform of its index) and an extra image into the store,
+//! pinned; then `serve --offline` on that cache dir, with no upstream and no
+//! `--mirror-upstream`, answers skopeo and containerd-style `?ns=` requests.
+
+mod common;
+mod registry_harness;
+
+use registry_harness::*;
+use talos_gen::registry::names::parse_image_reference;
+use talos_gen::registry::{Reference, Registry, UpstreamId};
+
+const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mirrored_images_are_pinned_and_served_offline() {
+    let mut up = DockerRegistry::start();
+    let repo = format!("installer/{SCHEMATIC}");
+    let installer = push_factory_image(&up.url(), &repo, "v1.13.6", &[2 << 20, 1 << 20], 31).await;
+    let kubelet =
+        push_factory_image(&up.url(), "siderolabs/kubelet", "v1.35.6", &[1 << 20], 32).await;
+    let cache = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+
+    let direct = out.path().join("direct");
+    let o = skopeo_copy(&up.host(), &repo, "v1.13.6", &direct);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    {
+        let store = talos_gen::store::Store::open(cache.path(), None).unwrap();
+        let fills = talos_gen::fill::Fills::new(store.clone());
+        let reg = Registry::new(
+            fills,
+            None,
+            Some(&up.url()),
+            &[format!("ghcr.io={}", up.url())],
+            false,
+        )
+        .unwrap();
+        // Some of it was served (unpinned) before the mirror ran.
+        let first_layer = talos_gen::registry::Digest::parse(&installer.blobs[0].digest).unwrap();
+        match reg
+            .blob(&UpstreamId::Installer, &repo, &first_layer)
+            .await
+            .unwrap()
+        {
+            talos_gen::registry::Blob::Filling(h, _) => {
+                h.wait().await.unwrap();
+            }
+            talos_gen::registry::Blob::Stored(_) => {}
+        }
+        let child = talos_gen::registry::Digest::parse(&installer.manifests[0].2).unwrap();
+        reg.manifest(&UpstreamId::Installer, &repo, &Reference::Digest(child))
+            .await
+            .unwrap();
+        let m = reg
+            .mirror_image(
+                &UpstreamId::Installer,
+                &repo,
+                &Reference::Tag("v1.13.6".into()),
+                true,
+            )
+            .await
+            .unwrap();
+        assert_eq!(m.digest.as_str(), installer.index_digest);
+        assert_eq!(m.manifests.len(), 3);
+        assert_eq!(m.blobs.len(), installer.blobs.len());
+        let (host, krepo, kref) =
+            parse_image_reference("ghcr.io/siderolabs/kubelet:v1.35.6").unwrap();
+        let kup = reg.upstream_for_host(&host).unwrap();
+        let k = reg.mirror_image(&kup, &krepo, &kref, true).await.unwrap();
+        assert_eq!(k.digest.as_str(), kubelet.index_digest);
+        // Every object is named by a pinned key.
+        let entries = store.entries();
+        let pinned = |d: &str| {
+            let hex = d.trim_start_matches("sha256:");
+            entries.iter().any(|e| e.digest == hex && e.pinned)
+        };
+        for b in installer.blobs.iter().chain(kubelet.blobs.iter()) {
+            assert!(pinned(&b.digest), "blob {} not pinned", b.digest);
+        }
+        for (_, _, d) in installer.manifests.iter().chain(kubelet.manifests.iter()) {
+            assert!(pinned(d), "manifest {d} not pinned");
+        }
+        assert!(pinned(&installer.index_digest) && pinned(&kubelet.index_digest));
+        // Idempotent: a second run fetches no blob again.
+        let before = up.count_gets("/blobs/");
+        reg.mirror_image(
+            &UpstreamId::Installer,
+            &repo,
+            &Reference::Tag("v1.13.6".into()),
+            true,
+        )
+        .await
+        .unwrap();
+        assert_eq!(up.count_gets("/blobs/"), before);
+    }
+    up.stop();
+    // A 1-byte size limit evicts everything that is not pinned, nothing mirrored.
+    {
+        let store = talos_gen::store::Store::open(cache.path(), Some(1)).unwrap();
+        store.evict(None);
+    }
+
+    let svc = Service::start(&common::bin(), cache.path(), &["--offline".into()]);
+    let via = out.path().join("offline");
+    let o = skopeo_copy(&svc.host(), &repo, "v1.13.6", &via);
+    assert!(
+        o.status.success(),
+        "offline copy: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(dir_contents(&direct), dir_contents(&via));
+    let http = reqwest::Client::new();
+    let r = http
+        .get(format!(
+            "{}/v2/siderolabs/kubelet/manifests/v1.35.6?ns=ghcr.io",
+            svc.url()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.unwrap(), kubelet.index.as_slice());
+    for b in &kubelet.blobs {
+        let r = http
+            .get(format!(
+                "{}/v2/siderolabs/kubelet/blobs/{}?ns=ghcr.io",
+                svc.url(),
+                b.digest
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.bytes().await.unwrap(), b.data.as_slice());
+    }
+    // Offline, something never mirrored is simply unknown.
+    let r = http
+        .get(format!(
+            "{}/v2/library/nginx/manifests/latest?ns=docker.io",
+            svc.url()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
