@@ -179,10 +179,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v2/", get(registry::v2_root))
         .route("/v2/{*rest}", get(registry::v2_tail))
+        // Buffering extractors (the POST endpoints) stop at 1 MiB: 413.
+        // (`POST /schematics` reads its body under the same limit itself.)
         .layer(axum::extract::DefaultBodyLimit::max(limits::BODY_LIMIT))
-        .layer(tower_http::limit::RequestBodyLimitLayer::new(
-            limits::BODY_LIMIT,
-        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             limits::require_token,
