@@ -89,7 +89,10 @@ fn api_writes_need_the_token_and_logs_keep_secrets() {
     let (code, _) = curl(&format!("{}/api/v1/matrix", svc.url()), &[]);
     assert_eq!(code, 200);
     let (code, _) = curl(
-        &format!("{}/api/v1/matrix/check?talos=v1.13&kubernetes=v1.35", svc.url()),
+        &format!(
+            "{}/api/v1/matrix/check?talos=v1.13&kubernetes=v1.35",
+            svc.url()
+        ),
         &[],
     );
     assert_eq!(code, 200);
@@ -109,7 +112,10 @@ fn api_writes_need_the_token_and_logs_keep_secrets() {
 
     let (_, metrics) = curl(&format!("{}/metrics", svc.url()), &[]);
     let metrics = String::from_utf8(metrics).unwrap();
-    assert!(metrics.contains("talos_gen_auth_failures_total 6"), "{metrics}");
+    assert!(
+        metrics.contains("talos_gen_auth_failures_total 6"),
+        "{metrics}"
+    );
 
     // The secrets of the answer: every long value in the config.
     let secrets: Vec<&str> = yaml
@@ -118,8 +124,16 @@ fn api_writes_need_the_token_and_logs_keep_secrets() {
             let (k, v) = l.split_once(": ")?;
             let k = k.trim().trim_start_matches("- ");
             let v = v.trim();
-            (matches!(k, "token" | "key" | "crt" | "secret" | "id" | "aescbcEncryptionSecret" | "secretboxEncryptionSecret")
-                && v.len() >= 16)
+            (matches!(
+                k,
+                "token"
+                    | "key"
+                    | "crt"
+                    | "secret"
+                    | "id"
+                    | "aescbcEncryptionSecret"
+                    | "secretboxEncryptionSecret"
+            ) && v.len() >= 16)
                 .then_some(v)
         })
         .collect();
@@ -127,11 +141,17 @@ fn api_writes_need_the_token_and_logs_keep_secrets() {
     let log = svc.log_text();
     assert!(log.contains("listening"), "the log is empty? {log}");
     assert!(!log.contains(TOKEN), "the token is in the log");
-    assert!(!log.contains(&TOKEN[..12]), "part of the token is in the log");
+    assert!(
+        !log.contains(&TOKEN[..12]),
+        "part of the token is in the log"
+    );
     assert!(!log.contains(MARKER), "the request body is in the log");
     for s in &secrets {
         let probe = &s[..s.len().min(24)];
-        assert!(!log.contains(probe), "a secret from the answer is in the log: {probe}");
+        assert!(
+            !log.contains(probe),
+            "a secret from the answer is in the log: {probe}"
+        );
     }
 }
 
@@ -142,7 +162,13 @@ fn unusable_token_file_is_bad_input() {
     std::fs::write(&empty, "\n").unwrap();
     for f in [empty, dir.path().join("missing")] {
         let o = Command::new(env!("CARGO_BIN_EXE_talos-gen"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--offline", "--cache-dir"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--offline",
+                "--cache-dir",
+            ])
             .arg(dir.path().join("cache"))
             .arg("--api-token-file")
             .arg(&f)

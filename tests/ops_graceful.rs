@@ -24,7 +24,10 @@ fn download(url: &str, out: &std::path::Path) -> std::process::Child {
 fn wait_started(out: &std::path::Path) {
     let start = Instant::now();
     while std::fs::metadata(out).map(|m| m.len()).unwrap_or(0) < 64 << 10 {
-        assert!(start.elapsed() < Duration::from_secs(15), "download did not start");
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "download did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -72,13 +72,28 @@ fn body_and_header_size_limits() {
         "/api/v1/kubelet-reservations",
         "/schematics",
     ] {
-        assert_eq!(status_of(p, &post(path, (1 << 20) + 1, false)), 413, "{path}");
-        assert_eq!(status_of(p, &post(path, (1 << 20) + 1, true)), 413, "{path} chunked");
-        assert_eq!(status_of(p, &post(path, 8 << 20, false)), 413, "{path} 8 MiB");
+        assert_eq!(
+            status_of(p, &post(path, (1 << 20) + 1, false)),
+            413,
+            "{path}"
+        );
+        assert_eq!(
+            status_of(p, &post(path, (1 << 20) + 1, true)),
+            413,
+            "{path} chunked"
+        );
+        assert_eq!(
+            status_of(p, &post(path, 8 << 20, false)),
+            413,
+            "{path} 8 MiB"
+        );
     }
     // Just under the limit is read and judged on content (bad input: 400).
     assert_eq!(
-        status_of(p, &post("/api/v1/kubelet-reservations", (1 << 20) - 1, false)),
+        status_of(
+            p,
+            &post("/api/v1/kubelet-reservations", (1 << 20) - 1, false)
+        ),
         400
     );
     // A request head above 32 KiB: 431; below it: served.
@@ -126,7 +141,8 @@ fn idle_connection_flood_does_not_starve_healthz() {
         let mut s = TcpStream::connect(("127.0.0.1", svc.port)).unwrap();
         if i % 5 == 0 {
             // A slowloris: a request head that never ends.
-            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ").unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                .unwrap();
         }
         idle.push(s);
     }
@@ -146,7 +162,8 @@ fn idle_connection_flood_does_not_starve_healthz() {
     std::thread::sleep(Duration::from_secs(4));
     let mut closed = 0;
     for s in &mut idle {
-        s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
         let mut b = [0u8; 512];
         match s.read(&mut b) {
             Ok(_) => closed += 1, // EOF, or a 408 then EOF
@@ -154,7 +171,10 @@ fn idle_connection_flood_does_not_starve_healthz() {
             Err(_) => {}
         }
     }
-    assert_eq!(closed, 500, "idle connections still open after the header-read timeout");
+    assert_eq!(
+        closed, 500,
+        "idle connections still open after the header-read timeout"
+    );
     let fds_after = fd_count(svc.pid());
     assert!(
         fds_after <= fds_before + 2,

@@ -57,7 +57,10 @@ fn status_page_in_chromium_and_metrics() {
     let dom = String::from_utf8_lossy(&out.stdout).into_owned();
     std::fs::write(artifacts_dir().join("status.dom.html"), &dom).unwrap();
     assert!(
-        dom.contains(&format!("<span id=\"version\">{}</span>", env!("CARGO_PKG_VERSION"))),
+        dom.contains(&format!(
+            "<span id=\"version\">{}</span>",
+            env!("CARGO_PKG_VERSION")
+        )),
         "{dom}"
     );
     // The artifact row: name, sha256 of the stored bytes, a last-use time.
@@ -87,7 +90,10 @@ fn status_page_in_chromium_and_metrics() {
         ],
         profile.path(),
     );
-    assert!(out.status.success(), "chromium --screenshot failed: {out:?}");
+    assert!(
+        out.status.success(),
+        "chromium --screenshot failed: {out:?}"
+    );
     let png = std::fs::read(&shot).expect("screenshot written");
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     assert!(png.len() > 10_000, "suspiciously small screenshot");
@@ -98,12 +104,18 @@ fn status_page_in_chromium_and_metrics() {
     let m = String::from_utf8(m).unwrap();
     let r = "route=\"/image/{schematic}/{version}/{asset}\"";
     assert_eq!(
-        metric(&m, &format!("talos_gen_http_requests_total{{{r},status=\"200\"}} ")),
+        metric(
+            &m,
+            &format!("talos_gen_http_requests_total{{{r},status=\"200\"}} ")
+        ),
         Some(2.0),
         "{m}"
     );
     assert_eq!(
-        metric(&m, &format!("talos_gen_http_requests_total{{{r},status=\"206\"}} ")),
+        metric(
+            &m,
+            &format!("talos_gen_http_requests_total{{{r},status=\"206\"}} ")
+        ),
         Some(1.0),
         "{m}"
     );
@@ -112,7 +124,9 @@ fn status_page_in_chromium_and_metrics() {
         "{m}"
     );
     assert!(
-        m.contains(&format!("talos_gen_http_request_duration_seconds_count{{{r}}} 3")),
+        m.contains(&format!(
+            "talos_gen_http_request_duration_seconds_count{{{r}}} 3"
+        )),
         "{m}"
     );
     let served = metric(&m, "talos_gen_bytes_served_total{kind=\"image\"} ").unwrap_or(0.0);
@@ -122,8 +136,14 @@ fn status_page_in_chromium_and_metrics() {
     );
     assert!(metric(&m, "talos_gen_cache_hits_total{kind=\"image\"} ").unwrap_or(0.0) >= 2.0);
     assert!(metric(&m, "talos_gen_cache_misses_total{kind=\"image\"} ").unwrap_or(0.0) >= 1.0);
-    assert!(m.contains("talos_gen_upstream_fetches_total{kind=\"image\",result=\"ok\"} 1"), "{m}");
-    assert!(m.contains("talos_gen_upstream_fetch_duration_seconds_count{kind=\"image\"} 1"), "{m}");
+    assert!(
+        m.contains("talos_gen_upstream_fetches_total{kind=\"image\",result=\"ok\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("talos_gen_upstream_fetch_duration_seconds_count{kind=\"image\"} 1"),
+        "{m}"
+    );
     assert_eq!(metric(&m, "talos_gen_store_objects "), Some(1.0), "{m}");
     assert_eq!(
         metric(&m, "talos_gen_store_bytes "),

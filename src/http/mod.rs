@@ -13,13 +13,13 @@ use axum::routing::{get, post};
 use crate::error::{Error, Result};
 
 pub mod api;
-pub mod machineconfig;
 pub mod image;
 pub mod limits;
+pub mod machineconfig;
 pub mod metrics;
 pub mod ops;
-pub mod schematics;
 pub mod registry;
+pub mod schematics;
 pub mod status;
 
 /// Everything `serve` was told, already parsed by the CLI edge.

@@ -139,7 +139,9 @@ impl Serve {
     }
 
     pub fn try_status(&mut self) -> Option<ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Send SIGTERM.
@@ -223,7 +225,10 @@ pub fn curl(url: &str, extra: &[&str]) -> (u16, Vec<u8>) {
         .arg(url)
         .output()
         .expect("curl");
-    let code = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or(0);
+    let code = String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
     (code, std::fs::read(&out).unwrap_or_default())
 }
 
