@@ -145,7 +145,8 @@ async fn probe_all(st: &AppState) -> Vec<UpstreamRow> {
             })
             .collect();
     };
-    static CACHE: OnceLock<Mutex<Option<(Instant, Vec<UpstreamRow>)>>> = OnceLock::new();
+    type Probed = Option<(Instant, Vec<UpstreamRow>)>;
+    static CACHE: OnceLock<Mutex<Probed>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(None));
     if let Some((t, rows)) = &*cache.lock().unwrap_or_else(|p| p.into_inner())
         && t.elapsed() < PROBE_TTL
