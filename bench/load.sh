@@ -4,19 +4,20 @@
 # Upstreams: nginx serving a generated xz artifact at /image/S/V/A, and
 # Debian's docker-registry holding a factory-shaped installer image
 # (index -> linux/amd64 manifest -> config + 2 layers) at installer/S:V.
-# The service is warmed (artifact, manifest, blobs in its store), then wrk
+# The service is warmed (artifact, manifest, blobs in its store), then the load client
 # runs CLIENTS concurrent connections for DURATION seconds, each rotating
 # through: cached artifact GET, 64 KiB Range GET at a random offset,
-# manifest HEAD (by tag), blob GET. Must hold: zero errors (socket errors,
+# manifest HEAD (by tag), blob GET. The client is examples/loadgen.rs
+# (wrk cannot send HEAD: it waits for a body that never comes). Must hold: zero errors (socket errors,
 # timeouts, non-2xx/3xx), and file descriptors and RSS back to their level
 # before the run. Reports requests/s, p99 latency, peak RSS.
 #
-# Side by side: the same wrk mix limited to what a static server can do
-# (artifact GETs and Range GETs) against nginx serving the same file, as a
-# ratio (talos-gen req/s / nginx req/s).
+# Side by side: the mix limited to what a static server can do (artifact
+# GETs and Range GETs) against nginx serving the same file, as a ratio
+# (talos-gen req/s / nginx req/s).
 #
 # Usage: bench/load.sh [CLIENTS] [DURATION_S]   (default 200 60)
-# Needs: wrk, nginx (nginx-light), docker-registry, curl, xz, python3.
+# Needs: nginx (nginx-light), docker-registry, curl, xz, python3.
 # Uses target/release/talos-gen (built if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,11 +27,13 @@ CLIENTS=${1:-200}
 DURATION=${2:-60}
 ART_MIB=${ART_MIB:-2}
 
-for t in wrk nginx docker-registry curl xz python3 sha256sum; do
+for t in nginx docker-registry curl xz python3 sha256sum; do
   command -v "$t" >/dev/null || [ -x "/usr/sbin/$t" ] || { echo "missing $t" >&2; exit 2; }
 done
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$BIN" ] || cargo build --release --bin talos-gen
+LOADGEN=${LOADGEN:-$ROOT/target/release/examples/loadgen}
+[ -x "$LOADGEN" ] || cargo build --release --example loadgen
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 WORK=$(mktemp -d)
@@ -117,7 +120,7 @@ printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json"
 curl -sf -X PUT -H "content-type: application/vnd.oci.image.index.v1+json" --data-binary "@$WORK/img/index.json" "$UP/v2/$REPO/manifests/$V" -o /dev/null
 echo "   artifact $ART_SIZE bytes; image $REPO:$V (layers 1 MiB + 64 KiB)"
 
-echo "== talos-gen serve (release)"
+echo "== talos-gen serve ($BIN)"
 TG_PORT=$(free_port)
 mkdir -p "$WORK/cache"
 RUST_LOG=warn "$BIN" serve --listen "127.0.0.1:$TG_PORT" --cache-dir "$WORK/cache" \
@@ -137,48 +140,36 @@ sleep 1
 FD0=$(fds $TG_PID); RSS0=$(status_kib $TG_PID VmRSS); ANON0=$(status_kib $TG_PID RssAnon)
 echo "   before: fds=$FD0 rss=${RSS0}KiB anon=${ANON0}KiB"
 
-echo "== wrk: $CLIENTS connections, ${DURATION}s, mix: artifact GET / Range GET / manifest HEAD / blob GET"
+echo "== load: $CLIENTS connections, ${DURATION}s, mix: artifact GET / Range GET / manifest HEAD / blob GET"
 PEAK=$RSS0
 ( while kill -0 $TG_PID 2>/dev/null; do r=$(status_kib $TG_PID VmRSS); [ "${r:-0}" -gt "$PEAK" ] && PEAK=$r && echo "$PEAK" > "$WORK/peak"; sleep 0.2; done ) &
 SAMPLER=$!
 PIDS+=($SAMPLER)
-wrk -t 2 -c "$CLIENTS" -d "${DURATION}s" --timeout 30s --latency -s bench/load.lua "$TG" -- \
+"$LOADGEN" "$TG" "$CLIENTS" "$DURATION" get,range,head,blob \
   "/image/$S/$V/$A" "$ART_SIZE" "/v2/$REPO/manifests/$V" \
-  "/v2/$REPO/blobs/$L0" "/v2/$REPO/blobs/$L1" "/v2/$REPO/blobs/$CFG" | tee "$WORK/wrk.out"
+  "/v2/$REPO/blobs/$L0" "/v2/$REPO/blobs/$L1" "/v2/$REPO/blobs/$CFG" | tee "$WORK/load.out"
 kill $SAMPLER 2>/dev/null || true
 HWM=$(status_kib $TG_PID VmHWM)
 PEAK_SAMPLED=$(cat "$WORK/peak" 2>/dev/null || echo "$RSS0")
 sleep 3
 FD1=$(fds $TG_PID); RSS1=$(status_kib $TG_PID VmRSS); ANON1=$(status_kib $TG_PID RssAnon)
 echo "   after:  fds=$FD1 rss=${RSS1}KiB anon=${ANON1}KiB; peak rss (VmHWM) ${HWM}KiB, sampled ${PEAK_SAMPLED}KiB"
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$2"; }
+REQS=$(field requests "$WORK/load.out"); ERRORS=$(field errors "$WORK/load.out")
+RPS=$(field rps "$WORK/load.out"); P99=$(field p99_ms "$WORK/load.out")
 
-read -r REQS DUR ECON EREAD EWRITE ESTATUS ETIME < <(awk '/^LOAD/{for(i=2;i<=NF;i++){split($i,a,"=");v[i]=a[2]}; print v[2],v[3],v[4],v[5],v[6],v[7],v[8]}' "$WORK/wrk.out")
-P99=$(awk '/^LATENCY/{split($4,a,"="); print a[2]}' "$WORK/wrk.out")
-RPS=$(python3 -c "print(f'{$REQS/($DUR/1e6):.0f}')")
-ERRORS=$((ECON + EREAD + EWRITE + ESTATUS + ETIME))
-
-echo "== side by side: artifact + Range GETs only, talos-gen vs nginx (same file, ${DURATION}s/4 each)"
 SHORT=$(( DURATION / 4 > 5 ? DURATION / 4 : 5 ))
-cat > "$WORK/static.lua" <<'LUA'
-local n = 0
-local size
-function init(args) size = tonumber(args[2]); path = args[1] end
-function request()
-  n = n + 1
-  if n % 2 == 0 then return wrk.format("GET", path) end
-  local s = math.random(0, size - 65537)
-  return wrk.format("GET", path, { ["Range"] = "bytes=" .. s .. "-" .. (s + 65535) })
-end
-LUA
-side() { wrk -t 2 -c "$CLIENTS" -d "${SHORT}s" --timeout 30s -s "$WORK/static.lua" "$1" -- "/image/$S/$V/$A" "$ART_SIZE" | awk '/Requests\/sec/{print $2}'; }
+echo "== side by side: artifact + Range GETs only, talos-gen vs nginx (same file, ${SHORT}s each)"
+side() { "$LOADGEN" "$1" "$CLIENTS" "$SHORT" get,range "/image/$S/$V/$A" "$ART_SIZE" /unused /unused | tee -a "$WORK/side.out" | sed -n 's/.* rps=\([^ ]*\).*/\1/p'; }
 TG_STATIC=$(side "$TG")
 NG_STATIC=$(side "http://127.0.0.1:$NG_PORT")
+cat "$WORK/side.out"
 RATIO=$(python3 -c "print(f'{$TG_STATIC/$NG_STATIC:.2f}')")
 sleep 3
 FD2=$(fds $TG_PID); RSS2=$(status_kib $TG_PID VmRSS); ANON2=$(status_kib $TG_PID RssAnon)
 
 echo
-echo "RESULT clients=$CLIENTS duration=${DURATION}s requests=$REQS req/s=$RPS p99=$(python3 -c "print(f'{$P99/1000:.1f}')")ms errors=$ERRORS (connect=$ECON read=$EREAD write=$EWRITE status=$ESTATUS timeout=$ETIME)"
+echo "RESULT clients=$CLIENTS duration=${DURATION}s requests=$REQS req/s=$RPS p99=${P99}ms errors=$ERRORS"
 echo "RESULT peak_rss=${HWM}KiB start_rss=${RSS0}KiB end_rss=${RSS1}KiB start_anon=${ANON0}KiB end_anon=${ANON1}KiB fds start=$FD0 end=$FD1 (after side run: fds=$FD2 anon=${ANON2}KiB)"
 echo "RESULT static mix req/s: talos-gen $TG_STATIC, nginx $NG_STATIC, RATIO talos-gen/nginx = $RATIO"
 fail=0
