@@ -490,6 +490,26 @@ fn analyze(s: &str) -> Analysis {
             block_allowed: false,
         };
     }
+    // Fast path for the long tokens configs are full of (base64 PEM,
+    // URLs without spaces): nothing in them is an indicator, a space, a
+    // break or unprintable, so every style is allowed.
+    if !s.starts_with("---")
+        && !s.starts_with("...")
+        && s.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'.' | b'_' | b'-')
+        })
+    {
+        return Analysis {
+            block_plain_allowed: true,
+            single_quoted_allowed: true,
+            block_allowed: true,
+        };
+    }
+    analyze_slow(s)
+}
+
+/// The full yaml_emitter_analyze_scalar loop.
+fn analyze_slow(s: &str) -> Analysis {
     let chars: Vec<char> = s.chars().collect();
     let mut block_indicators = false;
     if s.starts_with("---") || s.starts_with("...") {
@@ -1174,6 +1194,38 @@ network: {}
             Map::new().field("b", true).into(),
         ]);
         assert_eq!(d, "a: 1\n---\nb: true\n");
+    }
+
+    #[test]
+    fn analysis_fast_path_agrees_with_the_full_loop() {
+        for s in [
+            "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJQakNC==",
+            "a+b/c=d",
+            "-x",
+            "x-",
+            "v1.28.0",
+            "ghcr.io",
+            "a_b.c-d",
+            "..x",
+            "--x",
+            "=",
+        ] {
+            let fast = analyze(s);
+            let slow = analyze_slow(s);
+            assert_eq!(
+                (
+                    fast.block_plain_allowed,
+                    fast.single_quoted_allowed,
+                    fast.block_allowed
+                ),
+                (
+                    slow.block_plain_allowed,
+                    slow.single_quoted_allowed,
+                    slow.block_allowed
+                ),
+                "{s:?}"
+            );
+        }
     }
 
     #[test]

@@ -74,14 +74,13 @@ impl Schemas {
                     // The exceptions for the versioned document.
                     let obj = json.as_object_mut().unwrap();
                     obj.remove("persist");
-                    if minor >= 12 {
-                        if let Some(install) = obj
+                    if minor >= 12
+                        && let Some(install) = obj
                             .get_mut("machine")
                             .and_then(|m| m.get_mut("install"))
                             .and_then(Json::as_object_mut)
-                        {
-                            install.remove("extraKernelArgs");
-                        }
+                    {
+                        install.remove("extraKernelArgs");
                     }
                     "v1alpha1.Config".into()
                 }
@@ -252,15 +251,15 @@ fn cozystack_profile_is_schema_valid_on_every_contract() {
                 let e: Value = talos_gen::yaml::value_from_str(extra, "extra").unwrap();
                 if let (Value::Mapping(m), Value::Mapping(x)) = (&mut v, e) {
                     for (k, val) in x {
-                        if k.as_str() == Some("talos") {
-                            if let Some(Value::Mapping(t)) = m.get_mut("talos") {
-                                if let Value::Mapping(tx) = val {
-                                    for (k2, v2) in tx {
-                                        t.insert(k2, v2);
-                                    }
+                        if k.as_str() == Some("talos")
+                            && let Some(Value::Mapping(t)) = m.get_mut("talos")
+                        {
+                            if let Value::Mapping(tx) = val {
+                                for (k2, v2) in tx {
+                                    t.insert(k2, v2);
                                 }
-                                continue;
                             }
+                            continue;
                         }
                         m.insert(k, val);
                     }

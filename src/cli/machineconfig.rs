@@ -196,7 +196,7 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
         eprintln!("talos-gen: {w}");
     }
     if let Some(path) = &args.output_secrets {
-        write_file(path, &out.secrets, "--output-secrets")?;
+        write_file(path, &out.secrets_yaml(), "--output-secrets")?;
     }
     match &args.output {
         Some(path) if path != "-" => write_file(path, &out.config, "--output")?,

@@ -35,11 +35,20 @@ fn body_text(body: &Bytes) -> Result<&str, Error> {
     std::str::from_utf8(body).map_err(|_| Error::bad_input("body: not UTF-8"))
 }
 
+/// A JSON body (it starts with `{`) is read with the JSON parser, anything
+/// else as YAML; both name the field at fault.
+fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
+    let text = body_text(body)?;
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| Error::bad_input(format!("body: {e}")))
+    } else {
+        crate::yaml::from_str(text, "body")
+    }
+}
+
 /// `POST /api/v1/machineconfig`: answers the config as `application/yaml`.
 pub async fn generate(body: Bytes) -> Response {
-    let result = body_text(&body)
-        .and_then(|t| crate::yaml::from_str::<Request>(t, "body"))
-        .and_then(|req| machineconfig::generate(&req));
+    let result = parse_body::<Request>(&body).and_then(|req| machineconfig::generate(&req));
     match result {
         Ok(out) => {
             let mut headers = HeaderMap::new();
@@ -62,8 +71,7 @@ pub async fn generate(body: Bytes) -> Response {
 
 /// `POST /api/v1/kubelet-reservations`: answers JSON with the contract's fields.
 pub async fn reservations(body: Bytes) -> Response {
-    let result = body_text(&body)
-        .and_then(|t| crate::yaml::from_str::<ReservationsRequest>(t, "body"))
+    let result = parse_body::<ReservationsRequest>(&body)
         .and_then(|req| machineconfig::kubelet_reservations(&req));
     match result {
         Ok(r) => match serde_json::to_string(&r) {

@@ -75,8 +75,8 @@ pub struct Request {
 pub struct Output {
     /// All documents, `---`-separated.
     pub config: String,
-    /// The secrets bundle used, in talosctl's format.
-    pub secrets: String,
+    /// The secrets bundle used (see [`Output::secrets_yaml`]).
+    pub bundle: secrets::Bundle,
     /// Warnings for stderr (an unsupported pair written with `force`).
     pub warnings: Vec<String>,
 }
@@ -241,12 +241,10 @@ pub fn generate(req: &Request) -> Result<Output> {
 
     // Secrets.
     let bundle = match &req.secrets {
-        Some(Value::String(text)) => secrets::Bundle::parse(text, "--with-secrets")?,
-        Some(tree) => {
-            let text = serde_json::to_string(tree)
-                .map_err(|e| Error::bad_input(format!("secrets: {e}")))?;
-            secrets::Bundle::parse(&text, "secrets")?
-        }
+        Some(Value::String(text)) => secrets::Bundle::parse_cached(text, "--with-secrets")?
+            .as_ref()
+            .clone(),
+        Some(tree) => secrets::Bundle::from_value(tree.clone(), "secrets")?,
         None => secrets::Bundle::generate()?,
     };
 
@@ -386,20 +384,23 @@ pub fn generate(req: &Request) -> Result<Output> {
         let what = format!("--config-patch #{}", i + 1);
         let patch_docs = match p {
             Value::String(text) => patch::parse(text, &what)?,
-            tree => {
-                let text = serde_json::to_string(tree)
-                    .map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
-                patch::parse(&text, &what)?
-            }
+            tree => patch::parse_values(vec![tree.clone()], &what)?,
         };
         patch::apply(&mut docs, patch_docs, &what)?;
     }
 
     Ok(Output {
         config: model::render(&docs),
-        secrets: inp.bundle.to_yaml(),
+        bundle: inp.bundle,
         warnings,
     })
+}
+
+impl Output {
+    /// The secrets bundle in talosctl's format (`--output-secrets`).
+    pub fn secrets_yaml(&self) -> String {
+        self.bundle.to_yaml()
+    }
 }
 
 /// The flags/fields of `kubelet-reservations`.

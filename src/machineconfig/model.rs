@@ -1162,10 +1162,10 @@ pub fn set(node: &mut Node, key: &str, value: Node) {
 }
 
 pub fn remove(node: &mut Node, key: &str) -> Option<Node> {
-    if let Node::Map(m) = node {
-        if let Some(i) = m.iter().position(|(k, _)| k == key) {
-            return Some(m.remove(i).1);
-        }
+    if let Node::Map(m) = node
+        && let Some(i) = m.iter().position(|(k, _)| k == key)
+    {
+        return Some(m.remove(i).1);
     }
     None
 }

@@ -19,7 +19,11 @@ use super::model::{self, Doc, StructDef, Ty};
 
 /// Parse one `--config-patch` argument's text into documents.
 pub fn parse(text: &str, what: &str) -> Result<Vec<Doc>> {
-    let values = crate::yaml::documents_from_str(text, what)?;
+    parse_values(crate::yaml::documents_from_str(text, what)?, what)
+}
+
+/// Decode already-parsed patch documents.
+pub fn parse_values(values: Vec<Value>, what: &str) -> Result<Vec<Doc>> {
     if values.is_empty() {
         return Err(Error::bad_input(format!("{what}: the patch is empty")));
     }

@@ -173,7 +173,7 @@ mod tests {
         assert_eq!(cpu_millis_int("1"), 1000);
         assert_eq!(cpu_millis_int("250m"), 250);
         assert_eq!(cpu_millis_int("1.5"), 1500);
-        assert_eq!(cpu_millis_f("0.1"), 100.00000000000001);
+        assert_eq!(cpu_millis_f("0.1"), 100.0);
         assert_eq!(go_g(1000.0), "1000");
         assert_eq!(go_g(1e6), "1e+06");
         assert_eq!(cpu_millis_int("1000"), 0);

@@ -74,30 +74,30 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
             "set both resources.cpu and resources.memory, or neither".into(),
         ));
     }
-    if let Some(c) = given(&input.cpu) {
-        if !is_cpu(c) {
-            return Err(bad(format!(
-                "invalid resources.cpu value {c:?} — must be {CPU_HINT}"
-            )));
-        }
+    if let Some(c) = given(&input.cpu)
+        && !is_cpu(c)
+    {
+        return Err(bad(format!(
+            "invalid resources.cpu value {c:?} — must be {CPU_HINT}"
+        )));
     }
-    if let Some(m) = given(&input.memory) {
-        if !is_memory(m) {
-            return Err(bad(format!(
-                "invalid resources.memory value {m:?} — must be {MEMORY_HINT}"
-            )));
-        }
+    if let Some(m) = given(&input.memory)
+        && !is_memory(m)
+    {
+        return Err(bad(format!(
+            "invalid resources.memory value {m:?} — must be {MEMORY_HINT}"
+        )));
     }
     let mut sized = None;
-    if let Some(t) = itype {
-        if !(has_cpu && has_mem) {
-            match instancetypes::lookup(t) {
-                Some(x) => sized = Some(x),
-                None => {
-                    return Err(bad(format!(
-                        "specified instanceType {t:?} not found in cluster"
-                    )));
-                }
+    if let Some(t) = itype
+        && !(has_cpu && has_mem)
+    {
+        match instancetypes::lookup(t) {
+            Some(x) => sized = Some(x),
+            None => {
+                return Err(bad(format!(
+                    "specified instanceType {t:?} not found in cluster"
+                )));
             }
         }
     }
@@ -158,20 +158,20 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         ("systemReservedMemory", &input.system_reserved_memory),
         ("kubeReservedMemory", &input.kube_reserved_memory),
     ] {
-        if let Some(v) = given(value) {
-            if to_float(v) <= 0.0 {
-                return Err(bad(format!("{key} must be a positive value, got {v}")));
-            }
+        if let Some(v) = given(value)
+            && to_float(v) <= 0.0
+        {
+            return Err(bad(format!("{key} must be a positive value, got {v}")));
         }
     }
     for (key, value) in [
         ("systemReservedCpu", &input.system_reserved_cpu),
         ("kubeReservedCpu", &input.kube_reserved_cpu),
     ] {
-        if let Some(v) = given(value) {
-            if cpu_millis_f(v) <= 0.0 {
-                return Err(bad(format!("{key} must be a positive value, got {v}")));
-            }
+        if let Some(v) = given(value)
+            && cpu_millis_f(v) <= 0.0
+        {
+            return Err(bad(format!("{key} must be a positive value, got {v}")));
         }
     }
     if !hard.ends_with('%') && !is_memory(&hard) {

@@ -105,6 +105,40 @@ impl Bundle {
     /// Parse a bundle file's text, checking what a worker config needs.
     pub fn parse(text: &str, what: &str) -> Result<Bundle> {
         let b: Bundle = crate::yaml::from_str(text, what)?;
+        b.checked(what)
+    }
+
+    /// [`Bundle::parse`] behind a small cache of recently seen bundle
+    /// texts (a service answers many requests with the same bundle; the
+    /// cache holds at most 16 and compares whole texts).
+    pub fn parse_cached(text: &str, what: &str) -> Result<std::sync::Arc<Bundle>> {
+        use std::sync::{Arc, Mutex, OnceLock};
+        type Cache = Mutex<Vec<(String, Arc<Bundle>)>>;
+        static CACHE: OnceLock<Cache> = OnceLock::new();
+        let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
+        if let Ok(c) = cache.lock()
+            && let Some((_, b)) = c.iter().find(|(t, _)| t == text)
+        {
+            return Ok(b.clone());
+        }
+        let b = Arc::new(Bundle::parse(text, what)?);
+        if let Ok(mut c) = cache.lock() {
+            if c.len() >= 16 {
+                c.remove(0);
+            }
+            c.push((text.to_string(), b.clone()));
+        }
+        Ok(b)
+    }
+
+    /// A bundle given as a parsed tree.
+    pub fn from_value(v: crate::yaml::Value, what: &str) -> Result<Bundle> {
+        let b: Bundle = crate::yaml::from_value(v, what)?;
+        b.checked(what)
+    }
+
+    fn checked(self, what: &str) -> Result<Bundle> {
+        let b = self;
         let need = |v: &str, field: &str| -> Result<()> {
             if v.is_empty() {
                 Err(Error::bad_input(format!("{what}: {field} is missing")))
