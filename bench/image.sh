@@ -109,13 +109,19 @@ curl -sf -o /dev/null "http://127.0.0.1:$SVC$P"          # fill
 sleep 0.5
 curl -sf -o /dev/null "http://127.0.0.1:$SVC$P"          # warm page cache
 curl -sf -o /dev/null "http://127.0.0.1:$NG_FILE$P"
-NGX1=$(wrk_rate "http://127.0.0.1:$NG_FILE$P")
-OURS1=$(wrk_rate "http://127.0.0.1:$SVC$P")
-NGX2=$(wrk_rate "http://127.0.0.1:$NG_FILE$P")
-OURS2=$(wrk_rate "http://127.0.0.1:$SVC$P")
+# Alternate the two servers ROUNDS times; the other builds sharing this
+# machine make single runs noisy, so report the best and the mean of each.
+ROUNDS=${ROUNDS:-3}
+: > "$W/tp"
+for r in $(seq "$ROUNDS"); do
+  echo "nginx $(wrk_rate "http://127.0.0.1:$NG_FILE$P")" >> "$W/tp"
+  echo "ours $(wrk_rate "http://127.0.0.1:$SVC$P")" >> "$W/tp"
+done
 stop_svc
-NGX=$(( (NGX1 + NGX2) / 2 )); OURS=$(( (OURS1 + OURS2) / 2 ))
-awk -v n=$NGX -v o=$OURS 'BEGIN{printf "nginx sendfile   %8.1f MiB/s\ntalos-gen        %8.1f MiB/s\nthroughput ratio %8.3f (talos-gen / nginx; must be >= 0.9)\n", n/1048576, o/1048576, o/n}'
+awk '{ s[$1]+=$2; n[$1]++; if ($2>b[$1]) b[$1]=$2 }
+  END { printf "nginx sendfile   best %8.1f MiB/s  mean %8.1f MiB/s\n", b["nginx"]/1048576, s["nginx"]/n["nginx"]/1048576;
+        printf "talos-gen        best %8.1f MiB/s  mean %8.1f MiB/s\n", b["ours"]/1048576, s["ours"]/n["ours"]/1048576;
+        printf "throughput ratio best %.3f  mean %.3f (talos-gen / nginx; must be >= 0.9)\n", b["ours"]/b["nginx"], s["ours"]/s["nginx"] }' "$W/tp"
 
 cold_run() { # label url -> lines "ttfb total" in $W/cold-<label>
   local label=$1 url=$2
@@ -141,12 +147,18 @@ UPGETS=$(grep -c "GET $P" "$W/up/access.log" || true)
 stop_svc
 cold_run nginx "http://127.0.0.1:$NG_PC$P"
 
+# Baseline for this machine's scheduling noise: 16 clients straight at the
+# upstream at once (16 separate transfers, no cache in between).
+cold_run direct "http://127.0.0.1:$NG_UP$P"
+
 report() {
-  awk -v up_t="$UP_TTFB" -v up_d="$UP_TOTAL" -v name="$1" '
-    { if ($1>mt) mt=$1; if ($2>md) md=$2 }
-    END { printf "%-22s max ttfb %.3fs (upstream +%4.0f ms; must be <= 50)  last done %.3fs (%.3fx plain download; must be <= 1.2)\n", name, mt, (mt-up_t)*1000, md, md/up_d }' "$W/cold-$1"
+  sort -n "$W/cold-$1" | awk -v up_t="$UP_TTFB" -v up_d="$UP_TOTAL" -v name="$2" '
+    { t[NR]=$1; if ($2>md) md=$2 }
+    END { printf "%-34s ttfb median %.3fs max %.3fs (max - plain upstream ttfb: %5.0f ms; must be <= 50)  last done %.3fs (%.3fx plain download; must be <= 1.2)\n", name, t[int((NR+1)/2)], t[NR], (t[NR]-up_t)*1000, md, md/up_d }'
 }
-report ours
-report nginx
+report ours "talos-gen"
+report nginx "nginx proxy_cache + cache_lock"
+report direct "16 direct to upstream (baseline)"
+
 echo "upstream GETs for the talos-gen cold run (incl. the plain download): $UPGETS (expect 2)"
 echo "# 3. peak RSS of talos-gen during the cold run: $((RSS_KB / 1024)) MiB (must be < 64)"

@@ -9,7 +9,8 @@
 //!   key being filled attaches to the running fill.
 //! - Readers stream from the growing temp file ([`FillHandle::reader`]), so
 //!   they get bytes as they arrive; a late joiner starts at byte 0. The last
-//!   byte of the object is released only after verification and commit, so
+//!   byte of the object is released only after verification (before the
+//!   fsync and rename of the commit), so
 //!   a failed fill never looks like a complete body.
 //! - The fill runs to completion in its own task even when every reader
 //!   left, bounded by [`FillSpec::timeout`].
@@ -161,6 +162,8 @@ enum Phase {
     Waiting,
     Starting,
     Streaming,
+    /// Every byte is in and checked; the durable commit (fsync, rename) runs.
+    Verified,
     Done(Entry),
     Failed(FetchError),
 }
@@ -429,6 +432,8 @@ impl Fills {
                 )));
             }
         }
+        // Readers may have the last byte now; durability comes next.
+        sh.tx.send_modify(|p| p.phase = Phase::Verified);
         let mut meta = spec.meta;
         if meta.content_type.is_none() {
             meta.content_type = head.content_type.clone();
@@ -464,7 +469,7 @@ impl FillHandle {
             let p = self.rx.borrow_and_update().clone();
             match p.phase {
                 Phase::Waiting | Phase::Starting => {}
-                Phase::Streaming => {
+                Phase::Streaming | Phase::Verified => {
                     if let Some(h) = self.sh.head.get() {
                         return Ok(h.clone());
                     }
@@ -542,6 +547,7 @@ impl ReadState {
             let len = self.sh.head.get().and_then(|h| h.len);
             let (limit, done) = match &p.phase {
                 Phase::Done(e) => (e.size, true),
+                Phase::Verified => (p.written, true),
                 Phase::Failed(e) => return Err(std::io::Error::other(e.to_string())),
                 // Hold back the last byte until the object is verified.
                 _ => (

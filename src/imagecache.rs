@@ -25,6 +25,17 @@ pub trait SchematicLookup: Send + Sync {
     fn canonical(&self, id: &str) -> Option<Vec<u8>>;
 }
 
+/// Any `Fn(id) -> Option<bytes>` is a lookup, e.g. over the schematic
+/// registry: `Arc::new(move |id: &str| reg.get(id).ok().flatten().map(String::into_bytes))`.
+impl<F> SchematicLookup for F
+where
+    F: Fn(&str) -> Option<Vec<u8>> + Send + Sync,
+{
+    fn canonical(&self, id: &str) -> Option<Vec<u8>> {
+        self(id)
+    }
+}
+
 /// Knows no schematics.
 pub struct NoSchematics;
 

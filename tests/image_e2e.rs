@@ -342,6 +342,42 @@ fn client_hanging_up_early_does_not_cancel_the_fill() {
     let g = curl(&url, &[]);
     assert!(g.body == fx.xz);
     assert_eq!(fx.upstream_gets(), 1, "no second upstream GET");
+    let m = String::from_utf8(curl(&format!("{}/metrics", svc.url()), &[]).body).unwrap();
+    for line in [
+        "talos_gen_upstream_fetches_total{kind=\"image\",result=\"ok\"} 1",
+        "talos_gen_cache_misses_total{kind=\"image\"}",
+        "talos_gen_cache_hits_total{kind=\"image\"}",
+        "talos_gen_bytes_served_total{kind=\"image\"}",
+        "talos_gen_upstream_fetch_duration_seconds_count{kind=\"image\"} 1",
+    ] {
+        assert!(m.contains(line), "{line} missing from /metrics:\n{m}");
+    }
+}
+
+#[test]
+fn cache_max_size_evicts_least_recently_used() {
+    let fx = Fixture::new(1, None);
+    let other = "metal-amd64.raw.xz";
+    // A second artifact: two concatenated xz streams (valid xz, other bytes).
+    let mut b = fx.xz.clone();
+    b.extend_from_slice(&fx.xz);
+    std::fs::write(fx.root().join(format!("image/{S}/{V}/{other}")), &b).unwrap();
+    // Room for one artifact, not both.
+    let max = (fx.xz.len() + b.len() - 1).to_string();
+    let svc = fx.serve(&["--cache-max-size", &max]);
+    let ua = format!("{}{}", svc.url(), path());
+    let ub = format!("{}/image/{S}/{V}/{other}", svc.url());
+    assert!(curl(&ua, &[]).body == fx.xz);
+    wait_committed(&svc, &path());
+    assert!(curl(&ub, &[]).body == b);
+    wait_committed(&svc, &format!("/image/{S}/{V}/{other}"));
+    // A was least recently used: evicted; fetching it again goes upstream.
+    assert!(curl(&ua, &[]).body == fx.xz);
+    assert_eq!(fx.upstream_gets(), 2, "evicted artifact fetched again");
+    let objects = std::fs::read_dir(fx.cache().join("objects/sha256"))
+        .unwrap()
+        .count();
+    assert_eq!(objects, 1, "only one object fits");
 }
 
 #[test]
@@ -390,11 +426,18 @@ fn kill_9_mid_fill_then_restart_is_always_right() {
 #[test]
 fn upstream_down_serves_cache_and_fails_fast_otherwise() {
     let mut fx = Fixture::new(1, None);
+    let versions = b"[\"v1.13.5\",\"v1.13.6\"]";
+    std::fs::write(fx.root().join("versions"), versions).unwrap();
     let svc = fx.serve(&[]);
     let url = format!("{}{}", svc.url(), path());
     assert_eq!(curl(&url, &[]).body, fx.xz);
     wait_committed(&svc, &path());
+    assert_eq!(curl(&format!("{}/versions", svc.url()), &[]).body, versions);
     fx.nginx.stop();
+    // /versions: the kept copy.
+    let g = curl(&format!("{}/versions", svc.url()), &[]);
+    assert_eq!(g.status, 200);
+    assert_eq!(g.body, versions);
     let g = curl(&url, &[]);
     assert_eq!(g.status, 200);
     assert!(g.body == fx.xz);
