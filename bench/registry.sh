@@ -7,15 +7,15 @@
 #    image pushed over the registry API (OCI index over linux/amd64 and
 #    linux/arm64 Docker schema-2 manifests, random layers).
 # 2. Warm `skopeo copy --all` through talos-gen vs through the proxy registry
-#    (hyperfine, both warmed first); ratio = talos-gen mean / proxy mean,
-#    target <= 1.0.
+#    (both warmed first, rounds interleaved); ratio = talos-gen median /
+#    proxy median, target <= 1.0.
 # 3. 8 concurrent cold copies through a fresh talos-gen: every blob fetched
 #    from the upstream exactly once (counted in the upstream's access log),
 #    every copy identical. The same run against a fresh proxy registry is
 #    shown for comparison.
 #
 # Usage: bench/registry.sh [LAYER_MIB...]   (default: 48 16 1, per arch)
-# Needs: docker-registry, skopeo, hyperfine, curl, jq, sha256sum.
+# Needs: docker-registry, skopeo, curl, python3, sha256sum.
 # Uses target/release/talos-gen (built if missing).
 set -euo pipefail
 
@@ -26,7 +26,7 @@ LAYERS=("$@")
 [ ${#LAYERS[@]} -gt 0 ] || LAYERS=(48 16 1)
 RUNS=${RUNS:-10}
 
-for t in docker-registry skopeo hyperfine curl jq sha256sum; do
+for t in docker-registry skopeo curl python3 sha256sum; do
   command -v "$t" >/dev/null || { echo "missing $t (apt-get install -y $t)" >&2; exit 2; }
 done
 [ -x "$BIN" ] || cargo build --release
@@ -134,16 +134,30 @@ copy "127.0.0.1:$PX_PORT" "$WORK/ref-px"
 copy "127.0.0.1:$UP_PORT" "$WORK/ref-direct"
 diff -r "$WORK/ref-direct" "$WORK/ref-tg" >/dev/null || { echo "FAIL: talos-gen copy differs from direct copy" >&2; exit 1; }
 diff -r "$WORK/ref-direct" "$WORK/ref-px" >/dev/null || echo "note: proxy copy differs from direct copy"
-hyperfine -N --warmup 2 --runs "$RUNS" --export-json "$WORK/warm.json" \
-  --prepare "rm -rf $WORK/w" \
-  -n talos-gen "skopeo copy -q --all --src-tls-verify=false docker://127.0.0.1:$TG_PORT/$REPO:$TAG dir:$WORK/w" \
-  -n registry-proxy "skopeo copy -q --all --src-tls-verify=false docker://127.0.0.1:$PX_PORT/$REPO:$TAG dir:$WORK/w" \
-  -n direct-upstream "skopeo copy -q --all --src-tls-verify=false docker://127.0.0.1:$UP_PORT/$REPO:$TAG dir:$WORK/w"
-TG_MEAN=$(jq '.results[] | select(.command=="talos-gen") | .mean' "$WORK/warm.json")
-PX_MEAN=$(jq '.results[] | select(.command=="registry-proxy") | .mean' "$WORK/warm.json")
-DI_MEAN=$(jq '.results[] | select(.command=="direct-upstream") | .mean' "$WORK/warm.json")
+# Interleaved rounds (A B, then B A, ...) so the load of a shared machine
+# falls on both alike; the ratio is of medians.
+timed_copy() { # host -> seconds
+  rm -rf "$WORK/w"
+  local t0 t1; t0=$(date +%s.%N)
+  copy "$1" "$WORK/w"
+  t1=$(date +%s.%N)
+  python3 -c "print($t1-$t0)"
+}
+for h in "127.0.0.1:$TG_PORT" "127.0.0.1:$PX_PORT" "127.0.0.1:$UP_PORT"; do copy "$h" "$WORK/warmup-$RANDOM"; done
+: > "$WORK/tg.times"; : > "$WORK/px.times"; : > "$WORK/di.times"
+for i in $(seq "$RUNS"); do
+  if [ $((i % 2)) = 1 ]; then
+    timed_copy "127.0.0.1:$TG_PORT" >> "$WORK/tg.times"; timed_copy "127.0.0.1:$PX_PORT" >> "$WORK/px.times"
+  else
+    timed_copy "127.0.0.1:$PX_PORT" >> "$WORK/px.times"; timed_copy "127.0.0.1:$TG_PORT" >> "$WORK/tg.times"
+  fi
+  timed_copy "127.0.0.1:$UP_PORT" >> "$WORK/di.times"
+done
+median() { python3 -c "import statistics,sys; print(f'{statistics.median(float(l) for l in open(sys.argv[1])):.3f}')" "$1"; }
+spread() { python3 -c "import sys; v=sorted(float(l) for l in open(sys.argv[1])); print(f'{v[0]:.3f}..{v[-1]:.3f}')" "$1"; }
+TG_MEAN=$(median "$WORK/tg.times"); PX_MEAN=$(median "$WORK/px.times"); DI_MEAN=$(median "$WORK/di.times")
 WARM_RATIO=$(python3 -c "print(f'{$TG_MEAN/$PX_MEAN:.3f}')")
-echo "   warm mean: talos-gen ${TG_MEAN}s, registry-proxy ${PX_MEAN}s, direct ${DI_MEAN}s"
+echo "   warm median over $RUNS interleaved rounds: talos-gen ${TG_MEAN}s ($(spread "$WORK/tg.times")), registry-proxy ${PX_MEAN}s ($(spread "$WORK/px.times")), direct from upstream ${DI_MEAN}s ($(spread "$WORK/di.times"))"
 echo "   RATIO warm talos-gen/registry-proxy = $WARM_RATIO (target <= 1.0)"
 
 # cold_run NAME HOST-PORT LOGFILE-OF-UPSTREAM
@@ -181,7 +195,7 @@ cold_run px_cold "$PX2_PORT"
 echo
 echo "SUMMARY"
 echo "  image: ${TOTAL_MIB} MiB, $NBLOBS blobs (layers per arch: ${LAYERS[*]} MiB)"
-echo "  warm skopeo copy --all: talos-gen ${TG_MEAN}s / registry-proxy ${PX_MEAN}s = $WARM_RATIO (target <= 1.0)"
+echo "  warm skopeo copy --all (median): talos-gen ${TG_MEAN}s / registry-proxy ${PX_MEAN}s = $WARM_RATIO (target <= 1.0)"
 echo "  8 cold copies: max upstream GETs per blob: talos-gen $COLD_MAX_tg_cold (target 1), registry-proxy $COLD_MAX_px_cold"
 ok=1
 python3 -c "import sys; sys.exit(0 if $TG_MEAN/$PX_MEAN <= 1.0 else 1)" || ok=0

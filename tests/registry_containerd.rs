@@ -171,6 +171,11 @@ async fn containerd_pulls_through_the_service_with_hosts_toml() {
             let obj = cache
                 .join("objects/sha256")
                 .join(b.digest.trim_start_matches("sha256:"));
+            // The fill commits durably just after its last byte went out.
+            let t0 = Instant::now();
+            while !obj.exists() && t0.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             assert!(obj.exists(), "{} not in the service's store", b.digest);
         }
     }

@@ -569,6 +569,22 @@ async fn moving_tags_are_revalidated_and_offline_serves_the_store() {
     let first = out.path().join("first");
     let o = skopeo_copy(&svc.host(), &repo(), "latest", &first);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A fill hands out its last byte once verified, then commits durably:
+    // wait for the commits before killing the service.
+    let index = cache.path().join("index");
+    let committed = |d: &str| {
+        let key = format!("oci/blob/{d}");
+        let name = format!("{}.json", &sha256_digest(key.as_bytes())["sha256:".len()..]);
+        index.join(name).exists()
+    };
+    let t0 = std::time::Instant::now();
+    while !b.blobs.iter().all(|x| committed(&x.digest)) {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "commits did not land"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     svc.stop();
 
     // `serve --offline` on the same cache dir answers it all, no upstream.

@@ -209,7 +209,6 @@ async fn serve_blob(
     blob: Blob,
     req_headers: &HeaderMap,
 ) -> Result<Response, OciError> {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
     let size = match &blob {
         Blob::Stored(obj) => Some(obj.entry.size),
         Blob::Filling(_, head) => head.len,
@@ -234,26 +233,16 @@ async fn serve_blob(
     };
     let body = match blob {
         Blob::Stored(obj) => {
-            let file = obj
-                .file
-                .try_clone()
-                .map_err(|e| OciError::new(500, "UNKNOWN", format!("opening blob: {e}")))?;
-            let mut file = tokio::fs::File::from_std(file);
-            if start > 0 {
-                file.seek(std::io::SeekFrom::Start(start))
-                    .await
-                    .map_err(|e| OciError::new(500, "UNKNOWN", format!("seeking blob: {e}")))?;
-            }
-            // The lease travels with the stream, keeping the object from eviction.
-            let lease = obj.lease;
+            // Memory-mapped windows of the committed object, one copy to
+            // the socket; the lease keeps it from eviction until the end.
             let n = len.unwrap_or(total);
-            let stream = tokio_util::io::ReaderStream::with_capacity(file.take(n), 256 * 1024);
-            let stream = futures::StreamExt::map(stream, move |c| {
-                let _hold = &lease;
-                c
-            });
             reg.served("blob", n);
-            Body::from_stream(stream)
+            Body::from_stream(crate::store::stream_range(
+                std::sync::Arc::new(obj.file),
+                start,
+                start + n,
+                obj.lease,
+            ))
         }
         Blob::Filling(h, _) => {
             let end = len.map(|n| start + n);
