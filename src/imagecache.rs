@@ -396,6 +396,14 @@ async fn open_image(
     Ok(opened)
 }
 
+/// The service's schematic registry (named files and earlier POSTs) is
+/// what the factory is taught after a 404.
+impl SchematicLookup for crate::schematic::Registry {
+    fn canonical(&self, id: &str) -> Option<Vec<u8>> {
+        self.get(id).ok().flatten().map(String::into_bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,13 +594,5 @@ mod tests {
         let long = "a".repeat(300);
         assert!(ImageKey::parse(S, "v1.13.6", &long).is_err());
         assert!(ImageKey::parse(S, &long, "metal-amd64.iso").is_err());
-    }
-}
-
-/// The service's schematic registry (named files and earlier POSTs) is
-/// what the factory is taught after a 404.
-impl SchematicLookup for crate::schematic::Registry {
-    fn canonical(&self, id: &str) -> Option<Vec<u8>> {
-        self.get(id).ok().flatten().map(String::into_bytes)
     }
 }
