@@ -159,6 +159,7 @@ impl FillSpec {
 
 #[derive(Clone)]
 enum Phase {
+    Waiting,
     Starting,
     Streaming,
     /// Every byte is in and checked; the durable commit (fsync, rename) runs.
@@ -185,6 +186,20 @@ pub struct Fills {
     store: Store,
     inflight: Arc<Mutex<HashMap<String, Arc<Shared>>>>,
     metrics: Option<Metrics>,
+    /// Cap on fills talking to an upstream at once (`None`: no cap).
+    limit: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+/// One fill in progress, for the status page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FillStatus {
+    pub key: String,
+    /// Bytes written so far.
+    pub written: u64,
+    /// The length the upstream announced, when it did.
+    pub len: Option<u64>,
+    /// `waiting` (for a slot), `starting`, `streaming`.
+    pub phase: &'static str,
 }
 
 /// The answer to [`Fills::join`].
@@ -201,7 +216,38 @@ impl Fills {
             store,
             inflight: Arc::default(),
             metrics: None,
+            limit: None,
         }
+    }
+
+    /// At most `n` fills run at once (`n >= 1`); further fills wait for a
+    /// slot (their readers wait for the head), in arrival order.
+    pub fn with_limit(mut self, n: usize) -> Fills {
+        self.limit = Some(Arc::new(tokio::sync::Semaphore::new(n.max(1))));
+        self
+    }
+
+    /// The fills in progress (key order).
+    pub fn in_progress(&self) -> Vec<FillStatus> {
+        let mut v: Vec<FillStatus> = self
+            .lock()
+            .iter()
+            .map(|(k, sh)| {
+                let p = sh.tx.borrow();
+                FillStatus {
+                    key: k.clone(),
+                    written: p.written,
+                    len: sh.head.get().and_then(|h| h.len),
+                    phase: match p.phase {
+                        Phase::Waiting => "waiting",
+                        Phase::Starting => "starting",
+                        _ => "streaming",
+                    },
+                }
+            })
+            .collect();
+        v.sort_by(|a, b| a.key.cmp(&b.key));
+        v
     }
 
     pub fn with_metrics(mut self, m: Metrics) -> Fills {
@@ -234,7 +280,11 @@ impl Fills {
             return Joined::Stored(obj);
         }
         let (tx, _) = watch::channel(Progress {
-            phase: Phase::Starting,
+            phase: if self.limit.is_some() {
+                Phase::Waiting
+            } else {
+                Phase::Starting
+            },
             written: 0,
         });
         let sh = Arc::new(Shared {
@@ -250,6 +300,12 @@ impl Fills {
         let key = key.to_string();
         let task_sh = sh.clone();
         tokio::spawn(async move {
+            // Wait for a slot under the cap; the permit lives as long as the fill.
+            let _permit = match &this.limit {
+                Some(sem) => sem.clone().acquire_owned().await.ok(),
+                None => None,
+            };
+            task_sh.tx.send_modify(|p| p.phase = Phase::Starting);
             let started = Instant::now();
             let kind = spec.kind;
             let timeout = spec.timeout;
@@ -412,7 +468,7 @@ impl FillHandle {
         loop {
             let p = self.rx.borrow_and_update().clone();
             match p.phase {
-                Phase::Starting => {}
+                Phase::Waiting | Phase::Starting => {}
                 Phase::Streaming | Phase::Verified => {
                     if let Some(h) = self.sh.head.get() {
                         return Ok(h.clone());

@@ -33,8 +33,27 @@ struct KindResult {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteStatus {
+    route: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Route {
+    route: String,
+}
+
 struct Inner {
     registry: Registry,
+    requests: Family<RouteStatus, Counter>,
+    request_seconds: Family<Route, Histogram>,
+    fills_in_flight: Gauge,
+    fills_waiting: Gauge,
+    store_objects: Gauge,
+    store_keys: Gauge,
+    mirror_pins: Gauge,
+    auth_failures: Counter,
     hits: Family<Kind, Counter>,
     misses: Family<Kind, Counter>,
     bytes_served: Family<Kind, Counter>,
@@ -72,6 +91,56 @@ impl Metrics {
         });
         let responses = Family::<KindResult, Counter>::default();
         let store_bytes = Gauge::default();
+        let requests = Family::<RouteStatus, Counter>::default();
+        let request_seconds = Family::<Route, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 16))
+        });
+        let fills_in_flight = Gauge::default();
+        let fills_waiting = Gauge::default();
+        let store_objects = Gauge::default();
+        let store_keys = Gauge::default();
+        let mirror_pins = Gauge::default();
+        let auth_failures = Counter::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests by route template and status code",
+            requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "Time to the response head, by route template",
+            request_seconds.clone(),
+        );
+        registry.register(
+            "fills_in_flight",
+            "Upstream fills running now",
+            fills_in_flight.clone(),
+        );
+        registry.register(
+            "fills_waiting",
+            "Upstream fills waiting for a slot (--max-concurrent-fills)",
+            fills_waiting.clone(),
+        );
+        registry.register(
+            "store_objects",
+            "Distinct objects (by sha256) held by the store",
+            store_objects.clone(),
+        );
+        registry.register(
+            "store_keys",
+            "Keys (artifacts, tags, manifests, blobs) in the store index",
+            store_keys.clone(),
+        );
+        registry.register(
+            "mirror_pins",
+            "Store keys pinned by the mirror job (never evicted)",
+            mirror_pins.clone(),
+        );
+        registry.register(
+            "auth_failures",
+            "Requests refused for a missing or wrong bearer token",
+            auth_failures.clone(),
+        );
         registry.register(
             "cache_hits",
             "Requests answered from the store",
@@ -116,6 +185,14 @@ impl Metrics {
             fetch_seconds,
             responses,
             store_bytes,
+            requests,
+            request_seconds,
+            fills_in_flight,
+            fills_waiting,
+            store_objects,
+            store_keys,
+            mirror_pins,
+            auth_failures,
         }))
     }
 
@@ -162,6 +239,40 @@ impl Metrics {
         self.0.store_bytes.set(bytes.min(i64::MAX as u64) as i64);
     }
 
+    /// One HTTP request answered: `route` is the route template (bounded
+    /// cardinality), `took` the time to the response head.
+    pub fn request(&self, route: &str, status: u16, took: Duration) {
+        self.0
+            .requests
+            .get_or_create(&RouteStatus {
+                route: route.to_string(),
+                status: status.to_string(),
+            })
+            .inc();
+        self.0
+            .request_seconds
+            .get_or_create(&Route {
+                route: route.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn set_fills(&self, running: usize, waiting: usize) {
+        self.0.fills_in_flight.set(running as i64);
+        self.0.fills_waiting.set(waiting as i64);
+    }
+
+    /// Store gauges: objects (distinct digests), keys, pinned keys.
+    pub fn set_store_counts(&self, objects: usize, keys: usize, pinned: usize) {
+        self.0.store_objects.set(objects as i64);
+        self.0.store_keys.set(keys as i64);
+        self.0.mirror_pins.set(pinned as i64);
+    }
+
+    pub fn auth_failure(&self) {
+        self.0.auth_failures.inc();
+    }
+
     /// Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut s = String::new();
@@ -199,6 +310,17 @@ mod tests {
             t.contains("talos_gen_responses_total{kind=\"image\",result=\"2xx\"} 1"),
             "{t}"
         );
+        m.request("/healthz", 200, Duration::from_millis(1));
+        m.set_fills(2, 1);
+        m.set_store_counts(3, 4, 1);
+        let t = m.render();
+        assert!(
+            t.contains("talos_gen_http_requests_total{route=\"/healthz\",status=\"200\"} 1"),
+            "{t}"
+        );
+        assert!(t.contains("talos_gen_fills_in_flight 2"), "{t}");
+        assert!(t.contains("talos_gen_store_objects 3"), "{t}");
+        assert!(t.contains("talos_gen_mirror_pins 1"), "{t}");
         assert!(t.ends_with("# EOF\n"));
     }
 }

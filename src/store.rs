@@ -130,6 +130,8 @@ struct State {
     objects: HashMap<String, Obj>,
     total: u64,
     clock: u64,
+    /// Wall-clock last read per object digest (seconds since the epoch).
+    used_at: HashMap<String, u64>,
 }
 
 struct Obj {
@@ -306,6 +308,17 @@ impl Store {
         self.lock().keys.get(key).cloned()
     }
 
+    /// When the object with `digest` was last read through [`Store::get`]
+    /// since this process started (seconds since the epoch).
+    pub fn last_use(&self, digest: &str) -> Option<u64> {
+        self.lock().used_at.get(digest).copied()
+    }
+
+    /// Distinct objects held.
+    pub fn object_count(&self) -> usize {
+        self.lock().objects.len()
+    }
+
     /// Every entry (for the mirror job).
     pub fn entries(&self) -> Vec<Entry> {
         let mut v: Vec<Entry> = self.lock().keys.values().cloned().collect();
@@ -342,6 +355,7 @@ impl Store {
             o.readers += 1;
             o.last_used = t;
         }
+        st.used_at.insert(entry.digest.clone(), now_secs());
         drop(st);
         Some(StoredObject {
             lease: Lease {

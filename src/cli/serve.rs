@@ -70,6 +70,33 @@ pub struct ServeArgs {
         value_name = "SECONDS"
     )]
     pub tag_revalidate: u64,
+    /// Seconds a client has to send a request head; also how long an idle
+    /// keep-alive connection stays open.
+    #[arg(
+        long,
+        env = "TALOS_GEN_HEADER_READ_TIMEOUT",
+        default_value_t = 15,
+        value_name = "SECONDS"
+    )]
+    pub header_read_timeout: u64,
+    /// Seconds a response write may stay blocked (the client stopped reading)
+    /// before the connection is closed.
+    #[arg(
+        long,
+        env = "TALOS_GEN_WRITE_TIMEOUT",
+        default_value_t = 60,
+        value_name = "SECONDS"
+    )]
+    pub write_timeout: u64,
+    /// Upstream fills (image and blob downloads) running at once; more wait.
+    #[arg(
+        long,
+        env = "TALOS_GEN_MAX_CONCURRENT_FILLS",
+        default_value_t = 16,
+        value_name = "N",
+        value_parser = clap::value_parser!(u64).range(1..=100000)
+    )]
+    pub max_concurrent_fills: u64,
     /// Log format: `text` or `json`.
     #[arg(long, env = "TALOS_GEN_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -92,6 +119,9 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         api_token_file: args.api_token_file.map(Into::into),
         tag_revalidate: Duration::from_secs(args.tag_revalidate),
+        header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
+        write_timeout: Duration::from_secs(args.write_timeout.max(1)),
+        max_concurrent_fills: args.max_concurrent_fills as usize,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

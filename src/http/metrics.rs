@@ -8,6 +8,14 @@ use super::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     state.metrics.set_store_bytes(state.store.total_size());
+    let entries = state.store.entries();
+    let pinned = entries.iter().filter(|e| e.pinned).count();
+    state
+        .metrics
+        .set_store_counts(state.store.object_count(), entries.len(), pinned);
+    let fills = state.fills.in_progress();
+    let waiting = fills.iter().filter(|f| f.phase == "waiting").count();
+    state.metrics.set_fills(fills.len() - waiting, waiting);
     (
         [(
             header::CONTENT_TYPE,

@@ -14,11 +14,13 @@ use crate::error::{Error, Result};
 
 pub mod api;
 pub mod image;
+pub mod limits;
 pub mod machineconfig;
 pub mod metrics;
 pub mod ops;
 pub mod registry;
 pub mod schematics;
+pub mod status;
 
 /// Everything `serve` was told, already parsed by the CLI edge.
 #[derive(Debug, Clone)]
@@ -35,6 +37,35 @@ pub struct ServeConfig {
     pub shutdown_timeout: Duration,
     pub api_token_file: Option<PathBuf>,
     pub tag_revalidate: Duration,
+    /// Time a client has to send a request head (also the keep-alive idle limit).
+    pub header_read_timeout: Duration,
+    /// A response write blocked this long (the client stopped reading) ends the connection.
+    pub write_timeout: Duration,
+    /// Upstream fills running at once.
+    pub max_concurrent_fills: usize,
+}
+
+impl ServeConfig {
+    /// Defaults for everything but the listen address and cache directory.
+    pub fn new(listen: impl Into<String>, cache_dir: impl Into<PathBuf>) -> ServeConfig {
+        ServeConfig {
+            listen: listen.into(),
+            cache_dir: cache_dir.into(),
+            factory_url: "https://factory.talos.dev".into(),
+            registry_url: None,
+            offline: false,
+            cache_max_size: None,
+            schematics_dir: None,
+            matrix: None,
+            mirror_upstreams: Vec::new(),
+            shutdown_timeout: Duration::from_secs(30),
+            api_token_file: None,
+            tag_revalidate: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(15),
+            write_timeout: Duration::from_secs(60),
+            max_concurrent_fills: 16,
+        }
+    }
 }
 
 /// Shared, typed state handed to every handler.
@@ -54,6 +85,8 @@ pub struct Shared {
     pub upstream: Option<crate::upstream::Upstream>,
     pub images: crate::imagecache::ImageCache,
     pub registry: crate::registry::Registry,
+    /// `--api-token-file`: the token `/api/v1/` writes require.
+    pub api_token: Option<limits::ApiToken>,
 }
 
 impl std::ops::Deref for AppState {
@@ -67,6 +100,11 @@ impl AppState {
     /// Build the state: load data, open the store.
     pub async fn new(cfg: ServeConfig) -> Result<AppState> {
         let matrix = crate::matrix::Matrix::load(cfg.matrix.as_deref())?;
+        let api_token = cfg
+            .api_token_file
+            .as_deref()
+            .map(limits::ApiToken::from_file)
+            .transpose()?;
         let schematics = Arc::new(crate::schematic::Registry::open(
             &cfg.cache_dir,
             cfg.schematics_dir.as_deref(),
@@ -81,7 +119,9 @@ impl AppState {
         let store = tokio::task::spawn_blocking(move || crate::store::Store::open(dir, max))
             .await
             .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
-        let fills = crate::fill::Fills::new(store.clone()).with_metrics(metrics.clone());
+        let fills = crate::fill::Fills::new(store.clone())
+            .with_metrics(metrics.clone())
+            .with_limit(cfg.max_concurrent_fills);
         let upstream = if cfg.offline {
             None
         } else {
@@ -111,6 +151,7 @@ impl AppState {
             upstream,
             images,
             registry,
+            api_token,
         })))
     }
 }
@@ -118,6 +159,7 @@ impl AppState {
 /// All routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .route("/", get(status::page))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/api/v1/matrix", get(api::matrix))
@@ -137,6 +179,17 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/kubelet-reservations",
             post(machineconfig::reservations),
         )
+        // Buffering extractors (the POST endpoints) stop at 1 MiB: 413.
+        // (`POST /schematics` reads its body under the same limit itself.)
+        .layer(axum::extract::DefaultBodyLimit::max(limits::BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limits::require_token,
+        ))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limits::track,
+        ))
         .with_state(state)
 }
 
@@ -154,11 +207,56 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         .local_addr()
         .map_err(|e| Error::io("listener address", e))?;
     tracing::info!(%local, "listening");
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| Error::io("serving", e))?;
-    tracing::info!("stopped");
+    let app = router(state.clone());
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(state.cfg.header_read_timeout)
+        .max_header_size(limits::HEADER_LIMIT)
+        .max_headers(limits::MAX_HEADERS)
+        .keep_alive(true);
+    let write_timeout = state.cfg.write_timeout;
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = &mut stop => break,
+        };
+        let (tcp, _peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors and the like: back off, keep serving.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let io = hyper_util::rt::TokioIo::new(limits::WriteGuard::new(tcp, write_timeout));
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = graceful.watch(http.serve_connection(io, svc));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended");
+            }
+        });
+    }
+    // Stop accepting; let requests in flight finish, up to the timeout.
+    drop(listener);
+    let limit = state.cfg.shutdown_timeout;
+    tracing::info!(
+        connections = graceful.count(),
+        timeout_secs = limit.as_secs(),
+        "draining"
+    );
+    match tokio::time::timeout(limit, graceful.shutdown()).await {
+        Ok(()) => tracing::info!("stopped"),
+        Err(_) => tracing::warn!(
+            timeout_secs = limit.as_secs(),
+            "stopped with requests still in flight (--shutdown-timeout)"
+        ),
+    }
     Ok(())
 }
 

@@ -1,0 +1,115 @@
+//! Graceful stop: SIGTERM during a slow download stops accepting, lets the
+//! download finish, and exits 0; with a short `--shutdown-timeout` the
+//! process still exits 0, on time, cutting what is left.
+
+mod ops_common;
+
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ops_common::*;
+
+fn download(url: &str, out: &std::path::Path) -> std::process::Child {
+    Command::new("curl")
+        .args(["-s", "--max-time", "60", "-o"])
+        .arg(out)
+        .args(["-w", "%{http_code}", url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_started(out: &std::path::Path) {
+    let start = Instant::now();
+    while std::fs::metadata(out).map(|m| m.len()).unwrap_or(0) < 64 << 10 {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "download did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_lets_a_slow_download_finish_then_exits_0() {
+    // ~2.1 MB at 1 MiB/s from nginx: the download (a cold fill streamed
+    // through) takes about two seconds.
+    let up = Upstream::new(2, Some("1m"));
+    let cache = up.cache();
+    let factory = up.nginx.url();
+    let mut svc = Serve::start(
+        &[
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--factory-url",
+            &factory,
+            "--shutdown-timeout",
+            "30",
+        ],
+        "info",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("a.xz");
+    let dl = download(&format!("{}{}", svc.url(), image_path(A)), &out);
+    wait_started(&out);
+    let t = Instant::now();
+    svc.term();
+    // New connections are refused once it stops accepting.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        TcpStream::connect(("127.0.0.1", svc.port)).is_err(),
+        "still accepting after SIGTERM"
+    );
+    let o = dl.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "200");
+    let got = std::fs::read(&out).unwrap();
+    assert_eq!(got.len(), up.xz.len(), "the download was cut");
+    assert_eq!(sha256_hex(&got), sha256_hex(&up.xz));
+    let st = svc
+        .wait_exit(Duration::from_secs(20))
+        .expect("serve did not exit after the download finished");
+    assert_eq!(st.code(), Some(0), "{}", svc.log_text());
+    assert!(t.elapsed() < Duration::from_secs(20));
+    let log = svc.log_text();
+    assert!(log.contains("draining"), "{log}");
+    assert!(log.contains("stopped"), "{log}");
+}
+
+#[test]
+fn shutdown_timeout_bounds_the_drain() {
+    // ~5.2 MB at 256 KiB/s: twenty seconds; the drain is cut at 1 s.
+    let up = Upstream::new(5, Some("256k"));
+    let cache = up.cache();
+    let factory = up.nginx.url();
+    let mut svc = Serve::start(
+        &[
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--factory-url",
+            &factory,
+            "--shutdown-timeout",
+            "1",
+        ],
+        "info",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("a.xz");
+    let mut dl = download(&format!("{}{}", svc.url(), image_path(A)), &out);
+    wait_started(&out);
+    let t = Instant::now();
+    svc.term();
+    let st = svc
+        .wait_exit(Duration::from_secs(10))
+        .expect("serve did not exit after --shutdown-timeout");
+    assert_eq!(st.code(), Some(0), "{}", svc.log_text());
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "exit after {took:?}"
+    );
+    let _ = dl.wait();
+    assert!(std::fs::metadata(&out).unwrap().len() < up.xz.len() as u64);
+    assert!(svc.log_text().contains("--shutdown-timeout"));
+}

@@ -1,0 +1,214 @@
+//! Property tests (stable toolchain, proptest) over every parser that sees
+//! network input: `/image` path segments, `Range` headers, versions,
+//! schematics, the machineconfig request body with its values file, secrets
+//! bundle and patches, OCI names/digests/references, `--mirror-upstream`
+//! tables and image references (the mirror config's `extraImages`). Each
+//! must return a value or an error, never panic, and what it accepts must
+//! satisfy the obvious invariants.
+
+use proptest::prelude::*;
+use talos_gen::http::image::{RangeAsk, parse_range};
+use talos_gen::imagecache::ImageKey;
+use talos_gen::machineconfig::{Request, cozystack, duration, patch, quantity, secrets};
+use talos_gen::registry::names;
+use talos_gen::schematic::Schematic;
+use talos_gen::version::Version;
+
+/// Strings made of the pieces attackers and typos use on paths.
+fn path_segment() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "\\PC{0,80}",
+        "[a-f0-9]{60,68}",
+        "v?[0-9]{1,3}\\.[0-9]{1,3}(\\.[0-9]{1,3})?(-[a-z0-9.]{0,10})?",
+        "[a-z0-9._-]{0,40}\\.(raw\\.xz|iso|qcow2|tar\\.gz|raw\\.zst)(\\.sha256)?",
+        prop::collection::vec(
+            prop_oneof![
+                Just("..".to_string()),
+                Just("%2e%2e".to_string()),
+                Just("%2F".to_string()),
+                Just("/".to_string()),
+                Just("\\".to_string()),
+                Just("\0".to_string()),
+                Just("%00".to_string()),
+                "[a-z0-9]{1,8}",
+            ],
+            0..6
+        )
+        .prop_map(|v| v.concat()),
+    ]
+}
+
+/// YAML-ish documents built from the keys the request body knows.
+fn yamlish() -> impl Strategy<Value = String> {
+    let keys = prop_oneof![
+        Just("clusterName"),
+        Just("endpoint"),
+        Just("talosVersion"),
+        Just("kubernetesVersion"),
+        Just("instanceType"),
+        Just("values"),
+        Just("version"),
+        Just("talos"),
+        Just("kubelet"),
+        Just("resources"),
+        Just("cpu"),
+        Just("memory"),
+        Just("systemReservedMemory"),
+        Just("gpus"),
+        Just("roles"),
+        Just("registryMirrors"),
+        Just("schematicID"),
+        Just("configPatches"),
+        Just("machine"),
+        Just("cluster"),
+        Just("$patch"),
+        Just("secrets"),
+        Just("nameservers"),
+        Just("bogus"),
+    ];
+    let vals = prop_oneof![
+        Just("{}"),
+        Just("[]"),
+        Just("~"),
+        Just("1"),
+        Just("-1"),
+        Just("1e400"),
+        Just("v1.13"),
+        Just("v1.35.0"),
+        Just("999999999999999999999"),
+        Just("u1.medium"),
+        Just("'4'"),
+        Just("8Gi"),
+        Just("-5Mi"),
+        Just("1.5"),
+        Just("true"),
+        Just("[a, {b: c}]"),
+        Just("{$patch: delete}"),
+        Just("&a [*a]"),
+        Just("*a"),
+        Just("!!binary aGk="),
+        Just("\"\\u0000\""),
+        Just("https://x:6443"),
+        Just("|\n  multi\n  line"),
+    ];
+    prop::collection::vec((keys, vals, 0usize..4), 1..8).prop_map(|items| {
+        let mut doc = String::new();
+        for (k, v, depth) in items {
+            doc.push_str(&"  ".repeat(depth));
+            doc.push_str(k);
+            doc.push_str(": ");
+            doc.push_str(v);
+            doc.push('\n');
+        }
+        doc
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1500))]
+
+    #[test]
+    fn image_path_segments(s in path_segment(), v in path_segment(), a in path_segment()) {
+        if let Ok(k) = ImageKey::parse(&s, &v, &a) {
+            // Whatever is accepted stays one path segment each, no traversal.
+            let key = k.store_key();
+            prop_assert!(!key.contains(".."), "{key}");
+            prop_assert!(!key.contains('\\') && !key.contains('\0') && !key.contains('%'), "{key}");
+            prop_assert_eq!(key.split('/').count(), 4, "{}", key);
+        }
+    }
+
+    #[test]
+    fn range_headers(h in prop_oneof![
+        "\\PC{0,40}",
+        "bytes=[0-9]{0,21}-[0-9]{0,21}",
+        "bytes= ?-?[0-9]{0,5} ?- ?[0-9]{0,5}(,[0-9]{0,3}-[0-9]{0,3})?",
+    ], len in prop_oneof![Just(0u64), 0u64..10_000, Just(u64::MAX)]) {
+        match parse_range(&h, len) {
+            RangeAsk::Partial(r) => {
+                prop_assert!(r.start < r.end, "{h} -> {r:?}");
+                prop_assert!(r.end <= len, "{h} -> {r:?} over {len}");
+            }
+            RangeAsk::Full | RangeAsk::Unsatisfiable => {}
+        }
+    }
+
+    #[test]
+    fn versions(s in prop_oneof!["\\PC{0,40}", "v?[0-9]{1,25}(\\.[0-9]{0,25}){0,3}(-[\\PC]{0,10})?"]) {
+        let _ = Version::parse(&s);
+        if let Ok(v) = Version::parse_named(&s, "talosVersion") {
+            prop_assert_eq!(Version::parse(&v.to_string()).ok(), Some(v));
+        }
+    }
+
+    #[test]
+    fn schematics(doc in prop_oneof![yamlish(), "\\PC{0,200}"]) {
+        if let Ok(s) = Schematic::parse(&doc) {
+            let c = s.canonical();
+            prop_assert_eq!(Schematic::parse(&c).map(|s| s.canonical()).ok(), Some(c));
+        }
+    }
+
+    #[test]
+    fn machineconfig_request_body_and_values(doc in yamlish()) {
+        // The POST body, as the HTTP handler reads it.
+        let _ = talos_gen::yaml::from_str::<Request>(&doc, "body");
+        // The same text as a values file.
+        if let Ok(v) = talos_gen::yaml::value_from_str(&doc, "values") {
+            let _ = cozystack::Values::from_value(v, "values");
+        }
+        let _ = secrets::Bundle::parse(&doc, "secrets");
+    }
+
+    #[test]
+    fn patches_parse_and_apply(p in yamlish()) {
+        let base = "version: v1alpha1\nmachine:\n  type: worker\n  kubelet: {}\ncluster:\n  network: {}\n";
+        let mut cfg = patch::parse(base, "base").expect("base config parses");
+        if let Ok(pt) = patch::parse(&p, "patch") {
+            let _ = patch::apply(&mut cfg, pt, "patch");
+        }
+    }
+
+    #[test]
+    fn quantities_and_durations(s in prop_oneof!["\\PC{0,30}", "-?[0-9]{0,25}(\\.[0-9]{0,25})?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|m|e[0-9]{1,4}|%)?", "([0-9]{1,20}(ns|us|ms|s|m|h)){0,4}"]) {
+        if quantity::is_memory(&s) {
+            let _ = quantity::to_float(&s);
+        }
+        if quantity::is_cpu(&s) {
+            let _ = quantity::cpu_millis_f(&s);
+            let _ = quantity::cpu_millis_int(&s);
+        }
+        if let Some(ns) = duration::parse(&s) {
+            let _ = duration::format(ns);
+        }
+        let _ = talos_gen::store::parse_size(&s);
+    }
+
+    #[test]
+    fn oci_names(s in prop_oneof![
+        "\\PC{0,80}",
+        "sha256:[a-f0-9]{60,68}",
+        "[a-z0-9]{1,10}(:[0-9]{1,6})?(/[a-z0-9._-]{1,12}){0,4}(:[A-Za-z0-9._-]{0,20})?(@sha256:[a-f0-9]{64})?",
+    ]) {
+        if let Ok(d) = names::Digest::parse(&s) {
+            prop_assert!(s.starts_with("sha256:") || s.starts_with("sha512:"), "{s} -> {d:?}");
+        }
+        let _ = names::Reference::parse(&s);
+        let _ = names::is_repository(&s);
+        let _ = names::is_installer_repository(&s);
+        let _ = names::is_registry_host(&s);
+        let _ = names::parse_image_reference(&s);
+        let _ = names::check_base_url(&s);
+        let _ = names::url_host(&s);
+    }
+
+    #[test]
+    fn mirror_upstream_tables(items in prop::collection::vec(prop_oneof![
+        "\\PC{0,40}",
+        "[a-z0-9.:-]{0,20}=https?://[a-z0-9.:-]{0,20}(/[a-z]{0,5})?",
+        "=[a-z]{0,5}",
+        "[a-z]{0,5}=",
+    ], 0..5)) {
+        let _ = names::MirrorTable::parse(&items);
+    }
+}
