@@ -168,15 +168,18 @@ impl From<Vec<Node>> for Node {
 /// first (the letter first when the runes before were digits); digit runs
 /// compare by numeric value, then by length.
 pub fn sort_go_map(entries: &mut [(String, Node)]) {
-    entries.sort_by(|a, b| {
-        if go_key_less(&a.0, &b.0) {
-            std::cmp::Ordering::Less
-        } else if go_key_less(&b.0, &a.0) {
-            std::cmp::Ordering::Greater
-        } else {
-            std::cmp::Ordering::Equal
-        }
-    });
+    entries.sort_by(|a, b| go_key_cmp(&a.0, &b.0));
+}
+
+/// [`go_key_less`] as an ordering, for `sort_by`.
+pub fn go_key_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    if go_key_less(a, b) {
+        std::cmp::Ordering::Less
+    } else if go_key_less(b, a) {
+        std::cmp::Ordering::Greater
+    } else {
+        std::cmp::Ordering::Equal
+    }
 }
 
 /// yaml.v3's `keyList.Less` for two string keys.

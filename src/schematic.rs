@@ -486,7 +486,7 @@ fn options_node(v: &crate::yaml::Value, at: &str) -> Result<Node> {
                 let node = options_node(x, &format!("{at}.{key}"))?;
                 entries.push((key.clone(), node));
             }
-            entries.sort_by(|a, b| go_key_cmp(&a.0, &b.0));
+            crate::goyaml::sort_go_map(&mut entries);
             Node::Map(entries)
         }
         Value::Tagged(_) => {
@@ -495,69 +495,6 @@ fn options_node(v: &crate::yaml::Value, at: &str) -> Result<Node> {
             )));
         }
     })
-}
-
-/// Go yaml's `keyList.Less` for string keys: runs of digits compare as
-/// numbers, letters sort before non-letters (after a digit run, the reverse).
-fn go_key_cmp(a: &str, b: &str) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
-    let ar: Vec<char> = a.chars().collect();
-    let br: Vec<char> = b.chars().collect();
-    let mut digits = false;
-    let n = ar.len().min(br.len());
-    for i in 0..n {
-        if ar[i] == br[i] {
-            digits = ar[i].is_numeric();
-            continue;
-        }
-        let al = ar[i].is_alphabetic();
-        let bl = br[i].is_alphabetic();
-        if al && bl {
-            return ar[i].cmp(&br[i]);
-        }
-        if al || bl {
-            let a_less = if digits { al } else { bl };
-            return if a_less {
-                Ordering::Less
-            } else {
-                Ordering::Greater
-            };
-        }
-        let (mut an, mut bn): (i128, i128) = (0, 0);
-        if ar[i] == '0' || br[i] == '0' {
-            let mut j = i;
-            while j > 0 && ar[j - 1].is_ascii_digit() {
-                j -= 1;
-                if ar[j] != '0' {
-                    an = 1;
-                    bn = 1;
-                    break;
-                }
-            }
-        }
-        let mut ai = i;
-        while ai < ar.len() && ar[ai].is_ascii_digit() {
-            an = an
-                .saturating_mul(10)
-                .saturating_add((ar[ai] as u8 - b'0') as i128);
-            ai += 1;
-        }
-        let mut bi = i;
-        while bi < br.len() && br[bi].is_ascii_digit() {
-            bn = bn
-                .saturating_mul(10)
-                .saturating_add((br[bi] as u8 - b'0') as i128);
-            bi += 1;
-        }
-        if an != bn {
-            return an.cmp(&bn);
-        }
-        if ai != bi {
-            return ai.cmp(&bi);
-        }
-        return ar[i].cmp(&br[i]);
-    }
-    ar.len().cmp(&br.len())
 }
 
 // ---- the registry of known schematics ---------------------------------------
@@ -926,7 +863,7 @@ customization:
     #[test]
     fn go_key_order() {
         let mut keys = vec!["b10", "b9", "a", "B", "_x", "a1", "a01", "1", "10", "2"];
-        keys.sort_by(|a, b| go_key_cmp(a, b));
+        keys.sort_by(|a, b| crate::goyaml::go_key_cmp(a, b));
         // Traced by hand through yaml's keyList.Less: '_' is neither letter nor
         // digit, so it counts as the number 0 against a digit and sorts before
         // a letter.
