@@ -136,7 +136,7 @@ fn nginx(root: &std::path::Path) -> Option<Nginx> {
     let d = dir.path().display();
     let access_log = dir.path().join("access.log");
     let conf = format!(
-        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\nhttp {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  server {{\n    listen 127.0.0.1:{port};\n    root {root};\n    location / {{\n      if ($http_authorization) {{ return 403; }}\n    }}\n  }}\n}}\n",
+        "master_process off;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\nhttp {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  server {{\n    listen 127.0.0.1:{port};\n    root {root};\n    location / {{\n      if ($http_authorization) {{ return 403; }}\n    }}\n  }}\n}}\n",
         root = root.display()
     );
     let conf_path = dir.path().join("nginx.conf");
