@@ -27,25 +27,9 @@ impl Fixture {
     /// with xz, published as `/image/S/V/A` (and `metal-amd64.raw.xz` only
     /// when asked) by nginx limited to `rate`.
     fn new(random_mib: usize, rate: Option<&str>) -> Fixture {
-        require_tool("xz");
         require_tool("curl");
         let dir = tempfile::tempdir().unwrap();
-        let mut raw = vec![0u8; random_mib << 20];
-        use std::io::Read;
-        std::fs::File::open("/dev/urandom")
-            .unwrap()
-            .read_exact(&mut raw)
-            .unwrap();
-        raw.extend(std::iter::repeat_n(0u8, 4 << 20));
-        let raw_path = dir.path().join("disk.raw");
-        std::fs::write(&raw_path, &raw).unwrap();
-        let out = Command::new("xz")
-            .args(["-0", "-T1", "-c"])
-            .arg(&raw_path)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "xz failed");
-        let xz = out.stdout;
+        let (raw, xz) = support::xz_disk(dir.path(), random_mib, 4);
         let root = dir.path().join("root");
         let d = root.join(format!("image/{S}/{V}"));
         std::fs::create_dir_all(&d).unwrap();

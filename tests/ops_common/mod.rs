@@ -40,23 +40,8 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn new(random_mib: usize, rate: Option<&str>) -> Upstream {
-        require_tool("xz");
         let dir = tempfile::tempdir().unwrap();
-        let mut raw = vec![0u8; random_mib << 20];
-        std::fs::File::open("/dev/urandom")
-            .unwrap()
-            .read_exact(&mut raw)
-            .unwrap();
-        raw.extend(std::iter::repeat_n(0u8, 1 << 20));
-        let raw_path = dir.path().join("disk.raw");
-        std::fs::write(&raw_path, &raw).unwrap();
-        let out = Command::new("xz")
-            .args(["-0", "-T1", "-c"])
-            .arg(&raw_path)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "xz failed");
-        let xz = out.stdout;
+        let (_, xz) = support::xz_disk(dir.path(), random_mib, 1);
         let root = dir.path().join("root");
         let d = root.join(format!("image/{S}/{V}"));
         std::fs::create_dir_all(&d).unwrap();

@@ -16,6 +16,28 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A generated raw disk (`random_mib` MiB of random bytes, then `zero_mib`
+/// MiB of zeros) written to `dir/disk.raw` and compressed with `xz -0`:
+/// returns `(raw, xz)`.
+pub fn xz_disk(dir: &Path, random_mib: usize, zero_mib: usize) -> (Vec<u8>, Vec<u8>) {
+    require_tool("xz");
+    let mut raw = vec![0u8; random_mib << 20];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut raw)
+        .unwrap();
+    raw.extend(std::iter::repeat_n(0u8, zero_mib << 20));
+    let raw_path = dir.join("disk.raw");
+    std::fs::write(&raw_path, &raw).unwrap();
+    let out = Command::new("xz")
+        .args(["-0", "-T1", "-c"])
+        .arg(&raw_path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "xz failed");
+    (raw, out.stdout)
+}
+
 /// A free loopback port (bound and released; a race is possible but rare).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
