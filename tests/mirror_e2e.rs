@@ -441,8 +441,10 @@ async fn export_import_into_an_empty_dir_serves_the_same() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sync_killed_half_way_resumes_without_refetching_whole_objects() {
-    // 6 MiB of xz at 2 MiB/s: the images are still arriving when the blobs are done.
-    let fx = Fixture::new(6, Some("2m")).await;
+    // 6 MiB of xz at 1 MiB/s: the image takes at least 6 s to arrive, so
+    // there is a window where some objects are whole and it is not.
+    let fx = Fixture::new(6, Some("1m")).await;
+    let xz_len = fx.assets[0].1.len() as u64;
     let mut child = fx
         .sync_cmd("mirror.yaml", "cache")
         .stdout(Stdio::null())
@@ -451,17 +453,39 @@ async fn a_sync_killed_half_way_resumes_without_refetching_whole_objects() {
         .unwrap();
     let cache = fx.path("cache");
     let t0 = Instant::now();
-    // Wait until some objects are whole, then kill -9.
+    // Kill -9 once some objects are whole while a fill is still part-way
+    // through its temp file: an interruption by state, not by a timer, so
+    // a loaded machine cannot let the sync finish first.
+    // Whole = named by an index entry (the object is renamed into place
+    // first, its entry written after).
+    let entries = || {
+        std::fs::read_dir(cache.join("index"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let partial_fill = || {
+        std::fs::read_dir(cache.join("tmp"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter_map(|e| e.metadata().ok())
+                    .any(|m| m.len() > 0 && m.len() + MIB as u64 <= xz_len)
+            })
+            .unwrap_or(false)
+    };
     loop {
-        let n = std::fs::read_dir(cache.join("objects/sha256"))
-            .map(|d| d.count())
-            .unwrap_or(0);
-        if n >= 3 || t0.elapsed() > Duration::from_secs(20) {
+        if entries() >= 1 && partial_fill() {
             break;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no moment with whole objects and a part-way fill within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
-    std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap();
     child.wait().unwrap();
     let whole: Vec<talos_gen::store::Entry> = talos_gen::store::Store::open(&cache, None)
