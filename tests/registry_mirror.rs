@@ -1,13 +1,13 @@
-//! The registry side of the mirror job: `Registry::mirror_image` puts an
-//! installer (every platform of its index) and an extra image into the store,
-//! pinned; then `serve --offline` on that cache dir, with no upstream and no
+//! The registry side of the mirror job: `mirror::sync` puts an installer
+//! (every platform of its index) and an extra image into the store, pinned,
+//! also what the proxy had already stored unpinned; then `serve --offline` on that cache dir, with no upstream and no
 //! `--mirror-upstream`, answers skopeo and containerd-style `?ns=` requests.
 
 mod common;
 mod registry_harness;
 
 use registry_harness::*;
-use talos_gen::registry::names::parse_image_reference;
+use talos_gen::mirror::{Output, SyncOptions};
 use talos_gen::registry::{Reference, Registry, UpstreamId};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
@@ -52,25 +52,35 @@ async fn mirrored_images_are_pinned_and_served_offline() {
         reg.manifest(&UpstreamId::Installer, &repo, &Reference::Digest(child))
             .await
             .unwrap();
-        let m = reg
-            .mirror_image(
-                &UpstreamId::Installer,
-                &repo,
-                &Reference::Tag("v1.13.6".into()),
-                true,
-            )
-            .await
-            .unwrap();
-        assert_eq!(m.digest.as_str(), installer.index_digest);
-        assert_eq!(m.manifests.len(), 3);
-        assert_eq!(m.blobs.len(), installer.blobs.len());
-        let (host, krepo, kref) =
-            parse_image_reference("ghcr.io/siderolabs/kubelet:v1.35.6").unwrap();
-        let kup = reg.upstream_for_host(&host).unwrap();
-        let k = reg.mirror_image(&kup, &krepo, &kref, true).await.unwrap();
-        assert_eq!(k.digest.as_str(), kubelet.index_digest);
-        // Every object is named by a pinned key.
-        let entries = store.entries();
+    }
+    // The mirror job, as a library call: the installer (every platform of
+    // its index) and an extra image through its `--mirror-upstream`.
+    let cfg = talos_gen::mirror::Config::parse(
+        &format!(
+            "schematics: [{SCHEMATIC}]\ntalosVersions: [v1.13.6]\ninstallers: [installer]\n\
+             extraImages: [ghcr.io/siderolabs/kubelet:v1.35.6]\n"
+        ),
+        cache.path(),
+        "test config",
+    )
+    .unwrap();
+    let opts = SyncOptions {
+        factory_url: up.url(),
+        registry_url: Some(up.url()),
+        mirror_upstreams: vec![format!("ghcr.io={}", up.url())],
+        concurrency: 4,
+        output: Output::Quiet,
+    };
+    let report = talos_gen::mirror::sync(&cfg, cache.path(), &opts)
+        .await
+        .unwrap();
+    assert!(report.failed().is_empty(), "{}", report.summary());
+    {
+        // Every object is named by a pinned key, also those stored
+        // (unpinned) before the mirror ran.
+        let entries = talos_gen::store::Store::open(cache.path(), None)
+            .unwrap()
+            .entries();
         let pinned = |d: &str| {
             let hex = d.trim_start_matches("sha256:");
             entries.iter().any(|e| e.digest == hex && e.pinned)
@@ -82,18 +92,15 @@ async fn mirrored_images_are_pinned_and_served_offline() {
             assert!(pinned(d), "manifest {d} not pinned");
         }
         assert!(pinned(&installer.index_digest) && pinned(&kubelet.index_digest));
-        // Idempotent: a second run fetches no blob again.
-        let before = up.count_gets("/blobs/");
-        reg.mirror_image(
-            &UpstreamId::Installer,
-            &repo,
-            &Reference::Tag("v1.13.6".into()),
-            true,
-        )
+    }
+    // Idempotent: a second run fetches no blob again.
+    let before = up.count_gets("/blobs/");
+    let again = talos_gen::mirror::sync(&cfg, cache.path(), &opts)
         .await
         .unwrap();
-        assert_eq!(up.count_gets("/blobs/"), before);
-    }
+    assert!(again.failed().is_empty(), "{}", again.summary());
+    assert_eq!(again.items.iter().map(|i| i.fetched).sum::<usize>(), 0);
+    assert_eq!(up.count_gets("/blobs/"), before);
     up.stop();
     // A 1-byte size limit evicts everything that is not pinned, nothing mirrored.
     {

@@ -101,19 +101,6 @@ pub enum Blob {
     Filling(FillHandle, Head),
 }
 
-/// What [`Registry::mirror_image`] put in the store.
-#[derive(Debug, Clone)]
-pub struct MirroredImage {
-    /// The digest the reference resolved to.
-    pub digest: Digest,
-    /// That manifest and, for an index, every platform manifest.
-    pub manifests: Vec<Digest>,
-    /// Every config and layer blob.
-    pub blobs: Vec<Digest>,
-    /// Total bytes of all of them.
-    pub bytes: u64,
-}
-
 /// The platform manifests an index or manifest list names (empty for an
 /// image manifest).
 pub fn manifest_children(body: &[u8]) -> Result<Vec<Digest>, OciError> {
@@ -241,7 +228,7 @@ impl Registry {
         }
     }
 
-    /// Let [`Registry::mirror_image`] reach registries that have no
+    /// Let the registry reach registries that have no
     /// `--mirror-upstream` at their own host (`https://<host>`; docker.io at
     /// registry-1.docker.io). For the mirror job, never for `serve`.
     pub fn allow_direct_upstreams(mut self) -> Registry {
@@ -319,30 +306,9 @@ impl Registry {
         reference: &Reference,
     ) -> Result<Manifest, OciError> {
         match reference {
-            Reference::Digest(d) => self.manifest_by_digest(up, repo, d, false).await,
-            Reference::Tag(t) => self.manifest_by_tag(up, repo, t, false).await,
+            Reference::Digest(d) => self.manifest_by_digest(up, repo, d).await,
+            Reference::Tag(t) => self.manifest_by_tag(up, repo, t).await,
         }
-    }
-
-    /// [`Registry::manifest`], committing (and keeping) it pinned.
-    async fn manifest_pinned(
-        &self,
-        up: &UpstreamId,
-        repo: &str,
-        reference: &Reference,
-    ) -> Result<Manifest, OciError> {
-        let m = match reference {
-            Reference::Digest(d) => self.manifest_by_digest(up, repo, d, true).await?,
-            Reference::Tag(t) => self.manifest_by_tag(up, repo, t, true).await?,
-        };
-        self.pin(&m.digest).await?;
-        if let Reference::Tag(t) = reference {
-            let key = Self::tag_key(up, repo, t);
-            if self.store.entry(&key).is_some() {
-                self.store.set_pinned(&key, true).await?;
-            }
-        }
-        Ok(m)
     }
 
     /// A stored manifest, if any.
@@ -380,7 +346,6 @@ impl Registry {
         up: &UpstreamId,
         repo: &str,
         d: &Digest,
-        pin: bool,
     ) -> Result<Manifest, OciError> {
         if let Some(m) = self.stored_manifest(d).await {
             self.metric(|x| x.hit("manifest"));
@@ -395,10 +360,7 @@ impl Registry {
         if let Some(m) = self.stored_manifest(d).await {
             return Ok(m);
         }
-        match self
-            .fetch_manifest(up, repo, d.as_str(), Some(d), pin)
-            .await?
-        {
+        match self.fetch_manifest(up, repo, d.as_str(), Some(d)).await? {
             Some(m) => Ok(m),
             None => Err(manifest_unknown(repo, d.as_str())),
         }
@@ -409,7 +371,6 @@ impl Registry {
         up: &UpstreamId,
         repo: &str,
         tag: &str,
-        pin: bool,
     ) -> Result<Manifest, OciError> {
         let key = Self::tag_key(up, repo, tag);
         let known = |store: &Store| {
@@ -447,7 +408,7 @@ impl Registry {
             match self.head_manifest_digest(up, repo, tag).await {
                 Ok(Some(now)) if now == *d => {
                     if let Some(m) = self.stored_manifest(d).await {
-                        self.link_tag(&key, &m, pin).await;
+                        self.link_tag(&key, &m).await;
                         return Ok(m);
                     }
                 }
@@ -462,9 +423,9 @@ impl Registry {
                 Err(_) => {}
             }
         }
-        match self.fetch_manifest(up, repo, tag, None, pin).await {
+        match self.fetch_manifest(up, repo, tag, None).await {
             Ok(Some(m)) => {
-                self.link_tag(&key, &m, pin).await;
+                self.link_tag(&key, &m).await;
                 Ok(m)
             }
             Ok(None) => Err(manifest_unknown(repo, tag)),
@@ -482,9 +443,9 @@ impl Registry {
         }
     }
 
-    async fn link_tag(&self, key: &str, m: &Manifest, pin: bool) {
+    async fn link_tag(&self, key: &str, m: &Manifest) {
         // A pinned (mirrored) tag stays pinned when revalidated.
-        let pinned = pin || self.store.entry(key).is_some_and(|e| e.pinned);
+        let pinned = self.store.entry(key).is_some_and(|e| e.pinned);
         let meta = Meta {
             content_type: Some(m.media_type.clone()),
             pinned,
@@ -550,7 +511,6 @@ impl Registry {
         repo: &str,
         reference: &str,
         expect: Option<&Digest>,
-        pin: bool,
     ) -> Result<Option<Manifest>, OciError> {
         let url = self.upstream_url(up, repo, "manifests", reference)?;
         let t0 = std::time::Instant::now();
@@ -620,13 +580,13 @@ impl Registry {
             media_type,
             body: Bytes::from(body),
         };
-        self.commit_manifest(&m, pin).await?;
+        self.commit_manifest(&m).await?;
         self.metric(|x| x.upstream_fetch("manifest", true, t0.elapsed()));
         tracing::info!(repo, reference, digest = %m.digest, ms = t0.elapsed().as_millis() as u64, "manifest fetched");
         Ok(Some(m))
     }
 
-    async fn commit_manifest(&self, m: &Manifest, pin: bool) -> Result<(), OciError> {
+    async fn commit_manifest(&self, m: &Manifest) -> Result<(), OciError> {
         let key = Self::manifest_key(&m.digest);
         if self.store.entry(&key).is_some() {
             return Ok(());
@@ -635,7 +595,6 @@ impl Registry {
         tmp.write_all(&m.body).await?;
         let meta = Meta {
             content_type: Some(m.media_type.clone()),
-            pinned: pin,
             ..Meta::default()
         };
         self.store.commit(tmp, &key, meta).await?;
@@ -646,16 +605,6 @@ impl Registry {
     /// streamed to every waiting reader, committed only when whole and
     /// verified against the digest).
     pub async fn blob(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<Blob, OciError> {
-        self.blob_with(up, repo, d, false).await
-    }
-
-    async fn blob_with(
-        &self,
-        up: &UpstreamId,
-        repo: &str,
-        d: &Digest,
-        pin: bool,
-    ) -> Result<Blob, OciError> {
         let key = Self::blob_key(d);
         if self.offline {
             return match self.store.get(&key) {
@@ -678,7 +627,6 @@ impl Registry {
             spec.kind = "blob";
             spec.timeout = BLOB_FILL_TIMEOUT;
             spec.meta.content_type = Some("application/octet-stream".into());
-            spec.meta.pinned = pin;
             spec
         });
         match joined {
@@ -708,85 +656,6 @@ impl Registry {
     /// Count a response by status.
     pub fn response(&self, status: u16) {
         self.metric(|m| m.response("registry", status));
-    }
-
-    /// Fetch an image into the store: the manifest `reference` names, every
-    /// platform manifest of an index or manifest list, and every config and
-    /// layer blob (through the shared fill). With `pin`, everything fetched
-    /// (and the tag mapping) is pinned against eviction. Idempotent: what is
-    /// stored and valid is not fetched again (a tag is revalidated).
-    pub async fn mirror_image(
-        &self,
-        up: &UpstreamId,
-        repo: &str,
-        reference: &Reference,
-        pin: bool,
-    ) -> Result<MirroredImage, OciError> {
-        let top = if pin {
-            self.manifest_pinned(up, repo, reference).await?
-        } else {
-            self.manifest(up, repo, reference).await?
-        };
-        let mut out = MirroredImage {
-            digest: top.digest.clone(),
-            manifests: vec![top.digest.clone()],
-            blobs: Vec::new(),
-            bytes: top.body.len() as u64,
-        };
-        let mut images = Vec::new();
-        let children = manifest_children(&top.body)?;
-        if children.is_empty() {
-            images.push(top);
-        } else {
-            for d in children {
-                let r = Reference::Digest(d);
-                let m = if pin {
-                    self.manifest_pinned(up, repo, &r).await?
-                } else {
-                    self.manifest(up, repo, &r).await?
-                };
-                out.manifests.push(m.digest.clone());
-                out.bytes += m.body.len() as u64;
-                images.push(m);
-            }
-        }
-        for m in &images {
-            for d in manifest_blobs(&m.body)? {
-                if out.blobs.contains(&d) {
-                    continue;
-                }
-                let size = match self.blob_with(up, repo, &d, pin).await? {
-                    Blob::Stored(obj) => obj.entry.size,
-                    Blob::Filling(h, _) => {
-                        h.wait().await.map_err(|e| fill_error(e, repo, &d))?.size
-                    }
-                };
-                if pin {
-                    self.pin(&d).await?;
-                }
-                out.bytes += size;
-                out.blobs.push(d);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Pin an object already in the store with a key of its own,
-    /// `oci/pin/<digest>`: an object is kept while any key naming it is
-    /// pinned. (Re-writing the object's only key in place with
-    /// `Store::set_pinned` would drop the object: `put_entry` unrefs the
-    /// old entry before re-adding it.)
-    async fn pin(&self, d: &Digest) -> Result<(), OciError> {
-        let key = format!("oci/pin/{d}");
-        if self.store.entry(&key).is_some_and(|e| e.pinned) {
-            return Ok(());
-        }
-        let meta = Meta {
-            pinned: true,
-            ..Meta::default()
-        };
-        self.store.link(&key, d.hex(), meta).await?;
-        Ok(())
     }
 
     /// Whether a blob is already stored (no upstream call), and its size.
