@@ -507,22 +507,39 @@ pub const EMBEDDED: &[(&str, &str)] = &[
 
 /// Schematics the service knows: the named ones (from `--schematics-dir`,
 /// default the embedded `schematics/`), kept in memory, and every one POSTed
-/// since, persisted as `<cache-dir>/schematics/<id>.yaml` (canonical bytes)
-/// so they survive restarts. Reading a stored file re-checks its sha256.
-#[derive(Debug)]
+/// since, kept in the [`Store`](crate::store::Store) under
+/// `schematic/<id>` (canonical bytes, pinned) so they survive restarts,
+/// eviction, `mirror verify` and `mirror export`. The object's sha256 is the
+/// schematic ID itself; reading it re-checks that.
 pub struct Registry {
-    store_dir: std::path::PathBuf,
+    store: crate::store::Store,
     /// id -> canonical YAML of the named schematics.
     named: std::collections::HashMap<String, String>,
     /// name -> id.
     names: std::collections::BTreeMap<String, String>,
 }
 
+/// The store key of a schematic.
+pub fn store_key(id: &str) -> String {
+    format!("schematic/{id}")
+}
+
+/// The schematics a store holds (their IDs), for the status page and tests.
+pub fn stored_ids(store: &crate::store::Store) -> Vec<String> {
+    let mut ids: Vec<String> = store
+        .entries()
+        .into_iter()
+        .filter_map(|e| e.key.strip_prefix("schematic/").map(str::to_string))
+        .collect();
+    ids.sort();
+    ids
+}
+
 impl Registry {
-    /// Load the named schematics and open (creating it) the store under `cache_dir`.
+    /// Load the named schematics; POSTed ones live in `store`.
     /// A named file that does not parse is bad input naming the file.
     pub fn open(
-        cache_dir: &std::path::Path,
+        store: crate::store::Store,
         schematics_dir: Option<&std::path::Path>,
     ) -> Result<Registry> {
         let mut files: Vec<(String, String)> = Vec::new();
@@ -575,11 +592,8 @@ impl Registry {
             names.insert(name, id.clone());
             named.insert(id, canonical);
         }
-        let store_dir = cache_dir.join("schematics");
-        std::fs::create_dir_all(&store_dir)
-            .map_err(|e| Error::io(format!("creating {}", store_dir.display()), e))?;
         Ok(Registry {
-            store_dir,
+            store,
             named,
             names,
         })
@@ -595,22 +609,29 @@ impl Registry {
         self.names.get(name).map(String::as_str)
     }
 
-    /// Store a schematic (no-op when already stored); returns `(id, canonical)`.
-    pub fn put(&self, schematic: &Schematic) -> Result<(String, String)> {
+    /// Store a schematic, pinned (no-op when already stored); returns `(id, canonical)`.
+    pub async fn put(&self, schematic: &Schematic) -> Result<(String, String)> {
         let canonical = schematic.canonical();
         let id = id_of(canonical.as_bytes());
-        // Written even when it is also a named one: the named set can change
+        // Stored even when it is also a named one: the named set can change
         // with --schematics-dir, what was POSTed stays known.
-        let path = self.store_dir.join(format!("{id}.yaml"));
-        if !path.exists() {
-            write_atomically(&self.store_dir, &path, canonical.as_bytes())?;
+        let key = store_key(&id);
+        if self.store.entry(&key).is_none_or(|e| e.digest != id) {
+            let mut tmp = self.store.temp()?;
+            tmp.write_all(canonical.as_bytes()).await?;
+            let meta = crate::store::Meta {
+                content_type: Some("application/yaml".into()),
+                pinned: true,
+                ..Default::default()
+            };
+            self.store.commit(tmp, &key, meta).await?;
         }
         Ok((id, canonical))
     }
 
     /// The canonical bytes of a known schematic; `None` when unknown.
     /// `id` must be 64 lowercase hex digits (bad input otherwise); nothing
-    /// touches the filesystem before that check.
+    /// touches the store before that check. Reads one small object.
     pub fn get(&self, id: &str) -> Result<Option<String>> {
         if !is_valid_id(id) {
             return Err(Error::bad_input(format!(
@@ -621,42 +642,25 @@ impl Registry {
         if let Some(c) = self.named.get(id) {
             return Ok(Some(c.clone()));
         }
-        let path = self.store_dir.join(format!("{id}.yaml"));
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+        let key = store_key(id);
+        let Some(obj) = self.store.get(&key) else {
+            return Ok(None);
         };
+        if obj.entry.size > MAX_SIZE as u64 {
+            return Ok(None);
+        }
+        let bytes = match std::fs::read(&obj.path) {
+            Ok(b) => b,
+            Err(e) => return Err(Error::io(format!("reading {}", obj.path.display()), e)),
+        };
+        drop(obj);
         if id_of(&bytes) != id {
-            tracing::warn!(path = %path.display(), "stored schematic does not hash to its ID; ignored");
+            tracing::warn!(%id, "stored schematic does not hash to its ID; dropping it");
+            self.store.remove(&key);
             return Ok(None);
         }
         Ok(String::from_utf8(bytes).ok())
     }
-}
-
-/// Write `bytes` to `path` via a temporary file in `dir`, fsync, rename, fsync dir.
-fn write_atomically(dir: &std::path::Path, path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let tmp = dir.join(format!(
-        ".tmp-{}-{}",
-        std::process::id(),
-        rand::random::<u64>()
-    ));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io(format!("writing {}", path.display()), e)
-    })
 }
 
 #[cfg(test)]
@@ -873,29 +877,40 @@ customization:
         );
     }
 
-    #[test]
-    fn registry_persists_and_checks_ids() {
+    #[tokio::test]
+    async fn registry_persists_and_checks_ids() {
+        use crate::store::Store;
         let tmp = tempfile::tempdir().unwrap();
-        let r = Registry::open(tmp.path(), None).unwrap();
+        let open = || Registry::open(Store::open(tmp.path(), None).unwrap(), None).unwrap();
+        let r = open();
         assert_eq!(r.id_by_name("cozystack"), Some(COZYSTACK));
         assert_eq!(
             r.get(VANILLA).unwrap().as_deref(),
             Some("customization: {}\n")
         );
         let sch = Schematic::parse("customization: {extraKernelArgs: [a]}").unwrap();
-        let (id, canonical) = r.put(&sch).unwrap();
+        let (id, canonical) = r.put(&sch).await.unwrap();
+        // Idempotent.
+        assert_eq!(r.put(&sch).await.unwrap().0, id);
         drop(r);
-        let r = Registry::open(tmp.path(), None).unwrap();
+        let store = Store::open(tmp.path(), Some(1)).unwrap();
+        // Pinned: a 1-byte limit keeps it; its object is named by the ID.
+        store.evict(None);
+        let e = store.entry(&store_key(&id)).unwrap();
+        assert!(e.pinned);
+        assert_eq!(e.digest, id);
+        assert_eq!(stored_ids(&store), vec![id.clone()]);
+        let r = Registry::open(store.clone(), None).unwrap();
         assert_eq!(r.get(&id).unwrap().as_deref(), Some(canonical.as_str()));
         assert_eq!(r.get(&"0".repeat(64)).unwrap(), None);
         assert_eq!(r.get("../../etc/passwd").unwrap_err().exit_code(), 2);
-        // A corrupted stored file is not served.
-        std::fs::write(
-            tmp.path().join("schematics").join(format!("{id}.yaml")),
-            "x",
-        )
-        .unwrap();
+        // A corrupted stored object is not served, and is dropped.
+        let path = store.object_path(&id).unwrap();
+        let mut b = std::fs::read(&path).unwrap();
+        b[0] ^= 1;
+        std::fs::write(&path, b).unwrap();
         assert_eq!(r.get(&id).unwrap(), None);
+        assert!(store.entry(&store_key(&id)).is_none());
         // --schematics-dir: named files, and a bad one names itself.
         let dir = tmp.path().join("named");
         std::fs::create_dir(&dir).unwrap();
@@ -904,11 +919,13 @@ customization:
             "customization: {extraKernelArgs: [b]}",
         )
         .unwrap();
-        let r = Registry::open(tmp.path(), Some(&dir)).unwrap();
+        let r = Registry::open(store.clone(), Some(&dir)).unwrap();
         assert!(r.id_by_name("mine").is_some());
         assert!(r.id_by_name("cozystack").is_none());
         std::fs::write(dir.join("bad.yaml"), "nope: 1").unwrap();
-        let e = Registry::open(tmp.path(), Some(&dir)).unwrap_err();
+        let Err(e) = Registry::open(store, Some(&dir)) else {
+            panic!("a bad named schematic was accepted");
+        };
         assert!(e.to_string().contains("bad"), "{e}");
     }
 

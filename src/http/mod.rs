@@ -105,10 +105,6 @@ impl AppState {
             .as_deref()
             .map(limits::ApiToken::from_file)
             .transpose()?;
-        let schematics = Arc::new(crate::schematic::Registry::open(
-            &cfg.cache_dir,
-            cfg.schematics_dir.as_deref(),
-        )?);
         let metrics = crate::metrics::Metrics::new();
         let max = cfg
             .cache_max_size
@@ -119,6 +115,10 @@ impl AppState {
         let store = tokio::task::spawn_blocking(move || crate::store::Store::open(dir, max))
             .await
             .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
+        let schematics = Arc::new(crate::schematic::Registry::open(
+            store.clone(),
+            cfg.schematics_dir.as_deref(),
+        )?);
         let fills = crate::fill::Fills::new(store.clone())
             .with_metrics(metrics.clone())
             .with_limit(cfg.max_concurrent_fills);

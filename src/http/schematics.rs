@@ -49,10 +49,8 @@ pub async fn create(
         Ok(s) => s,
         Err(e) => return error_response(&e),
     };
-    let st2 = st.clone();
-    let stored = tokio::task::spawn_blocking(move || st2.schematics.put(&schematic)).await;
-    match stored {
-        Ok(Ok((id, canonical))) => {
+    match st.schematics.put(&schematic).await {
+        Ok((id, canonical)) => {
             tracing::info!(%id, "schematic stored");
             let body = serde_json::json!({ "id": id, "schematic": canonical });
             (
@@ -62,11 +60,7 @@ pub async fn create(
             )
                 .into_response()
         }
-        Ok(Err(e)) => error_response(&e),
-        Err(e) => error_response(&Error::io(
-            "storing the schematic",
-            std::io::Error::other(e.to_string()),
-        )),
+        Err(e) => error_response(&e),
     }
 }
 

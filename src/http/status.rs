@@ -38,6 +38,7 @@ struct StoreRow {
     pinned: usize,
     manifests: usize,
     blobs: usize,
+    schematics: usize,
 }
 
 #[derive(Serialize)]
@@ -208,7 +209,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
     };
     let mut artifacts = Vec::new();
     let mut tags = Vec::new();
-    let (mut manifests, mut blobs, mut pinned) = (0, 0, 0);
+    let (mut manifests, mut blobs, mut schematics, mut pinned) = (0, 0, 0, 0);
     for e in &entries {
         if e.pinned {
             pinned += 1;
@@ -221,6 +222,8 @@ pub async fn render(st: &AppState) -> Result<String, String> {
             manifests += 1;
         } else if e.key.starts_with("oci/blob/") {
             blobs += 1;
+        } else if e.key.starts_with("schematic/") {
+            schematics += 1;
         }
     }
     let store = StoreRow {
@@ -232,6 +235,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
         pinned,
         manifests,
         blobs,
+        schematics,
     };
     let fills: Vec<FillRow> = st
         .fills

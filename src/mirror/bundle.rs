@@ -1,6 +1,7 @@
 //! `mirror export` / `mirror import`: one tar file with the index
 //! (`talos-gen-mirror.json`, first) and the objects
-//! (`objects/sha256/<hex>`), plus known schematics (`schematics/<id>.yaml`).
+//! (`objects/sha256/<hex>`); schematics are store entries like the rest
+//! (`schematic/<id>`).
 //! Import streams every object into a store temp file, checks its sha256
 //! and size against its name and the index, and only then commits it, so
 //! nothing unverified ever becomes visible. Importing twice is harmless.
@@ -92,21 +93,6 @@ pub fn export(cache_dir: &Path, output: &Path, cfg: Option<&Config>) -> Result<E
             .map_err(werr)?;
             bytes += size;
         }
-        // Schematics the service was taught (so GET /schematics/{id} works offline).
-        let sdir = cache_dir.join("schematics");
-        if let Ok(rd) = std::fs::read_dir(&sdir) {
-            let mut names: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
-            names.sort();
-            for n in names {
-                let n = n.to_string_lossy().into_owned();
-                if let Some(id) = n.strip_suffix(".yaml")
-                    && crate::schematic::is_valid_id(id)
-                    && let Ok(b) = std::fs::read(sdir.join(&n))
-                {
-                    append_bytes(&mut tar, &format!("schematics/{n}"), &b).map_err(werr)?;
-                }
-            }
-        }
         let w = tar.into_inner().map_err(werr)?;
         let f = w.into_inner().map_err(|e| werr(e.into_error()))?;
         f.sync_all().map_err(werr)?;
@@ -161,7 +147,6 @@ pub async fn import(file: &Path, cache_dir: &Path) -> Result<ImportReport> {
     let store = tokio::task::spawn_blocking(move || Store::open(dir, None))
         .await
         .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
-    let schematics = crate::schematic::Registry::open(cache_dir, None)?;
     let what = file.display().to_string();
     let bad_input = |m: String| Error::bad_input(format!("{what}: {m}"));
     let mut tar = tar::Archive::new(BufReader::with_capacity(1 << 20, f));
@@ -211,20 +196,6 @@ pub async fn import(file: &Path, cache_dir: &Path) -> Result<ImportReport> {
             .path()
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if let Some(n) = name.strip_prefix("schematics/") {
-            let mut b = Vec::new();
-            if member.read_to_end(&mut b).is_ok()
-                && let Some(id) = n.strip_suffix(".yaml")
-                && crate::schematic::id_of(&b) == id
-                && let Ok(text) = String::from_utf8(b)
-                && let Ok(s) = crate::schematic::Schematic::parse(&text)
-            {
-                schematics.put(&s)?;
-            } else {
-                report.bad.push(name.clone());
-            }
-            continue;
-        }
         let Some(digest) = name.strip_prefix("objects/sha256/") else {
             continue;
         };

@@ -74,11 +74,21 @@ pub fn manifest_refs(body: &[u8]) -> Result<ManifestRefs, String> {
     Ok(out)
 }
 
-/// Every store key a config's items reach in `store` (tags, manifests,
-/// blobs, images); the items not (fully) stored are named in the error list.
+/// Every store key a config's items reach in `store` (schematics, tags,
+/// manifests, blobs, images); the items not (fully) stored are named in the
+/// error list. A schematic given by file must be stored (sync stores it);
+/// one given by ID is carried when the store has it.
 pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>, Vec<String>) {
     let mut keys = Vec::new();
     let mut missing = Vec::new();
+    for s in &cfg.schematics {
+        let key = crate::schematic::store_key(&s.id);
+        if store.entry(&key).is_some() {
+            keys.push(key);
+        } else if s.canonical.is_some() {
+            missing.push(format!("schematic {}", s.id));
+        }
+    }
     for item in cfg.items() {
         let (up, repo, reference) = match &item {
             Item::Image(k) => {

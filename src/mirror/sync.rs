@@ -150,7 +150,7 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
     let factory = crate::registry::names::check_base_url(&opts.factory_url)
         .map_err(|e| Error::bad_input(format!("--factory-url: {e}")))?;
     let upstream = Upstream::new(Default::default())?;
-    let schematics = Arc::new(crate::schematic::Registry::open(cache_dir, None)?);
+    let schematics = Arc::new(crate::schematic::Registry::open(store.clone(), None)?);
     let metrics = Metrics::new();
     let fills = Fills::new(store.clone()).with_metrics(metrics.clone());
 
@@ -214,10 +214,18 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
                 .unwrap_or_default()
         );
         let t = Instant::now();
-        let res = post_schematic(&upstream, &factory, &s.id, canonical).await;
-        if let Ok(parsed) = crate::schematic::Schematic::parse(canonical) {
-            let _ = schematics.put(&parsed);
-        }
+        let posted = post_schematic(&upstream, &factory, &s.id, canonical).await;
+        // Kept in the store too (pinned), so `serve` can teach it to a
+        // factory that lost it, and `mirror export` carries it.
+        let stored = match crate::schematic::Schematic::parse(canonical) {
+            Ok(parsed) => schematics
+                .put(&parsed)
+                .await
+                .map(drop)
+                .map_err(|e| format!("storing the schematic: {e}")),
+            Err(e) => Err(format!("the schematic: {e}")),
+        };
+        let res = posted.and(stored);
         let rep = ItemReport {
             name,
             error: res.err(),
