@@ -7,13 +7,14 @@
 //! - [`ImageCache::lookup`] answers from the store or joins/starts a fill
 //!   that GETs `<factory>/image/...`. A factory 404 for a schematic the
 //!   service knows ([`SchematicLookup`]) is answered by POSTing the
-//!   schematic upstream and retrying once. `.xz` artifacts must decode.
+//!   schematic upstream and retrying once. `.xz`, `.gz` and `.zst` artifacts
+//!   must decode.
 //!   Offline, nothing but the store is consulted.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::fill::{FetchError, FillSpec, Fills, Joined, Opened, XzVerifier};
+use crate::fill::{FetchError, FillSpec, Fills, Joined, Opened};
 use crate::metrics::Metrics;
 use crate::upstream::{Upstream, open_response, small_body};
 use crate::version::Version;
@@ -253,11 +254,7 @@ impl ImageCache {
             let mut spec = FillSpec::new(move || {
                 Box::pin(open_image(up, url, post_url, id, schematic, default_ct))
             });
-            if key.asset.ends_with(".xz")
-                && let Ok(v) = XzVerifier::new()
-            {
-                spec.verifier = Some(Box::new(v));
-            }
+            spec.verifier = crate::fill::verifier_for(&key.asset);
             spec.timeout = self.fill_timeout;
             spec.kind = "image";
             spec
