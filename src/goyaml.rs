@@ -496,7 +496,9 @@ fn analyze(s: &str) -> Analysis {
     // Fast path for the long tokens configs are full of (base64 PEM,
     // URLs without spaces): nothing in them is an indicator, a space, a
     // break or unprintable, so every style is allowed.
-    if !s.starts_with("---")
+    // ("-" alone is a block indicator: a dash followed by the end.)
+    if s != "-"
+        && !s.starts_with("---")
         && !s.starts_with("...")
         && s.bytes().all(|b| {
             b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'.' | b'_' | b'-')
@@ -1031,6 +1033,10 @@ mod tests {
             ("trail ", "k: 'trail '\n"),
             ("- x", "k: '- x'\n"),
             ("-x", "k: -x\n"),
+            ("-", "k: '-'\n"),
+            ("?", "k: '?'\n"),
+            (":", "k: ':'\n"),
+            ("--", "k: --\n"),
             ("*", "k: '*'\n"),
             ("it's", "k: it's\n"),
             ("'q'", "k: '''q'''\n"),
