@@ -65,6 +65,10 @@ fn yamlish() -> impl Strategy<Value = String> {
         Just("secrets"),
         Just("nameservers"),
         Just("bogus"),
+        Just("network"),
+        Just("interfaces"),
+        Just("kind"),
+        Just("apiVersion"),
     ];
     let vals = prop_oneof![
         Just("{}"),
@@ -84,6 +88,9 @@ fn yamlish() -> impl Strategy<Value = String> {
         Just("true"),
         Just("[a, {b: c}]"),
         Just("{$patch: delete}"),
+        Just("delete"),
+        Just("[{interface: eth0, $patch: delete}, {$patch: delete}]"),
+        Just("{a: {$patch: delete}, b: [{$patch: delete}]}"),
         Just("&a [*a]"),
         Just("*a"),
         Just("!!binary aGk="),
@@ -163,7 +170,9 @@ proptest! {
     #[test]
     fn patches_parse_and_apply(p in yamlish()) {
         let base = "version: v1alpha1\nmachine:\n  type: worker\n  kubelet: {}\ncluster:\n  network: {}\n";
-        let mut cfg = patch::parse(base, "base").expect("base config parses");
+        let mut cfg = Vec::new();
+        patch::apply(&mut cfg, patch::parse(base, "base").expect("base config parses"), "base")
+            .expect("base config applies");
         if let Ok(pt) = patch::parse(&p, "patch") {
             let _ = patch::apply(&mut cfg, pt, "patch");
         }
