@@ -387,3 +387,48 @@ endpoints:
     // features come after time in MachineConfig.
     assert!(out.find("    time:").unwrap() < out.find("    features:").unwrap());
 }
+
+/// `$patch: delete` through the CLI: deleting the registry mirror document
+/// a flag wrote gives exactly the config written without that flag;
+/// deleting something that is not there exits 2 naming the path.
+#[test]
+fn delete_directives_through_the_cli() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let s = secrets(&shared);
+    let base = [
+        "--with-secrets",
+        s.as_str(),
+        "--talos-version",
+        "v1.13",
+        "--kubernetes-version",
+        "1.35.0",
+    ];
+    let (code, plain, err) = mc(&base, None);
+    assert_eq!(code, 0, "{err}");
+    let mut args = base.to_vec();
+    args.extend(["--registry-mirror", "ghcr.io=https://mirror.example"]);
+    let (code, with_mirror, err) = mc(&args, None);
+    assert_eq!(code, 0, "{err}");
+    assert!(with_mirror.contains("kind: RegistryMirrorConfig\nname: ghcr.io\n"));
+    args.extend([
+        "--config-patch",
+        "apiVersion: v1alpha1\nkind: RegistryMirrorConfig\nname: ghcr.io\n$patch: delete\n",
+    ]);
+    let (code, out, err) = mc(&args, None);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, plain);
+
+    let mut args = base.to_vec();
+    args.extend([
+        "--config-patch",
+        "machine:\n  nodeLabels:\n    missing:\n      $patch: delete\n",
+    ]);
+    let (code, _, err) = mc(&args, None);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--config-patch #1") && err.contains("'machine.nodeLabels.missing'"),
+        "{err}"
+    );
+}
