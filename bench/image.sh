@@ -22,22 +22,15 @@ for t in nginx wrk curl xz; do
 done
 [ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN)" >&2; exit 2; }
 
-W=$(mktemp -d /tmp/talos-gen-bench.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
+. "$HERE/bench/lib.sh"
+W=$WORK
 
 S=376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba
 V=v1.13.6
 A=openstack-amd64.raw.xz
 P=/image/$S/$V/$A
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$1/" && return 0; sleep 0.05; done; echo "port $1 never answered" >&2; exit 1; }
+wait_port() { wait_http "http://127.0.0.1:$1/"; }
 
 echo "# generating a ${SIZE_MIB} MiB artifact (xz of random data)"
 mkdir -p "$W/root/image/$S/$V"

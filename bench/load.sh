@@ -36,19 +36,7 @@ LOADGEN=${LOADGEN:-$ROOT/target/release/examples/loadgen}
 [ -x "$LOADGEN" ] || cargo build --release --example loadgen
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 400); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "$1 did not come up" >&2; exit 1; }
-status_kib() { awk -v k="$2:" '$1==k{print $2}' "/proc/$1/status"; }
-fds() { ls "/proc/$1/fd" | wc -l; }
+. "$ROOT/bench/lib.sh"
 
 S=376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba
 V=v1.13.6
@@ -96,28 +84,19 @@ PIDS+=($!)
 UP=http://127.0.0.1:$REG_PORT
 wait_http "$UP/v2/"
 
-push_blob() { # file -> digest
-  local file=$1 digest loc
-  digest="sha256:$(sha256sum "$file" | cut -d' ' -f1)"
-  loc=$(curl -sf -X POST -D - -o /dev/null "$UP/v2/$REPO/blobs/uploads/" | tr -d '\r' | awk 'tolower($1)=="location:"{print $2}')
-  case $loc in /*) loc="$UP$loc";; esac
-  case $loc in *\?*) loc="$loc&digest=$digest";; *) loc="$loc?digest=$digest";; esac
-  curl -sf -X PUT -H 'content-type: application/octet-stream' --data-binary "@$file" "$loc" -o /dev/null
-  echo "$digest"
-}
 mkdir -p "$WORK/img"
 head -c $((1024 * 1024)) /dev/urandom > "$WORK/img/l0"
 head -c $((64 * 1024)) /dev/urandom > "$WORK/img/l1"
-L0=$(push_blob "$WORK/img/l0"); L1=$(push_blob "$WORK/img/l1")
+L0=$(push_blob "$UP" "$REPO" "$WORK/img/l0"); L1=$(push_blob "$UP" "$REPO" "$WORK/img/l1")
 printf '{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":["%s","%s"]}}' "$L0" "$L1" > "$WORK/img/config.json"
-CFG=$(push_blob "$WORK/img/config.json")
+CFG=$(push_blob "$UP" "$REPO" "$WORK/img/config.json")
 printf '{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{"mediaType":"application/vnd.docker.container.image.v1+json","size":%s,"digest":"%s"},"layers":[{"mediaType":"application/vnd.docker.image.rootfs.diff.tar.gzip","size":%s,"digest":"%s"},{"mediaType":"application/vnd.docker.image.rootfs.diff.tar.gzip","size":%s,"digest":"%s"}]}' \
   "$(stat -c %s "$WORK/img/config.json")" "$CFG" "$(stat -c %s "$WORK/img/l0")" "$L0" "$(stat -c %s "$WORK/img/l1")" "$L1" > "$WORK/img/manifest.json"
 MD="sha256:$(sha256sum "$WORK/img/manifest.json" | cut -d' ' -f1)"
-curl -sf -X PUT -H "content-type: application/vnd.docker.distribution.manifest.v2+json" --data-binary "@$WORK/img/manifest.json" "$UP/v2/$REPO/manifests/$MD" -o /dev/null
+push_manifest "$UP" "$REPO" "$MD" application/vnd.docker.distribution.manifest.v2+json "$WORK/img/manifest.json"
 printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.docker.distribution.manifest.v2+json","size":%s,"digest":"%s","platform":{"architecture":"amd64","os":"linux"}}]}' \
   "$(stat -c %s "$WORK/img/manifest.json")" "$MD" > "$WORK/img/index.json"
-curl -sf -X PUT -H "content-type: application/vnd.oci.image.index.v1+json" --data-binary "@$WORK/img/index.json" "$UP/v2/$REPO/manifests/$V" -o /dev/null
+push_manifest "$UP" "$REPO" "$V" application/vnd.oci.image.index.v1+json "$WORK/img/index.json"
 echo "   artifact $ART_SIZE bytes; image $REPO:$V (layers 1 MiB + 64 KiB)"
 
 echo "== talos-gen serve ($BIN)"
