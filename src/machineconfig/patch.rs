@@ -1025,4 +1025,48 @@ machine:
         let p = "apiVersion: v1alpha1\nkind: KubeSpanConfig\n$patch: delete\n---\nmachine:\n  kubelet:\n    $patch: delete\n";
         assert_eq!(patched(base, &[p]).unwrap(), before);
     }
+
+    /// The shape of Talos' `patchdelete` control-plane case, on content of
+    /// our own: the last label deleted (the emptied map is left out), a
+    /// list element deleted, a free-form section deleted, a plugin added by
+    /// one patch and deleted by the next.
+    #[test]
+    fn deletes_across_successive_patches() {
+        let base = "version: v1alpha1
+machine:
+  type: worker
+  nodeLabels:
+    only: \"\"
+cluster:
+  apiServer:
+    image: example/apiserver:v1
+    admissionControl:
+      - name: PodSecurity
+        configuration: {a: 1}
+    auditPolicy:
+      kind: Policy
+      rules: [{level: Metadata}]
+";
+        let got = patched(
+            base,
+            &[
+                "cluster:\n  apiServer:\n    admissionControl:\n    - name: PodSecurity\n      $patch: delete\nmachine:\n  nodeLabels:\n    only:\n      $patch: delete\n",
+                "cluster:\n  apiServer:\n    admissionControl:\n    - name: Other\n      configuration: {b: 2}\n    auditPolicy:\n      $patch: delete\n",
+                "cluster:\n  apiServer:\n    admissionControl:\n    - name: Other\n      $patch: delete\n",
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            "version: v1alpha1
+machine:
+    type: worker
+    token: \"\"
+    certSANs: []
+cluster:
+    apiServer:
+        image: example/apiserver:v1
+"
+        );
+    }
 }
