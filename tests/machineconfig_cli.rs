@@ -432,3 +432,63 @@ fn delete_directives_through_the_cli() {
         "{err}"
     );
 }
+
+/// JSON (RFC 6902) patches, detected as talosctl detects them (a list, in
+/// JSON or YAML): on a single-document config (up to 1.11) they give the
+/// same config as the equivalent strategic merge patch; a multi-document
+/// config (1.12 on) refuses them; a field Talos lacks or a path that is not
+/// there exits 2.
+#[test]
+fn json6902_patches() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let s = secrets(&shared);
+    let with = |talos: &str, patch: &str| {
+        mc(
+            &[
+                "--with-secrets",
+                &s,
+                "--talos-version",
+                talos,
+                "--kubernetes-version",
+                "1.33.0",
+                "--config-patch",
+                patch,
+            ],
+            None,
+        )
+    };
+    let strategic = "machine:\n  install:\n    extraKernelArgs: [foo=bar]\n  sysctls: {foo: bar}\n  network:\n    hostname: worker1\ncluster:\n  network:\n    cni: {name: custom, urls: [https://example.com/cni.yaml]}\n";
+    let json = r#"[
+      {"op": "add", "path": "/machine/install/extraKernelArgs", "value": ["foo=bar"]},
+      {"op": "add", "path": "/machine/sysctls", "value": {"foo": "bar"}},
+      {"op": "add", "path": "/machine/network/hostname", "value": "worker1"},
+      {"op": "add", "path": "/cluster/network/cni", "value": {"name": "custom", "urls": ["https://example.com/cni.yaml"]}}
+    ]"#;
+    let yaml_ops = "- op: add\n  path: /machine/network/hostname\n  value: worker1\n";
+    let (c1, a, e1) = with("v1.11", strategic);
+    let (c2, b, e2) = with("v1.11", json);
+    assert_eq!((c1, c2), (0, 0), "{e1}{e2}");
+    assert_eq!(a, b);
+    assert!(a.contains("hostname: worker1"));
+    let (c, out, e) = with("v1.11", yaml_ops);
+    assert_eq!(c, 0, "{e}");
+    assert!(out.contains("        hostname: worker1\n"), "{out}");
+
+    let (c, _, e) = with("v1.13", json);
+    assert_eq!(c, 2);
+    assert!(e.contains("single-document"), "{e}");
+    let (c, _, e) = with(
+        "v1.11",
+        r#"[{"op": "add", "path": "/machine/bogus", "value": 1}]"#,
+    );
+    assert_eq!(c, 2);
+    assert!(e.contains("bogus"), "{e}");
+    let (c, _, e) = with(
+        "v1.11",
+        r#"[{"op": "remove", "path": "/machine/network/nope"}]"#,
+    );
+    assert_eq!(c, 2);
+    assert!(e.contains("--config-patch #1") && e.contains("JSON"), "{e}");
+}

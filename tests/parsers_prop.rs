@@ -179,6 +179,31 @@ proptest! {
     }
 
     #[test]
+    fn json_patches_parse_and_apply(
+        ops in prop::collection::vec(
+            (
+                prop_oneof![Just("add"), Just("remove"), Just("replace"), Just("move"), Just("copy"), Just("test"), Just("bogus")],
+                prop_oneof![Just("/machine"), Just("/machine/type"), Just("/machine/kubelet/extraArgs"), Just("/cluster/network/podSubnets/-"), Just("/cluster/network/podSubnets/0"), Just("/version"), Just(""), Just("/"), Just("/x~1y"), Just("machine")],
+                prop_oneof![Just("1"), Just("\"s\""), Just("null"), Just("{}"), Just("[]"), Just("{\"a\": [1, {\"b\": null}]}"), Just("true")],
+            ),
+            0..6,
+        )
+    ) {
+        let base = "version: v1alpha1\nmachine:\n  type: worker\n  kubelet: {}\ncluster:\n  network: {podSubnets: [10.0.0.0/8]}\n";
+        let mut cfg = Vec::new();
+        patch::apply(&mut cfg, patch::parse(base, "base").expect("base config parses"), "base")
+            .expect("base config applies");
+        let list: Vec<String> = ops
+            .iter()
+            .map(|(op, path, v)| format!("{{\"op\": \"{op}\", \"path\": \"{path}\", \"from\": \"{path}\", \"value\": {v}}}"))
+            .collect();
+        let text = format!("[{}]", list.join(", "));
+        if let Ok(pt) = patch::parse(&text, "patch") {
+            let _ = patch::apply(&mut cfg, pt, "patch");
+        }
+    }
+
+    #[test]
     fn quantities_and_durations(s in prop_oneof!["\\PC{0,30}", "-?[0-9]{0,25}(\\.[0-9]{0,25})?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|m|e[0-9]{1,4}|%)?", "([0-9]{1,20}(ns|us|ms|s|m|h)){0,4}"]) {
         if quantity::is_memory(&s) {
             let _ = quantity::to_float(&s);

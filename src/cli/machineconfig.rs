@@ -49,8 +49,9 @@ pub struct MachineconfigArgs {
     /// host=url[,url...], repeatable.
     #[arg(long, value_name = "HOST=URL")]
     pub registry_mirror: Vec<String>,
-    /// @file or inline YAML, repeatable; strategic merge as talosctl applies it.
-    #[arg(long, value_name = "PATCH")]
+    /// @file or inline YAML, repeatable; strategic merge as talosctl applies
+    /// it, or a JSON (RFC 6902) patch (a list of operations, JSON or YAML).
+    #[arg(long, value_name = "PATCH", allow_hyphen_values = true)]
     pub config_patch: Vec<String>,
     /// Write a config for a pair the support matrix refuses, with a warning.
     #[arg(long)]

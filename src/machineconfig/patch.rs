@@ -1,5 +1,7 @@
-//! `--config-patch`: strategic-merge patches applied as talosctl applies
-//! them. A patch is decoded strictly into the typed model (an unknown field
+//! `--config-patch`: patches applied as talosctl applies them. A patch
+//! that is one list (JSON or YAML) is a JSON (RFC 6902) patch, applied to
+//! the config as written when it is a single document (the result decoded
+//! strictly again); anything else is a strategic-merge patch. A patch is decoded strictly into the typed model (an unknown field
 //! or a wrong type is bad input naming the field), then merged with Talos'
 //! rules (`pkg/machinery/config/merge`):
 //! - scalars are replaced unless the patch value is zero; a bool always;
@@ -27,11 +29,13 @@ use crate::yaml::Value;
 
 use super::model::{self, Doc, StructDef, Ty};
 
-/// One document of a patch: merged, or a delete directive.
+/// One document of a patch: merged, or a delete directive; or a whole
+/// JSON (RFC 6902) patch.
 #[derive(Debug, Clone)]
 pub enum PatchDoc {
     Merge(Doc),
     Delete(Delete),
+    Json6902(json_patch::Patch),
 }
 
 /// A `$patch: delete` directive, resolved to the document it names and a
@@ -57,11 +61,19 @@ pub fn parse_values(values: Vec<Value>, what: &str) -> Result<Vec<PatchDoc>> {
     if values.is_empty() {
         return Err(Error::bad_input(format!("{what}: the patch is empty")));
     }
+    // A list (in YAML or JSON) is a JSON patch, as talosctl detects it.
+    if let [Value::Sequence(_)] = values.as_slice() {
+        let ops: json_patch::Patch = crate::yaml::from_value(
+            values.into_iter().next().unwrap_or_default(),
+            &format!("{what}: a JSON (RFC 6902) patch"),
+        )?;
+        return Ok(vec![PatchDoc::Json6902(ops)]);
+    }
     let mut docs = Vec::new();
     for mut v in values {
         if let Value::Sequence(_) = v {
             return Err(Error::bad_input(format!(
-                "{what}: JSON (RFC 6902) patches are not supported; write a strategic merge patch"
+                "{what}: a document of a multi-document patch must be a mapping (a JSON patch is one list alone)"
             )));
         }
         if v.is_null() {
@@ -352,6 +364,58 @@ fn delete_at(
         // Scalars, pointers to scalars, free-form values (Talos'
         // `Unstructured` has no field to walk into): nothing to descend.
         _ => Err(DelErr::LookupFailed),
+    }
+}
+
+/// A JSON patch, as talosctl applies one: to the config as written (zero
+/// fields included), only when it is a single document; the result is
+/// decoded strictly again, so a field Talos does not have is still an error.
+fn apply_json6902(config: &mut [Doc], ops: &json_patch::Patch, what: &str) -> Result<()> {
+    let [doc @ Doc::V1Alpha1(_)] = config else {
+        return Err(Error::bad_input(format!(
+            "{what}: JSON (RFC 6902) patches apply only to a single-document config, as in \
+             talosctl, and this one has {} documents (every worker config from Talos 1.12 on \
+             has several); write a strategic merge patch",
+            config.len()
+        )));
+    };
+    let mut json = node_to_json(&doc.encode());
+    json_patch::patch(&mut json, ops).map_err(|e| {
+        Error::bad_input(format!("{what}: applying the JSON (RFC 6902) patch: {e}"))
+    })?;
+    // JSON is YAML: read the result back through the one YAML parser.
+    let text = serde_json::to_string(&json)
+        .map_err(|e| Error::bad_input(format!("{what}: encoding the patched config: {e}")))?;
+    let Value::Mapping(m) = crate::yaml::value_from_str(&text, what)? else {
+        return Err(Error::bad_input(format!(
+            "{what}: the JSON patch left the config without a top-level mapping"
+        )));
+    };
+    if m.get("kind").is_some() || m.get("apiVersion").is_some() {
+        return Err(Error::bad_input(format!(
+            "{what}: the JSON patch turned the v1alpha1 document into another kind"
+        )));
+    }
+    let body = decode_struct(&Value::Mapping(m), &model::CONFIG, what, "")?;
+    *doc = Doc::V1Alpha1(body);
+    Ok(())
+}
+
+fn node_to_json(n: &Node) -> serde_json::Value {
+    use serde_json::Value as J;
+    match n {
+        Node::Null => J::Null,
+        Node::Bool(b) => J::Bool(*b),
+        Node::Int(i) => J::from(*i),
+        Node::UInt(u) => J::from(*u),
+        Node::Str(s) => J::String(s.clone()),
+        Node::Seq(items) => J::Array(items.iter().map(node_to_json).collect()),
+        Node::Map(m) => J::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), node_to_json(v)))
+                .collect(),
+        ),
+        Node::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
     }
 }
 
@@ -655,6 +719,10 @@ pub fn apply(config: &mut Vec<Doc>, patch: Vec<PatchDoc>, what: &str) -> Result<
             PatchDoc::Merge(doc) => doc,
             PatchDoc::Delete(d) => {
                 apply_delete(config, d, what)?;
+                continue;
+            }
+            PatchDoc::Json6902(ops) => {
+                apply_json6902(config, &ops, what)?;
                 continue;
             }
         };
