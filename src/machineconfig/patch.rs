@@ -137,11 +137,10 @@ fn walk_deletes(
             let entries: Vec<(Value, Value)> = std::mem::take(m).into_iter().collect();
             let mut kept = crate::yaml::Mapping::new();
             let mut iter = entries.into_iter();
+            let mut removed = false;
             while let Some((k, mut val)) = iter.next() {
                 if is_delete_directive(&k, &val) {
-                    if parent != Parent::Sequence
-                        && let Some(_) = path.iter().find(|p| p.starts_with('['))
-                    {
+                    if parent != Parent::Sequence && path.iter().any(|p| p.starts_with('[')) {
                         return Err(Error::bad_input(format!(
                             "{what}: $patch: delete: cannot delete an inner key in '{}'",
                             path.join(".")
@@ -157,38 +156,37 @@ fn walk_deletes(
                 path.push(scalar_text(&k).unwrap_or_default());
                 let drop = walk_deletes(Parent::Mapping, &mut val, path, root, found, what)?;
                 path.pop();
-                if !drop {
+                if drop {
+                    removed = true;
+                } else {
                     kept.insert(k, val);
                 }
             }
             let empty = kept.is_empty();
             *m = kept;
             // Only what a delete emptied goes; a mapping written empty stays.
-            Ok(empty && found_under(found, path))
+            Ok(removed && empty)
         }
         Value::Sequence(items) => {
             let mut kept = Vec::with_capacity(items.len());
+            let mut removed = false;
             for mut item in std::mem::take(items) {
                 path.push(format!("[{}]", kept.len()));
                 let drop = walk_deletes(Parent::Sequence, &mut item, path, root, found, what)?;
                 path.pop();
-                if !drop {
+                if drop {
+                    removed = true;
+                } else {
                     kept.push(item);
                 }
             }
             let empty = kept.is_empty();
             *items = kept;
-            Ok(empty && found_under(found, path))
+            Ok(removed && empty)
         }
         Value::Tagged(t) => walk_deletes(parent, &mut t.value, path, root, found, what),
         _ => Ok(false),
     }
-}
-
-/// Whether some delete was found at or below `path` (so an emptied
-/// container was emptied by deletes, not written empty).
-fn found_under(found: &[Delete], path: &[String]) -> bool {
-    found.iter().any(|d| d.path.starts_with(path))
 }
 
 /// Talos' `isEmptyDoc`: nothing but scalar `version`, `kind`, `name`.
@@ -1046,6 +1044,34 @@ machine:
         .unwrap();
         assert!(got.contains("nodeLabels:\n        c: d\n"), "{got}");
         assert!(!got.contains("a: b") && !got.contains("sysctls"), "{got}");
+    }
+
+    /// A list element written empty stays in the patch, even where an
+    /// element before it was a delete (only what a delete empties goes).
+    #[test]
+    fn only_what_a_delete_empties_leaves_the_patch() {
+        let mut v = crate::yaml::value_from_str(
+            "machine:\n  network:\n    interfaces:\n      - interface: eth0\n        $patch: delete\n      - {}\n    kept: {}\n",
+            "t",
+        )
+        .unwrap();
+        let (deletes, gone) = take_deletes(&mut v, "t").unwrap();
+        assert_eq!(deletes.len(), 1);
+        assert_eq!(deletes[0].path, ["machine", "network", "interfaces", "[0]"]);
+        assert!(!gone);
+        let left = crate::yaml::value_from_str(
+            "machine:\n  network:\n    interfaces:\n      - {}\n    kept: {}\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(v, left);
+        // Emptied by deletes all the way up: nothing of the document is left.
+        let mut v = crate::yaml::value_from_str(
+            "version: v1alpha1\nmachine:\n  network:\n    hostname:\n      $patch: delete\n",
+            "t",
+        )
+        .unwrap();
+        assert!(take_deletes(&mut v, "t").unwrap().1);
     }
 
     #[test]
