@@ -33,3 +33,38 @@ push_manifest() { # base repo ref type file
 
 status_kib() { awk -v k="$2:" '$1==k{print $2}' "/proc/$1/status"; } # pid field
 fds() { ls "/proc/$1/fd" | wc -l; } # pid
+
+# push_factory_image BASE REPO TAG DIR MIB...: an image shaped like the
+# factory's installer: an OCI index over linux/amd64 and linux/arm64 Docker
+# schema-2 manifests, each with random layers of the given sizes (MiB) and a
+# config. Files go to DIR (layers and configs there are the blobs); sets
+# INDEX_DIGEST.
+push_factory_image() {
+  local base=$1 repo=$2 tag=$3 dir=$4; shift 4
+  local entries=() arch mib f d i cfg cd_ man md idx ljson diffs
+  mkdir -p "$dir"
+  for arch in amd64 arm64; do
+    ljson=() diffs=() i=0
+    for mib in "$@"; do
+      f="$dir/$arch-$i"; i=$((i+1))
+      head -c $((mib * 1024 * 1024)) /dev/urandom > "$f"
+      d=$(push_blob "$base" "$repo" "$f")
+      ljson+=("{\"mediaType\":\"application/vnd.docker.image.rootfs.diff.tar.gzip\",\"size\":$(stat -c %s "$f"),\"digest\":\"$d\"}")
+      diffs+=("\"$d\"")
+    done
+    cfg="$dir/$arch-config.json"
+    printf '{"architecture":"%s","os":"linux","rootfs":{"type":"layers","diff_ids":[%s]}}' \
+      "$arch" "$(IFS=,; echo "${diffs[*]}")" > "$cfg"
+    cd_=$(push_blob "$base" "$repo" "$cfg")
+    man="$dir/$arch-manifest.json"
+    printf '{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{"mediaType":"application/vnd.docker.container.image.v1+json","size":%s,"digest":"%s"},"layers":[%s]}' \
+      "$(stat -c %s "$cfg")" "$cd_" "$(IFS=,; echo "${ljson[*]}")" > "$man"
+    md="sha256:$(sha256sum "$man" | cut -d' ' -f1)"
+    push_manifest "$base" "$repo" "$md" application/vnd.docker.distribution.manifest.v2+json "$man"
+    entries+=("{\"mediaType\":\"application/vnd.docker.distribution.manifest.v2+json\",\"size\":$(stat -c %s "$man"),\"digest\":\"$md\",\"platform\":{\"architecture\":\"$arch\",\"os\":\"linux\"}}")
+  done
+  idx="$dir/index.json"
+  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[%s]}' "$(IFS=,; echo "${entries[*]}")" > "$idx"
+  push_manifest "$base" "$repo" "$tag" application/vnd.oci.image.index.v1+json "$idx"
+  INDEX_DIGEST="sha256:$(sha256sum "$idx" | cut -d' ' -f1)"
+}

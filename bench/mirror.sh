@@ -71,30 +71,7 @@ docker-registry serve "$WORK/reg/config.yml" > "$WORK/reg/log" 2>&1 &
 PIDS+=($!)
 UP=http://127.0.0.1:$UP_PORT
 wait_http "$UP/v2/"
-ENTRIES=()
-mkdir -p "$WORK/img"
-for arch in amd64 arm64; do
-  LJSON=() DIFFS=(); i=0
-  for mib in "${LAYERS[@]}"; do
-    f="$WORK/img/$arch-$i"; i=$((i+1))
-    head -c $((mib * 1024 * 1024)) /dev/urandom > "$f"
-    d=$(push_blob "$UP" "$REPO" "$f")
-    LJSON+=("{\"mediaType\":\"application/vnd.docker.image.rootfs.diff.tar.gzip\",\"size\":$(stat -c %s "$f"),\"digest\":\"$d\"}")
-    DIFFS+=("\"$d\"")
-  done
-  cfg="$WORK/img/$arch-config.json"
-  printf '{"architecture":"%s","os":"linux","rootfs":{"type":"layers","diff_ids":[%s]}}' "$arch" "$(IFS=,; echo "${DIFFS[*]}")" > "$cfg"
-  cd_=$(push_blob "$UP" "$REPO" "$cfg")
-  man="$WORK/img/$arch-manifest.json"
-  printf '{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{"mediaType":"application/vnd.docker.container.image.v1+json","size":%s,"digest":"%s"},"layers":[%s]}' \
-    "$(stat -c %s "$cfg")" "$cd_" "$(IFS=,; echo "${LJSON[*]}")" > "$man"
-  md="sha256:$(sha256sum "$man" | cut -d' ' -f1)"
-  push_manifest "$UP" "$REPO" "$md" application/vnd.docker.distribution.manifest.v2+json "$man"
-  ENTRIES+=("{\"mediaType\":\"application/vnd.docker.distribution.manifest.v2+json\",\"size\":$(stat -c %s "$man"),\"digest\":\"$md\",\"platform\":{\"architecture\":\"$arch\",\"os\":\"linux\"}}")
-done
-idx="$WORK/img/index.json"
-printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[%s]}' "$(IFS=,; echo "${ENTRIES[*]}")" > "$idx"
-push_manifest "$UP" "$REPO" "$TAG" application/vnd.oci.image.index.v1+json "$idx"
+push_factory_image "$UP" "$REPO" "$TAG" "$WORK/img" "${LAYERS[@]}"
 IMG_MIB=$(du -sm "$WORK/img" | cut -f1)
 ART_MIB=$(du -sm "$WORK/root" | cut -f1)
 echo "   artifacts: ${#ASSETS[@]} x ~${ASSET_MIB} MiB xz (${ART_MIB} MiB); installer: ${IMG_MIB} MiB (layers per arch: ${LAYERS[*]} MiB)"

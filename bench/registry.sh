@@ -65,33 +65,7 @@ TAG=v1.13.6
 UP_PORT=$(free_port); start_registry upstream "$UP_PORT"
 UP=http://127.0.0.1:$UP_PORT
 echo "== pushing a factory-shaped image to $UP/$REPO:$TAG (layers per arch: ${LAYERS[*]} MiB)"
-ENTRIES=()
-mkdir -p "$WORK/img"
-for arch in amd64 arm64; do
-  LJSON=() DIFFS=()
-  i=0
-  for mib in "${LAYERS[@]}"; do
-    f="$WORK/img/$arch-$i"; i=$((i+1))
-    head -c $((mib * 1024 * 1024)) /dev/urandom > "$f"
-    d=$(push_blob "$UP" "$REPO" "$f")
-    LJSON+=("{\"mediaType\":\"application/vnd.docker.image.rootfs.diff.tar.gzip\",\"size\":$(stat -c %s "$f"),\"digest\":\"$d\"}")
-    DIFFS+=("\"$d\"")
-  done
-  cfg="$WORK/img/$arch-config.json"
-  printf '{"architecture":"%s","os":"linux","rootfs":{"type":"layers","diff_ids":[%s]}}' \
-    "$arch" "$(IFS=,; echo "${DIFFS[*]}")" > "$cfg"
-  cd_=$(push_blob "$UP" "$REPO" "$cfg")
-  man="$WORK/img/$arch-manifest.json"
-  printf '{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{"mediaType":"application/vnd.docker.container.image.v1+json","size":%s,"digest":"%s"},"layers":[%s]}' \
-    "$(stat -c %s "$cfg")" "$cd_" "$(IFS=,; echo "${LJSON[*]}")" > "$man"
-  md="sha256:$(sha256sum "$man" | cut -d' ' -f1)"
-  push_manifest "$UP" "$REPO" "$md" application/vnd.docker.distribution.manifest.v2+json "$man"
-  ENTRIES+=("{\"mediaType\":\"application/vnd.docker.distribution.manifest.v2+json\",\"size\":$(stat -c %s "$man"),\"digest\":\"$md\",\"platform\":{\"architecture\":\"$arch\",\"os\":\"linux\"}}")
-done
-idx="$WORK/img/index.json"
-printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[%s]}' "$(IFS=,; echo "${ENTRIES[*]}")" > "$idx"
-push_manifest "$UP" "$REPO" "$TAG" application/vnd.oci.image.index.v1+json "$idx"
-INDEX_DIGEST="sha256:$(sha256sum "$idx" | cut -d' ' -f1)"
+push_factory_image "$UP" "$REPO" "$TAG" "$WORK/img" "${LAYERS[@]}"
 BLOBS=$(cd "$WORK/img" && for f in *; do [ "$f" = index.json ] || [[ $f == *manifest.json ]] || echo "sha256:$(sha256sum "$f" | cut -d' ' -f1)"; done)
 NBLOBS=$(echo "$BLOBS" | wc -l)
 TOTAL_MIB=$(du -sm "$WORK/img" | cut -f1)
