@@ -222,7 +222,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
             manifests += 1;
         } else if e.key.starts_with("oci/blob/") {
             blobs += 1;
-        } else if e.key.starts_with("schematic/") {
+        } else if e.key.starts_with(crate::schematic::STORE_PREFIX) {
             schematics += 1;
         }
     }

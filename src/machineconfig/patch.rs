@@ -115,7 +115,18 @@ enum Parent {
 /// and so do mappings and lists left empty. Returns the deletes and whether
 /// nothing of the document is left to merge.
 fn take_deletes(doc: &mut Value, what: &str) -> Result<(Vec<Delete>, bool)> {
-    let root = doc.clone();
+    // The document's own names, which every delete in it is about.
+    let top = |key: &str| -> String {
+        match &*doc {
+            Value::Mapping(m) => m.get(key).and_then(scalar_text).unwrap_or_default(),
+            _ => String::new(),
+        }
+    };
+    let root = Root {
+        api_version: top("apiVersion"),
+        kind: top("kind"),
+        name: top("name"),
+    };
     let mut found = Vec::new();
     let mut path = Vec::new();
     let gone = walk_deletes(Parent::Document, doc, &mut path, &root, &mut found, what)?;
@@ -123,12 +134,19 @@ fn take_deletes(doc: &mut Value, what: &str) -> Result<(Vec<Delete>, bool)> {
     Ok((found, gone))
 }
 
+/// The top-level `apiVersion`, `kind` and `name` of a patch document.
+struct Root {
+    api_version: String,
+    kind: String,
+    name: String,
+}
+
 /// Returns whether `v` is to be removed from its parent.
 fn walk_deletes(
     parent: Parent,
     v: &mut Value,
     path: &mut Vec<String>,
-    root: &Value,
+    root: &Root,
     found: &mut Vec<Delete>,
     what: &str,
 ) -> Result<bool> {
@@ -201,17 +219,11 @@ fn is_empty_doc(v: &Value) -> bool {
 fn selector(
     parent: Parent,
     path: &[String],
-    root: &Value,
+    root: &Root,
     node: &crate::yaml::Mapping,
     what: &str,
 ) -> Result<Delete> {
-    let top = |key: &str| -> String {
-        match root {
-            Value::Mapping(m) => m.get(key).and_then(scalar_text).unwrap_or_default(),
-            _ => String::new(),
-        }
-    };
-    let (api_version, kind) = (top("apiVersion"), top("kind"));
+    let (api_version, kind) = (&root.api_version, &root.kind);
     if path.is_empty() && (api_version.is_empty() || kind.is_empty()) {
         return Err(Error::bad_input(format!(
             "{what}: $patch: delete of a whole document needs its apiVersion and kind \
@@ -220,8 +232,8 @@ fn selector(
     }
     let doc = match (api_version.as_str(), kind.as_str()) {
         ("", "") => "v1alpha1".to_string(),
-        (a, k) if !a.is_empty() && !k.is_empty() => match top("name") {
-            n if n.is_empty() => format!("{a}/{k}"),
+        (a, k) if !a.is_empty() && !k.is_empty() => match root.name.as_str() {
+            "" => format!("{a}/{k}"),
             n => format!("{a}/{k}/{n}"),
         },
         _ => {
