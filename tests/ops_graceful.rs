@@ -37,19 +37,7 @@ fn sigterm_lets_a_slow_download_finish_then_exits_0() {
     // ~2.1 MB at 1 MiB/s from nginx: the download (a cold fill streamed
     // through) takes about two seconds.
     let up = Upstream::new(2, Some("1m"));
-    let cache = up.cache();
-    let factory = up.nginx.url();
-    let mut svc = Serve::start(
-        &[
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--factory-url",
-            &factory,
-            "--shutdown-timeout",
-            "30",
-        ],
-        "info",
-    );
+    let mut svc = up.serve(&["--shutdown-timeout", "30"]);
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("a.xz");
     let dl = download(&format!("{}{}", svc.url(), image_path(A)), &out);
@@ -81,19 +69,7 @@ fn sigterm_lets_a_slow_download_finish_then_exits_0() {
 fn shutdown_timeout_bounds_the_drain() {
     // ~5.2 MB at 256 KiB/s: twenty seconds; the drain is cut at 1 s.
     let up = Upstream::new(5, Some("256k"));
-    let cache = up.cache();
-    let factory = up.nginx.url();
-    let mut svc = Serve::start(
-        &[
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--factory-url",
-            &factory,
-            "--shutdown-timeout",
-            "1",
-        ],
-        "info",
-    );
+    let mut svc = up.serve(&["--shutdown-timeout", "1"]);
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("a.xz");
     let mut dl = download(&format!("{}{}", svc.url(), image_path(A)), &out);

@@ -223,19 +223,7 @@ fn small_window_connect(port: u16) -> TcpStream {
 fn slow_reader_neither_slows_others_nor_grows_memory() {
     // 24 MiB of random data: more than the loopback socket buffers hold.
     let up = Upstream::new(24, None);
-    let cache = up.cache();
-    let factory = up.nginx.url();
-    let svc = Serve::start(
-        &[
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--factory-url",
-            &factory,
-            "--write-timeout",
-            "3",
-        ],
-        "info",
-    );
+    let svc = up.serve(&["--write-timeout", "3"]);
     let url = format!("{}{}", svc.url(), image_path(A));
     let (code, body) = curl(&url, &[]);
     assert_eq!(code, 200);

@@ -25,19 +25,8 @@ fn metric(text: &str, line_prefix: &str) -> Option<f64> {
 #[test]
 fn status_page_in_chromium_and_metrics() {
     let up = Upstream::new(3, None);
-    let cache = up.cache();
-    let factory = up.nginx.url();
-    let svc = Serve::start(
-        &[
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--factory-url",
-            &factory,
-            "--registry-url",
-            "http://127.0.0.1:9", // nothing listens on the discard port
-        ],
-        "info",
-    );
+    // Nothing listens on the discard port: an upstream that does not answer.
+    let svc = up.serve(&["--registry-url", "http://127.0.0.1:9"]);
     // Fill the cache, then hit it, then a range.
     let url = format!("{}{}", svc.url(), image_path(A));
     let (code, body) = curl(&url, &[]);
@@ -176,19 +165,7 @@ impl Drop for KillChild {
 fn fills_in_progress_and_the_fill_cap() {
     // ~2.1 MB of xz at 512 KiB/s: each fill takes several seconds.
     let up = Upstream::new(2, Some("512k"));
-    let cache = up.cache();
-    let factory = up.nginx.url();
-    let svc = Serve::start(
-        &[
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--factory-url",
-            &factory,
-            "--max-concurrent-fills",
-            "1",
-        ],
-        "info",
-    );
+    let svc = up.serve(&["--max-concurrent-fills", "1"]);
     let _a = KillChild(background_get(&format!("{}{}", svc.url(), image_path(A))));
     std::thread::sleep(Duration::from_millis(300));
     let _b = KillChild(background_get(&format!("{}{}", svc.url(), image_path(A2))));

@@ -61,6 +61,21 @@ impl Upstream {
     pub fn cache(&self) -> PathBuf {
         self.dir.path().join("cache")
     }
+
+    /// `talos-gen serve` on this upstream's cache dir with nginx as the
+    /// factory, plus `extra` flags, logging at info.
+    pub fn serve(&self, extra: &[&str]) -> Serve {
+        let cache = self.cache();
+        let factory = self.nginx.url();
+        let mut args = vec![
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--factory-url",
+            &factory,
+        ];
+        args.extend_from_slice(extra);
+        Serve::start(&args, "info")
+    }
 }
 
 /// `talos-gen serve` as a child the test owns: SIGKILLed on drop, but the
