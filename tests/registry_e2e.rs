@@ -53,12 +53,17 @@ fn assert_same_dir(a: &std::path::Path, b: &std::path::Path) {
     }
 }
 
-fn oci_error_code(body: &[u8]) -> String {
-    let v: serde_json::Value = serde_json::from_slice(body).expect("OCI error body is JSON");
-    v["errors"][0]["code"]
+/// GET `url`: its status and the code of its OCI error body.
+async fn oci_error(http: &reqwest::Client, url: &str) -> (u16, String) {
+    let r = http.get(url).send().await.unwrap();
+    let status = r.status().as_u16();
+    let body = r.bytes().await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&body).expect("OCI error body is JSON");
+    let code = v["errors"][0]["code"]
         .as_str()
         .expect("errors[0].code")
-        .to_string()
+        .to_string();
+    (status, code)
 }
 
 const ACCEPT_ALL: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json";
@@ -174,34 +179,19 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
     assert_eq!(r.status(), 416);
 
     // Unknown tag and blob: 404 with OCI error bodies.
-    let r = http
-        .get(format!("{}/v2/{}/manifests/v9.9.9", svc.url(), repo()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
-    assert_eq!(
-        oci_error_code(&r.bytes().await.unwrap()),
-        "MANIFEST_UNKNOWN"
-    );
     let missing = format!("sha256:{}", "0".repeat(64));
-    let r = http
-        .get(format!("{}/v2/{}/blobs/{missing}", svc.url(), repo()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
-    assert_eq!(oci_error_code(&r.bytes().await.unwrap()), "BLOB_UNKNOWN");
-    let r = http
-        .get(format!("{}/v2/{}/manifests/{missing}", svc.url(), repo()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
-    assert_eq!(
-        oci_error_code(&r.bytes().await.unwrap()),
-        "MANIFEST_UNKNOWN"
-    );
+    for (what, code) in [
+        ("manifests/v9.9.9".to_string(), "MANIFEST_UNKNOWN"),
+        (format!("blobs/{missing}"), "BLOB_UNKNOWN"),
+        (format!("manifests/{missing}"), "MANIFEST_UNKNOWN"),
+    ] {
+        let url = format!("{}/v2/{}/{what}", svc.url(), repo());
+        assert_eq!(
+            oci_error(&http, &url).await,
+            (404, code.to_string()),
+            "{what}"
+        );
+    }
 
     // Upstream gone, tag mapping past its revalidation time: the whole copy
     // still succeeds from the store.
@@ -312,16 +302,12 @@ async fn ns_mirror_served_only_for_configured_registries() {
         ("?ns=evil/x", 400, "NAME_INVALID"),
         ("?ns=ghcr.io&ns=docker.io", 400, "UNSUPPORTED"),
     ] {
-        let r = http
-            .get(format!(
-                "{}/v2/siderolabs/kubelet/manifests/v1.35.6{q}",
-                svc.url()
-            ))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), status, "{q}");
-        assert_eq!(oci_error_code(&r.bytes().await.unwrap()), code, "{q}");
+        let url = format!("{}/v2/siderolabs/kubelet/manifests/v1.35.6{q}", svc.url());
+        assert_eq!(
+            oci_error(&http, &url).await,
+            (status, code.to_string()),
+            "{q}"
+        );
     }
     assert_eq!(
         up.count_gets("siderolabs/kubelet"),
