@@ -279,14 +279,12 @@ impl ImageCache {
         let store = self.fills.store().clone();
         let stored = || -> Option<(String, bytes::Bytes)> {
             let o = store.get(VERSIONS_KEY)?;
-            let body = std::fs::read(&o.path).ok()?;
-            Some((
-                o.entry
-                    .content_type
-                    .clone()
-                    .unwrap_or_else(|| "application/json".into()),
-                body.into(),
-            ))
+            let ct = o
+                .entry
+                .content_type
+                .clone()
+                .unwrap_or_else(|| "application/json".into());
+            Some((ct, o.read_small(MAX_VERSIONS as u64).ok()?))
         };
         let Some((up, base)) = &self.upstream else {
             return stored().ok_or_else(|| {

@@ -3,8 +3,6 @@
 //! sends plus `Accept-Ranges`, a strong `ETag` (the sha256), `Last-Modified`,
 //! single byte ranges and conditional requests. Never compressed.
 
-use std::fs::File;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::body::Body;
@@ -17,7 +15,7 @@ use futures::{Stream, StreamExt};
 use crate::fill::{FetchError, FillHandle, Head, Joined};
 use crate::imagecache::{ImageCache, ImageError, ImageKey};
 use crate::metrics::Metrics;
-use crate::store::{Entry, Lease};
+use crate::store::{Entry, StoredObject};
 
 use super::AppState;
 
@@ -270,11 +268,7 @@ async fn artifact(
         Err(e) => return image_error(e),
     };
     match joined {
-        Joined::Stored(obj) => {
-            let entry = obj.entry.clone();
-            let file = Arc::new(obj.file);
-            serve_stored(cache.metrics(), entry, file, obj.lease, head_only, req)
-        }
+        Joined::Stored(obj) => serve_stored(cache.metrics(), obj, head_only, req),
         Joined::Filling(mut h) => {
             let head = match h.head().await {
                 Ok(hd) => hd,
@@ -284,17 +278,7 @@ async fn artifact(
                 // No length from upstream: wait for the whole object.
                 return match h.wait().await {
                     Ok(_) => match cache.fills().store().get(&key.store_key()) {
-                        Some(obj) => {
-                            let entry = obj.entry.clone();
-                            serve_stored(
-                                cache.metrics(),
-                                entry,
-                                Arc::new(obj.file),
-                                obj.lease,
-                                head_only,
-                                req,
-                            )
-                        }
+                        Some(obj) => serve_stored(cache.metrics(), obj, head_only, req),
                         None => text(
                             StatusCode::BAD_GATEWAY,
                             "the artifact was evicted as soon as it arrived",
@@ -350,12 +334,11 @@ fn shape(
 
 fn serve_stored(
     metrics: &Metrics,
-    entry: Entry,
-    file: Arc<File>,
-    lease: Lease,
+    obj: StoredObject,
     head_only: bool,
     req: &HeaderMap,
 ) -> Response {
+    let entry = obj.entry.clone();
     let etag = etag_of(&entry);
     let modified = entry.fetched_time();
     let mut extra = HeaderMap::new();
@@ -390,10 +373,7 @@ fn serve_stored(
     let body = if head_only {
         Body::empty()
     } else {
-        Body::from_stream(counted(
-            metrics.clone(),
-            crate::store::stream_range(file, range.start, range.end, lease),
-        ))
+        Body::from_stream(counted(metrics.clone(), obj.stream(range.start, range.end)))
     };
     let mut r = Response::new(body);
     *r.status_mut() = status;

@@ -233,16 +233,11 @@ async fn serve_blob(
     };
     let body = match blob {
         Blob::Stored(obj) => {
-            // Memory-mapped windows of the committed object, one copy to
-            // the socket; the lease keeps it from eviction until the end.
+            // Memory-mapped, chunk-checked windows of the committed object,
+            // one copy to the socket; the lease keeps it until the end.
             let n = len.unwrap_or(total);
             reg.served("blob", n);
-            Body::from_stream(crate::store::stream_range(
-                std::sync::Arc::new(obj.file),
-                start,
-                start + n,
-                obj.lease,
-            ))
+            Body::from_stream(obj.stream(start, start + n))
         }
         Blob::Filling(h, _) => {
             let end = len.map(|n| start + n);

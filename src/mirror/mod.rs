@@ -131,7 +131,7 @@ pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>
                 ok = false;
                 continue;
             };
-            let Ok(body) = std::fs::read(&o.path) else {
+            let Ok(body) = o.read_small(crate::registry::MAX_MANIFEST as u64) else {
                 ok = false;
                 continue;
             };
