@@ -41,7 +41,7 @@
 //! # }
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
@@ -49,69 +49,20 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
-use futures::stream::{BoxStream, Stream, StreamExt};
+use futures::stream::{Stream, StreamExt};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
 use crate::store::{Entry, Meta, Store, StoredObject};
 
-/// What the upstream said about the object before its body.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Head {
-    /// Content length, when the upstream sent one.
-    pub len: Option<u64>,
-    pub content_type: Option<String>,
-    /// Facts kept with the object (e.g. `content-disposition`).
-    pub meta: BTreeMap<String, String>,
-}
+pub use crate::upstream::{FetchError, Head, Opened};
 
-impl Head {
-    fn from_entry(e: &Entry) -> Head {
-        Head {
-            len: Some(e.size),
-            content_type: e.content_type.clone(),
-            meta: e.meta.clone(),
-        }
+fn head_of(e: &Entry) -> Head {
+    Head {
+        len: Some(e.size),
+        content_type: e.content_type.clone(),
+        meta: e.meta.clone(),
     }
-}
-
-/// Why a fill did not produce an object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FetchError {
-    /// The upstream answered, but not with the object (e.g. 404): shown to
-    /// the client as it came, never cached.
-    Status {
-        status: u16,
-        content_type: Option<String>,
-        body: Bytes,
-    },
-    /// The upstream did not answer (or finish) in time.
-    Timeout(String),
-    /// The upstream failed (5xx, reset, bad length, failed verification).
-    Failed(String),
-    /// Local trouble (disk).
-    Local(String),
-}
-
-impl std::fmt::Display for FetchError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FetchError::Status { status, body, .. } => {
-                write!(
-                    f,
-                    "upstream answered {status}: {}",
-                    String::from_utf8_lossy(body).trim()
-                )
-            }
-            FetchError::Timeout(m) | FetchError::Failed(m) | FetchError::Local(m) => f.write_str(m),
-        }
-    }
-}
-
-/// An upstream response being received.
-pub struct Opened {
-    pub head: Head,
-    pub body: BoxStream<'static, Result<Bytes, FetchError>>,
 }
 
 /// Opens the upstream (called once, inside the fill task).
@@ -475,7 +426,7 @@ impl FillHandle {
                         return Ok(h.clone());
                     }
                 }
-                Phase::Done(e) => return Ok(Head::from_entry(&e)),
+                Phase::Done(e) => return Ok(head_of(&e)),
                 Phase::Failed(e) => return Err(e),
             }
             if self.rx.changed().await.is_err() {
@@ -559,7 +510,12 @@ impl ReadState {
                     false,
                 ),
             };
-            let limit = self.end.map_or(limit, |e| e.min(limit));
+            let mut limit = self.end.map_or(limit, |e| e.min(limit));
+            // A range's last byte, too, waits for the verdict: a range
+            // answered from a fill that then fails must not end cleanly.
+            if !done && let Some(e) = self.end {
+                limit = limit.min(e.saturating_sub(1));
+            }
             if self.pos < limit {
                 let Some(file) = self.sh.file.get().cloned() else {
                     return Err(std::io::Error::other("fill has no file"));
@@ -787,6 +743,8 @@ pub fn verifier_for(name: &str) -> Option<Box<dyn Verifier>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::stream::BoxStream;
+    use std::collections::BTreeMap;
     use std::io::Write;
 
     fn xz(data: &[u8]) -> Vec<u8> {
@@ -911,6 +869,48 @@ mod tests {
             v.extend_from_slice(&b?);
         }
         Ok(v)
+    }
+
+    /// A range answered from a running fill holds back its last byte until
+    /// the fill is verified: a fill that then fails its check cuts it.
+    #[tokio::test]
+    async fn a_range_from_a_fill_that_fails_its_check_never_ends_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        let fills = Fills::new(Store::open(dir.path(), None).unwrap());
+        let (tx, mut spec) = channel_spec(Some(8));
+        spec.expected_digest = Some("0".repeat(64)); // what arrives hashes otherwise
+        let Joined::Filling(mut h) = fills.join("k", || spec) else {
+            panic!("expected a fill")
+        };
+        tx.send(Ok(Bytes::from_static(b"abcdefgh"))).await.unwrap();
+        h.head().await.unwrap();
+        let mut r = Box::pin(h.reader(2, Some(5)));
+        let first = r.next().await.unwrap().unwrap();
+        assert_eq!(&first[..], b"cd", "all but the range's last byte");
+        // nothing more until the verdict
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(100), r.next())
+                .await
+                .is_err()
+        );
+        drop(tx);
+        let end = r.next().await.unwrap();
+        assert!(end.is_err(), "the failed fill cuts the range");
+        assert!(h.wait().await.is_err());
+        assert!(fills.store().get("k").is_none());
+        // with a right digest the same range completes, after the verdict
+        let (tx, mut spec) = channel_spec(Some(8));
+        spec.expected_digest = Some(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+            b"abcdefgh",
+        )));
+        let Joined::Filling(mut h) = fills.join("k", || spec) else {
+            panic!("expected a fill")
+        };
+        tx.send(Ok(Bytes::from_static(b"abcdefgh"))).await.unwrap();
+        h.head().await.unwrap();
+        let r = tokio::spawn(collect(h.reader(2, Some(5))));
+        drop(tx);
+        assert_eq!(r.await.unwrap().unwrap(), b"cde");
     }
 
     #[tokio::test]

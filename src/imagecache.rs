@@ -248,6 +248,7 @@ impl ImageCache {
             let url = format!("{base}{}", key.path());
             let post_url = format!("{base}/schematics");
             let up = up.clone();
+            let idle = up.limits().timeout + Duration::from_secs(5);
             let schematic = self.schematics.canonical(&key.schematic);
             let id = key.schematic.clone();
             let default_ct = key.content_type();
@@ -256,6 +257,8 @@ impl ImageCache {
             });
             spec.verifier = crate::fill::verifier_for(&key.asset);
             spec.timeout = self.fill_timeout;
+            // The upstream's own bounds fire first; this is the backstop.
+            spec.idle_timeout = idle;
             spec.kind = "image";
             spec
         });
@@ -295,12 +298,8 @@ impl ImageCache {
         };
         let url = format!("{base}/versions");
         let fetched = async {
-            let resp = tokio::time::timeout(Duration::from_secs(30), up.get(&url, &[]))
-                .await
-                .map_err(|_| {
-                    FetchError::Timeout(format!("upstream {url}: no answer within 30s"))
-                })??;
-            let opened = open_response(resp, &[]).await?;
+            let resp = up.get(&url, &[]).await?;
+            let opened = open_response(resp, up.limits(), &[]).await?;
             let mut body = Vec::new();
             let mut s = opened.body;
             while let Some(b) = futures::StreamExt::next(&mut s).await {
@@ -361,7 +360,7 @@ async fn open_image(
     let resp = if resp.status() == reqwest::StatusCode::NOT_FOUND
         && let Some(body) = schematic
     {
-        let first = small_body(resp).await;
+        let first = small_body(resp, up.limits()).await;
         let text = String::from_utf8_lossy(&first);
         if !text.contains("schematic") {
             return Err(FetchError::Status {
@@ -374,7 +373,7 @@ async fn open_image(
         let posted = up.post(&post_url, "application/yaml", body).await?;
         if !posted.status().is_success() {
             let st = posted.status();
-            let b = small_body(posted).await;
+            let b = small_body(posted, up.limits()).await;
             return Err(FetchError::Failed(format!(
                 "teaching the factory schematic {id}: {st}: {}",
                 String::from_utf8_lossy(&b).trim()
@@ -384,7 +383,7 @@ async fn open_image(
     } else {
         resp
     };
-    let mut opened = open_response(resp, &keep).await?;
+    let mut opened = open_response(resp, up.limits(), &keep).await?;
     if opened.head.content_type.is_none() {
         opened.head.content_type = Some(default_ct.to_string());
     }

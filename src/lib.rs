@@ -20,6 +20,8 @@ pub mod registry;
 pub mod store;
 pub mod upstream;
 
+pub mod service;
+
 pub mod mirror;
 
 pub mod cli;

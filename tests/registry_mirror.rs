@@ -8,7 +8,7 @@ mod registry_harness;
 
 use registry_harness::*;
 use talos_gen::mirror::{Output, SyncOptions};
-use talos_gen::registry::{Reference, Registry, UpstreamId};
+use talos_gen::registry::{Reference, UpstreamId};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 
@@ -26,16 +26,14 @@ async fn mirrored_images_are_pinned_and_served_offline() {
     let o = skopeo_copy(&up.host(), &repo, "v1.13.6", &direct);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     {
-        let store = talos_gen::store::Store::open(cache.path(), None).unwrap();
-        let fills = talos_gen::fill::Fills::new(store.clone());
-        let reg = Registry::new(
-            fills,
-            None,
-            Some(&up.url()),
-            &[format!("ghcr.io={}", up.url())],
-            false,
-        )
-        .unwrap();
+        let reg = talos_gen::service::Service::build(&talos_gen::service::ServiceConfig {
+            factory_url: up.url(),
+            mirror_upstreams: vec![format!("ghcr.io={}", up.url())],
+            ..talos_gen::service::ServiceConfig::new(cache.path())
+        })
+        .await
+        .unwrap()
+        .registry;
         // Some of it was served (unpinned) before the mirror ran.
         let first_layer = talos_gen::registry::Digest::parse(&installer.blobs[0].digest).unwrap();
         match reg
@@ -70,6 +68,7 @@ async fn mirrored_images_are_pinned_and_served_offline() {
         mirror_upstreams: vec![format!("ghcr.io={}", up.url())],
         concurrency: 4,
         output: Output::Quiet,
+        limits: Default::default(),
     };
     let report = talos_gen::mirror::sync(&cfg, cache.path(), &opts)
         .await

@@ -14,7 +14,7 @@ pub enum MirrorCommand {
     Sync {
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: String,
-        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR")]
+        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
         cache_dir: String,
         #[arg(
             long,
@@ -33,15 +33,17 @@ pub enum MirrorCommand {
         mirror_upstream: Vec<String>,
         #[arg(long, env = "TALOS_GEN_CONCURRENCY", default_value_t = 4)]
         concurrency: usize,
+        #[command(flatten)]
+        upstream: super::common::UpstreamArgs,
     },
     /// Re-hash every stored object against its digest.
     Verify {
-        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR")]
+        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
         cache_dir: String,
     },
     /// Write the objects and the index to one tar file.
     Export {
-        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR")]
+        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
         cache_dir: String,
         #[arg(long, value_name = "FILE.tar")]
         output: String,
@@ -51,7 +53,7 @@ pub enum MirrorCommand {
     /// Verify and add the objects of an exported tar file.
     Import {
         file: String,
-        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR")]
+        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
         cache_dir: String,
     },
 }
@@ -74,6 +76,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             registry_url,
             mirror_upstream,
             concurrency,
+            upstream,
         } => {
             if concurrency == 0 {
                 return Err(crate::Error::bad_input("--concurrency: must be at least 1"));
@@ -85,6 +88,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 mirror_upstreams: mirror_upstream,
                 concurrency,
                 output: mirror::Output::auto(),
+                limits: upstream.limits(),
             };
             let report = rt()?.block_on(mirror::sync(&cfg, Path::new(&cache_dir), &opts))?;
             println!("{}", report.summary());

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 use crate::error::Error;
 
+pub mod common;
 pub mod machineconfig;
 pub mod matrix;
 pub mod mirror;

@@ -19,7 +19,8 @@ pub struct ServeArgs {
         long,
         env = "TALOS_GEN_CACHE_DIR",
         default_value = "talos-gen-cache",
-        value_name = "DIR"
+        value_name = "DIR",
+        value_parser = super::common::cache_dir_flag
     )]
     pub cache_dir: String,
     #[arg(
@@ -97,6 +98,8 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u64).range(1..=100000)
     )]
     pub max_concurrent_fills: u64,
+    #[command(flatten)]
+    pub upstream: super::common::UpstreamArgs,
     /// Log format: `text` or `json`.
     #[arg(long, env = "TALOS_GEN_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -122,6 +125,7 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
         write_timeout: Duration::from_secs(args.write_timeout.max(1)),
         max_concurrent_fills: args.max_concurrent_fills as usize,
+        upstream_limits: args.upstream.limits(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -43,6 +43,8 @@ pub struct ServeConfig {
     pub write_timeout: Duration,
     /// Upstream fills running at once.
     pub max_concurrent_fills: usize,
+    /// The bounds on every upstream wait (`--upstream-timeout`, `--upstream-min-rate`).
+    pub upstream_limits: crate::upstream::Limits,
 }
 
 impl ServeConfig {
@@ -64,6 +66,7 @@ impl ServeConfig {
             header_read_timeout: Duration::from_secs(15),
             write_timeout: Duration::from_secs(60),
             max_concurrent_fills: 16,
+            upstream_limits: crate::upstream::Limits::default(),
         }
     }
 }
@@ -105,42 +108,35 @@ impl AppState {
             .as_deref()
             .map(limits::ApiToken::from_file)
             .transpose()?;
-        let metrics = crate::metrics::Metrics::new();
         let max = cfg
             .cache_max_size
             .as_deref()
             .map(crate::store::parse_size)
             .transpose()?;
-        let dir = cfg.cache_dir.clone();
-        let store = tokio::task::spawn_blocking(move || crate::store::Store::open(dir, max))
-            .await
-            .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
-        let schematics = Arc::new(crate::schematic::Registry::open(
-            store.clone(),
-            cfg.schematics_dir.as_deref(),
-        )?);
-        let fills = crate::fill::Fills::new(store.clone())
-            .with_metrics(metrics.clone())
-            .with_limit(cfg.max_concurrent_fills);
-        let upstream = if cfg.offline {
-            None
-        } else {
-            Some(crate::upstream::Upstream::new(Default::default())?)
-        };
-        let registry = crate::registry::Registry::new(
-            fills.clone(),
-            Some(metrics.clone()),
-            Some(cfg.registry_url.as_deref().unwrap_or(&cfg.factory_url)),
-            &cfg.mirror_upstreams,
-            cfg.offline,
-        )?
-        .with_revalidate(cfg.tag_revalidate);
-        let images = crate::imagecache::ImageCache::new(
-            fills.clone(),
-            upstream.clone().map(|u| (u, cfg.factory_url.clone())),
-            schematics.clone(),
-            metrics.clone(),
-        );
+        let svc = crate::service::Service::build(&crate::service::ServiceConfig {
+            cache_dir: cfg.cache_dir.clone(),
+            cache_max_size: max,
+            factory_url: cfg.factory_url.clone(),
+            registry_url: cfg.registry_url.clone(),
+            mirror_upstreams: cfg.mirror_upstreams.clone(),
+            offline: cfg.offline,
+            schematics_dir: cfg.schematics_dir.clone(),
+            tag_revalidate: cfg.tag_revalidate,
+            max_concurrent_fills: Some(cfg.max_concurrent_fills),
+            limits: cfg.upstream_limits,
+            direct_upstreams: false,
+        })
+        .await?;
+        let crate::service::Service {
+            metrics,
+            store,
+            fills,
+            upstream,
+            schematics,
+            images,
+            registry,
+            ..
+        } = svc;
         Ok(AppState(Arc::new(Shared {
             cfg,
             matrix,

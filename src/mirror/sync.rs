@@ -15,10 +15,9 @@ use tokio::sync::Semaphore;
 
 use super::config::{Config, Item};
 use super::{blob_key, manifest_key, manifest_refs, tag_key};
-use crate::error::{Error, Result};
-use crate::fill::{FetchError, FillHandle, Fills, Joined};
+use crate::error::Result;
+use crate::fill::{FetchError, FillHandle, Joined};
 use crate::imagecache::{ImageCache, ImageError, ImageKey};
-use crate::metrics::Metrics;
 use crate::registry::{Blob, Digest, Reference, Registry, UpstreamId};
 use crate::store::Store;
 use crate::upstream::Upstream;
@@ -55,6 +54,8 @@ pub struct SyncOptions {
     pub mirror_upstreams: Vec<String>,
     pub concurrency: usize,
     pub output: Output,
+    /// The bounds on every upstream wait.
+    pub limits: crate::upstream::Limits,
 }
 
 /// What happened to one item.
@@ -143,34 +144,28 @@ struct Ctx {
 /// Sync `cfg` into the store at `cache_dir`.
 pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<SyncReport> {
     let t0 = Instant::now();
-    let dir = cache_dir.to_path_buf();
-    let store = tokio::task::spawn_blocking(move || Store::open(dir, None))
-        .await
-        .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
-    let factory = crate::registry::names::check_base_url(&opts.factory_url)
-        .map_err(|e| Error::bad_input(format!("--factory-url: {e}")))?;
-    let upstream = Upstream::new(Default::default())?;
-    let schematics = Arc::new(crate::schematic::Registry::open(store.clone(), None)?);
-    let metrics = Metrics::new();
-    let fills = Fills::new(store.clone()).with_metrics(metrics.clone());
-
-    let registry = Registry::new(
-        fills.clone(),
-        Some(metrics.clone()),
-        Some(opts.registry_url.as_deref().unwrap_or(&factory)),
-        &opts.mirror_upstreams,
-        false,
-    )?
-    // extraImages hosts without --mirror-upstream are reached at https://<host>.
-    .allow_direct_upstreams()
-    // Tags are asked again every sync (a HEAD when unchanged).
-    .with_revalidate(Duration::ZERO);
-    let images = ImageCache::new(
-        fills,
-        Some((upstream.clone(), factory.clone())),
-        schematics.clone(),
-        metrics,
-    );
+    let svc = crate::service::Service::build(&crate::service::ServiceConfig {
+        factory_url: opts.factory_url.clone(),
+        registry_url: opts.registry_url.clone(),
+        mirror_upstreams: opts.mirror_upstreams.clone(),
+        // Tags are asked again every sync (a HEAD when unchanged).
+        tag_revalidate: Duration::ZERO,
+        limits: opts.limits,
+        // extraImages hosts without --mirror-upstream are reached at https://<host>.
+        direct_upstreams: true,
+        ..crate::service::ServiceConfig::new(cache_dir)
+    })
+    .await?;
+    let crate::service::Service {
+        store,
+        upstream,
+        factory_url: factory,
+        schematics,
+        images,
+        registry,
+        ..
+    } = svc;
+    let upstream = upstream.expect("the mirror job is never offline");
     let concurrency = opts.concurrency.max(1);
     let ctx = Arc::new(Ctx {
         store,
@@ -318,7 +313,7 @@ async fn post_schematic(
         .await
         .map_err(|e| format!("POST {url}: {e}"))?;
     let st = resp.status();
-    let body = crate::upstream::small_body(resp).await;
+    let body = crate::upstream::small_body(resp, up.limits()).await;
     if !st.is_success() {
         return Err(format!(
             "POST {url}: {st}: {}",

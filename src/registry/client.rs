@@ -18,8 +18,10 @@
 //! - `401` with `WWW-Authenticate: Bearer realm=..,service=..,scope=..` is
 //!   answered once with an anonymous token from the realm, cached per
 //!   origin and scope until it expires;
-//! - connect failures and timeouts are [`Fetch::Unreachable`], so callers
-//!   can fall back to what they already know.
+//! - every wait is bounded by the upstream [`Limits`] (connecting, each
+//!   response head, each body byte); a bound that fires is
+//!   [`FetchError::Timeout`] (HTTP 504), other transport failures
+//!   [`FetchError::Failed`] (502).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -27,6 +29,11 @@ use std::time::{Duration, Instant};
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue, LOCATION, WWW_AUTHENTICATE};
 use reqwest::{Method, Response, StatusCode, Url};
+
+use crate::upstream::{FetchError, Limits};
+
+/// Largest token answer read.
+const MAX_TOKEN_BODY: usize = 64 * 1024;
 
 /// Every manifest type a Talos installer or a containerd pull may meet.
 pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
@@ -36,41 +43,30 @@ application/vnd.docker.distribution.manifest.v2+json";
 
 const MAX_REDIRECTS: usize = 10;
 
-/// Why a request did not produce a response.
-#[derive(Debug)]
-pub enum Fetch {
-    /// Could not connect, or timed out: the upstream is not reachable now.
-    Unreachable(String),
-    /// The upstream answered, but not usefully (bad redirect, token failure).
-    Failed(String),
-}
-
-impl std::fmt::Display for Fetch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Fetch::Unreachable(m) | Fetch::Failed(m) => f.write_str(m),
-        }
-    }
-}
-
 /// An anonymous registry client with a token cache.
 pub struct RegistryClient {
     http: reqwest::Client,
+    limits: Limits,
     tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
 }
 
 impl RegistryClient {
-    pub fn new(connect_timeout: Duration, read_timeout: Duration) -> crate::Result<RegistryClient> {
+    /// The bounds every request of this client keeps.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn new(limits: Limits) -> crate::Result<RegistryClient> {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(connect_timeout)
-            .read_timeout(read_timeout)
+            .connect_timeout(limits.timeout)
             .user_agent(concat!("talos-gen/", env!("CARGO_PKG_VERSION")))
             .no_gzip()
             .build()
             .map_err(|e| crate::Error::Upstream(format!("building the registry client: {e}")))?;
         Ok(RegistryClient {
             http,
+            limits,
             tokens: Mutex::new(HashMap::new()),
         })
     }
@@ -86,9 +82,9 @@ impl RegistryClient {
         accept: Option<&str>,
         extra: &HeaderMap,
         scope: &str,
-    ) -> Result<Response, Fetch> {
-        let mut url =
-            Url::parse(url).map_err(|e| Fetch::Failed(format!("upstream URL {url:?}: {e}")))?;
+    ) -> Result<Response, FetchError> {
+        let mut url = Url::parse(url)
+            .map_err(|e| FetchError::Failed(format!("upstream URL {url:?}: {e}")))?;
         let mut challenged = false;
         let mut hops = 0;
         loop {
@@ -103,12 +99,12 @@ impl RegistryClient {
             if let Some(tok) = self.cached_token(&origin, scope) {
                 req = req.header(AUTHORIZATION, format!("Bearer {tok}"));
             }
-            let resp = req.send().await.map_err(|e| classify(&url, e))?;
+            let resp = self.limits.headers(url.as_str(), req.send()).await?;
             let status = resp.status();
             if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
                 hops += 1;
                 if hops > MAX_REDIRECTS {
-                    return Err(Fetch::Failed(format!(
+                    return Err(FetchError::Failed(format!(
                         "more than {MAX_REDIRECTS} redirects from {url}"
                     )));
                 }
@@ -117,13 +113,13 @@ impl RegistryClient {
                     .get(LOCATION)
                     .and_then(|v| v.to_str().ok())
                     .ok_or_else(|| {
-                        Fetch::Failed(format!("{status} from {url} without a Location"))
+                        FetchError::Failed(format!("{status} from {url} without a Location"))
                     })?;
-                let next = url
-                    .join(loc)
-                    .map_err(|e| Fetch::Failed(format!("bad Location {loc:?} from {url}: {e}")))?;
+                let next = url.join(loc).map_err(|e| {
+                    FetchError::Failed(format!("bad Location {loc:?} from {url}: {e}"))
+                })?;
                 if !matches!(next.scheme(), "http" | "https") {
-                    return Err(Fetch::Failed(format!("redirect to {next} refused")));
+                    return Err(FetchError::Failed(format!("redirect to {next} refused")));
                 }
                 tracing::debug!(from = %url, to = %next, "following upstream redirect");
                 url = next;
@@ -167,11 +163,11 @@ impl RegistryClient {
         scope: &str,
         ch: &Challenge,
         scope_for: &str,
-    ) -> Result<(), Fetch> {
+    ) -> Result<(), FetchError> {
         let mut realm = Url::parse(&ch.realm)
-            .map_err(|e| Fetch::Failed(format!("token realm {:?}: {e}", ch.realm)))?;
+            .map_err(|e| FetchError::Failed(format!("token realm {:?}: {e}", ch.realm)))?;
         if !matches!(realm.scheme(), "http" | "https") {
-            return Err(Fetch::Failed(format!("token realm {realm} refused")));
+            return Err(FetchError::Failed(format!("token realm {realm} refused")));
         }
         {
             let mut q = realm.query_pairs_mut();
@@ -183,13 +179,11 @@ impl RegistryClient {
         // Anonymous: no credentials to the realm; its redirects are followed
         // by a plain GET (nothing secret to leak).
         let resp = self
-            .http
-            .get(realm.clone())
-            .send()
-            .await
-            .map_err(|e| classify(&realm, e))?;
+            .limits
+            .headers(realm.as_str(), self.http.get(realm.clone()).send())
+            .await?;
         if !resp.status().is_success() {
-            return Err(Fetch::Failed(format!(
+            return Err(FetchError::Failed(format!(
                 "token endpoint {realm} answered {}",
                 resp.status()
             )));
@@ -200,19 +194,19 @@ impl RegistryClient {
             access_token: Option<String>,
             expires_in: Option<u64>,
         }
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| Fetch::Failed(format!("token endpoint {realm}: {e}")))?;
+        let body = self
+            .limits
+            .read_small(realm.as_str(), resp, MAX_TOKEN_BODY)
+            .await?;
         let t: Tok = serde_json::from_slice(&body)
-            .map_err(|e| Fetch::Failed(format!("token endpoint {realm}: bad JSON: {e}")))?;
+            .map_err(|e| FetchError::Failed(format!("token endpoint {realm}: bad JSON: {e}")))?;
         let tok = t
             .token
             .or(t.access_token)
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| Fetch::Failed(format!("token endpoint {realm} gave no token")))?;
+            .ok_or_else(|| FetchError::Failed(format!("token endpoint {realm} gave no token")))?;
         if HeaderValue::from_str(&format!("Bearer {tok}")).is_err() {
-            return Err(Fetch::Failed(format!(
+            return Err(FetchError::Failed(format!(
                 "token endpoint {realm} gave an unusable token"
             )));
         }
@@ -224,16 +218,6 @@ impl RegistryClient {
             (tok, Instant::now() + life),
         );
         Ok(())
-    }
-}
-
-fn classify(url: &Url, e: reqwest::Error) -> Fetch {
-    let mut u = url.clone();
-    u.set_query(None);
-    if e.is_connect() || e.is_timeout() {
-        Fetch::Unreachable(format!("upstream {u} unreachable: {e}"))
-    } else {
-        Fetch::Unreachable(format!("upstream {u}: {e}"))
     }
 }
 

@@ -27,7 +27,8 @@ use reqwest::{Method, StatusCode};
 use crate::fill::{FetchError, FillHandle, FillSpec, Fills, Head, Joined, Opened};
 use crate::metrics::Metrics;
 use crate::store::{Meta, Store, StoredObject};
-use client::{Fetch, MANIFEST_ACCEPT, RegistryClient};
+use crate::upstream::{Limits, open_response};
+use client::{MANIFEST_ACCEPT, RegistryClient};
 pub use names::{Digest, MirrorTable, NameError, Reference, UpstreamId};
 
 /// How long a tag -> digest mapping is trusted before asking the upstream again.
@@ -59,6 +60,12 @@ impl OciError {
 
     fn upstream(msg: impl Into<String>) -> OciError {
         OciError::new(502, "UNAVAILABLE", msg)
+    }
+
+    /// The same error with what was being done in front (`reading X: ...`).
+    fn context(mut self, what: &str) -> OciError {
+        self.message = format!("reading {what}: {}", self.message);
+        self
     }
 }
 
@@ -177,6 +184,7 @@ impl Registry {
         installer_url: Option<&str>,
         mirrors: &[String],
         offline: bool,
+        limits: Limits,
     ) -> crate::Result<Registry> {
         let mirrors = MirrorTable::parse(mirrors).map_err(crate::Error::bad_input)?;
         let installer_url = installer_url
@@ -190,12 +198,7 @@ impl Registry {
             store: fills.store().clone(),
             fills,
             metrics,
-            // Reads may wait long: the factory builds an installer before
-            // answering its manifest (minutes). Connects fail fast.
-            client: Arc::new(RegistryClient::new(
-                Duration::from_secs(5),
-                Duration::from_secs(300),
-            )?),
+            client: Arc::new(RegistryClient::new(limits)?),
             installer_url,
             installer_host,
             mirrors,
@@ -507,7 +510,7 @@ impl Registry {
     ) -> Result<Option<Manifest>, OciError> {
         let url = self.upstream_url(up, repo, "manifests", reference)?;
         let t0 = std::time::Instant::now();
-        let mut resp = self
+        let resp = self
             .client
             .send(
                 Method::GET,
@@ -533,19 +536,12 @@ impl Registry {
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let mut body = Vec::new();
-        while let Some(chunk) = resp
-            .chunk()
+        let body = self
+            .client
+            .limits()
+            .read_small(&url, resp, MAX_MANIFEST)
             .await
-            .map_err(|e| OciError::upstream(format!("reading manifest {repo}:{reference}: {e}")))?
-        {
-            if body.len() + chunk.len() > MAX_MANIFEST {
-                return Err(OciError::upstream(format!(
-                    "manifest {repo}:{reference} is larger than {MAX_MANIFEST} bytes"
-                )));
-            }
-            body.extend_from_slice(&chunk);
-        }
+            .map_err(|e| fetch_error(e).context(&format!("manifest {repo}:{reference}")))?;
         let digest = Digest::of(&body);
         if let Some(e) = expect
             && *e != digest
@@ -612,6 +608,7 @@ impl Registry {
         let client = self.client.clone();
         let scope = scope(repo);
         let expected = d.hex().to_string();
+        let idle = self.client.limits().timeout + Duration::from_secs(5);
         let joined = self.fills.join(&key, move || {
             let mut spec = FillSpec::new(move || {
                 Box::pin(async move { open_blob(&client, &url, &scope).await })
@@ -619,6 +616,8 @@ impl Registry {
             spec.expected_digest = Some(expected);
             spec.kind = "blob";
             spec.timeout = BLOB_FILL_TIMEOUT;
+            // The upstream's own bounds fire first; this is the backstop.
+            spec.idle_timeout = idle;
             spec.meta.content_type = Some("application/octet-stream".into());
             spec
         });
@@ -692,36 +691,12 @@ impl Registry {
 /// Open an upstream blob for the fill: follow redirects and challenges,
 /// refuse non-2xx answers (never cached), stream the body.
 async fn open_blob(client: &RegistryClient, url: &str, scope: &str) -> Result<Opened, FetchError> {
-    use futures::StreamExt;
     let resp = client
         .send(Method::GET, url, None, &HeaderMap::new(), scope)
-        .await
-        .map_err(|e| FetchError::Failed(e.to_string()))?;
-    let status = resp.status();
-    if status != StatusCode::OK {
-        let content_type = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let body = resp.bytes().await.unwrap_or_default();
-        let body = body.slice(..body.len().min(4096));
-        return Err(FetchError::Status {
-            status: status.as_u16(),
-            content_type,
-            body,
-        });
-    }
-    let head = Head {
-        len: resp.content_length(),
-        content_type: Some("application/octet-stream".into()),
-        meta: Default::default(),
-    };
-    let body = resp
-        .bytes_stream()
-        .map(|r| r.map_err(|e| FetchError::Failed(format!("reading an upstream blob: {e}"))))
-        .boxed();
-    Ok(Opened { head, body })
+        .await?;
+    let mut opened = open_response(resp, client.limits(), &[]).await?;
+    opened.head.content_type = Some("application/octet-stream".into());
+    Ok(opened)
 }
 
 /// How a failed blob fill is told to the client.
@@ -746,8 +721,13 @@ fn scope(repo: &str) -> String {
     format!("repository:{repo}:pull")
 }
 
-fn fetch_error(e: Fetch) -> OciError {
-    OciError::upstream(e.to_string())
+/// A transport failure toward an upstream registry: 504 when a bound
+/// fired, 502 otherwise.
+fn fetch_error(e: FetchError) -> OciError {
+    match e {
+        FetchError::Timeout(m) => OciError::new(504, "UNAVAILABLE", m),
+        other => OciError::upstream(other.to_string()),
+    }
 }
 
 fn check_status(st: StatusCode, repo: &str, reference: &str) -> Result<(), OciError> {

@@ -71,7 +71,7 @@ impl Sums {
         }
         let chunk = u32::from_le_bytes([b[4], b[5], b[6], b[7]]) as usize;
         let rest = &b[8..];
-        if chunk == 0 || rest.len() % 4 != 0 {
+        if chunk == 0 || !rest.len().is_multiple_of(4) {
             return Err(bad("malformed"));
         }
         let crcs = rest

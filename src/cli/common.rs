@@ -1,0 +1,90 @@
+//! Flags several subcommands share, parsed once here.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::upstream::Limits;
+
+/// The bounds on waiting for an upstream (`serve`, `mirror sync`).
+#[derive(Debug, Clone, Args)]
+pub struct UpstreamArgs {
+    /// Longest any one step of an upstream request may take: connecting,
+    /// the response headers, the next body byte (Go duration: 30s, 2m, 1m30s).
+    #[arg(
+        long,
+        env = "TALOS_GEN_UPSTREAM_TIMEOUT",
+        default_value = "30s",
+        value_name = "DURATION",
+        value_parser = duration_flag
+    )]
+    pub upstream_timeout: Duration,
+    /// Slowest an upstream body may arrive, in bytes per second averaged
+    /// over each --upstream-timeout window (a trickle is cut); 0 turns the
+    /// floor off. Sizes as for --cache-max-size (1Ki, 64K, 1048576).
+    #[arg(
+        long,
+        env = "TALOS_GEN_UPSTREAM_MIN_RATE",
+        default_value = "1Ki",
+        value_name = "BYTES",
+        value_parser = rate_flag
+    )]
+    pub upstream_min_rate: u64,
+}
+
+impl UpstreamArgs {
+    pub fn limits(&self) -> Limits {
+        Limits {
+            timeout: self.upstream_timeout,
+            min_rate: self.upstream_min_rate,
+        }
+    }
+}
+
+/// A Go duration (`30s`, `2m`, `1m30s`, `500ms`), more than zero.
+pub fn duration_flag(s: &str) -> Result<Duration, String> {
+    match crate::machineconfig::duration::parse(s.trim()) {
+        Some(ns) if ns > 0 => Ok(Duration::from_nanos(ns.min(u64::MAX as i128) as u64)),
+        Some(_) => Err(format!("{s:?} must be more than zero")),
+        None => Err(format!("{s:?} is not a duration (e.g. 30s, 2m, 1m30s)")),
+    }
+}
+
+fn rate_flag(s: &str) -> Result<u64, String> {
+    crate::store::parse_size(s)
+        .map_err(|_| format!("{s:?} is not a number of bytes per second (e.g. 1Ki, 64K, 0)"))
+}
+
+/// A cache directory: any path but the empty one (which would root the
+/// store in the working directory).
+pub fn cache_dir_flag(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err(
+            "the cache directory must not be empty (give a directory, e.g. /var/cache/talos-gen)"
+                .into(),
+        )
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags() {
+        assert_eq!(duration_flag("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(duration_flag("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(duration_flag("250ms"), Ok(Duration::from_millis(250)));
+        assert!(duration_flag("0s").is_err());
+        assert!(duration_flag("30").is_err());
+        assert!(duration_flag("-5s").is_err());
+        assert_eq!(rate_flag("1Ki"), Ok(1024));
+        assert_eq!(rate_flag("0"), Ok(0));
+        assert!(rate_flag("fast").is_err());
+        assert!(cache_dir_flag("").is_err());
+        assert!(cache_dir_flag("  ").is_err());
+        assert_eq!(cache_dir_flag("/var/cache/x"), Ok("/var/cache/x".into()));
+    }
+}

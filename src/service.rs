@@ -1,0 +1,133 @@
+//! The composition root: the one place that builds the store, the fills,
+//! the upstream clients, the schematic registry, the image cache and the
+//! registry from one typed config. `serve` ([`crate::http::AppState`]) and
+//! the mirror job ([`crate::mirror::sync()`]) both start here, so they make
+//! the same calls with the same bounds and the same validation.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::fill::Fills;
+use crate::imagecache::ImageCache;
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use crate::schematic;
+use crate::store::Store;
+use crate::upstream::{Limits, Upstream, UpstreamConfig};
+
+/// What the service is built from (parsed and checked at the CLI edge).
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    pub cache_dir: PathBuf,
+    /// Evict down to this many bytes (`None`: no limit).
+    pub cache_max_size: Option<u64>,
+    pub factory_url: String,
+    /// Installer registry (`None`: the factory URL).
+    pub registry_url: Option<String>,
+    /// `ns=URL` strings (`--mirror-upstream`).
+    pub mirror_upstreams: Vec<String>,
+    pub offline: bool,
+    pub schematics_dir: Option<PathBuf>,
+    /// How long a tag -> digest mapping is trusted.
+    pub tag_revalidate: Duration,
+    /// Cap on fills at once (`None`: no cap).
+    pub max_concurrent_fills: Option<usize>,
+    /// The bounds on every upstream wait.
+    pub limits: Limits,
+    /// Reach hosts without a `--mirror-upstream` at `https://<host>` (the
+    /// mirror job's `extraImages`).
+    pub direct_upstreams: bool,
+}
+
+impl ServiceConfig {
+    /// Defaults for everything but the store directory.
+    pub fn new(cache_dir: impl Into<PathBuf>) -> ServiceConfig {
+        ServiceConfig {
+            cache_dir: cache_dir.into(),
+            cache_max_size: None,
+            factory_url: "https://factory.talos.dev".into(),
+            registry_url: None,
+            mirror_upstreams: Vec::new(),
+            offline: false,
+            schematics_dir: None,
+            tag_revalidate: Duration::from_secs(30),
+            max_concurrent_fills: None,
+            limits: Limits::default(),
+            direct_upstreams: false,
+        }
+    }
+}
+
+/// The parts, built once.
+pub struct Service {
+    pub metrics: Metrics,
+    pub store: Store,
+    pub fills: Fills,
+    /// `None` when offline.
+    pub upstream: Option<Upstream>,
+    /// The factory base URL, checked.
+    pub factory_url: String,
+    pub schematics: Arc<schematic::Registry>,
+    pub images: ImageCache,
+    pub registry: Registry,
+}
+
+impl Service {
+    /// Open the store (off the async threads) and build everything on it.
+    pub async fn build(cfg: &ServiceConfig) -> Result<Service> {
+        let factory_url = crate::registry::names::check_base_url(&cfg.factory_url)
+            .map_err(|e| Error::bad_input(format!("--factory-url: {e}")))?;
+        let dir = cfg.cache_dir.clone();
+        let max = cfg.cache_max_size;
+        let store = tokio::task::spawn_blocking(move || Store::open(dir, max))
+            .await
+            .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
+        let metrics = Metrics::new();
+        let schematics = Arc::new(schematic::Registry::open(
+            store.clone(),
+            cfg.schematics_dir.as_deref(),
+        )?);
+        let mut fills = Fills::new(store.clone()).with_metrics(metrics.clone());
+        if let Some(n) = cfg.max_concurrent_fills {
+            fills = fills.with_limit(n);
+        }
+        let upstream = if cfg.offline {
+            None
+        } else {
+            Some(Upstream::new(UpstreamConfig {
+                limits: cfg.limits,
+                ..UpstreamConfig::default()
+            })?)
+        };
+        let mut registry = Registry::new(
+            fills.clone(),
+            Some(metrics.clone()),
+            Some(cfg.registry_url.as_deref().unwrap_or(&factory_url)),
+            &cfg.mirror_upstreams,
+            cfg.offline,
+            cfg.limits,
+        )?
+        .with_revalidate(cfg.tag_revalidate);
+        if cfg.direct_upstreams {
+            registry = registry.allow_direct_upstreams();
+        }
+        let images = ImageCache::new(
+            fills.clone(),
+            upstream.clone().map(|u| (u, factory_url.clone())),
+            schematics.clone(),
+            metrics.clone(),
+        );
+        Ok(Service {
+            metrics,
+            store,
+            fills,
+            upstream,
+            factory_url,
+            schematics,
+            images,
+            registry,
+        })
+    }
+}
