@@ -54,6 +54,7 @@ struct Inner {
     store_keys: Gauge,
     mirror_pins: Gauge,
     auth_failures: Counter,
+    store_corrupt: Counter,
     hits: Family<Kind, Counter>,
     misses: Family<Kind, Counter>,
     bytes_served: Family<Kind, Counter>,
@@ -101,6 +102,7 @@ impl Metrics {
         let store_keys = Gauge::default();
         let mirror_pins = Gauge::default();
         let auth_failures = Counter::default();
+        let store_corrupt = Counter::default();
         registry.register(
             "http_requests",
             "HTTP requests by route template and status code",
@@ -140,6 +142,11 @@ impl Metrics {
             "auth_failures",
             "Requests refused for a missing or wrong bearer token",
             auth_failures.clone(),
+        );
+        registry.register(
+            "store_corrupt_objects",
+            "Stored objects dropped because a read found a chunk whose bytes no longer match its checksum",
+            store_corrupt.clone(),
         );
         registry.register(
             "cache_hits",
@@ -193,6 +200,7 @@ impl Metrics {
             store_keys,
             mirror_pins,
             auth_failures,
+            store_corrupt,
         }))
     }
 
@@ -267,6 +275,14 @@ impl Metrics {
         self.0.store_objects.set(objects as i64);
         self.0.store_keys.set(keys as i64);
         self.0.mirror_pins.set(pinned as i64);
+    }
+
+    /// The store's count of dropped corrupt objects (monotonic), as a counter.
+    pub fn set_store_corrupt(&self, total: u64) {
+        let now = self.0.store_corrupt.get();
+        if total > now {
+            self.0.store_corrupt.inc_by(total - now);
+        }
     }
 
     pub fn auth_failure(&self) {

@@ -105,11 +105,22 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
         MirrorCommand::Verify { cache_dir } => {
             let r = mirror::verify(Path::new(&cache_dir))?;
             println!(
-                "mirror verify: {} objects ({}) checked, {} bad",
+                "mirror verify: {} objects ({}) checked, {} bad, {} entries dropped on open{}",
                 r.objects,
                 mirror::sync::human(r.bytes),
-                r.bad.len()
+                r.bad.len(),
+                r.dropped_at_open.len(),
+                if r.sums_written > 0 {
+                    format!(", chunk checksums written for {}", r.sums_written)
+                } else {
+                    String::new()
+                }
             );
+            for d in &r.dropped_at_open {
+                eprintln!(
+                    "talos-gen: mirror verify: {d}; entry removed, run mirror sync to fetch it again"
+                );
+            }
             for b in &r.bad {
                 eprintln!(
                     "talos-gen: mirror verify: bad object sha256:{} ({}): {}; removed, run mirror sync to fetch it again",
@@ -118,7 +129,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                     b.reason
                 );
             }
-            Ok(if r.bad.is_empty() { 0 } else { 1 })
+            Ok(if r.dropped_anything() { 1 } else { 0 })
         }
         MirrorCommand::Export {
             cache_dir,

@@ -8,6 +8,9 @@ use super::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     state.metrics.set_store_bytes(state.store.total_size());
+    state
+        .metrics
+        .set_store_corrupt(state.store.corrupt_dropped());
     let entries = state.store.entries();
     let pinned = entries.iter().filter(|e| e.pinned).count();
     state

@@ -1,13 +1,13 @@
 //! `mirror verify`: re-hash every stored object against its digest. A bad
 //! object is named and dropped with every key naming it, so the service
-//! never serves it and the next `sync` fetches it again.
+//! never serves it and the next `sync` fetches it again. What the store
+//! itself dropped when it opened (an object truncated, grown by appended
+//! bytes, or gone) is named too. Objects without chunk checksums (written
+//! by an older talos-gen) get them, from bytes just proven whole.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-
-use sha2::{Digest as _, Sha256};
 
 use crate::error::{Error, Result};
 use crate::store::Store;
@@ -25,23 +25,17 @@ pub struct VerifyReport {
     pub objects: usize,
     pub bytes: u64,
     pub bad: Vec<BadObject>,
+    /// Entries the store dropped as it opened (one line each).
+    pub dropped_at_open: Vec<String>,
+    /// Objects whose chunk checksums were missing or wrong, now rewritten.
+    pub sums_written: usize,
 }
 
-/// sha256 of a file, streamed.
-pub fn hash_file(path: &Path) -> std::io::Result<(String, u64)> {
-    let mut f = std::fs::File::open(path)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut n = 0u64;
-    loop {
-        let r = f.read(&mut buf)?;
-        if r == 0 {
-            break;
-        }
-        h.update(&buf[..r]);
-        n += r as u64;
+impl VerifyReport {
+    /// Did the run drop anything (so `mirror verify` exits 1)?
+    pub fn dropped_anything(&self) -> bool {
+        !self.bad.is_empty() || !self.dropped_at_open.is_empty()
     }
-    Ok((hex::encode(h.finalize()), n))
 }
 
 /// Re-hash every object of the store at `cache_dir` (several threads).
@@ -82,15 +76,34 @@ pub fn verify(cache_dir: &Path) -> Result<VerifyReport> {
                     let Some((digest, size, keys, path)) = job else {
                         break;
                     };
-                    let reason = match path.as_deref().map(hash_file) {
+                    let hashed = path.as_deref().map(|p| {
+                        let f = std::fs::File::open(p)?;
+                        let n = f.metadata()?.len();
+                        crate::store::hash_and_sum(&f).map(|(h, sums)| (h, n, sums))
+                    });
+                    let reason = match hashed {
                         None => Some("malformed digest".to_string()),
                         Some(Err(e)) => Some(format!("unreadable: {e}")),
-                        Some(Ok((h, n))) if h != digest || n != size => Some(format!(
-                            "bytes hash to sha256:{h} ({n} bytes), expected {size} bytes"
+                        Some(Ok((_, n, _))) if n > size => Some(format!(
+                            "{} bytes appended ({n} bytes, expected {size})",
+                            n - size
                         )),
-                        Some(Ok((_, n))) => {
-                            let mut r = report.lock().unwrap_or_else(|p| p.into_inner());
-                            r.bytes += n;
+                        Some(Ok((_, n, _))) if n < size => {
+                            Some(format!("truncated ({n} bytes, expected {size})"))
+                        }
+                        Some(Ok((h, _, _))) if h != digest => {
+                            Some(format!("bytes hash to sha256:{h}, not to their name"))
+                        }
+                        Some(Ok((_, n, sums))) => {
+                            if store.stored_sums(&digest).as_ref() != Some(&sums)
+                                && store.write_sums(&digest, &sums).is_ok()
+                            {
+                                report
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .sums_written += 1;
+                            }
+                            report.lock().unwrap_or_else(|p| p.into_inner()).bytes += n;
                             None
                         }
                     };
@@ -112,11 +125,10 @@ pub fn verify(cache_dir: &Path) -> Result<VerifyReport> {
     let mut bad = bad.into_inner().unwrap_or_else(|p| p.into_inner());
     bad.sort_by(|a, b| a.digest.cmp(&b.digest));
     for b in &bad {
-        for k in &b.keys {
-            store.remove(k);
-        }
+        store.drop_object(&b.digest, &b.reason);
     }
     report.bad = bad;
+    report.dropped_at_open = store.dropped_at_open().to_vec();
     Ok(report)
 }
 
@@ -145,5 +157,62 @@ mod tests {
         let store = Store::open(dir.path(), None).unwrap();
         assert!(store.entry("a").is_none());
         assert!(store.entry("b").is_some());
+    }
+
+    /// Appended bytes and truncation are named (the store drops such
+    /// entries as it opens; verify reports what it dropped) and make the
+    /// run count as having dropped something.
+    #[tokio::test]
+    async fn appended_and_truncated_objects_are_named() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), None).unwrap();
+        for (k, body) in [
+            ("grown", &b"hello"[..]),
+            ("cut", &b"world!"[..]),
+            ("ok", &b"fine"[..]),
+        ] {
+            let mut t = store.temp().unwrap();
+            t.write_all(body).await.unwrap();
+            store.commit(t, k, Default::default()).await.unwrap();
+        }
+        let grown = store.entry("grown").unwrap().digest;
+        let cut = store.entry("cut").unwrap().digest;
+        drop(store);
+        let objects = dir.path().join("objects/sha256");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(objects.join(&grown))
+            .unwrap()
+            .write_all(b" extra")
+            .unwrap();
+        std::fs::write(objects.join(&cut), b"wor").unwrap();
+        let r = verify(dir.path()).unwrap();
+        assert!(r.dropped_anything());
+        let all = r.dropped_at_open.join("\n");
+        assert!(
+            all.contains("grown") && all.contains("bytes appended"),
+            "{all}"
+        );
+        assert!(all.contains("cut") && all.contains("truncated"), "{all}");
+        assert_eq!(r.objects, 1, "only the intact one is left to hash");
+        let r = verify(dir.path()).unwrap();
+        assert!(!r.dropped_anything(), "the second run finds nothing more");
+    }
+
+    /// Objects without chunk checksums (an older release) get them.
+    #[tokio::test]
+    async fn missing_checksums_are_added() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), None).unwrap();
+        let mut t = store.temp().unwrap();
+        t.write_all(b"old object").await.unwrap();
+        let e = store.commit(t, "k", Default::default()).await.unwrap();
+        drop(store);
+        std::fs::remove_file(dir.path().join("sums").join(&e.digest)).unwrap();
+        let r = verify(dir.path()).unwrap();
+        assert_eq!(r.sums_written, 1);
+        assert!(!r.dropped_anything());
+        assert!(dir.path().join("sums").join(&e.digest).exists());
     }
 }

@@ -10,6 +10,8 @@
 //! ```
 #![allow(dead_code)]
 
+pub mod bad_upstream;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -239,11 +241,25 @@ pub struct Service {
 impl Service {
     /// Start with `args` after `serve --listen 127.0.0.1:<port>`; waits for `/healthz`.
     pub fn start(args: &[&str]) -> Service {
+        Service::start_under(&[], args)
+    }
+
+    /// The same, run under `wrapper` (e.g. `unshare --pid --fork
+    /// --mount-proc`, as a pod of its own would run it).
+    pub fn start_under(wrapper: &[&str], args: &[&str]) -> Service {
         let port = free_port();
         let logdir = tempfile::tempdir().expect("log dir");
         let log = logdir.path().join("serve.log");
         let logf = std::fs::File::create(&log).expect("log file");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_talos-gen"));
+        let bin = env!("CARGO_BIN_EXE_talos-gen");
+        let mut cmd = match wrapper.split_first() {
+            Some((w, rest)) => {
+                let mut c = Command::new(w);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
         cmd.arg("serve")
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
@@ -268,4 +284,44 @@ impl Service {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+/// What one `curl` run gave.
+#[derive(Debug)]
+pub struct Curl {
+    /// curl's exit code (0: a whole, clean transfer; 18: cut short).
+    pub exit: i32,
+    pub status: u16,
+    pub body: Vec<u8>,
+    pub took: Duration,
+}
+
+/// `curl -sS` with `args` (the URL among them), body kept, status and
+/// exit code reported; bounded by `--max-time 60`.
+pub fn curl(args: &[&str]) -> Curl {
+    let t = Instant::now();
+    let out = Command::new(require_tool("curl"))
+        .args(["-sS", "--max-time", "60", "-o", "-", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .expect("running curl");
+    let mut body = out.stdout;
+    let nl = body.iter().rposition(|&b| b == b'\n').unwrap_or(0);
+    let status = std::str::from_utf8(&body[nl + 1..])
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    body.truncate(nl);
+    Curl {
+        exit: out.status.code().unwrap_or(-1),
+        status,
+        body,
+        took: t.elapsed(),
+    }
+}
+
+/// sha256 hex of `b`.
+pub fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(b))
 }
