@@ -510,10 +510,7 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
         );
         let sized_by_flags = nonempty(&req.cpu).is_some() || nonempty(&req.memory).is_some();
         if sized_by_flags {
-            check_sizing(
-                (nonempty(&cpu), names.cpu.as_str()),
-                (nonempty(&memory), names.memory.as_str()),
-            )?;
+            check_sizing((nonempty(&cpu), "--cpu"), (nonempty(&memory), "--memory"))?;
         }
         let input = reservations::Input {
             instance_type: nonempty(&req.instance_type)
