@@ -91,7 +91,9 @@ pub enum MirrorCommand {
 pub fn run(args: MirrorArgs) -> crate::Result<i32> {
     use crate::mirror;
     use std::path::Path;
-    super::serve::init_tracing("text");
+    // The job reports every item itself (one line each, between the
+    // progress bars); the service's info and warn lines would repeat them.
+    super::serve::init_tracing_at("text", "error");
     let rt = || {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -136,7 +138,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             // Each failed item was printed once, with its reason, as it ended.
             if !failed.is_empty() {
                 eprintln!(
-                    "talos-gen: mirror sync: {} of {} items failed (the FAILED lines above)",
+                    "talos-gen: mirror sync: {} of {} items failed (each listed above with its reason)",
                     failed.len(),
                     report.items.len()
                 );

@@ -162,8 +162,13 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
 
 /// Structured logs on stderr; `RUST_LOG` filters (default `info`).
 pub fn init_tracing(format: &str) {
+    init_tracing_at(format, "info")
+}
+
+/// [`init_tracing`] with another default level (`RUST_LOG` still wins).
+pub fn init_tracing_at(format: &str, default: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
