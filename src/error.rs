@@ -36,7 +36,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub fn plain_serde(msg: &str) -> String {
     let mut out = String::with_capacity(msg.len());
     let mut rest = msg;
-    while let Some(i) = rest.find(|c: char| c == 's' || c == 'e') {
+    while let Some(i) = rest.find(['s', 'e']) {
         let (head, tail) = rest.split_at(i);
         out.push_str(head);
         let at_word = out.is_empty() || out.ends_with(|c: char| !c.is_alphanumeric());
@@ -95,14 +95,24 @@ mod tests {
     #[test]
     fn no_internal_type_names() {
         assert_eq!(
-            super::plain_serde("overlay: invalid type: sequence, expected struct RawOverlay at line 2"),
+            super::plain_serde(
+                "overlay: invalid type: sequence, expected struct RawOverlay at line 2"
+            ),
             "overlay: invalid type: sequence, expected a mapping at line 2"
         );
         assert_eq!(
-            super::plain_serde("body: invalid type: string \"x\", expected struct ReservationsRequest"),
+            super::plain_serde(
+                "body: invalid type: string \"x\", expected struct ReservationsRequest"
+            ),
             "body: invalid type: string \"x\", expected a mapping"
         );
-        assert_eq!(super::plain_serde("a destructive structure"), "a destructive structure");
-        assert_eq!(super::plain_serde("expected enum Mode"), "expected one of the allowed values");
+        assert_eq!(
+            super::plain_serde("a destructive structure"),
+            "a destructive structure"
+        );
+        assert_eq!(
+            super::plain_serde("expected enum Mode"),
+            "expected one of the allowed values"
+        );
     }
 }

@@ -560,7 +560,10 @@ fn output_secrets_never_overwrites_a_different_bundle() {
         ]);
         let (code, _, err) = mc(&args, None);
         assert_eq!(code, 2, "{err}");
-        assert!(err.contains("--output-secrets") && err.contains("-o"), "{err}");
+        assert!(
+            err.contains("--output-secrets") && err.contains("-o"),
+            "{err}"
+        );
         assert!(!both.exists());
     }
 

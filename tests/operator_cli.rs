@@ -59,11 +59,20 @@ fn versions_never_tag_an_image_with_a_bare_minor() {
     // The values' release of that minor.
     let (code, out, err) = mc(
         &shared,
-        &["--talos-version", "v1.13", "--profile", "cozystack", "-f", v],
+        &[
+            "--talos-version",
+            "v1.13",
+            "--profile",
+            "cozystack",
+            "-f",
+            v,
+        ],
     );
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains(&format!("image: factory.talos.dev/installer/{COZY}:v1.13.6\n")),
+        out.contains(&format!(
+            "image: factory.talos.dev/installer/{COZY}:v1.13.6\n"
+        )),
         "{out}"
     );
     assert!(!out.contains(":v1.13\n"), "{out}");
@@ -182,7 +191,10 @@ fn version_refusals_are_worded_one_way() {
         ],
     );
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("--force cannot pick a kubelet release"), "{err}");
+    assert!(
+        err.contains("--force cannot pick a kubelet release"),
+        "{err}"
+    );
     // ...and a full version with --force writes it.
     let (code, out, err) = mc(
         &shared,
@@ -254,12 +266,26 @@ fn errors_name_what_was_typed() {
     let v = values.to_str().unwrap();
     let cases: Vec<(Vec<&str>, i32, &str)> = vec![
         (
-            vec!["--profile", "cozystack", "-f", v, "--memory", "8GB", "--cpu", "2"],
+            vec![
+                "--profile",
+                "cozystack",
+                "-f",
+                v,
+                "--memory",
+                "8GB",
+                "--cpu",
+                "2",
+            ],
             2,
             "invalid --memory value \"8GB\"",
         ),
         (
-            vec!["--eviction-hard-memory", "-5%", "--instance-type", "u1.medium"],
+            vec![
+                "--eviction-hard-memory",
+                "-5%",
+                "--instance-type",
+                "u1.medium",
+            ],
             2,
             "--eviction-hard-memory: the eviction threshold must be a percentage in (0, 100], got -5%",
         ),
@@ -313,14 +339,23 @@ fn errors_name_what_was_typed() {
     let (_, _, err) = mc(&shared, &["--profile", "cozystack", "-f", v]);
     assert!(!err.contains("unknown top-level key"), "{err}");
     // serve names the flag typed; internal type names never show.
-    let (code, _, err) = run(&["serve", "--factory-url", "ftp://x", "--cache-dir", "/nonexistent/x"]);
+    let (code, _, err) = run(&[
+        "serve",
+        "--factory-url",
+        "ftp://x",
+        "--cache-dir",
+        "/nonexistent/x",
+    ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--factory-url"), "{err}");
     assert!(!err.contains("--registry-url"), "{err}");
     let out = common::run(&["schematic", "id", "-"], Some(b"overlay: [1]\n"));
     let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(2));
-    assert!(!err.contains("RawOverlay") && err.contains("expected a mapping"), "{err}");
+    assert!(
+        !err.contains("RawOverlay") && err.contains("expected a mapping"),
+        "{err}"
+    );
 }
 
 /// Item 4: --memory without --cpu is the same everywhere.
@@ -340,7 +375,10 @@ fn pool_sizing_is_consistent() {
     let (c3, _, e3) = mc(&shared, &["--memory", "8Gi"]);
     let (c4, _, e4) = run(&["kubelet-reservations", "--memory", "8Gi"]);
     assert_eq!((c1, c2, c3, c4), (2, 2, 2, 2), "{e1}{e2}{e3}{e4}");
-    assert!(e1.contains("resources.cpu") && e1.contains("resources.memory"), "{e1}");
+    assert!(
+        e1.contains("resources.cpu") && e1.contains("resources.memory"),
+        "{e1}"
+    );
     for e in [&e2, &e3, &e4] {
         assert!(e.contains("--memory 8Gi without --cpu"), "{e}");
     }
@@ -363,7 +401,10 @@ fn environment_and_flags() {
     // --log-format rejects unknown values; booleans in the environment.
     let (code, _, err) = run(&["serve", "--log-format", "xml"]);
     assert_eq!(code, 2);
-    assert!(err.contains("--log-format") && err.contains("text, json"), "{err}");
+    assert!(
+        err.contains("--log-format") && err.contains("text, json"),
+        "{err}"
+    );
     let (code, _, err) = run_env(&["serve"], &[("TALOS_GEN_OFFLINE", "maybe")]);
     assert_eq!(code, 2);
     assert!(err.contains("--offline"), "{err}");
@@ -429,7 +470,10 @@ fn help_describes_every_flag() {
         assert!(out.contains("Examples:\n"), "{cmd:?}:\n{out}");
     }
     let (_, out, _) = run(&["machineconfig", "--help"]);
-    assert!(out.contains("/dev/sda") && out.contains("ghcr.io/siderolabs/installer"), "{out}");
+    assert!(
+        out.contains("/dev/sda") && out.contains("ghcr.io/siderolabs/installer"),
+        "{out}"
+    );
     let (_, out, _) = run(&["serve", "--help"]);
     assert!(out.contains("[default: 127.0.0.1:8080]"), "{out}");
 }
@@ -453,29 +497,62 @@ fn named_schematics_version_and_defaults() {
         return;
     };
     // talosctl gen config's defaults: /dev/sda, its installer per release.
-    let (code, out, err) = mc(&shared, &["--talos-version", "v1.13.6", "--kubernetes-version", "1.35.0"]);
+    let (code, out, err) = mc(
+        &shared,
+        &[
+            "--talos-version",
+            "v1.13.6",
+            "--kubernetes-version",
+            "1.35.0",
+        ],
+    );
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("        disk: /dev/sda\n        image: ghcr.io/siderolabs/installer:v1.13.6\n"),
+        out.contains(
+            "        disk: /dev/sda\n        image: ghcr.io/siderolabs/installer:v1.13.6\n"
+        ),
         "{out}"
     );
-    let (code, out, err) = mc(&shared, &["--talos-version", "v1.14.0", "--kubernetes-version", "1.35.0"]);
+    let (code, out, err) = mc(
+        &shared,
+        &[
+            "--talos-version",
+            "v1.14.0",
+            "--kubernetes-version",
+            "1.35.0",
+        ],
+    );
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains(&format!("image: factory.talos.dev/metal-installer/{VANILLA}:v1.14.0\n")),
+        out.contains(&format!(
+            "image: factory.talos.dev/metal-installer/{VANILLA}:v1.14.0\n"
+        )),
         "{out}"
     );
     assert!(out.contains("disk.dev_path == \"/dev/sda\""), "{out}");
     // '' writes none; the profile keeps its own.
     let (code, out, err) = mc(
         &shared,
-        &["--talos-version", "v1.13.6", "--install-image", "", "--install-disk", ""],
+        &[
+            "--talos-version",
+            "v1.13.6",
+            "--install-image",
+            "",
+            "--install-disk",
+            "",
+        ],
     );
     assert_eq!(code, 0, "{err}");
-    assert!(!out.contains("installer:") && !out.contains("disk: /dev/sda"), "{out}");
+    assert!(
+        !out.contains("installer:") && !out.contains("disk: /dev/sda"),
+        "{out}"
+    );
     let (code, out, err) = mc(&shared, &["--profile", "cozystack"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("disk: /dev/vda\n") && out.contains(COZY), "{out}");
+    assert!(
+        out.contains("disk: /dev/vda\n") && out.contains(COZY),
+        "{out}"
+    );
 }
 
 /// Item 8: mirror job edges.
@@ -500,11 +577,20 @@ fn mirror_edges() {
     let junk = dir.path().join("junk.tar");
     let bytes: Vec<u8> = (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect();
     std::fs::write(&junk, bytes).unwrap();
-    let (code, _, err) = run(&["mirror", "import", junk.to_str().unwrap(), "--cache-dir", cache_s]);
+    let (code, _, err) = run(&[
+        "mirror",
+        "import",
+        junk.to_str().unwrap(),
+        "--cache-dir",
+        cache_s,
+    ]);
     assert_eq!(code, 2, "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("talos-gen mirror export"), "{err}");
-    assert!(err.chars().all(|c| c == '\n' || (' '..='~').contains(&c)), "{err:?}");
+    assert!(
+        err.chars().all(|c| c == '\n' || (' '..='~').contains(&c)),
+        "{err:?}"
+    );
     // Export, then import twice: the second says what was already there.
     let exported = dir.path().join("m.tar");
     let (code, _, err) = run(&[
@@ -533,7 +619,8 @@ fn readme_commands_run() {
     let Some(shared) = common::reference_dir() else {
         return;
     };
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     // Every `talos-gen machineconfig|kubelet-reservations|schematic|matrix`
     // line of a ```sh block marked `# tested`, continuation lines joined.
     let mut cmds = Vec::new();

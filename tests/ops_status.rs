@@ -266,7 +266,10 @@ fn status_page_shows_what_is_happening() {
     let base = format!("http://127.0.0.1:{port}");
     let start = Instant::now();
     while curl(&format!("{base}/healthz"), &[]).0 != 200 {
-        assert!(start.elapsed() < Duration::from_secs(20), "serve on :{port} did not come up");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "serve on :{port} did not come up"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 
@@ -285,9 +288,18 @@ fn status_page_shows_what_is_happening() {
     assert_eq!(curl(&format!("{base}{}", image_path(A2)), &[]).0, 404);
     let (_, m) = curl(&format!("{base}/metrics"), &[]);
     let m = String::from_utf8(m).unwrap();
-    assert!(m.contains("talos_gen_cache_misses_total{kind=\"image\"} 0"), "{m}");
-    assert!(m.contains("talos_gen_offline_misses_total{kind=\"image\"} 1"), "{m}");
-    assert!(m.contains("talos_gen_cache_hits_total{kind=\"image\"} 1"), "{m}");
+    assert!(
+        m.contains("talos_gen_cache_misses_total{kind=\"image\"} 0"),
+        "{m}"
+    );
+    assert!(
+        m.contains("talos_gen_offline_misses_total{kind=\"image\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("talos_gen_cache_hits_total{kind=\"image\"} 1"),
+        "{m}"
+    );
     // Unknown API paths: a JSON error.
     let (code, body) = curl(&format!("{base}/api/v1/nope?token=s3cret"), &[]);
     assert_eq!(code, 404);
@@ -308,9 +320,13 @@ fn status_page_shows_what_is_happening() {
     };
     assert!(dom.contains("id=\"uptime\""), "{dom}");
     let settings = section("settings");
-    assert!(settings.contains("yes: no upstream is ever contacted"), "{settings}");
     assert!(
-        settings.contains("ghcr.io=https://a.example/") && settings.contains("docker.io=https://b.example/"),
+        settings.contains("yes: no upstream is ever contacted"),
+        "{settings}"
+    );
+    assert!(
+        settings.contains("ghcr.io=https://a.example/")
+            && settings.contains("docker.io=https://b.example/"),
         "{settings}"
     );
     let counts = section("counts");
@@ -354,5 +370,8 @@ fn status_page_shows_what_is_happening() {
     assert_eq!(img["fields"]["bytes"], up.xz.len() as u64);
     assert!(img["fields"]["duration_ms"].is_number(), "{img}");
     assert!(lines.iter().any(|v| v["fields"]["status"] == 404), "{text}");
-    assert!(!text.contains("s3cret"), "the query never reaches the log: {text}");
+    assert!(
+        !text.contains("s3cret"),
+        "the query never reaches the log: {text}"
+    );
 }

@@ -307,7 +307,11 @@ fn refusals_and_bad_input_use_the_contract_codes() {
             2,
             "--memory 4Gi without --cpu: give both",
         ),
-        (&["--memory", "lots", "--cpu", "1"], 2, "invalid --memory value"),
+        (
+            &["--memory", "lots", "--cpu", "1"],
+            2,
+            "invalid --memory value",
+        ),
     ];
     for (args, want, msg) in cases {
         let (code, _, err) = reservations(args);

@@ -22,7 +22,9 @@ pub struct MatrixArgs {
 #[derive(Debug, Subcommand)]
 pub enum MatrixCommand {
     /// Is this Talos/Kubernetes pair supported? Exit 0 yes, 1 no, 2 bad input.
-    #[command(after_help = "Examples:\n  talos-gen matrix check --talos v1.13.6 --kubernetes v1.35\n  talos-gen matrix check --talos 1.14 --kubernetes 1.32.3 --json")]
+    #[command(
+        after_help = "Examples:\n  talos-gen matrix check --talos v1.13.6 --kubernetes v1.35\n  talos-gen matrix check --talos 1.14 --kubernetes 1.32.3 --json"
+    )]
     Check {
         /// Talos version, v1.X[.Y] (with or without v, pre-release suffixes allowed).
         #[arg(long, value_name = "VERSION")]

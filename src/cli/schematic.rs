@@ -11,7 +11,9 @@ pub struct SchematicArgs {
 #[derive(Debug, Subcommand)]
 pub enum SchematicCommand {
     /// Print the 64-hex schematic ID.
-    #[command(after_help = "Examples:\n  talos-gen schematic id cozystack\n  talos-gen schematic id schematics/cozystack.yaml\n  echo '{}' | talos-gen schematic id -")]
+    #[command(
+        after_help = "Examples:\n  talos-gen schematic id cozystack\n  talos-gen schematic id schematics/cozystack.yaml\n  echo '{}' | talos-gen schematic id -"
+    )]
     Id {
         /// Schematic YAML or JSON file, `-` for standard input, or the name of an embedded schematic (cozystack, vanilla).
         #[arg(default_value = "-", value_name = "FILE|-|NAME")]

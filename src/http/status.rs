@@ -303,7 +303,10 @@ pub async fn render(st: &AppState) -> Result<String, String> {
         .map(|f| {
             let age = f.started.elapsed();
             let rate = if f.written > 0 && age.as_secs_f64() > 0.0 {
-                format!("{}/s", human_size((f.written as f64 / age.as_secs_f64()) as u64))
+                format!(
+                    "{}/s",
+                    human_size((f.written as f64 / age.as_secs_f64()) as u64)
+                )
             } else {
                 "-".into()
             };

@@ -87,10 +87,8 @@ pub fn all() -> Vec<String> {
 
 /// The `n` known names closest to `name` (edit distance, then name).
 pub fn nearest(name: &str, n: usize) -> Vec<String> {
-    let mut all: Vec<(usize, String)> = all()
-        .into_iter()
-        .map(|k| (distance(name, &k), k))
-        .collect();
+    let mut all: Vec<(usize, String)> =
+        all().into_iter().map(|k| (distance(name, &k), k)).collect();
     all.sort();
     all.into_iter().take(n).map(|(_, k)| k).collect()
 }

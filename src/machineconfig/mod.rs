@@ -194,7 +194,8 @@ fn is_host(s: &str) -> bool {
         Some((h, p)) => (h, Some(p)),
         None => (s, None),
     };
-    let port_ok = port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|c| c.is_ascii_digit()));
+    let port_ok =
+        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|c| c.is_ascii_digit()));
     port_ok
         && !host.is_empty()
         && host.split('.').all(|l| {
@@ -208,7 +209,11 @@ fn is_host(s: &str) -> bool {
 /// An installer repository as `talos.installerRepository` holds it:
 /// `host[:port]/path` (no tag, no trailing slash), e.g. `factory.talos.dev/installer`.
 fn check_repository(r: &str, what: &str) -> Result<()> {
-    let bad = |why: &str| Error::bad_input(format!("{what}: {r:?} is not an image repository ({why}; e.g. factory.talos.dev/installer)"));
+    let bad = |why: &str| {
+        Error::bad_input(format!(
+            "{what}: {r:?} is not an image repository ({why}; e.g. factory.talos.dev/installer)"
+        ))
+    };
     let r = r.strip_suffix('/').unwrap_or(r);
     let (host, path) = r.split_once('/').ok_or_else(|| bad("expected host/path"))?;
     if !is_host(host) {
@@ -222,13 +227,19 @@ fn check_repository(r: &str, what: &str) -> Result<()> {
 
 /// A whole image reference, `[host/]repo:tag` or `...@sha256:<hex>`.
 fn check_image(image: &str, what: &str) -> Result<()> {
-    let bad = |why: &str| Error::bad_input(format!("{what}: {image:?} is not an image reference ({why})"));
+    let bad = |why: &str| {
+        Error::bad_input(format!(
+            "{what}: {image:?} is not an image reference ({why})"
+        ))
+    };
     let (name, digest) = match image.split_once('@') {
         Some((n, d)) => (n, Some(d)),
         None => (image, None),
     };
     if let Some(d) = digest {
-        let hex = d.strip_prefix("sha256:").ok_or_else(|| bad("the digest is not sha256:<64 hex>"))?;
+        let hex = d
+            .strip_prefix("sha256:")
+            .ok_or_else(|| bad("the digest is not sha256:<64 hex>"))?;
         if !crate::schematic::is_valid_id(hex) {
             return Err(bad("the digest is not sha256:<64 hex>"));
         }
@@ -243,13 +254,18 @@ fn check_image(image: &str, what: &str) -> Result<()> {
         let ok = !b.is_empty()
             && b.len() <= 128
             && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
-            && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
         if !ok {
-            return Err(bad(&format!("tag {t:?}: letters, digits, '_', '.', '-' only")));
+            return Err(bad(&format!(
+                "tag {t:?}: letters, digits, '_', '.', '-' only"
+            )));
         }
     }
     let path = match repo.split_once('/') {
-        Some((first, rest)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+        Some((first, rest))
+            if first.contains('.') || first.contains(':') || first == "localhost" =>
+        {
             if !is_host(first) {
                 return Err(bad("the registry host is not host[:port]"));
             }
@@ -430,7 +446,10 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
             check_schematic(&c.schematic_id, "--values: talos.schematicID")?;
         }
         if nonempty(&req.installer_repository).is_none() {
-            check_repository(&c.installer_repository, "--values: talos.installerRepository")?;
+            check_repository(
+                &c.installer_repository,
+                "--values: talos.installerRepository",
+            )?;
         }
     }
     if let Some(i) = nonempty(&req.install_image) {
@@ -488,10 +507,10 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
         // A flag wins over the values, and is named as typed.
         let mut names = reservations::Names::default();
         let pick = |flag: &Option<String>,
-                        value: &Option<String>,
-                        name: &mut String,
-                        flag_name: &str,
-                        key: &str| {
+                    value: &Option<String>,
+                    name: &mut String,
+                    flag_name: &str,
+                    key: &str| {
             if let Some(f) = nonempty(flag) {
                 *name = flag_name.to_string();
                 Some(f.to_string())

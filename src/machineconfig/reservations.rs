@@ -208,7 +208,11 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         .to_string();
 
     for (key, value, mem) in [
-        (&n.system_reserved_memory, &input.system_reserved_memory, true),
+        (
+            &n.system_reserved_memory,
+            &input.system_reserved_memory,
+            true,
+        ),
         (&n.kube_reserved_memory, &input.kube_reserved_memory, true),
         (&n.system_reserved_cpu, &input.system_reserved_cpu, false),
         (&n.kube_reserved_cpu, &input.kube_reserved_cpu, false),
