@@ -130,6 +130,7 @@ struct Shared {
     head: std::sync::OnceLock<Head>,
     file: std::sync::OnceLock<Arc<File>>,
     tx: watch::Sender<Progress>,
+    started: std::time::Instant,
 }
 
 /// The fills in progress; cheap to clone.
@@ -152,6 +153,8 @@ pub struct FillStatus {
     pub len: Option<u64>,
     /// `waiting` (for a slot), `starting`, `streaming`.
     pub phase: &'static str,
+    /// When the fill was started (age and rate on the status page).
+    pub started: std::time::Instant,
 }
 
 /// The answer to [`Fills::join`].
@@ -189,6 +192,7 @@ impl Fills {
                 FillStatus {
                     key: k.clone(),
                     written: p.written,
+                    started: sh.started,
                     len: sh.head.get().and_then(|h| h.len),
                     phase: match p.phase {
                         Phase::Waiting => "waiting",
@@ -243,6 +247,7 @@ impl Fills {
             head: Default::default(),
             file: Default::default(),
             tx,
+            started: std::time::Instant::now(),
         });
         map.insert(key.to_string(), sh.clone());
         drop(map);

@@ -236,7 +236,7 @@ impl ImageCache {
                     Ok(Joined::Stored(o))
                 }
                 None => {
-                    self.metrics.miss("image");
+                    self.metrics.offline_miss("image");
                     Err(ImageError::NotCached(format!(
                         "{} is not in the cache and the service is offline",
                         key.path()

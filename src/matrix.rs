@@ -53,6 +53,9 @@ pub struct TalosEntry {
     pub host_upgrade_from: Option<Version>,
     /// Talos versions a host may downgrade to are below this (exclusive).
     pub host_downgrade_below: Option<Version>,
+    /// The newest Talos release of this minor the data knows (`1.13.9`): the
+    /// image tag a version given without a patch becomes.
+    pub newest: Option<Version>,
 }
 
 impl TalosEntry {
@@ -132,6 +135,8 @@ struct RawEntry {
     default_kubernetes: RawDefault,
     #[serde(default)]
     host_upgrade: Option<RawHost>,
+    #[serde(default)]
+    newest: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -231,6 +236,18 @@ impl Matrix {
                 ),
                 None => (None, None),
             };
+            let newest = e
+                .newest
+                .map(|v| Version::parse_named(&v, &at("newest")))
+                .transpose()?;
+            if let Some(n) = &newest
+                && (n.patch.is_none() || n.minor_key() != talos.minor_key())
+            {
+                return Err(Error::bad_input(format!(
+                    "{}: {n} must be a release (X.Y.Z) of Talos {talos}",
+                    at("newest")
+                )));
+            }
             let entry = TalosEntry {
                 talos,
                 released: e.released,
@@ -242,6 +259,7 @@ impl Matrix {
                 default_latest: latest,
                 host_upgrade_from: from,
                 host_downgrade_below: below,
+                newest,
             };
             for (field, d) in [
                 ("defaultKubernetes.initial", &entry.default_initial),
@@ -336,6 +354,11 @@ impl Matrix {
     /// patch release of its minor); refused when the minor is unknown.
     pub fn default_kubernetes(&self, talos: &Version) -> Result<Version> {
         Ok(self.entry(talos)?.default_latest.clone())
+    }
+
+    /// The newest Talos release of `talos`'s minor the data knows, if any.
+    pub fn newest_release(&self, talos: &Version) -> Option<&Version> {
+        self.entry(talos).ok()?.newest.as_ref()
     }
 
     /// The Cozystack chart's kubelet version for a Kubernetes minor (`v1.35`

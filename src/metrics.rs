@@ -62,7 +62,15 @@ struct Inner {
     fetch_seconds: Family<Kind, Histogram>,
     responses: Family<KindResult, Counter>,
     store_bytes: Gauge,
+    offline_misses: Family<Kind, Counter>,
+    /// The last errors (5xx answers, failed fills), newest last.
+    errors: std::sync::Mutex<std::collections::VecDeque<(std::time::SystemTime, String)>>,
 }
+
+/// Kinds every per-kind counter is exposed for from the start (at zero).
+pub const KINDS: &[&str] = &["image", "manifest", "blob"];
+/// How many recent errors the status page keeps.
+pub const RECENT_ERRORS: usize = 20;
 
 /// The service's counters; cheap to clone.
 #[derive(Clone)]
@@ -183,7 +191,36 @@ impl Metrics {
             "Bytes held by the store",
             store_bytes.clone(),
         );
+        let offline_misses = Family::<Kind, Counter>::default();
+        registry.register(
+            "offline_misses",
+            "Requests for something not stored while --offline (404, no upstream contacted)",
+            offline_misses.clone(),
+        );
+        // Every counter exists from the start, at zero, for every kind.
+        for k in KINDS {
+            let _ = hits.get_or_create(&kind(k));
+            let _ = misses.get_or_create(&kind(k));
+            let _ = offline_misses.get_or_create(&kind(k));
+            let _ = bytes_served.get_or_create(&kind(k));
+            for result in ["ok", "error"] {
+                let _ = fetches.get_or_create(&KindResult {
+                    kind: k.to_string(),
+                    result: result.to_string(),
+                });
+            }
+        }
+        for k in ["image", "registry"] {
+            for class in ["2xx", "3xx", "4xx", "5xx"] {
+                let _ = responses.get_or_create(&KindResult {
+                    kind: k.to_string(),
+                    result: class.to_string(),
+                });
+            }
+        }
         Metrics(Arc::new(Inner {
+            offline_misses,
+            errors: Default::default(),
             registry,
             hits,
             misses,
@@ -212,12 +249,55 @@ impl Metrics {
         self.0.misses.get_or_create(&kind(k)).inc();
     }
 
+    /// Not stored, and `--offline`: answered 404 without any upstream (not a
+    /// miss: no fill started).
+    pub fn offline_miss(&self, k: &str) {
+        self.0.offline_misses.get_or_create(&kind(k)).inc();
+    }
+
+    /// `(kind, hits, misses, offline misses)` for the status page.
+    pub fn cache_counts(&self) -> Vec<(String, u64, u64, u64)> {
+        KINDS
+            .iter()
+            .map(|k| {
+                let key = kind(k);
+                (
+                    k.to_string(),
+                    self.0.hits.get_or_create(&key).get(),
+                    self.0.misses.get_or_create(&key).get(),
+                    self.0.offline_misses.get_or_create(&key).get(),
+                )
+            })
+            .collect()
+    }
+
+    /// Remember an error for the status page (the last [`RECENT_ERRORS`]).
+    pub fn record_error(&self, what: impl Into<String>) {
+        let mut q = self.0.errors.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() >= RECENT_ERRORS {
+            q.pop_front();
+        }
+        q.push_back((std::time::SystemTime::now(), what.into()));
+    }
+
+    /// The recent errors, newest first.
+    pub fn recent_errors(&self) -> Vec<(std::time::SystemTime, String)> {
+        let q = self.0.errors.lock().unwrap_or_else(|p| p.into_inner());
+        q.iter().rev().cloned().collect()
+    }
+
     pub fn served(&self, k: &str, bytes: u64) {
         self.0.bytes_served.get_or_create(&kind(k)).inc_by(bytes);
     }
 
     /// One upstream fill ended.
     pub fn upstream_fetch(&self, k: &str, ok: bool, took: Duration) {
+        if !ok {
+            self.record_error(format!(
+                "upstream {k} fill failed after {:.1}s",
+                took.as_secs_f64()
+            ));
+        }
         let result = if ok { "ok" } else { "error" }.to_string();
         self.0
             .fetches
@@ -338,5 +418,20 @@ mod tests {
         assert!(t.contains("talos_gen_store_objects 3"), "{t}");
         assert!(t.contains("talos_gen_mirror_pins 1"), "{t}");
         assert!(t.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn every_counter_from_the_start() {
+        let t = Metrics::new().render();
+        for line in [
+            "talos_gen_cache_hits_total{kind=\"blob\"} 0",
+            "talos_gen_cache_misses_total{kind=\"image\"} 0",
+            "talos_gen_offline_misses_total{kind=\"manifest\"} 0",
+            "talos_gen_upstream_fetches_total{kind=\"image\",result=\"error\"} 0",
+            "talos_gen_responses_total{kind=\"registry\",result=\"5xx\"} 0",
+            "talos_gen_auth_failures_total 0",
+        ] {
+            assert!(t.contains(line), "{line} in\n{t}");
+        }
     }
 }

@@ -62,11 +62,15 @@ impl std::fmt::Display for FetchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FetchError::Status { status, body, .. } => {
-                write!(
-                    f,
-                    "upstream answered {status}: {}",
-                    String::from_utf8_lossy(body).trim()
-                )
+                // One line: an HTML error page says nothing the status does not.
+                let text = String::from_utf8_lossy(body);
+                let text: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                if text.is_empty() || text.starts_with('<') {
+                    write!(f, "upstream answered {status}")
+                } else {
+                    let short: String = text.chars().take(200).collect();
+                    write!(f, "upstream answered {status}: {short}")
+                }
             }
             FetchError::Timeout(m) | FetchError::Failed(m) | FetchError::Local(m) => f.write_str(m),
         }

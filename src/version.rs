@@ -17,6 +17,9 @@ pub struct Version {
     pub patch: Option<u64>,
     /// Pre-release and build suffix, without the leading `-` or `+`.
     pub pre: Option<String>,
+    /// `true` when the suffix started with `+` (build metadata), so that
+    /// `v1.13.6+build` is shown as typed.
+    pub build: bool,
 }
 
 /// Longest version string we look at; anything longer is bad input.
@@ -34,6 +37,7 @@ impl Version {
         }
         let t = s.trim();
         let t = t.strip_prefix('v').unwrap_or(t);
+        let build = t.find(['-', '+']).is_some_and(|i| t.as_bytes()[i] == b'+');
         let (core, pre) = match t.find(['-', '+']) {
             Some(i) => {
                 let suffix = &t[i + 1..];
@@ -74,6 +78,7 @@ impl Version {
             minor,
             patch,
             pre,
+            build,
         })
     }
 
@@ -105,7 +110,7 @@ impl fmt::Display for Version {
             write!(f, ".{p}")?;
         }
         if let Some(pre) = &self.pre {
-            write!(f, "-{pre}")?;
+            write!(f, "{}{pre}", if self.build { '+' } else { '-' })?;
         }
         Ok(())
     }
@@ -132,6 +137,10 @@ mod tests {
         assert_eq!(rc.core(), (1, 14, 0));
         assert_eq!(rc.pre.as_deref(), Some("rc.1"));
         assert_eq!(rc.to_string(), "v1.14.0-rc.1");
+        assert_eq!(
+            Version::parse("1.13.6+build").unwrap().to_string(),
+            "v1.13.6+build"
+        );
     }
 
     #[test]

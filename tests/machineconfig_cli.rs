@@ -68,7 +68,7 @@ fn bad_input_and_refusals() {
                 "1",
             ],
             2,
-            "resources.memory",
+            "invalid --memory value \"4 Gi\"",
         ),
         (
             vec![
@@ -82,7 +82,7 @@ fn bad_input_and_refusals() {
                 "lots",
             ],
             2,
-            "kubeReservedCpu",
+            "invalid --kube-reserved-cpu value \"lots\"",
         ),
         (
             vec![
@@ -195,7 +195,7 @@ fn bad_input_and_refusals() {
                 "v1.30",
             ],
             1,
-            "Kubernetes version v1.30 is not supported, allowed versions are [v1.31 v1.32 v1.33 v1.34 v1.35]",
+            "Kubernetes v1.30 is not supported by the Cozystack profile (its kubelet table). Supported versions: v1.31, v1.32, v1.33, v1.34, v1.35",
         ),
     ];
     for (args, want, msg) in cases {
@@ -491,4 +491,88 @@ fn json6902_patches() {
     );
     assert_eq!(c, 2);
     assert!(e.contains("--config-patch #1") && e.contains("JSON"), "{e}");
+}
+
+/// Issue 10 item 5: `--output-secrets` never replaces a different bundle
+/// (exit 1, file untouched), the same bundle is fine (`--with-secrets A
+/// --output-secrets A`), one file for both outputs is exit 2, and both files
+/// are written atomically with mode 0600 (no temp file left behind).
+#[test]
+fn output_secrets_never_overwrites_a_different_bundle() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("secrets.yaml");
+    let cfg = dir.path().join("worker.yaml");
+    let (a_s, cfg_s) = (a.to_str().unwrap(), cfg.to_str().unwrap());
+    let base = ["--talos-version", "v1.13.6"];
+
+    let mut args = base.to_vec();
+    args.extend(["--output-secrets", a_s, "-o", cfg_s]);
+    let (code, out, err) = mc(&args, None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.is_empty(), "-o: nothing on stdout");
+    for f in [&a, &cfg] {
+        let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", f.display());
+    }
+    let first = std::fs::read(&a).unwrap();
+    let first_cfg = std::fs::read(&cfg).unwrap();
+
+    // Fresh secrets again: a different bundle; refused, nothing touched.
+    let (code, out, err) = mc(&args, None);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("--output-secrets") && err.contains("different secrets bundle"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(out.is_empty());
+    assert_eq!(std::fs::read(&a).unwrap(), first);
+    assert_eq!(std::fs::read(&cfg).unwrap(), first_cfg);
+
+    // The same bundle: fine, and the config is the same.
+    let mut same = base.to_vec();
+    same.extend(["--with-secrets", a_s, "--output-secrets", a_s]);
+    let (code, out, err) = mc(&same, None);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.as_bytes(), first_cfg.as_slice());
+    assert_eq!(std::fs::read(&a).unwrap(), first);
+
+    // A file that is not a bundle at all is not replaced either.
+    let junk = dir.path().join("notes.txt");
+    std::fs::write(&junk, "my notes\n").unwrap();
+    let mut args = base.to_vec();
+    args.extend(["--output-secrets", junk.to_str().unwrap()]);
+    let (code, _, err) = mc(&args, None);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(std::fs::read_to_string(&junk).unwrap(), "my notes\n");
+
+    // One file for both: bad input, whatever the spelling.
+    let both = dir.path().join("both.yaml");
+    let other_spelling = dir.path().join(".").join("both.yaml");
+    for o in [&both, &other_spelling] {
+        let mut args = base.to_vec();
+        args.extend([
+            "--output-secrets",
+            both.to_str().unwrap(),
+            "-o",
+            o.to_str().unwrap(),
+        ]);
+        let (code, _, err) = mc(&args, None);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("--output-secrets") && err.contains("-o"),
+            "{err}"
+        );
+        assert!(!both.exists());
+    }
+
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.ends_with(".tmp")),
+        "temp files left: {names:?}"
+    );
 }

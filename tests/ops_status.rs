@@ -39,6 +39,14 @@ fn status_page_in_chromium_and_metrics() {
     assert_eq!(code, 206);
     assert_eq!(body.len(), 100);
 
+    // An installer pull the unreachable registry cannot answer: a 5xx, listed
+    // under the last errors.
+    let (code, _) = curl(
+        &format!("{}/v2/installer/{S}/manifests/{V}", svc.url()),
+        &[],
+    );
+    assert!(code >= 500, "{code}");
+
     // The page in a real browser: DOM and a screenshot kept as a test artifact.
     let profile = tempfile::tempdir().unwrap();
     let out = chromium(&["--dump-dom", &format!("{}/", svc.url())], profile.path());
@@ -67,6 +75,15 @@ fn status_page_in_chromium_and_metrics() {
     // The support matrix.
     assert!(dom.contains("<td>v1.13</td>"), "{dom}");
     assert!(!dom.contains("<script"), "the page carries no JavaScript");
+    let errors = dom
+        .split("id=\"errors\"")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_else(|| panic!("no errors table: {dom}"));
+    assert!(
+        errors.contains(&format!("GET /v2/installer/{S}/manifests/{V}: HTTP {code}")),
+        "{errors}"
+    );
 
     let shot = artifacts_dir().join("status.png");
     let _ = std::fs::remove_file(&shot);
@@ -198,4 +215,163 @@ fn fills_in_progress_and_the_fill_cap() {
     assert!(fills.contains(&format!("image/{S}/{V}/{A2}")), "{fills}");
     assert!(fills.contains("streaming"), "{fills}");
     assert!(fills.contains("waiting"), "{fills}");
+}
+
+/// Issue 14 item 7: what is happening, visible. The status page (in
+/// Chromium, screenshot kept) shows uptime, the effective settings (two
+/// upstreams from one comma-separated environment variable, offline), hit /
+/// miss / offline counts, the last `mirror sync` result the job wrote to the
+/// store, schematic names next to IDs and a compact matrix; `/metrics` has
+/// every counter from the start and does not count an offline 404 as a
+/// miss; the access log has a line per request; unknown `/api/v1/` paths
+/// answer JSON.
+#[test]
+fn status_page_shows_what_is_happening() {
+    let up = Upstream::new(1, None);
+    // The mirror job: one item stored, one the upstream lacks.
+    let cfg = up.dir.path().join("mirror.yaml");
+    std::fs::write(
+        &cfg,
+        format!("schematics: [{S}]\ntalosVersions: [{V}]\nimages: [{A}, nope-amd64.raw.xz]\n"),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+        .args(["mirror", "sync", "--config", cfg.to_str().unwrap()])
+        .args(["--cache-dir", up.cache().to_str().unwrap()])
+        .args(["--factory-url", &up.nginx.url()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // Each failed item once.
+    assert_eq!(err.matches("FAILED").count(), 1, "{err}");
+    assert_eq!(err.matches("nope-amd64.raw.xz").count(), 1, "{err}");
+
+    let cache = up.cache();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_talos-gen"));
+    let port = free_port();
+    child
+        .args(["serve", "--offline", "--log-format", "json"])
+        .args(["--listen", &format!(":{port}")])
+        .args(["--cache-dir", cache.to_str().unwrap()])
+        .env(
+            "TALOS_GEN_MIRROR_UPSTREAM",
+            "ghcr.io=https://a.example,docker.io=https://b.example",
+        )
+        .env("RUST_LOG", "info");
+    let log = up.dir.path().join("serve.log");
+    child.stderr(std::fs::File::create(&log).unwrap());
+    child.stdout(Stdio::null());
+    let _svc = KillChild(child.spawn().unwrap());
+    let base = format!("http://127.0.0.1:{port}");
+    let start = Instant::now();
+    while curl(&format!("{base}/healthz"), &[]).0 != 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "serve on :{port} did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Every counter from the start.
+    let (_, m) = curl(&format!("{base}/metrics"), &[]);
+    let m = String::from_utf8(m).unwrap();
+    for l in [
+        "talos_gen_cache_misses_total{kind=\"image\"} 0",
+        "talos_gen_offline_misses_total{kind=\"image\"} 0",
+        "talos_gen_upstream_fetches_total{kind=\"blob\",result=\"error\"} 0",
+    ] {
+        assert!(m.contains(l), "{l}:\n{m}");
+    }
+    // A hit, and an offline 404 that is not a miss.
+    assert_eq!(curl(&format!("{base}{}", image_path(A)), &[]).0, 200);
+    assert_eq!(curl(&format!("{base}{}", image_path(A2)), &[]).0, 404);
+    let (_, m) = curl(&format!("{base}/metrics"), &[]);
+    let m = String::from_utf8(m).unwrap();
+    assert!(
+        m.contains("talos_gen_cache_misses_total{kind=\"image\"} 0"),
+        "{m}"
+    );
+    assert!(
+        m.contains("talos_gen_offline_misses_total{kind=\"image\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("talos_gen_cache_hits_total{kind=\"image\"} 1"),
+        "{m}"
+    );
+    // Unknown API paths: a JSON error.
+    let (code, body) = curl(&format!("{base}/api/v1/nope?token=s3cret"), &[]);
+    assert_eq!(code, 404);
+    let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+    assert!(v["error"].as_str().unwrap().contains("/api/v1/nope"), "{v}");
+
+    let profile = tempfile::tempdir().unwrap();
+    let out = chromium(&["--dump-dom", &format!("{base}/")], profile.path());
+    assert!(out.status.success(), "{out:?}");
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    std::fs::write(artifacts_dir().join("status-offline.dom.html"), &dom).unwrap();
+    let section = |id: &str| -> String {
+        dom.split(&format!("id=\"{id}\""))
+            .nth(1)
+            .and_then(|t| t.split("</table>").next())
+            .unwrap_or_else(|| panic!("no {id} in {dom}"))
+            .to_string()
+    };
+    assert!(dom.contains("id=\"uptime\""), "{dom}");
+    let settings = section("settings");
+    assert!(
+        settings.contains("yes: no upstream is ever contacted"),
+        "{settings}"
+    );
+    assert!(
+        settings.contains("ghcr.io=https://a.example/")
+            && settings.contains("docker.io=https://b.example/"),
+        "{settings}"
+    );
+    let counts = section("counts");
+    assert!(counts.contains("<td>image</td>"), "{counts}");
+    let sync = section("mirror-sync");
+    assert!(sync.contains("1 failed"), "{sync}");
+    assert!(sync.contains("nope-amd64.raw.xz"), "{sync}");
+    let artifacts = section("artifacts");
+    assert!(artifacts.contains("<td>vanilla</td>"), "{artifacts}");
+    let matrix = section("matrix");
+    assert!(matrix.contains("v1.31 – v1.36"), "{matrix}");
+    assert!(!matrix.contains("v1.32, v1.33"), "compact: {matrix}");
+
+    let shot = artifacts_dir().join("status-offline.png");
+    let _ = std::fs::remove_file(&shot);
+    let profile = tempfile::tempdir().unwrap();
+    let out = chromium(
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1280,1800",
+            &format!("{base}/"),
+        ],
+        profile.path(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(std::fs::read(&shot).unwrap().starts_with(b"\x89PNG"));
+
+    // The access log: one JSON line per request, no query string.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["target"] == "access")
+        .collect();
+    let img = lines
+        .iter()
+        .find(|v| v["fields"]["path"].as_str() == Some(image_path(A).as_str()))
+        .unwrap_or_else(|| panic!("no access line for the image in {text}"));
+    assert_eq!(img["fields"]["method"], "GET");
+    assert_eq!(img["fields"]["status"], 200);
+    assert_eq!(img["fields"]["bytes"], up.xz.len() as u64);
+    assert!(img["fields"]["duration_ms"].is_number(), "{img}");
+    assert!(lines.iter().any(|v| v["fields"]["status"] == 404), "{text}");
+    assert!(
+        !text.contains("s3cret"),
+        "the query never reaches the log: {text}"
+    );
 }

@@ -275,7 +275,7 @@ fn refusals_and_bad_input_use_the_contract_codes() {
                 "4GB",
             ],
             2,
-            "invalid kubeReservedMemory value \"4GB\"",
+            "invalid --kube-reserved-memory value \"4GB\"",
         ),
         (
             &[
@@ -285,7 +285,7 @@ fn refusals_and_bad_input_use_the_contract_codes() {
                 "0",
             ],
             2,
-            "systemReservedMemory must be a positive value, got 0",
+            "--system-reserved-memory must be a positive value, got 0",
         ),
         (
             &[
@@ -295,7 +295,7 @@ fn refusals_and_bad_input_use_the_contract_codes() {
                 "120%",
             ],
             2,
-            "evictionSoftMemory percentage must be greater than 0 and at most 100, got 120%",
+            "--eviction-soft-memory: the eviction threshold must be a percentage in (0, 100], got 120%",
         ),
         (
             &["--instance-type", "u9.huge"],
@@ -305,9 +305,13 @@ fn refusals_and_bad_input_use_the_contract_codes() {
         (
             &["--memory", "4Gi"],
             2,
-            "--instance-type, or both --memory and --cpu",
+            "--memory 4Gi without --cpu: give both",
         ),
-        (&["--memory", "lots", "--cpu", "1"], 2, "resources.memory"),
+        (
+            &["--memory", "lots", "--cpu", "1"],
+            2,
+            "invalid --memory value",
+        ),
     ];
     for (args, want, msg) in cases {
         let (code, _, err) = reservations(args);

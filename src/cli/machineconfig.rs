@@ -2,104 +2,154 @@
 
 use clap::Args;
 
-/// The kubelet reservation overrides, shared by both commands.
+/// The kubelet reservation overrides, shared by both commands. Values may
+/// start with `-` (so that `-5%` reaches the validator and is named).
 #[derive(Debug, Args, Clone, Default)]
 pub struct ReservationOverrides {
-    #[arg(long, value_name = "QUANTITY")]
+    /// Memory reserved for system daemons (default: 5% of node memory, 256Mi..1Gi).
+    #[arg(long, value_name = "QUANTITY", allow_hyphen_values = true)]
     pub system_reserved_memory: Option<String>,
-    #[arg(long, value_name = "QUANTITY")]
+    /// Memory reserved for Kubernetes daemons (default: 5% of node memory, 256Mi..1Gi).
+    #[arg(long, value_name = "QUANTITY", allow_hyphen_values = true)]
     pub kube_reserved_memory: Option<String>,
-    #[arg(long, value_name = "QUANTITY")]
+    /// CPU reserved for system daemons (default: 5% of node CPU, 50m..500m).
+    #[arg(long, value_name = "QUANTITY", allow_hyphen_values = true)]
     pub system_reserved_cpu: Option<String>,
-    #[arg(long, value_name = "QUANTITY")]
+    /// CPU reserved for Kubernetes daemons (default: 5% of node CPU, 50m..500m).
+    #[arg(long, value_name = "QUANTITY", allow_hyphen_values = true)]
     pub kube_reserved_cpu: Option<String>,
-    #[arg(long, value_name = "QUANTITY|PCT")]
+    /// Hard eviction threshold for memory.available, a percentage in (0, 100] or a quantity (default: 7%).
+    #[arg(long, value_name = "QUANTITY|PCT", allow_hyphen_values = true)]
     pub eviction_hard_memory: Option<String>,
-    #[arg(long, value_name = "QUANTITY|PCT")]
+    /// Soft eviction threshold for memory.available, above the hard one (default: 10%).
+    #[arg(long, value_name = "QUANTITY|PCT", allow_hyphen_values = true)]
     pub eviction_soft_memory: Option<String>,
 }
 
+const MACHINECONFIG_EXAMPLES: &str = "\
+Examples:
+  # A Cozystack worker pool, from the chart's values file
+  talos-gen machineconfig --profile cozystack -f kubernetes-nodes.values.yaml \\
+    --cluster-name tenant1 --endpoint https://tenant1.example:6443 \\
+    --with-secrets secrets.yaml -o worker.yaml
+
+  # A plain worker, as `talosctl gen config` would write it (fresh secrets saved)
+  talos-gen machineconfig --talos-version v1.13.6 --kubernetes-version 1.35.0 \\
+    --cluster-name c1 --endpoint https://c1.example:6443 \\
+    --output-secrets secrets.yaml -o worker.yaml
+
+  # No install image at all (as talosctl with --install-image '')
+  talos-gen machineconfig --talos-version v1.13 --cluster-name c1 \\
+    --endpoint https://c1.example:6443 --install-image '' --install-disk ''";
+
 #[derive(Debug, Args)]
+#[command(after_help = MACHINECONFIG_EXAMPLES)]
 pub struct MachineconfigArgs {
-    /// The version contract, v1.X[.Y].
+    /// The version contract, v1.X[.Y] (default: the values' talos.version, else v1.13.6). It decides the documents written; the install image is tagged with the full release: this version when it has a patch, else the values' talos.version of that minor, else the newest release the support matrix knows (said on stderr).
     #[arg(long, value_name = "VERSION")]
     pub talos_version: Option<String>,
+    /// Kubernetes version (default: the Talos minor's default; with --profile cozystack the chart's kubelet release for the values' `version`).
     #[arg(long, value_name = "VERSION")]
     pub kubernetes_version: Option<String>,
+    /// The cluster name (required).
     #[arg(long, value_name = "NAME")]
     pub cluster_name: Option<String>,
-    /// The control plane endpoint, e.g. https://cluster:6443.
+    /// The control plane endpoint, e.g. https://cluster:6443 (required).
     #[arg(long, value_name = "URL")]
     pub endpoint: Option<String>,
-    /// A talosctl secrets bundle; without it fresh secrets are generated.
+    /// A talosctl secrets bundle (default: fresh secrets are generated).
     #[arg(long, value_name = "FILE")]
     pub with_secrets: Option<String>,
-    /// Write the (generated or read) secrets bundle here.
+    /// Write the secrets bundle used here (mode 0600); never replaces a file holding a different bundle.
     #[arg(long, value_name = "FILE")]
     pub output_secrets: Option<String>,
+    /// Extra certificate SANs, comma-separated (default: none).
     #[arg(long, value_name = "SAN,...", value_delimiter = ',')]
     pub additional_sans: Vec<String>,
+    /// The cluster DNS domain (default: cluster.local).
     #[arg(long, value_name = "DOMAIN")]
     pub dns_domain: Option<String>,
+    /// The disk to install to (default: /dev/sda as talosctl; /dev/vda with --profile cozystack); '' writes none.
     #[arg(long, value_name = "DISK")]
     pub install_disk: Option<String>,
-    /// The installer image; an empty string writes no image.
+    /// The installer image (default: talosctl's for the release, ghcr.io/siderolabs/installer:<v> up to 1.13, factory.talos.dev/metal-installer/<vanilla schematic>:<v> from 1.14; <repository>/<schematic>:<v> with --schematic or --profile cozystack); '' writes none.
     #[arg(long, value_name = "REF")]
     pub install_image: Option<String>,
-    /// host=url[,url...], repeatable.
+    /// A registry mirror, host=url[,url...]; repeatable (default: none).
     #[arg(long, value_name = "HOST=URL")]
     pub registry_mirror: Vec<String>,
     /// @file or inline YAML, repeatable; strategic merge as talosctl applies
     /// it, or a JSON (RFC 6902) patch (a list of operations, JSON or YAML).
     #[arg(long, value_name = "PATCH", allow_hyphen_values = true)]
     pub config_patch: Vec<String>,
-    /// Write a config for a pair the support matrix refuses, with a warning.
+    /// Write a config for a pair the support matrix refuses, with a warning (default: refuse, exit 1).
     #[arg(long)]
     pub force: bool,
-    /// Schematic ID for the install image (with --installer-repository).
+    /// Schematic ID (64 hex) of the install image, <repository>/<ID>:<v> (default: none; the values' talos.schematicID with --profile cozystack).
     #[arg(long, value_name = "ID")]
     pub schematic: Option<String>,
+    /// Installer repository for --schematic, host/path (default: factory.talos.dev/installer).
     #[arg(long, value_name = "REPO")]
     pub installer_repository: Option<String>,
-    /// `cozystack`: the Cozystack chart's worker document.
+    /// `cozystack`: the Cozystack chart's worker document (default: none, a plain talosctl worker).
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<String>,
-    /// The values of one Cozystack worker pool.
+    /// The values of one Cozystack worker pool (the chart's values.yaml; needs --profile cozystack).
     #[arg(short = 'f', long, value_name = "FILE")]
     pub values: Option<String>,
+    /// A DNS server IP; repeatable (default: none).
     #[arg(long, value_name = "IP")]
     pub nameserver: Vec<String>,
+    /// A DNS search domain; repeatable (default: none).
     #[arg(long, value_name = "DOMAIN")]
     pub search_domain: Vec<String>,
-    /// IP=alias[,alias...], repeatable.
+    /// A static host entry, IP=alias[,alias...]; repeatable (default: none).
     #[arg(long, value_name = "IP=ALIASES")]
     pub extra_host_entry: Vec<String>,
+    /// Size the node by a Cozystack instance type, e.g. u1.medium (default: the values' instanceType with the profile).
     #[arg(long, value_name = "TYPE")]
     pub instance_type: Option<String>,
-    #[arg(long, value_name = "QUANTITY")]
+    /// Node CPU, e.g. 2 or 1500m; give with --memory (default: from the instance type).
+    #[arg(long, value_name = "QUANTITY", allow_hyphen_values = true)]
     pub cpu: Option<String>,
-    #[arg(long, value_name = "QUANTITY")]
+    /// Node memory, e.g. 8Gi; give with --cpu (default: from the instance type).
+    #[arg(long, value_name = "QUANTITY", allow_hyphen_values = true)]
     pub memory: Option<String>,
     #[command(flatten)]
     pub reservations: ReservationOverrides,
-    /// Use this support-matrix data file instead of the embedded one.
+    /// Use this support-matrix data file (default: the embedded one).
     #[arg(long, value_name = "FILE")]
     pub matrix: Option<String>,
-    /// Write the config here instead of standard output.
+    /// Write the config here, atomically (default: standard output).
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<String>,
 }
 
+const RESERVATIONS_EXAMPLES: &str = "\
+Examples:
+  talos-gen kubelet-reservations --instance-type u1.medium
+  talos-gen kubelet-reservations --memory 16Gi --cpu 4 --json
+  talos-gen kubelet-reservations --instance-type u1.xlarge --eviction-hard-memory 5%
+
+Instance types: u1, o1, d1 (nano..8xlarge, 2xmedium for u1/d1), rt1 (micro..8xlarge),
+cx1 (medium..8xlarge, also <size>1gi), m1 (large..8xlarge, also <size>1gi),
+n1 (medium..8xlarge), gn1 (xlarge..8xlarge).";
+
 #[derive(Debug, Args)]
+#[command(after_help = RESERVATIONS_EXAMPLES)]
 pub struct ReservationsArgs {
+    /// Size the node by a Cozystack instance type, e.g. u1.medium (or give --memory and --cpu).
     #[arg(long, value_name = "TYPE")]
     pub instance_type: Option<String>,
-    #[arg(long, value_name = "QUANTITY")]
+    /// Node memory, e.g. 8Gi; give with --cpu.
+    #[arg(long, value_name = "QUANTITY", allow_hyphen_values = true)]
     pub memory: Option<String>,
-    #[arg(long, value_name = "QUANTITY")]
+    /// Node CPU, e.g. 2 or 1500m; give with --memory.
+    #[arg(long, value_name = "QUANTITY", allow_hyphen_values = true)]
     pub cpu: Option<String>,
     #[command(flatten)]
     pub overrides: ReservationOverrides,
+    /// Print one JSON object with the contract's fields (default: text lines).
     #[arg(long)]
     pub json: bool,
 }
@@ -112,7 +162,8 @@ fn patch_text(arg: &str, i: usize) -> crate::Result<String> {
     }
 }
 
-/// Write `text` to `path` through a temporary file, fsync and rename.
+/// Write `text` to `path` atomically: a temporary file (mode 0600) in the
+/// same directory, fsync, rename, fsync of the directory.
 fn write_file(path: &str, text: &str, what: &str) -> crate::Result<()> {
     use std::io::Write;
     let target = std::path::Path::new(path);
@@ -121,11 +172,41 @@ fn write_file(path: &str, text: &str, what: &str) -> crate::Result<()> {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
     let io = |e| crate::Error::io(format!("{what}: {path}"), e);
-    let mut tmp = tempfile_in(dir).map_err(io)?;
-    tmp.1.write_all(text.as_bytes()).map_err(io)?;
-    tmp.1.sync_all().map_err(io)?;
-    std::fs::rename(&tmp.0, target).map_err(io)?;
+    let (tmp, mut file) = tempfile_in(dir).map_err(io)?;
+    let written = file
+        .write_all(text.as_bytes())
+        .and_then(|_| file.sync_all())
+        .and_then(|_| std::fs::rename(&tmp, target));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(e));
+    }
+    // The rename itself survives a crash once the directory is synced.
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
     Ok(())
+}
+
+/// Do two path arguments name one file (the same text, or, when they
+/// exist, the same inode; a missing file's directory is compared)?
+fn same_file(a: &str, b: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if a == b {
+        return true;
+    }
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        return x.dev() == y.dev() && x.ino() == y.ino();
+    }
+    let resolved = |p: &str| {
+        let p = std::path::Path::new(p);
+        let dir = p
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        Some(std::fs::canonicalize(dir).ok()?.join(p.file_name()?))
+    };
+    matches!((resolved(a), resolved(b)), (Some(x), Some(y)) if x == y)
 }
 
 fn tempfile_in(dir: &std::path::Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
@@ -192,17 +273,41 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
         eviction_hard_memory: r.eviction_hard_memory,
         eviction_soft_memory: r.eviction_soft_memory,
     };
+    let output = args.output.as_deref().filter(|p| *p != "-");
+    if let (Some(secrets), Some(config)) = (&args.output_secrets, output)
+        && same_file(secrets, config)
+    {
+        return Err(crate::Error::bad_input(format!(
+            "--output-secrets: {secrets:?} is also the -o/--output file; give two different files"
+        )));
+    }
     let matrix = crate::matrix::Matrix::load(args.matrix.as_deref().map(std::path::Path::new))?;
     let out = crate::machineconfig::generate_with(&req, &matrix)?;
     for w in &out.warnings {
         eprintln!("talos-gen: {w}");
     }
     if let Some(path) = &args.output_secrets {
-        write_file(path, &out.secrets_yaml(), "--output-secrets")?;
+        // Never replace a different bundle: configs already made from it
+        // would stop matching the cluster. The same bundle is left as it is.
+        match std::fs::read_to_string(path) {
+            Ok(existing) => {
+                let same = crate::machineconfig::secrets::Bundle::parse(&existing, path)
+                    .is_ok_and(|b| b == out.bundle);
+                if !same {
+                    return Err(crate::Error::refused(format!(
+                        "--output-secrets: {path:?} already holds a different secrets bundle; not overwritten (remove it, or pass it as --with-secrets)"
+                    )));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                write_file(path, &out.secrets_yaml(), "--output-secrets")?
+            }
+            Err(e) => return Err(crate::Error::io(format!("--output-secrets: {path}"), e)),
+        }
     }
-    match &args.output {
-        Some(path) if path != "-" => write_file(path, &out.config, "--output")?,
-        _ => {
+    match output {
+        Some(path) => write_file(path, &out.config, "--output")?,
+        None => {
             use std::io::Write;
             let mut stdout = std::io::stdout().lock();
             stdout

@@ -9,7 +9,7 @@ use crate::version::Version;
 
 #[derive(Debug, Args)]
 pub struct MatrixArgs {
-    /// Use this data file instead of the embedded matrix.
+    /// Use this data file (default: the embedded matrix).
     #[arg(long, global = true, value_name = "FILE")]
     pub matrix: Option<String>,
     /// Print the table as JSON.
@@ -22,9 +22,14 @@ pub struct MatrixArgs {
 #[derive(Debug, Subcommand)]
 pub enum MatrixCommand {
     /// Is this Talos/Kubernetes pair supported? Exit 0 yes, 1 no, 2 bad input.
+    #[command(
+        after_help = "Examples:\n  talos-gen matrix check --talos v1.13.6 --kubernetes v1.35\n  talos-gen matrix check --talos 1.14 --kubernetes 1.32.3 --json"
+    )]
     Check {
+        /// Talos version, v1.X[.Y] (with or without v, pre-release suffixes allowed).
         #[arg(long, value_name = "VERSION")]
         talos: String,
+        /// Kubernetes version, v1.X[.Y].
         #[arg(long, value_name = "VERSION")]
         kubernetes: String,
         /// Print the answer as JSON.

@@ -8,51 +8,83 @@ pub struct MirrorArgs {
     pub command: MirrorCommand,
 }
 
+const SYNC_EXAMPLES: &str = "\
+Examples:
+  # Cozystack's defaults (mirror/mirror.yaml) into the store serve reads
+  talos-gen mirror sync --config mirror/mirror.yaml --cache-dir /var/cache/talos-gen
+
+  # Kubelet images through a registry mirror, 8 items at once
+  talos-gen mirror sync --config mirror.yaml --cache-dir /data \\
+    --mirror-upstream ghcr.io=https://ghcr.io --concurrency 8
+
+Exit 0 when every item is stored, 1 when any failed (each named once), 2 for a bad config.
+The result is kept in the store and shown on serve's status page.";
+
 #[derive(Debug, Subcommand)]
 pub enum MirrorCommand {
     /// Fetch everything the config names into the store.
+    #[command(after_help = SYNC_EXAMPLES)]
     Sync {
+        /// The mirror config (YAML: schematics, talosVersions, images, installers, extraImages).
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: String,
+        /// The store directory `serve --cache-dir` reads.
         #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
         cache_dir: String,
+        /// The upstream Image Factory.
         #[arg(
             long,
             env = "TALOS_GEN_FACTORY_URL",
-            default_value = "https://factory.talos.dev"
+            default_value = "https://factory.talos.dev",
+            value_name = "URL"
         )]
         factory_url: String,
-        #[arg(long, env = "TALOS_GEN_REGISTRY_URL")]
+        /// Upstream OCI registry for installer images (default: the factory URL).
+        #[arg(long, env = "TALOS_GEN_REGISTRY_URL", value_name = "URL")]
         registry_url: Option<String>,
+        /// Upstreams for extraImages registries, ns=URL; repeatable or comma-separated (default: https://<host>).
         #[arg(
             long,
             env = "TALOS_GEN_MIRROR_UPSTREAM",
             value_name = "NS=URL",
-            value_delimiter = ' '
+            value_delimiter = ','
         )]
         mirror_upstream: Vec<String>,
-        #[arg(long, env = "TALOS_GEN_CONCURRENCY", default_value_t = 4)]
+        /// Items fetched at once.
+        #[arg(
+            long,
+            env = "TALOS_GEN_CONCURRENCY",
+            default_value_t = 4,
+            value_name = "N"
+        )]
         concurrency: usize,
         #[command(flatten)]
         upstream: super::common::UpstreamArgs,
     },
     /// Re-hash every stored object against its digest.
     Verify {
+        /// The store directory.
         #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
         cache_dir: String,
     },
     /// Write the objects and the index to one tar file.
     Export {
+        /// The store directory.
         #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
         cache_dir: String,
+        /// The tar file to write.
         #[arg(long, value_name = "FILE.tar")]
         output: String,
+        /// Export only what this mirror config names (default: everything stored).
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: Option<String>,
     },
     /// Verify and add the objects of an exported tar file.
     Import {
+        /// A tar file written by `talos-gen mirror export`.
+        #[arg(value_name = "FILE.tar")]
         file: String,
+        /// The store directory.
         #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
         cache_dir: String,
     },
@@ -61,7 +93,9 @@ pub enum MirrorCommand {
 pub fn run(args: MirrorArgs) -> crate::Result<i32> {
     use crate::mirror;
     use std::path::Path;
-    super::serve::init_tracing("text");
+    // The job reports every item itself (one line each, between the
+    // progress bars); the service's info and warn lines would repeat them.
+    super::serve::init_tracing_at("text", "error");
     let rt = || {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -82,6 +116,11 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 return Err(crate::Error::bad_input("--concurrency: must be at least 1"));
             }
             let cfg = mirror::Config::load(Path::new(&config))?;
+            if cfg.items().is_empty() && cfg.schematics.iter().all(|s| s.canonical.is_none()) {
+                return Err(crate::Error::bad_input(format!(
+                    "--config: {config}: nothing to mirror (no images, installers or extraImages)"
+                )));
+            }
             let opts = mirror::SyncOptions {
                 factory_url,
                 registry_url,
@@ -90,14 +129,22 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 output: mirror::Output::auto(),
                 limits: upstream.limits(),
             };
-            let report = rt()?.block_on(mirror::sync(&cfg, Path::new(&cache_dir), &opts))?;
+            let rt = rt()?;
+            let report = rt.block_on(mirror::sync(&cfg, Path::new(&cache_dir), &opts))?;
+            // Kept in the store for serve's status page; a failure here
+            // does not undo the sync.
+            let status = mirror::report::SyncStatus::from_report(&report);
+            if let Err(e) = rt.block_on(mirror::report::write_to(Path::new(&cache_dir), &status)) {
+                eprintln!("talos-gen: mirror sync: keeping the result for the status page: {e}");
+            }
             println!("{}", report.summary());
             let failed = report.failed();
-            for f in &failed {
+            // Each failed item was printed once, with its reason, as it ended.
+            if !failed.is_empty() {
                 eprintln!(
-                    "talos-gen: mirror sync: failed: {}: {}",
-                    f.name,
-                    f.error.as_deref().unwrap_or_default()
+                    "talos-gen: mirror sync: {} of {} items failed (each listed above with its reason)",
+                    failed.len(),
+                    report.items.len()
                 );
             }
             Ok(if failed.is_empty() { 0 } else { 1 })
@@ -152,10 +199,11 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
         MirrorCommand::Import { file, cache_dir } => {
             let r = rt()?.block_on(mirror::import(Path::new(&file), Path::new(&cache_dir)))?;
             println!(
-                "mirror import: {} keys, {} objects ({}) imported",
+                "mirror import: {} keys, {} objects ({}) imported; {} keys already present",
                 r.keys,
                 r.objects,
-                mirror::sync::human(r.bytes)
+                mirror::sync::human(r.bytes),
+                r.present
             );
             for b in &r.bad {
                 eprintln!(

@@ -38,11 +38,80 @@ pub enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Fill, check and carry the store for air-gapped sites.
     Mirror(mirror::MirrorArgs),
+    /// Print the version and the Talos and Kubernetes ranges the embedded matrix knows.
+    Version,
+}
+
+/// The clap command with what derive cannot say: a flag given twice takes
+/// the last value (as kubectl and talosctl do), and `--version` prints the
+/// ranges the embedded support matrix knows.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    fn last_wins(c: clap::Command) -> clap::Command {
+        let names: Vec<String> = c
+            .get_subcommands()
+            .map(|s| s.get_name().to_string())
+            .collect();
+        let mut c = c.args_override_self(true);
+        for n in names {
+            c = c.mut_subcommand(n, last_wins);
+        }
+        c
+    }
+    let c = last_wins(Cli::command());
+    // Parsing the matrix costs little, but only `--version` needs it.
+    if std::env::args().any(|a| a == "--version") {
+        c.long_version(&*Box::leak(version_text().into_boxed_str()))
+    } else {
+        c
+    }
+}
+
+/// `talos-gen version`: the crate version and the embedded matrix's ranges.
+pub fn version_text() -> String {
+    let m = crate::matrix::Matrix::embedded();
+    let entries = m.entries();
+    let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+        return env!("CARGO_PKG_VERSION").to_string();
+    };
+    let kmin = entries
+        .iter()
+        .map(|e| e.kubernetes_min.core())
+        .min()
+        .unwrap_or_default();
+    let kmax = entries
+        .iter()
+        .filter_map(|e| e.supported_minors().last().cloned())
+        .max_by_key(|v| {
+            crate::version::Version::parse(v)
+                .map(|v| v.core())
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    let newest = last
+        .newest
+        .as_ref()
+        .map(|v| format!(" (newest release {v})"))
+        .unwrap_or_default();
+    let kubelet: Vec<String> = m.kubelet_table().map(|(k, _)| k).collect();
+    format!(
+        "{}\nTalos: {} to {}{newest}\nKubernetes: v{}.{} to {kmax}\nCozystack kubelet table: {}",
+        env!("CARGO_PKG_VERSION"),
+        first.talos,
+        last.talos,
+        kmin.0,
+        kmin.1,
+        kubelet.join(", ")
+    )
 }
 
 /// Parse the process arguments, run, and return the exit code.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    use clap::FromArgMatches;
+    let cli = match command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(c) => c,
         Err(e) => {
             // clap prints help/version with exit 0 and usage errors with exit 2.
@@ -57,6 +126,10 @@ pub fn main() -> i32 {
         Command::KubeletReservations(a) => machineconfig::run_reservations(a),
         Command::Serve(a) => serve::run(*a),
         Command::Mirror(a) => mirror::run(a),
+        Command::Version => {
+            println!("talos-gen {}", version_text());
+            Ok(0)
+        }
     };
     match result {
         Ok(code) => code,

@@ -11,14 +11,18 @@ pub struct SchematicArgs {
 #[derive(Debug, Subcommand)]
 pub enum SchematicCommand {
     /// Print the 64-hex schematic ID.
+    #[command(
+        after_help = "Examples:\n  talos-gen schematic id cozystack\n  talos-gen schematic id schematics/cozystack.yaml\n  echo '{}' | talos-gen schematic id -"
+    )]
     Id {
-        /// Schematic YAML or JSON; `-` (the default) reads standard input.
-        #[arg(default_value = "-")]
+        /// Schematic YAML or JSON file, `-` for standard input, or the name of an embedded schematic (cozystack, vanilla).
+        #[arg(default_value = "-", value_name = "FILE|-|NAME")]
         file: String,
     },
     /// Print the canonical YAML whose sha256 is the ID.
     Canonical {
-        #[arg(default_value = "-")]
+        /// Schematic YAML or JSON file, `-` for standard input, or the name of an embedded schematic (cozystack, vanilla).
+        #[arg(default_value = "-", value_name = "FILE|-|NAME")]
         file: String,
     },
 }
@@ -28,7 +32,16 @@ pub fn run(args: SchematicArgs) -> crate::Result<i32> {
         SchematicCommand::Id { file } => (file, false),
         SchematicCommand::Canonical { file } => (file, true),
     };
-    let text = super::read_input(file, "schematic")?;
+    // A name of an embedded schematic (`cozystack`, `vanilla`) unless a file
+    // of that name exists.
+    let embedded = crate::schematic::EMBEDDED
+        .iter()
+        .find(|(name, _)| *name == file.as_str())
+        .filter(|_| !std::path::Path::new(file).exists());
+    let text = match embedded {
+        Some((_, text)) => text.to_string(),
+        None => super::read_input(file, "schematic")?,
+    };
     let (id, yaml) = crate::schematic::id_and_canonical(&text)?;
     if canonical {
         print!("{yaml}");

@@ -6,8 +6,29 @@ use clap::Args;
 
 use crate::http::ServeConfig;
 
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  # The Image Factory cache, OCI pull-through and API on all interfaces
+  talos-gen serve --listen :8080 --cache-dir /var/cache/talos-gen \\
+    --mirror-upstream ghcr.io=https://ghcr.io,docker.io=https://registry-1.docker.io
+
+  # Air-gapped: answer only from a mirrored store, never contact an upstream
+  talos-gen serve --offline --cache-dir /var/cache/talos-gen --mirror-upstream ghcr.io=https://ghcr.io
+
+  # The same from the environment (every flag has a TALOS_GEN_* variable)
+  TALOS_GEN_OFFLINE=true TALOS_GEN_CACHE_DIR=/data talos-gen serve
+
+Status page: http://ADDR/ ; metrics: /metrics ; probes: /healthz, /readyz.";
+
+/// Boolean environment variables: true/false, 1/0 (also yes/no, on/off).
+pub fn bool_env() -> clap::builder::BoolishValueParser {
+    clap::builder::BoolishValueParser::new()
+}
+
 #[derive(Debug, Args)]
+#[command(after_help = SERVE_EXAMPLES)]
 pub struct ServeArgs {
+    /// Address to listen on, HOST:PORT; `:PORT` means all interfaces.
     #[arg(
         long,
         env = "TALOS_GEN_LISTEN",
@@ -15,6 +36,7 @@ pub struct ServeArgs {
         value_name = "ADDR"
     )]
     pub listen: String,
+    /// The store (cache) directory, created when missing.
     #[arg(
         long,
         env = "TALOS_GEN_CACHE_DIR",
@@ -23,6 +45,7 @@ pub struct ServeArgs {
         value_parser = super::common::cache_dir_flag
     )]
     pub cache_dir: String,
+    /// The upstream Image Factory (http or https).
     #[arg(
         long,
         env = "TALOS_GEN_FACTORY_URL",
@@ -33,23 +56,24 @@ pub struct ServeArgs {
     /// Upstream OCI registry for installer images (default: the factory URL).
     #[arg(long, env = "TALOS_GEN_REGISTRY_URL", value_name = "URL")]
     pub registry_url: Option<String>,
-    /// Never contact an upstream.
-    #[arg(long, env = "TALOS_GEN_OFFLINE")]
+    /// Never contact an upstream; answer from the store only (env: true/false, 1/0).
+    #[arg(long, env = "TALOS_GEN_OFFLINE", value_parser = bool_env(), num_args = 0, default_missing_value = "true", default_value = "false")]
     pub offline: bool,
-    /// Evict least-recently-used, unpinned objects above this size (e.g. 50Gi).
+    /// Evict least-recently-used, unpinned objects above this size, e.g. 50Gi (default: no limit).
     #[arg(long, env = "TALOS_GEN_CACHE_MAX_SIZE", value_name = "SIZE")]
     pub cache_max_size: Option<String>,
     /// Named schematic files (default: the embedded `schematics/`).
     #[arg(long, env = "TALOS_GEN_SCHEMATICS_DIR", value_name = "DIR")]
     pub schematics_dir: Option<String>,
+    /// Use this support-matrix data file (default: the embedded one).
     #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
     pub matrix: Option<String>,
-    /// ns=URL, repeatable: upstreams for `?ns=` mirror requests.
+    /// Upstreams for `?ns=` mirror requests, ns=URL; repeatable or comma-separated (default: none).
     #[arg(
         long,
         env = "TALOS_GEN_MIRROR_UPSTREAM",
         value_name = "NS=URL",
-        value_delimiter = ' '
+        value_delimiter = ','
     )]
     pub mirror_upstream: Vec<String>,
     /// Seconds in-flight requests may take to finish after SIGTERM.
@@ -60,7 +84,7 @@ pub struct ServeArgs {
         value_name = "SECONDS"
     )]
     pub shutdown_timeout: u64,
-    /// File holding the bearer token required by `/api/v1/` writes.
+    /// File holding the bearer token required by `/api/v1/` writes (default: no token required).
     #[arg(long, env = "TALOS_GEN_API_TOKEN_FILE", value_name = "FILE")]
     pub api_token_file: Option<String>,
     /// Seconds a tag -> digest mapping of `/v2/` is trusted before the upstream is asked again.
@@ -100,8 +124,13 @@ pub struct ServeArgs {
     pub max_concurrent_fills: u64,
     #[command(flatten)]
     pub upstream: super::common::UpstreamArgs,
-    /// Log format: `text` or `json`.
-    #[arg(long, env = "TALOS_GEN_LOG_FORMAT", default_value = "text")]
+    /// Log format on stderr (one access log line per request at info).
+    #[arg(
+        long,
+        env = "TALOS_GEN_LOG_FORMAT",
+        default_value = "text",
+        value_parser = ["text", "json"]
+    )]
     pub log_format: String,
 }
 
@@ -137,8 +166,13 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
 
 /// Structured logs on stderr; `RUST_LOG` filters (default `info`).
 pub fn init_tracing(format: &str) {
+    init_tracing_at(format, "info")
+}
+
+/// [`init_tracing`] with another default level (`RUST_LOG` still wins).
+pub fn init_tracing_at(format: &str, default: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

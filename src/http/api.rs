@@ -12,6 +12,24 @@ use super::AppState;
 use crate::error::Error;
 use crate::version::Version;
 
+/// Any path no route matches: under `/api/v1/` a JSON error body (API
+/// clients parse it), elsewhere a plain 404.
+pub async fn not_found(uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    if path.starts_with("/api/") {
+        let shown: String = path.chars().take(200).collect();
+        (
+            StatusCode::NOT_FOUND,
+            Json(serde_json::json!({
+                "error": format!("no such API endpoint: {shown} (known: /api/v1/matrix, /api/v1/matrix/check, /api/v1/machineconfig, /api/v1/kubelet-reservations)")
+            })),
+        )
+            .into_response()
+    } else {
+        (StatusCode::NOT_FOUND, "not found\n").into_response()
+    }
+}
+
 /// `GET /api/v1/matrix`: the table as `matrix --json` prints it.
 pub async fn matrix(State(st): State<AppState>) -> Response {
     Json(st.matrix.to_json()).into_response()

@@ -12,6 +12,7 @@ use axum::routing::{get, post};
 
 use crate::error::{Error, Result};
 
+pub mod access;
 pub mod api;
 pub mod image;
 pub mod limits;
@@ -90,6 +91,8 @@ pub struct Shared {
     pub registry: crate::registry::Registry,
     /// `--api-token-file`: the token `/api/v1/` writes require.
     pub api_token: Option<limits::ApiToken>,
+    /// When the service started (uptime on the status page).
+    pub started: std::time::SystemTime,
 }
 
 impl std::ops::Deref for AppState {
@@ -102,6 +105,13 @@ impl std::ops::Deref for AppState {
 impl AppState {
     /// Build the state: load data, open the store.
     pub async fn new(cfg: ServeConfig) -> Result<AppState> {
+        // Name the flag the user typed: the registry falls back to the factory URL.
+        crate::registry::names::check_base_url(&cfg.factory_url)
+            .map_err(|e| Error::bad_input(format!("--factory-url: {e}")))?;
+        if let Some(u) = &cfg.registry_url {
+            crate::registry::names::check_base_url(u)
+                .map_err(|e| Error::bad_input(format!("--registry-url: {e}")))?;
+        }
         let matrix = crate::matrix::Matrix::load(cfg.matrix.as_deref())?;
         let api_token = cfg
             .api_token_file
@@ -148,6 +158,7 @@ impl AppState {
             images,
             registry,
             api_token,
+            started: std::time::SystemTime::now(),
         })))
     }
 }
@@ -186,13 +197,23 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             limits::track,
         ))
+        .fallback(api::not_found)
+        // Outermost: every answer, 401 and 413 included, gets its line.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            access::log,
+        ))
         .with_state(state)
 }
 
 /// Bind, serve until SIGTERM or Ctrl-C, then drain.
 pub async fn serve(cfg: ServeConfig) -> Result<()> {
-    let addr: SocketAddr = cfg
-        .listen
+    // `:8080` means all interfaces, as Go programs (and kubectl) read it.
+    let listen = match cfg.listen.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => cfg.listen.clone(),
+    };
+    let addr: SocketAddr = listen
         .parse()
         .map_err(|e| Error::bad_input(format!("--listen: {:?}: {e}", cfg.listen)))?;
     let state = AppState::new(cfg).await?;

@@ -44,6 +44,7 @@ struct StoreRow {
 #[derive(Serialize)]
 struct ObjectRow {
     name: String,
+    schematic: String,
     size: String,
     bytes: u64,
     sha256: String,
@@ -55,9 +56,12 @@ struct ObjectRow {
 #[derive(Serialize)]
 struct FillRow {
     key: String,
+    schematic: String,
     phase: &'static str,
     written: String,
     len: String,
+    age: String,
+    rate: String,
 }
 
 #[derive(Serialize)]
@@ -65,7 +69,59 @@ struct MatrixRow {
     talos: String,
     minors: String,
     default: String,
+    newest: String,
     released: String,
+}
+
+#[derive(Serialize)]
+struct Setting {
+    name: &'static str,
+    value: String,
+}
+
+#[derive(Serialize)]
+struct CountRow {
+    kind: String,
+    hits: u64,
+    misses: u64,
+    offline: u64,
+}
+
+#[derive(Serialize)]
+struct ErrorRow {
+    when: String,
+    what: String,
+}
+
+#[derive(Serialize)]
+struct SyncRow {
+    finished: String,
+    ok: bool,
+    summary: String,
+    failed: Vec<crate::mirror::report::FailedItem>,
+}
+
+/// `3d 4h`, `5m 12s`, `40s`.
+pub fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    let (days, h, m, sec) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if days > 0 {
+        format!("{days}d {h}h")
+    } else if h > 0 {
+        format!("{h}h {m}m")
+    } else if m > 0 {
+        format!("{m}m {sec}s")
+    } else {
+        format!("{sec}s")
+    }
+}
+
+/// The names of known schematics for any 64-hex segment of `key`.
+fn schematic_label(key: &str, names: &std::collections::HashMap<&str, &str>) -> String {
+    key.split(['/', ':'])
+        .find_map(|seg| names.get(seg).copied())
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn tera() -> &'static tera::Tera {
@@ -197,8 +253,11 @@ async fn probe_all(st: &AppState) -> Vec<UpstreamRow> {
 /// Render the page for the current state.
 pub async fn render(st: &AppState) -> Result<String, String> {
     let upstreams = probe_all(st).await;
+    let names: std::collections::HashMap<&str, &str> =
+        st.schematics.names().map(|(n, id)| (id, n)).collect();
     let entries = st.store.entries();
     let row = |name: String, e: &crate::store::Entry| ObjectRow {
+        schematic: schematic_label(&name, &names),
         name,
         size: human_size(e.size),
         bytes: e.size,
@@ -241,24 +300,138 @@ pub async fn render(st: &AppState) -> Result<String, String> {
         .fills
         .in_progress()
         .into_iter()
-        .map(|f| FillRow {
-            key: f.key,
-            phase: f.phase,
-            written: human_size(f.written),
-            len: f.len.map(human_size).unwrap_or_else(|| "?".into()),
+        .map(|f| {
+            let age = f.started.elapsed();
+            let rate = if f.written > 0 && age.as_secs_f64() > 0.0 {
+                format!(
+                    "{}/s",
+                    human_size((f.written as f64 / age.as_secs_f64()) as u64)
+                )
+            } else {
+                "-".into()
+            };
+            FillRow {
+                schematic: schematic_label(&f.key, &names),
+                key: f.key,
+                phase: f.phase,
+                written: human_size(f.written),
+                len: f.len.map(human_size).unwrap_or_else(|| "?".into()),
+                age: human_duration(age),
+                rate,
+            }
         })
         .collect();
     let matrix: Vec<MatrixRow> = st
         .matrix
         .entries()
         .iter()
-        .map(|e| MatrixRow {
-            talos: e.talos.to_string(),
-            minors: e.supported_minors().join(", "),
-            default: e.default_latest.to_string(),
-            released: e.released.clone().unwrap_or_default(),
+        .map(|e| {
+            let minors = e.supported_minors();
+            MatrixRow {
+                talos: e.talos.to_string(),
+                // Compact: the first and last minor of the window.
+                minors: match (minors.first(), minors.last()) {
+                    (Some(a), Some(b)) if a != b => format!("{a} – {b}"),
+                    (Some(a), _) => a.clone(),
+                    _ => String::new(),
+                },
+                default: e.default_latest.to_string(),
+                newest: e.newest.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+                released: e
+                    .released
+                    .as_deref()
+                    .map(|r| r.split(' ').next().unwrap_or(r).to_string())
+                    .unwrap_or_default(),
+            }
         })
         .collect();
+    let cfg = &st.cfg;
+    let settings = vec![
+        Setting {
+            name: "offline",
+            value: if cfg.offline {
+                "yes: no upstream is ever contacted".into()
+            } else {
+                "no".into()
+            },
+        },
+        Setting {
+            name: "cache limit",
+            value: st
+                .store
+                .max_size()
+                .map(human_size)
+                .unwrap_or_else(|| "none (--cache-max-size)".into()),
+        },
+        Setting {
+            name: "factory",
+            value: display_url(&cfg.factory_url),
+        },
+        Setting {
+            name: "installer registry",
+            value: display_url(cfg.registry_url.as_deref().unwrap_or(&cfg.factory_url)),
+        },
+        Setting {
+            name: "mirror upstreams",
+            value: if cfg.mirror_upstreams.is_empty() {
+                "none (--mirror-upstream)".into()
+            } else {
+                cfg.mirror_upstreams
+                    .iter()
+                    .map(|m| match m.split_once('=') {
+                        Some((ns, u)) => format!("{ns}={}", display_url(u)),
+                        None => m.clone(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        },
+        Setting {
+            name: "concurrent fills",
+            value: format!("at most {}", cfg.max_concurrent_fills),
+        },
+        Setting {
+            name: "tag revalidation",
+            value: format!("every {}s", cfg.tag_revalidate.as_secs()),
+        },
+        Setting {
+            name: "API writes",
+            value: if st.api_token.is_some() {
+                "need the bearer token".into()
+            } else {
+                "open (no --api-token-file)".into()
+            },
+        },
+    ];
+    let counts: Vec<CountRow> = st
+        .metrics
+        .cache_counts()
+        .into_iter()
+        .map(|(kind, hits, misses, offline)| CountRow {
+            kind,
+            hits,
+            misses,
+            offline,
+        })
+        .collect();
+    let errors: Vec<ErrorRow> = st
+        .metrics
+        .recent_errors()
+        .into_iter()
+        .map(|(t, what)| ErrorRow {
+            when: httpdate::fmt_http_date(t),
+            what,
+        })
+        .collect();
+    let sync = crate::mirror::report::read(&st.store).map(|s| SyncRow {
+        finished: when(Some(s.finished)),
+        ok: s.ok,
+        summary: s.summary,
+        failed: s.failed,
+    });
+    let uptime = SystemTime::now()
+        .duration_since(st.started)
+        .unwrap_or_default();
     let mut ctx = tera::Context::new();
     ctx.insert("version", env!("CARGO_PKG_VERSION"));
     ctx.insert(
@@ -271,6 +444,12 @@ pub async fn render(st: &AppState) -> Result<String, String> {
     ctx.insert("artifacts", &artifacts);
     ctx.insert("tags", &tags);
     ctx.insert("matrix", &matrix);
+    ctx.insert("settings", &settings);
+    ctx.insert("counts", &counts);
+    ctx.insert("errors", &errors);
+    ctx.insert("sync", &sync);
+    ctx.insert("uptime", &human_duration(uptime));
+    ctx.insert("started", &httpdate::fmt_http_date(st.started).to_string());
     tera()
         .render("status.html", &ctx)
         .map_err(|e| format!("rendering the status page: {e}"))

@@ -92,7 +92,33 @@ pub struct Values {
     pub eviction_hard_memory: Option<String>,
     pub eviction_soft_memory: Option<String>,
     pub gpu: bool,
+    /// Warnings for stderr: top-level keys the chart does not have (typos).
+    pub warnings: Vec<String>,
 }
+
+/// The top-level keys of the chart's `values.yaml` (2026): anything else is
+/// most likely a typo, warned about (the chart itself ignores it).
+pub const CHART_KEYS: &[&str] = &[
+    "cluster",
+    "storageClass",
+    "minReplicas",
+    "maxReplicas",
+    "instanceType",
+    "diskSize",
+    "roles",
+    "resources",
+    "gpus",
+    "kubelet",
+    "logSerialConsole",
+    "maxUnhealthy",
+    "nodeStartupTimeout",
+    "readyUnknownTimeout",
+    "readyFalseTimeout",
+    "maxNodeProvisionTime",
+    "version",
+    "talos",
+    "images",
+];
 
 /// Helm's `toString` of a scalar value.
 fn text(v: &Option<Value>, field: &str, what: &str) -> Result<Option<String>> {
@@ -104,6 +130,21 @@ fn text(v: &Option<Value>, field: &str, what: &str) -> Result<Option<String>> {
         Some(_) => Err(Error::bad_input(format!(
             "{what}: {field} must be a string"
         ))),
+    }
+}
+
+/// `a` and `b` differ by one dropped, added or changed character.
+fn close(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    if long.len() - short.len() > 1 || short == long {
+        return false;
+    }
+    let head = short.iter().zip(&long).take_while(|(x, y)| x == y).count();
+    if short.len() == long.len() {
+        short[head + 1..] == long[head + 1..]
+    } else {
+        short[head..] == long[head + 1..]
     }
 }
 
@@ -119,6 +160,25 @@ impl Values {
                 )));
             }
         };
+        let mut warnings = Vec::new();
+        if let Value::Mapping(m) = &v {
+            for k in m.keys() {
+                let k = match k {
+                    Value::String(s) => s.clone(),
+                    other => format!("{other:?}"),
+                };
+                if !CHART_KEYS.contains(&k.as_str()) {
+                    let near = CHART_KEYS
+                        .iter()
+                        .find(|c| c.eq_ignore_ascii_case(&k) || close(c, &k))
+                        .map(|c| format!(" (did you mean {c:?}?)"))
+                        .unwrap_or_default();
+                    warnings.push(format!(
+                        "warning: {what}: unknown top-level key {k:?}{near}; ignored"
+                    ));
+                }
+            }
+        }
         let raw: RawValues = crate::yaml::from_value(v, what)?;
         let talos = raw.talos.unwrap_or_default();
         let or = |v: Option<String>, d: &str| v.unwrap_or_else(|| d.to_string());
@@ -214,6 +274,7 @@ impl Values {
                 what,
             )?,
             gpu: raw.gpus.is_some_and(|g| !g.is_empty()),
+            warnings,
         })
     }
 

@@ -147,6 +147,166 @@ fn parse_host_entry(s: &str) -> Result<(String, Vec<String>)> {
     Ok((ip.to_string(), aliases))
 }
 
+/// talosctl's default installer repository up to Talos 1.13
+/// (`images.DefaultInstallerImageRepository`, `talosctl gen config
+/// --install-image` at v1.13.9).
+pub const TALOSCTL_INSTALLER: &str = "ghcr.io/siderolabs/installer";
+/// talosctl's default installer repository from Talos 1.14
+/// (`images.InstallerImageRepository("metal")` at v1.14.0-rc.1: the factory's
+/// metal installer of the vanilla schematic).
+pub const TALOSCTL_INSTALLER_1_14: &str = "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
+/// talosctl's `--install-disk` default.
+pub const TALOSCTL_INSTALL_DISK: &str = "/dev/sda";
+
+/// `v` + the version as typed (without its own `v`): the form image tags use.
+fn tag_text(text: &str) -> String {
+    format!("v{}", text.trim().trim_start_matches('v'))
+}
+
+/// One path component of an OCI repository: `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`.
+fn is_component(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        if alnum(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && !alnum(b[i]) {
+            i += 1;
+        }
+        let sep = &s[start..i];
+        if !(sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|c| c == b'-')) {
+            return false;
+        }
+    }
+    true
+}
+
+/// A registry host as image references carry it: `host[:port]`.
+fn is_host(s: &str) -> bool {
+    let (host, port) = match s.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (s, None),
+    };
+    let port_ok =
+        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|c| c.is_ascii_digit()));
+    port_ok
+        && !host.is_empty()
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+/// An installer repository as `talos.installerRepository` holds it:
+/// `host[:port]/path` (no tag, no trailing slash), e.g. `factory.talos.dev/installer`.
+fn check_repository(r: &str, what: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Error::bad_input(format!(
+            "{what}: {r:?} is not an image repository ({why}; e.g. factory.talos.dev/installer)"
+        ))
+    };
+    let r = r.strip_suffix('/').unwrap_or(r);
+    let (host, path) = r.split_once('/').ok_or_else(|| bad("expected host/path"))?;
+    if !is_host(host) {
+        return Err(bad("the registry host is not host[:port]"));
+    }
+    if r.len() > 255 || !path.split('/').all(is_component) {
+        return Err(bad("lowercase path components separated by single slashes"));
+    }
+    Ok(())
+}
+
+/// A whole image reference, `[host/]repo:tag` or `...@sha256:<hex>`.
+fn check_image(image: &str, what: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Error::bad_input(format!(
+            "{what}: {image:?} is not an image reference ({why})"
+        ))
+    };
+    let (name, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    if let Some(d) = digest {
+        let hex = d
+            .strip_prefix("sha256:")
+            .ok_or_else(|| bad("the digest is not sha256:<64 hex>"))?;
+        if !crate::schematic::is_valid_id(hex) {
+            return Err(bad("the digest is not sha256:<64 hex>"));
+        }
+    }
+    let last = name.rsplit('/').next().unwrap_or("");
+    let (repo, tag) = match last.rsplit_once(':') {
+        Some((_, t)) => (&name[..name.len() - t.len() - 1], Some(t)),
+        None => (name, None),
+    };
+    if let Some(t) = tag {
+        let b = t.as_bytes();
+        let ok = !b.is_empty()
+            && b.len() <= 128
+            && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
+        if !ok {
+            return Err(bad(&format!(
+                "tag {t:?}: letters, digits, '_', '.', '-' only"
+            )));
+        }
+    }
+    let path = match repo.split_once('/') {
+        Some((first, rest))
+            if first.contains('.') || first.contains(':') || first == "localhost" =>
+        {
+            if !is_host(first) {
+                return Err(bad("the registry host is not host[:port]"));
+            }
+            rest
+        }
+        _ => repo,
+    };
+    if !path.split('/').all(is_component) {
+        return Err(bad("lowercase path components separated by single slashes"));
+    }
+    Ok(())
+}
+
+fn check_schematic(id: &str, what: &str) -> Result<()> {
+    if crate::schematic::is_valid_id(id) {
+        Ok(())
+    } else {
+        let shown: String = id.chars().take(80).collect();
+        Err(Error::bad_input(format!(
+            "{what}: {shown:?} is not a schematic ID (64 lowercase hex digits, as `talos-gen schematic id` prints)"
+        )))
+    }
+}
+
+/// `--cpu` and `--memory` size a node together (as `resources.cpu` and
+/// `resources.memory` do in the chart, and as `kubelet-reservations`
+/// requires): one without the other is bad input naming both.
+fn check_sizing(cpu: (Option<&str>, &str), memory: (Option<&str>, &str)) -> Result<()> {
+    match (cpu.0, memory.0) {
+        (Some(c), None) => Err(Error::bad_input(format!(
+            "{} {c} without {}: give both, or neither (an instance type sizes the node then)",
+            cpu.1, memory.1
+        ))),
+        (None, Some(m)) => Err(Error::bad_input(format!(
+            "{} {m} without {}: give both, or neither (an instance type sizes the node then)",
+            memory.1, cpu.1
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Generate the worker config for a request.
 pub fn generate(req: &Request) -> Result<Output> {
     generate_with(req, crate::matrix::Matrix::embedded())
@@ -163,6 +323,7 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
                 Some(v) => cozystack::Values::from_value(as_tree(v, "--values")?, "--values")?,
                 None => cozystack::Values::defaults(),
             };
+            warnings.extend(values.warnings.iter().cloned());
             Some(values)
         }
         Some(other) => {
@@ -178,12 +339,52 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
     }
 
     // Versions.
-    let talos_text = nonempty(&req.talos_version)
-        .map(str::to_string)
-        .or_else(|| cozy.as_ref().map(|c| c.talos_version.clone()))
-        .unwrap_or_else(|| cozystack::DEFAULT_TALOS_VERSION.to_string());
-    let talos = Version::parse_named(&talos_text, "--talos-version")?;
+    let talos_flag = nonempty(&req.talos_version);
+    let (talos_text, talos_what) = match (talos_flag, &cozy) {
+        (Some(t), _) => (t.to_string(), "--talos-version"),
+        (None, Some(c)) => (c.talos_version.clone(), "--values: talos.version"),
+        (None, None) => (
+            cozystack::DEFAULT_TALOS_VERSION.to_string(),
+            "--talos-version",
+        ),
+    };
+    let talos = Version::parse_named(&talos_text, talos_what)?;
     let contract = contract::Contract::from_version(&talos)?;
+    // The Talos release image tags name: never a bare minor (the factory
+    // publishes no `:v1.13`). The version itself when it has a patch, else
+    // the values' release of that minor, else the matrix's newest (noted).
+    let release = |notes: &mut Vec<String>| -> Result<String> {
+        if talos.build {
+            return Err(Error::bad_input(format!(
+                "{talos_what}: {talos_text:?}: an image tag cannot carry build metadata (+...); give the release ({}) or --install-image",
+                tag_text(talos_text.split('+').next().unwrap_or_default())
+            )));
+        }
+        if talos.patch.is_some() {
+            return Ok(tag_text(&talos_text));
+        }
+        if let Some(c) = &cozy
+            && let Ok(v) = Version::parse(&c.talos_version)
+            && v.patch.is_some()
+            && v.minor_key() == talos.minor_key()
+        {
+            return Ok(tag_text(&c.talos_version));
+        }
+        match support::newest_release(matrix, &talos) {
+            Some(v) => {
+                notes.push(format!(
+                    "note: {talos_what} {talos_text} has no patch; the install image uses {v}, the newest {} release the support matrix knows (give a full release to choose another)",
+                    talos.minor_string()
+                ));
+                Ok(v)
+            }
+            None => Err(Error::bad_input(format!(
+                "{talos_what}: {talos_text:?} has no patch and the support matrix knows no {} release: give the full release for the install image (e.g. {}.0)",
+                talos.minor_string(),
+                talos.minor_string()
+            ))),
+        }
+    };
 
     let k8s_text: String = match (nonempty(&req.kubernetes_version), &cozy) {
         (Some(k), Some(_))
@@ -208,7 +409,7 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
 
     // The support matrix (and the chart's own guard for the profile).
     let mut refusal = support::check_pair(matrix, &talos, &k8s).err();
-    if let Some(c) = &cozy {
+    if cozy.is_some() {
         let talos_minor = talos.minor_string();
         if let Some((_, allowed)) = support::CHART_TALOS_GUARD
             .iter()
@@ -217,14 +418,8 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
             let k_minor = k8s.minor_string();
             if !allowed.contains(&k_minor.as_str()) {
                 refusal = Some(format!(
-                    "Kubernetes {} is not supported by Talos {}. Supported versions: [{}]. Bump 'version' or set talos.version explicitly.",
-                    if nonempty(&req.kubernetes_version).is_some() {
-                        k_minor.clone()
-                    } else {
-                        c.version.clone()
-                    },
-                    talos_text,
-                    allowed.join(" ")
+                    "Kubernetes {k8s} is not supported by Talos {talos} (the Cozystack chart's guard). Supported versions: {}. Bump 'version' or set talos.version explicitly.",
+                    allowed.join(", ")
                 ));
             }
         }
@@ -237,6 +432,28 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
                 "{msg} (use --force to write it anyway)"
             )));
         }
+    }
+
+    // Image references, checked before anything is written.
+    if let Some(s) = nonempty(&req.schematic) {
+        check_schematic(s, "--schematic")?;
+    }
+    if let Some(r) = nonempty(&req.installer_repository) {
+        check_repository(r, "--installer-repository")?;
+    }
+    if let Some(c) = &cozy {
+        if nonempty(&req.schematic).is_none() {
+            check_schematic(&c.schematic_id, "--values: talos.schematicID")?;
+        }
+        if nonempty(&req.installer_repository).is_none() {
+            check_repository(
+                &c.installer_repository,
+                "--values: talos.installerRepository",
+            )?;
+        }
+    }
+    if let Some(i) = nonempty(&req.install_image) {
+        check_image(i, "--install-image")?;
     }
 
     // Secrets.
@@ -259,11 +476,18 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
     inp.endpoint = endpoint.to_string();
     inp.kubernetes_version = k8s_plain.clone();
     inp.additional_sans = req.additional_sans.clone();
+    // An explicit --install-image (even '') replaces any default image.
+    let needs_image = req.install_image.is_none();
 
+    let flag_names = reservations::Names::flags();
     if let Some(c) = &cozy {
         inp.install_disk = cozystack::INSTALL_DISK.to_string();
         let mut values = c.clone();
-        values.talos_version = talos_text.clone();
+        values.talos_version = if needs_image {
+            release(&mut warnings)?
+        } else {
+            talos_text.clone()
+        };
         if let Some(s) = nonempty(&req.schematic) {
             values.schematic_id = s.to_string();
         }
@@ -280,37 +504,93 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
         if c.gpu {
             inp.node_labels.push(("gpu".into(), "on".into()));
         }
-        let pick = |flag: &Option<String>, value: &Option<String>| {
-            nonempty(flag).map(str::to_string).or_else(|| value.clone())
+        // A flag wins over the values, and is named as typed.
+        let mut names = reservations::Names::default();
+        let pick = |flag: &Option<String>,
+                    value: &Option<String>,
+                    name: &mut String,
+                    flag_name: &str,
+                    key: &str| {
+            if let Some(f) = nonempty(flag) {
+                *name = flag_name.to_string();
+                Some(f.to_string())
+            } else {
+                *name = key.to_string();
+                value.clone()
+            }
         };
+        let cpu = pick(&req.cpu, &c.cpu, &mut names.cpu, "--cpu", "resources.cpu");
+        let memory = pick(
+            &req.memory,
+            &c.memory,
+            &mut names.memory,
+            "--memory",
+            "resources.memory",
+        );
         let sized_by_flags = nonempty(&req.cpu).is_some() || nonempty(&req.memory).is_some();
-        let r = reservations::compute(
-            &reservations::Input {
-                instance_type: nonempty(&req.instance_type)
-                    .map(str::to_string)
-                    .or_else(|| {
-                        if sized_by_flags {
-                            None
-                        } else {
-                            c.instance_type.clone()
-                        }
-                    }),
-                cpu: pick(&req.cpu, &c.cpu),
-                memory: pick(&req.memory, &c.memory),
-                system_reserved_memory: pick(
-                    &req.system_reserved_memory,
-                    &c.system_reserved_memory,
-                ),
-                kube_reserved_memory: pick(&req.kube_reserved_memory, &c.kube_reserved_memory),
-                system_reserved_cpu: pick(&req.system_reserved_cpu, &c.system_reserved_cpu),
-                kube_reserved_cpu: pick(&req.kube_reserved_cpu, &c.kube_reserved_cpu),
-                eviction_hard_memory: pick(&req.eviction_hard_memory, &c.eviction_hard_memory),
-                eviction_soft_memory: pick(&req.eviction_soft_memory, &c.eviction_soft_memory),
-            },
-            "kubelet: ",
-        )?;
+        if sized_by_flags {
+            check_sizing((nonempty(&cpu), "--cpu"), (nonempty(&memory), "--memory"))?;
+        }
+        let input = reservations::Input {
+            instance_type: nonempty(&req.instance_type)
+                .map(str::to_string)
+                .or_else(|| {
+                    if sized_by_flags {
+                        None
+                    } else {
+                        c.instance_type.clone()
+                    }
+                }),
+            cpu,
+            memory,
+            system_reserved_memory: pick(
+                &req.system_reserved_memory,
+                &c.system_reserved_memory,
+                &mut names.system_reserved_memory,
+                &flag_names.system_reserved_memory,
+                "kubelet.systemReservedMemory",
+            ),
+            kube_reserved_memory: pick(
+                &req.kube_reserved_memory,
+                &c.kube_reserved_memory,
+                &mut names.kube_reserved_memory,
+                &flag_names.kube_reserved_memory,
+                "kubelet.kubeReservedMemory",
+            ),
+            system_reserved_cpu: pick(
+                &req.system_reserved_cpu,
+                &c.system_reserved_cpu,
+                &mut names.system_reserved_cpu,
+                &flag_names.system_reserved_cpu,
+                "kubelet.systemReservedCpu",
+            ),
+            kube_reserved_cpu: pick(
+                &req.kube_reserved_cpu,
+                &c.kube_reserved_cpu,
+                &mut names.kube_reserved_cpu,
+                &flag_names.kube_reserved_cpu,
+                "kubelet.kubeReservedCpu",
+            ),
+            eviction_hard_memory: pick(
+                &req.eviction_hard_memory,
+                &c.eviction_hard_memory,
+                &mut names.eviction_hard_memory,
+                &flag_names.eviction_hard_memory,
+                "kubelet.evictionHardMemory",
+            ),
+            eviction_soft_memory: pick(
+                &req.eviction_soft_memory,
+                &c.eviction_soft_memory,
+                &mut names.eviction_soft_memory,
+                &flag_names.eviction_soft_memory,
+                "kubelet.evictionSoftMemory",
+            ),
+            names,
+        };
+        let r = reservations::compute(&input, "kubelet: ")?;
         inp.kubelet_extra_config = Some(r.kubelet_extra_config());
     } else {
+        inp.install_disk = TALOSCTL_INSTALL_DISK.to_string();
         let any_reservation = [
             &req.instance_type,
             &req.cpu,
@@ -325,31 +605,39 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
         .iter()
         .any(|v| nonempty(v).is_some());
         if any_reservation {
-            let r = reservations::compute(
-                &reservations::Input {
-                    instance_type: req.instance_type.clone(),
-                    cpu: req.cpu.clone(),
-                    memory: req.memory.clone(),
-                    system_reserved_memory: req.system_reserved_memory.clone(),
-                    kube_reserved_memory: req.kube_reserved_memory.clone(),
-                    system_reserved_cpu: req.system_reserved_cpu.clone(),
-                    kube_reserved_cpu: req.kube_reserved_cpu.clone(),
-                    eviction_hard_memory: req.eviction_hard_memory.clone(),
-                    eviction_soft_memory: req.eviction_soft_memory.clone(),
-                },
-                "kubelet: ",
+            check_sizing(
+                (nonempty(&req.cpu), "--cpu"),
+                (nonempty(&req.memory), "--memory"),
             )?;
+            let r = reservations::compute(&flags_input(req_sizing(req), flag_names), "kubelet: ")?;
             inp.kubelet_extra_config = Some(r.kubelet_extra_config());
         }
         if let Some(s) = nonempty(&req.schematic) {
             let repo = nonempty(&req.installer_repository)
                 .unwrap_or(cozystack::DEFAULT_INSTALLER_REPOSITORY);
-            inp.install_image = format!("{}/{s}:{talos_text}", repo.trim_end_matches('/'));
+            if needs_image {
+                inp.install_image = format!(
+                    "{}/{s}:{}",
+                    repo.trim_end_matches('/'),
+                    release(&mut warnings)?
+                );
+            }
         } else if nonempty(&req.installer_repository).is_some() {
             return Err(Error::bad_input(
                 "--installer-repository: needs --schematic",
             ));
+        } else if needs_image {
+            // talosctl gen config's default installer for this release.
+            let repo = if talos.minor_key() >= (1, 14) {
+                TALOSCTL_INSTALLER_1_14
+            } else {
+                TALOSCTL_INSTALLER
+            };
+            inp.install_image = format!("{repo}:{}", release(&mut warnings)?);
         }
+    }
+    if needs_image {
+        check_image(&inp.install_image, talos_what)?;
     }
 
     if let Some(d) = &req.install_disk {
@@ -418,27 +706,46 @@ pub struct ReservationsRequest {
     pub eviction_soft_memory: Option<String>,
 }
 
+/// The sizing fields of a request, as a [`ReservationsRequest`].
+fn req_sizing(req: &Request) -> ReservationsRequest {
+    ReservationsRequest {
+        instance_type: req.instance_type.clone(),
+        memory: req.memory.clone(),
+        cpu: req.cpu.clone(),
+        system_reserved_memory: req.system_reserved_memory.clone(),
+        kube_reserved_memory: req.kube_reserved_memory.clone(),
+        system_reserved_cpu: req.system_reserved_cpu.clone(),
+        kube_reserved_cpu: req.kube_reserved_cpu.clone(),
+        eviction_hard_memory: req.eviction_hard_memory.clone(),
+        eviction_soft_memory: req.eviction_soft_memory.clone(),
+    }
+}
+
+fn flags_input(req: ReservationsRequest, names: reservations::Names) -> reservations::Input {
+    reservations::Input {
+        instance_type: req.instance_type,
+        cpu: req.cpu,
+        memory: req.memory,
+        system_reserved_memory: req.system_reserved_memory,
+        kube_reserved_memory: req.kube_reserved_memory,
+        system_reserved_cpu: req.system_reserved_cpu,
+        kube_reserved_cpu: req.kube_reserved_cpu,
+        eviction_hard_memory: req.eviction_hard_memory,
+        eviction_soft_memory: req.eviction_soft_memory,
+        names,
+    }
+}
+
 /// `talos-gen kubelet-reservations`.
 pub fn kubelet_reservations(req: &ReservationsRequest) -> Result<Reservations> {
-    if nonempty(&req.instance_type).is_none()
-        && (nonempty(&req.memory).is_none() || nonempty(&req.cpu).is_none())
-    {
+    check_sizing(
+        (nonempty(&req.cpu), "--cpu"),
+        (nonempty(&req.memory), "--memory"),
+    )?;
+    if nonempty(&req.instance_type).is_none() && nonempty(&req.memory).is_none() {
         return Err(Error::bad_input(
             "kubelet-reservations: give --instance-type, or both --memory and --cpu",
         ));
     }
-    reservations::compute(
-        &reservations::Input {
-            instance_type: req.instance_type.clone(),
-            cpu: req.cpu.clone(),
-            memory: req.memory.clone(),
-            system_reserved_memory: req.system_reserved_memory.clone(),
-            kube_reserved_memory: req.kube_reserved_memory.clone(),
-            system_reserved_cpu: req.system_reserved_cpu.clone(),
-            kube_reserved_cpu: req.kube_reserved_cpu.clone(),
-            eviction_hard_memory: req.eviction_hard_memory.clone(),
-            eviction_soft_memory: req.eviction_soft_memory.clone(),
-        },
-        "",
-    )
+    reservations::compute(&flags_input(req.clone(), reservations::Names::flags()), "")
 }

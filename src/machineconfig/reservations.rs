@@ -24,6 +24,54 @@ pub struct Input {
     pub kube_reserved_cpu: Option<String>,
     pub eviction_hard_memory: Option<String>,
     pub eviction_soft_memory: Option<String>,
+    /// How each value is named in messages: as the user typed it (a flag)
+    /// or the chart's key.
+    pub names: Names,
+}
+
+/// The name each input is reported under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    pub cpu: String,
+    pub memory: String,
+    pub system_reserved_memory: String,
+    pub kube_reserved_memory: String,
+    pub system_reserved_cpu: String,
+    pub kube_reserved_cpu: String,
+    pub eviction_hard_memory: String,
+    pub eviction_soft_memory: String,
+}
+
+impl Default for Names {
+    /// The chart's keys (`resources.cpu`, `systemReservedMemory`, ...).
+    fn default() -> Names {
+        Names {
+            cpu: "resources.cpu".into(),
+            memory: "resources.memory".into(),
+            system_reserved_memory: "systemReservedMemory".into(),
+            kube_reserved_memory: "kubeReservedMemory".into(),
+            system_reserved_cpu: "systemReservedCpu".into(),
+            kube_reserved_cpu: "kubeReservedCpu".into(),
+            eviction_hard_memory: "evictionHardMemory".into(),
+            eviction_soft_memory: "evictionSoftMemory".into(),
+        }
+    }
+}
+
+impl Names {
+    /// The command-line flags (`--cpu`, `--system-reserved-memory`, ...).
+    pub fn flags() -> Names {
+        Names {
+            cpu: "--cpu".into(),
+            memory: "--memory".into(),
+            system_reserved_memory: "--system-reserved-memory".into(),
+            kube_reserved_memory: "--kube-reserved-memory".into(),
+            system_reserved_cpu: "--system-reserved-cpu".into(),
+            kube_reserved_cpu: "--kube-reserved-cpu".into(),
+            eviction_hard_memory: "--eviction-hard-memory".into(),
+            eviction_soft_memory: "--eviction-soft-memory".into(),
+        }
+    }
 }
 
 /// What the node group gets. The capacity fields are empty when neither
@@ -51,6 +99,7 @@ const CPU_HINT: &str =
     "a valid Kubernetes CPU quantity (integer millicores like 100m, or decimal cores like 0.5, 1)";
 
 fn is_pct_number(s: &str) -> bool {
+    let s = s.strip_prefix('-').unwrap_or(s);
     let (a, b) = match s.split_once('.') {
         Some((a, b)) => (a, Some(b)),
         None => (s, None),
@@ -65,27 +114,44 @@ fn is_pct_number(s: &str) -> bool {
 pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
     let bad = |m: String| Error::bad_input(format!("{prefix}{m}"));
     let refuse = |m: String| Error::refused(format!("{prefix}{m}"));
+    let n = &input.names;
 
     let has_cpu = given(&input.cpu).is_some();
     let has_mem = given(&input.memory).is_some();
     let itype = given(&input.instance_type);
     if itype.is_some() && has_cpu != has_mem {
-        return Err(bad(
-            "set both resources.cpu and resources.memory, or neither".into(),
-        ));
+        return Err(bad(format!(
+            "set both {} and {}, or neither",
+            n.cpu, n.memory
+        )));
     }
     if let Some(c) = given(&input.cpu)
         && !is_cpu(c)
     {
         return Err(bad(format!(
-            "invalid resources.cpu value {c:?} — must be {CPU_HINT}"
+            "invalid {} value {c:?} — must be {CPU_HINT}",
+            n.cpu
         )));
+    }
+    if let Some(c) = given(&input.cpu)
+        && cpu_millis_f(c) <= 0.0
+    {
+        return Err(bad(format!("{} must be a positive value, got {c}", n.cpu)));
     }
     if let Some(m) = given(&input.memory)
         && !is_memory(m)
     {
         return Err(bad(format!(
-            "invalid resources.memory value {m:?} — must be {MEMORY_HINT}"
+            "invalid {} value {m:?} — must be {MEMORY_HINT}",
+            n.memory
+        )));
+    }
+    if let Some(m) = given(&input.memory)
+        && to_float(m) <= 0.0
+    {
+        return Err(bad(format!(
+            "{} must be a positive value, got {m}",
+            n.memory
         )));
     }
     let mut sized = None;
@@ -96,7 +162,8 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
             Some(x) => sized = Some(x),
             None => {
                 return Err(bad(format!(
-                    "specified instanceType {t:?} not found in cluster"
+                    "specified instanceType {t:?} not found in cluster (nearest known: {}; `talos-gen kubelet-reservations --help` lists all)",
+                    instancetypes::nearest(t, 3).join(", ")
                 )));
             }
         }
@@ -141,10 +208,14 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         .to_string();
 
     for (key, value, mem) in [
-        ("systemReservedMemory", &input.system_reserved_memory, true),
-        ("kubeReservedMemory", &input.kube_reserved_memory, true),
-        ("systemReservedCpu", &input.system_reserved_cpu, false),
-        ("kubeReservedCpu", &input.kube_reserved_cpu, false),
+        (
+            &n.system_reserved_memory,
+            &input.system_reserved_memory,
+            true,
+        ),
+        (&n.kube_reserved_memory, &input.kube_reserved_memory, true),
+        (&n.system_reserved_cpu, &input.system_reserved_cpu, false),
+        (&n.kube_reserved_cpu, &input.kube_reserved_cpu, false),
     ] {
         if let Some(v) = given(value) {
             let ok = if mem { is_memory(v) } else { is_cpu(v) };
@@ -155,8 +226,8 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         }
     }
     for (key, value) in [
-        ("systemReservedMemory", &input.system_reserved_memory),
-        ("kubeReservedMemory", &input.kube_reserved_memory),
+        (&n.system_reserved_memory, &input.system_reserved_memory),
+        (&n.kube_reserved_memory, &input.kube_reserved_memory),
     ] {
         if let Some(v) = given(value)
             && to_float(v) <= 0.0
@@ -165,8 +236,8 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         }
     }
     for (key, value) in [
-        ("systemReservedCpu", &input.system_reserved_cpu),
-        ("kubeReservedCpu", &input.kube_reserved_cpu),
+        (&n.system_reserved_cpu, &input.system_reserved_cpu),
+        (&n.kube_reserved_cpu, &input.kube_reserved_cpu),
     ] {
         if let Some(v) = given(value)
             && cpu_millis_f(v) <= 0.0
@@ -176,35 +247,41 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
     }
     if !hard.ends_with('%') && !is_memory(&hard) {
         return Err(bad(format!(
-            "invalid evictionHardMemory value {hard:?} — must be a percentage (e.g. 7%) or a valid Kubernetes memory quantity (e.g. 500Mi, 1Gi, 1e9)"
+            "invalid {} value {hard:?} — must be a percentage (e.g. 7%) or a valid Kubernetes memory quantity (e.g. 500Mi, 1Gi, 1e9)",
+            n.eviction_hard_memory
         )));
     }
     if !soft.ends_with('%') && !is_memory(&soft) {
         return Err(bad(format!(
-            "invalid evictionSoftMemory value {soft:?} — must be a percentage (e.g. 10%) or a valid Kubernetes memory quantity (e.g. 500Mi, 1Gi, 1e9)"
+            "invalid {} value {soft:?} — must be a percentage (e.g. 10%) or a valid Kubernetes memory quantity (e.g. 500Mi, 1Gi, 1e9)",
+            n.eviction_soft_memory
         )));
     }
     match (hard.strip_suffix('%'), soft.strip_suffix('%')) {
         (Some(h), Some(s)) => {
             if !is_pct_number(h) {
                 return Err(bad(format!(
-                    "evictionHardMemory percentage value {h:?} is not a valid number"
+                    "{} percentage value {h:?} is not a valid number",
+                    n.eviction_hard_memory
                 )));
             }
             if !is_pct_number(s) {
                 return Err(bad(format!(
-                    "evictionSoftMemory percentage value {s:?} is not a valid number"
+                    "{} percentage value {s:?} is not a valid number",
+                    n.eviction_soft_memory
                 )));
             }
             let (hp, sp): (f64, f64) = (h.parse().unwrap_or(0.0), s.parse().unwrap_or(0.0));
             if hp <= 0.0 || hp > 100.0 {
                 return Err(bad(format!(
-                    "evictionHardMemory percentage must be greater than 0 and at most 100, got {h}%"
+                    "{}: the eviction threshold must be a percentage in (0, 100], got {h}%",
+                    n.eviction_hard_memory
                 )));
             }
             if sp <= 0.0 || sp > 100.0 {
                 return Err(bad(format!(
-                    "evictionSoftMemory percentage must be greater than 0 and at most 100, got {s}%"
+                    "{}: the eviction threshold must be a percentage in (0, 100], got {s}%",
+                    n.eviction_soft_memory
                 )));
             }
             if hp >= sp {

@@ -20,20 +20,27 @@ pub fn default_kubernetes(matrix: &Matrix, talos: &Version) -> Option<String> {
     matrix.default_kubernetes(talos).ok().map(|v| v.to_string())
 }
 
+/// The newest Talos release of `talos`'s minor the matrix knows.
+pub fn newest_release(matrix: &Matrix, talos: &Version) -> Option<String> {
+    matrix.newest_release(talos).map(|v| v.to_string())
+}
+
 /// The kubelet version Cozystack runs for a Kubernetes minor, or the
-/// chart's refusal (`Kubernetes version v1.30 is not supported, allowed
-/// versions are [v1.31 v1.32 ...]`, Helm's sorted `keys`).
+/// refusal, worded as every version refusal is (`... Supported versions:
+/// v1.31, v1.32, ...`). `--force` cannot help here (there is no kubelet
+/// release to write), so the message says what does: a full version.
 pub fn kubelet_patch(matrix: &Matrix, k8s: &Version) -> Result<String, String> {
     matrix
         .kubelet_patch(k8s)
         .map(|v| v.to_string())
         .ok_or_else(|| {
-            let mut keys: Vec<String> = matrix.kubelet_table().map(|(k, _)| k).collect();
-            keys.sort();
+            let keys: Vec<String> = matrix.kubelet_table().map(|(k, _)| k).collect();
             format!(
-                "Kubernetes version {} is not supported, allowed versions are [{}]",
+                "Kubernetes {} is not supported by the Cozystack profile (its kubelet table). Supported versions: {}. --force cannot pick a kubelet release for {}: give a full --kubernetes-version ({}.Z) to write one anyway",
                 k8s.minor_string(),
-                keys.join(" ")
+                keys.join(", "),
+                k8s.minor_string(),
+                k8s.minor_string()
             )
         })
 }

@@ -137,6 +137,8 @@ pub struct ImportReport {
     pub bad: Vec<String>,
     /// Keys whose object the file did not carry (not imported).
     pub missing: Vec<String>,
+    /// Keys already in the store with the same object (left as they were).
+    pub present: usize,
 }
 
 /// Import `file` into the store at `cache_dir`.
@@ -150,22 +152,36 @@ pub async fn import(file: &Path, cache_dir: &Path) -> Result<ImportReport> {
     let what = file.display().to_string();
     let bad_input = |m: String| Error::bad_input(format!("{what}: {m}"));
     let mut tar = tar::Archive::new(BufReader::with_capacity(1 << 20, f));
-    let mut entries_iter = tar
-        .entries()
-        .map_err(|e| bad_input(format!("not a tar file: {e}")))?;
+    let mut entries_iter = tar.entries().map_err(|_| {
+        bad_input("not a tar file (expected a `talos-gen mirror export` file)".into())
+    })?;
     // The index comes first.
     let index: BundleIndex = {
         let mut first = entries_iter
             .next()
-            .ok_or_else(|| bad_input("empty tar file".into()))?
-            .map_err(|e| bad_input(format!("not a tar file: {e}")))?;
+            .ok_or_else(|| {
+                bad_input(
+                    "empty, or not a tar file (expected a `talos-gen mirror export` file)".into(),
+                )
+            })?
+            .map_err(|_| {
+                bad_input("not a tar file (expected a `talos-gen mirror export` file)".into())
+            })?;
         let name = first
             .path()
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
         if name != INDEX_NAME || first.size() > MAX_INDEX {
+            // A file that is no tar at all parses as garbage names: never
+            // echo those bytes to the terminal.
+            let shown =
+                if name.len() <= 100 && name.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
+                    format!(" (its first member is {name:?})")
+                } else {
+                    String::new()
+                };
             return Err(bad_input(format!(
-                "not a talos-gen mirror export (first member is {name:?}, expected {INDEX_NAME})"
+                "not a talos-gen mirror export: a tar file made by `talos-gen mirror export` starts with {INDEX_NAME}{shown}"
             )));
         }
         let mut b = Vec::new();
@@ -224,6 +240,7 @@ pub async fn import(file: &Path, cache_dir: &Path) -> Result<ImportReport> {
         }
         for e in entries {
             if store.entry(&e.key).is_some_and(|x| x.digest == e.digest) {
+                report.present += 1;
                 if e.pinned {
                     store.set_pinned(&e.key, true).await?;
                 }

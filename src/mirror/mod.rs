@@ -9,6 +9,7 @@
 
 pub mod bundle;
 pub mod config;
+pub mod report;
 pub mod sync;
 pub mod verify;
 

@@ -182,7 +182,7 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
     let total = multi.add(ProgressBar::new(0));
     total.set_style(
         ProgressStyle::with_template(
-            "{prefix:>7} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+            "{prefix:>7} {elapsed:>4} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> "),
@@ -236,7 +236,7 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
     let done = AtomicUsize::new(0);
     let n_items = items.len();
     let style = ProgressStyle::with_template(
-        "{prefix:>7} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}",
+        "{prefix:>7} {elapsed:>4} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}",
     )
     .unwrap_or_else(|_| ProgressStyle::default_bar())
     .progress_chars("=> ");

@@ -347,10 +347,11 @@ impl Registry {
             self.metric(|x| x.hit("manifest"));
             return Ok(m);
         }
-        self.metric(|x| x.miss("manifest"));
         if self.offline {
+            self.metric(|x| x.offline_miss("manifest"));
             return Err(manifest_unknown(repo, d.as_str()));
         }
+        self.metric(|x| x.miss("manifest"));
         let key = Self::manifest_key(d);
         let _g = self.locks.lock(&key).await;
         if let Some(m) = self.stored_manifest(d).await {
@@ -385,10 +386,11 @@ impl Registry {
             self.metric(|x| x.hit("manifest"));
             return Ok(m);
         }
-        self.metric(|x| x.miss("manifest"));
         if self.offline {
+            self.metric(|x| x.offline_miss("manifest"));
             return Err(manifest_unknown(repo, tag));
         }
+        self.metric(|x| x.miss("manifest"));
         let _g = self.locks.lock(&key).await;
         let last = known(&self.store);
         if let Some((d, true)) = &last
@@ -601,7 +603,10 @@ impl Registry {
                     self.metric(|m| m.hit("blob"));
                     Ok(Blob::Stored(obj))
                 }
-                None => Err(blob_unknown(repo, d)),
+                None => {
+                    self.metric(|m| m.offline_miss("blob"));
+                    Err(blob_unknown(repo, d))
+                }
             };
         }
         let url = self.upstream_url(up, repo, "blobs", d.as_str())?;

@@ -1,0 +1,95 @@
+//! The last `mirror sync` result, kept in the store itself (key
+//! [`STATUS_KEY`], a small JSON object, pinned) so that the `serve` reading
+//! the same store shows it on its status page.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::store::{Meta, Store};
+
+use super::sync::SyncReport;
+
+/// The store key of the last sync result.
+pub const STATUS_KEY: &str = "status/mirror-sync";
+
+/// One failed item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailedItem {
+    pub name: String,
+    pub error: String,
+}
+
+/// What the last `mirror sync` did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyncStatus {
+    /// Unix seconds when the run ended.
+    pub finished: u64,
+    pub ok: bool,
+    pub items: usize,
+    pub failed: Vec<FailedItem>,
+    pub fetched: usize,
+    pub fetched_bytes: u64,
+    pub stored: usize,
+    pub stored_bytes: u64,
+    pub elapsed_secs: f64,
+    /// The summary line the job printed.
+    pub summary: String,
+}
+
+impl SyncStatus {
+    pub fn from_report(r: &SyncReport) -> SyncStatus {
+        let failed: Vec<FailedItem> = r
+            .failed()
+            .into_iter()
+            .map(|i| FailedItem {
+                name: i.name.clone(),
+                error: i.error.clone().unwrap_or_default(),
+            })
+            .collect();
+        SyncStatus {
+            finished: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or_default(),
+            ok: failed.is_empty(),
+            items: r.items.len(),
+            failed,
+            fetched: r.items.iter().map(|i| i.fetched).sum(),
+            fetched_bytes: r.items.iter().map(|i| i.fetched_bytes).sum(),
+            stored: r.items.iter().map(|i| i.stored).sum(),
+            stored_bytes: r.items.iter().map(|i| i.stored_bytes).sum(),
+            elapsed_secs: r.elapsed.as_secs_f64(),
+            summary: r.summary(),
+        }
+    }
+}
+
+/// Write the result of a sync into the store at `cache_dir`.
+pub async fn write(store: &Store, status: &SyncStatus) -> Result<()> {
+    let json = serde_json::to_vec_pretty(status)
+        .map_err(|e| crate::Error::refused(format!("encoding the sync status: {e}")))?;
+    let mut tmp = store.temp()?;
+    tmp.write_all(&json).await?;
+    let meta = Meta {
+        content_type: Some("application/json".into()),
+        pinned: true,
+        ..Default::default()
+    };
+    store.commit(tmp, STATUS_KEY, meta).await?;
+    Ok(())
+}
+
+/// Open the store at `cache_dir` and write the result of a sync there.
+pub async fn write_to(cache_dir: &std::path::Path, status: &SyncStatus) -> Result<()> {
+    let dir = cache_dir.to_path_buf();
+    let store = tokio::task::spawn_blocking(move || Store::open(dir, None))
+        .await
+        .map_err(|e| crate::Error::io("opening the store", std::io::Error::other(e)))??;
+    write(&store, status).await
+}
+
+/// The last sync result in `store`, if any (and readable).
+pub fn read(store: &Store) -> Option<SyncStatus> {
+    let b = store.get(STATUS_KEY)?.read_small(1 << 20).ok()?;
+    serde_json::from_slice(&b).ok()
+}
