@@ -11,6 +11,8 @@ pub mod yaml;
 pub mod matrix;
 pub mod schematic;
 
+pub mod images;
+
 pub mod machineconfig;
 
 pub mod fill;
