@@ -8,6 +8,7 @@ pub mod goyaml;
 pub mod version;
 pub mod yaml;
 
+pub mod cosign;
 pub mod matrix;
 pub mod schematic;
 
