@@ -364,6 +364,16 @@ mod tests {
         assert_eq!(signature_tag(D), format!("sha256-{}.sig", "a".repeat(64)));
     }
 
+    /// A real `cosign.pub` (Talos' test key, v1.13.9:internal/pkg/containers/
+    /// image/verify/internal/cosign/testdata/cosign.pub) parses as P-256.
+    #[test]
+    fn a_real_cosign_pub_parses() {
+        let text = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE2R86DQt5DWf2vSX7+rAbFyvZPtWW\n3AQkDCbr2KLv7ktWMgDgUR+Py+OV91p1P34T72yhm2QqLYqlFLAKDD+udA==\n-----END PUBLIC KEY-----\n";
+        let k = PublicKey::from_pem(text, "k").unwrap();
+        assert_eq!(k.point.len(), 65);
+        assert_eq!(k.pem(), text.trim_end());
+    }
+
     #[test]
     fn key_files() {
         let bad = |t: &str| PublicKey::from_pem(t, "--cosign-key f").unwrap_err();
