@@ -196,3 +196,59 @@ fn images_matrix_file_replaces_the_table() {
         ]
     );
 }
+
+#[test]
+fn mirror_plan_expands_workers_without_network() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("mirror.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "workers:\n  - talos: v1.13.9\n    kubernetes: v1.35\n    schematic: {COZY}\nextraImages: [docker.io/library/busybox:1.36]\n"
+        ),
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let o = run(&["mirror", "plan", "--config", c], None);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    for want in [
+        format!("  disk image  /image/{COZY}/v1.13.9/openstack-amd64.raw.xz"),
+        format!(
+            "  installer   factory.talos.dev/installer/{COZY}:v1.13.9 (every platform of the index)"
+        ),
+        "  kubelet     ghcr.io/siderolabs/kubelet:v1.35.6".to_string(),
+        "  pause       registry.k8s.io/pause:3.10.1".to_string(),
+        "    + cosign signature ghcr.io/siderolabs/kubelet:sha256-<manifest digest>.sig (where the upstream has it)".to_string(),
+        "  image docker.io/library/busybox:1.36".to_string(),
+        "5 items".to_string(),
+    ] {
+        assert!(text.lines().any(|l| l == want), "{want:?} not in\n{text}");
+    }
+    let o = run(&["mirror", "plan", "--config", c, "--json"], None);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["items"].as_array().unwrap().len(), 5);
+    assert_eq!(j["workers"][0]["kubernetes"], "v1.35.6");
+    assert_eq!(j["items"][2]["kind"], "installer");
+    assert_eq!(j["items"][2]["signature"], "if-present");
+    assert_eq!(j["items"][0]["signature"], serde_json::Value::Null);
+
+    // refused pair: exit 1 naming the entry; bad entry: exit 2
+    std::fs::write(&cfg, "workers: [{talos: v1.13.9, kubernetes: v1.30}]\n").unwrap();
+    let o = run(&["mirror", "plan", "--config", c], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("workers[0]: Kubernetes v1.30"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(
+        &cfg,
+        "workers: [{talos: v1.13.9, kubernetes: v1.35, arch: x}]\n",
+    )
+    .unwrap();
+    let o = run(&["mirror", "plan", "--config", c], None);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("workers[0].arch"), "{}", stderr(&o));
+}
