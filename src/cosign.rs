@@ -359,7 +359,7 @@ mod tests {
             e.contains("no dev.cosignproject.cosign/signature annotation"),
             "{e}"
         );
-        assert!(verify_manifest(b"[]", D, &[pk.clone()], read).is_err());
+        assert!(verify_manifest(b"[]", D, std::slice::from_ref(&pk), read).is_err());
         assert!(verify_manifest(br#"{"layers":[]}"#, D, &[pk], read).is_err());
         assert_eq!(signature_tag(D), format!("sha256-{}.sig", "a".repeat(64)));
     }

@@ -98,7 +98,7 @@ impl Pull {
 
     /// The tag.
     pub fn tag(&self) -> &str {
-        &self.reference[self.repository().len()..].trim_start_matches(':')
+        self.reference[self.repository().len()..].trim_start_matches(':')
     }
 }
 

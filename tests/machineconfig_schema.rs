@@ -6,7 +6,10 @@
 //! Exactly three exceptions are allowed (Talos itself writes them and the
 //! schemas leave them out): top-level `persist`; `machine.install.
 //! extraKernelArgs` from 1.12; the kind `UnattendedInstallConfig`, spelled
-//! `UnattendedInstall` in the 1.14-rc schema.
+//! `UnattendedInstall` in the 1.14-rc schema. One kind has no definition in
+//! any of them, `ImageVerificationConfig` (Talos 1.13+): it is checked
+//! against a stand-in written from Talos' Go types (see
+//! `image_verification_schema`).
 
 mod common;
 
