@@ -8,8 +8,11 @@ pub mod goyaml;
 pub mod version;
 pub mod yaml;
 
+pub mod cosign;
 pub mod matrix;
 pub mod schematic;
+
+pub mod images;
 
 pub mod machineconfig;
 

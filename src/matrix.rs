@@ -29,6 +29,10 @@ use serde::Deserialize;
 use crate::error::{Error, Result};
 use crate::version::Version;
 
+pub mod images;
+
+pub use images::{ImageTable, ReleaseImages};
+
 /// The embedded data file.
 pub const EMBEDDED: &str = include_str!("../matrix/matrix.yaml");
 
@@ -111,6 +115,8 @@ pub struct Matrix {
     entries: Vec<TalosEntry>,
     /// Kubernetes minor `(major, minor)` -> kubelet version (Cozystack chart table).
     kubelet: BTreeMap<(u64, u64), Version>,
+    /// The per-release image table (`matrix/images.yaml`, or the file's `images:`).
+    images: ImageTable,
 }
 
 #[derive(Deserialize)]
@@ -119,6 +125,9 @@ struct RawFile {
     talos: Vec<RawEntry>,
     #[serde(default)]
     cozystack_kubelet: Option<BTreeMap<String, String>>,
+    /// Rows of the image table (the shape of `matrix/images.yaml`'s `releases`).
+    #[serde(default)]
+    images: Option<Vec<images::RawRelease>>,
 }
 
 #[derive(Deserialize)]
@@ -302,7 +311,16 @@ impl Matrix {
             }
             None => fallback.map(|m| m.kubelet.clone()).unwrap_or_default(),
         };
-        Ok(Matrix { entries, kubelet })
+        let images = match (raw.images, fallback) {
+            (Some(rows), _) => ImageTable::from_raw(rows, &format!("{what}: images"))?,
+            (None, Some(m)) => m.images.clone(),
+            (None, None) => ImageTable::from_yaml(images::EMBEDDED, "embedded matrix/images.yaml")?,
+        };
+        Ok(Matrix {
+            entries,
+            kubelet,
+            images,
+        })
     }
 
     /// Every Talos minor, oldest first.
@@ -366,6 +384,11 @@ impl Matrix {
     /// chart has no entry for it.
     pub fn kubelet_patch(&self, k8s: &Version) -> Option<&Version> {
         self.kubelet.get(&k8s.minor_key())
+    }
+
+    /// The per-release image table.
+    pub fn images(&self) -> &ImageTable {
+        &self.images
     }
 
     /// The kubelet table, oldest minor first.
@@ -535,6 +558,20 @@ mod tests {
         assert!(m.check(&v("1.13"), &v("1.35")).is_err());
         // No kubelet table in the file: the embedded one is kept.
         assert_eq!(m.kubelet_patch(&v("1.35")), Some(&v("1.35.6")));
+        // No images section either: the embedded image table is kept.
+        assert_eq!(m.images(), Matrix::embedded().images());
+        // An images section replaces it.
+        let with_images = format!(
+            "{good}images:\n  - talos: v1.99.3\n    pause: registry.example/pause:9\n    kubelet: registry.example/kubelet\n    installer: registry.example/installer\n"
+        );
+        let m = Matrix::from_yaml(&with_images, "t").unwrap();
+        assert_eq!(m.images().releases().len(), 1);
+        assert_eq!(
+            m.images().lookup(&v("1.99.3")).unwrap().release.pause,
+            "registry.example/pause:9"
+        );
+        let e = Matrix::from_yaml(&format!("{good}images: []\n"), "t").unwrap_err();
+        assert_eq!(e.to_string(), "t: images: empty list");
         for bad in [
             "",
             "talos: []\n",

@@ -166,3 +166,40 @@ async fn reservations_over_http() {
         .unwrap();
     assert_eq!(resp.status(), 400);
 }
+
+#[tokio::test]
+async fn air_gap_fields_over_http() {
+    let server = start().await;
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .unwrap()
+        .public_key_pem();
+    let body = serde_json::json!({
+        "talosVersion": "v1.13.9",
+        "kubernetesVersion": "1.35.6",
+        "clusterName": "c",
+        "endpoint": "https://c:6443",
+        "airGapMirror": "http://10.0.0.5:8080",
+        "imageVerificationKey": key,
+    });
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/v1/machineconfig", server.base))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("name: registry.k8s.io\nendpoints:\n    - url: http://10.0.0.5:8080\nskipFallback: true\n"), "{text}");
+    assert!(text.contains("kind: ImageVerificationConfig"), "{text}");
+    // 1.12 with a key: 400 naming the version.
+    let mut bad = body.clone();
+    bad["talosVersion"] = "v1.12.11".into();
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/v1/machineconfig", server.base))
+        .body(bad.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("v1.12.11"));
+}

@@ -6,7 +6,10 @@
 //! Exactly three exceptions are allowed (Talos itself writes them and the
 //! schemas leave them out): top-level `persist`; `machine.install.
 //! extraKernelArgs` from 1.12; the kind `UnattendedInstallConfig`, spelled
-//! `UnattendedInstall` in the 1.14-rc schema.
+//! `UnattendedInstall` in the 1.14-rc schema. One kind has no definition in
+//! any of them, `ImageVerificationConfig` (Talos 1.13+): it is checked
+//! against a stand-in written from Talos' Go types (see
+//! `image_verification_schema`).
 
 mod common;
 
@@ -44,6 +47,10 @@ impl Schemas {
     fn validator(&mut self, minor: u64, def: &str) -> &jsonschema::Validator {
         let file = schema_file(minor);
         let key = (minor, def.to_string());
+        if def == IMAGE_VERIFICATION_DEF && !self.validators.contains_key(&key) {
+            let v = jsonschema::validator_for(&image_verification_schema()).unwrap();
+            self.validators.insert(key.clone(), v);
+        }
         if !self.validators.contains_key(&key) {
             let schema = self.files.entry(file).or_insert_with(|| {
                 serde_json::from_str(&std::fs::read_to_string(self.dir.join(file)).unwrap())
@@ -107,6 +114,54 @@ impl Schemas {
             );
         }
     }
+}
+
+/// Talos' published schemas (v1.13.9, v1.14.0-rc.1, main) have no
+/// definition for `ImageVerificationConfig`, though Talos decodes it from
+/// v1.13 on. Its documents are checked against this schema instead, written
+/// from the Go types at v1.13.9 (pkg/machinery/config/types/security/
+/// image_verification.go: `rules` of {image, skip, deny, keyless {issuer,
+/// subject, subjectRegex}, publicKey {certificate}}, all omitempty) and its
+/// Validate (a rule needs an image and exactly one verifier unless it skips
+/// or denies).
+const IMAGE_VERIFICATION_DEF: &str = "security.ImageVerificationConfigV1Alpha1";
+
+fn image_verification_schema() -> Json {
+    serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["apiVersion", "kind"],
+        "properties": {
+            "apiVersion": {"const": "v1alpha1"},
+            "kind": {"const": "ImageVerificationConfig"},
+            "rules": {"type": "array", "items": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["image"],
+                "properties": {
+                    "image": {"type": "string", "minLength": 1},
+                    "skip": {"type": "boolean"},
+                    "deny": {"type": "boolean"},
+                    "keyless": {"type": "object", "additionalProperties": false,
+                        "required": ["issuer"],
+                        "properties": {
+                            "issuer": {"type": "string"},
+                            "subject": {"type": "string"},
+                            "subjectRegex": {"type": "string"}}},
+                    "publicKey": {"type": "object", "additionalProperties": false,
+                        "required": ["certificate"],
+                        "properties": {"certificate": {"type": "string", "minLength": 1}}}
+                },
+                "oneOf": [
+                    {"required": ["keyless"], "not": {"required": ["publicKey"]}},
+                    {"required": ["publicKey"], "not": {"required": ["keyless"]}},
+                    {"required": ["skip"], "not": {"anyOf": [{"required": ["keyless"]}, {"required": ["publicKey"]}]}},
+                    {"required": ["deny"], "not": {"anyOf": [{"required": ["keyless"]}, {"required": ["publicKey"]}]}}
+                ]
+            }}
+        }
+    })
 }
 
 fn golden_secrets(shared: &Path) -> Value {
@@ -292,4 +347,98 @@ fn cozystack_profile_is_schema_valid_on_every_contract() {
             }
         }
     }
+}
+
+/// A fresh cosign-style public key (PEM).
+fn public_key_pem() -> String {
+    rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .unwrap()
+        .public_key_pem()
+}
+
+#[test]
+fn air_gap_mirror_and_image_verification_are_schema_valid() {
+    let Some(shared) = common::reference_dir() else {
+        return;
+    };
+    let mut schemas = Schemas::new(&shared);
+    let key = public_key_pem();
+    let schematic = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+    for minor in 8..=14u64 {
+        let mut req = base(&shared, minor);
+        req.kubernetes_version = Some(match minor {
+            8 => "1.31.4".into(),
+            14 => "1.37.0".into(),
+            _ => "1.31.4".into(),
+        });
+        req.install_image = None;
+        req.schematic = Some(schematic.into());
+        req.air_gap_mirror = Some("http://10.0.0.5:8080".into());
+        req.registry_mirror = vec!["ghcr.io=https://ghcr.example".into()];
+        if minor >= 13 {
+            req.image_verification_key = Some(key.clone());
+        }
+        let out = machineconfig::generate(&req).unwrap_or_else(|e| panic!("v1.{minor}: {e}"));
+        schemas.check(minor, &out.config, &format!("air gap v1.{minor}"));
+        let c = &out.config;
+        if minor >= 12 {
+            for host in ["factory.talos.dev", "registry.k8s.io"] {
+                assert!(
+                    c.contains(&format!(
+                        "kind: RegistryMirrorConfig\nname: {host}\nendpoints:\n    - url: http://10.0.0.5:8080\nskipFallback: true\n"
+                    )),
+                    "v1.{minor} {host}:\n{c}"
+                );
+            }
+            // The explicit --registry-mirror wins for ghcr.io.
+            assert!(
+                c.contains("name: ghcr.io\nendpoints:\n    - url: https://ghcr.example\n---"),
+                "{c}"
+            );
+        } else {
+            assert!(
+                c.contains("            registry.k8s.io:\n                endpoints:\n                    - http://10.0.0.5:8080\n                skipFallback: true\n"),
+                "v1.{minor}:\n{c}"
+            );
+            assert!(c.contains("            factory.talos.dev:\n"), "{c}");
+            assert!(
+                c.contains("                    - https://ghcr.example\n"),
+                "{c}"
+            );
+        }
+        assert_eq!(
+            c.contains("kind: ImageVerificationConfig"),
+            minor >= 13,
+            "v1.{minor}"
+        );
+        if minor >= 13 {
+            for image in [
+                format!("factory.talos.dev/installer/{schematic}"),
+                "ghcr.io/siderolabs/kubelet".into(),
+                "registry.k8s.io/pause".into(),
+            ] {
+                assert!(c.contains(&format!("    - image: {image}\n      publicKey:\n        certificate: |-\n            -----BEGIN PUBLIC KEY-----\n")), "{image}:\n{c}");
+            }
+        }
+    }
+    // The stand-in schema is not a blank check.
+    let v = jsonschema::validator_for(&image_verification_schema()).unwrap();
+    let rule = |r: Json| serde_json::json!({"apiVersion": "v1alpha1", "kind": "ImageVerificationConfig", "rules": [r]});
+    assert!(v.is_valid(&rule(
+        serde_json::json!({"image": "a/*", "publicKey": {"certificate": "c"}})
+    )));
+    for bad in [
+        serde_json::json!({"image": "a/*", "publicKey": {"certificate": "c"}, "keyless": {"issuer": "i"}}),
+        serde_json::json!({"image": "a/*"}),
+        serde_json::json!({"image": "a/*", "publicKey": {"certificate": "c", "key": "k"}}),
+        serde_json::json!({"publicKey": {"certificate": "c"}}),
+    ] {
+        assert!(!v.is_valid(&rule(bad.clone())), "{bad}");
+    }
+    // Before 1.13 the key is bad input naming the version.
+    let mut req = base(&shared, 12);
+    req.image_verification_key = Some(key);
+    let e = machineconfig::generate(&req).unwrap_err();
+    assert_eq!(e.exit_code(), 2);
+    assert!(e.to_string().contains("v1.12"), "{e}");
 }

@@ -123,6 +123,22 @@ pub struct MachineconfigArgs {
     /// Write the config here, atomically (default: standard output).
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<String>,
+    #[command(flatten)]
+    pub air_gap: AirGapArgs,
+}
+
+/// The air-gap flags (issue 12), kept apart from the talosctl-style flags.
+#[derive(Debug, Args, Clone, Default)]
+pub struct AirGapArgs {
+    /// Registry mirrors with skipFallback for every registry host the
+    /// worker pulls from (installer, kubelet, pause), all pointing at URL;
+    /// an explicit --registry-mirror or talos.registryMirrors entry wins.
+    #[arg(long, value_name = "URL")]
+    pub air_gap_mirror: Option<String>,
+    /// A cosign public key (PEM): an ImageVerificationConfig with a
+    /// publicKey rule for each image of the pull list (Talos 1.13+).
+    #[arg(long, value_name = "FILE")]
+    pub image_verification_key: Option<String>,
 }
 
 const RESERVATIONS_EXAMPLES: &str = "\
@@ -272,6 +288,13 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
         kube_reserved_cpu: r.kube_reserved_cpu,
         eviction_hard_memory: r.eviction_hard_memory,
         eviction_soft_memory: r.eviction_soft_memory,
+        air_gap_mirror: args.air_gap.air_gap_mirror,
+        image_verification_key: args
+            .air_gap
+            .image_verification_key
+            .as_deref()
+            .map(|p| super::read_input(p, "--image-verification-key"))
+            .transpose()?,
     };
     let output = args.output.as_deref().filter(|p| *p != "-");
     if let (Some(secrets), Some(config)) = (&args.output_secrets, output)

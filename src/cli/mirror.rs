@@ -60,6 +60,28 @@ pub enum MirrorCommand {
         concurrency: usize,
         #[command(flatten)]
         upstream: super::common::UpstreamArgs,
+        /// A cosign public key (PEM); repeatable. Every installer and image
+        /// must then carry a cosign signature one of the keys verifies.
+        #[arg(
+            long,
+            env = "TALOS_GEN_COSIGN_KEY",
+            value_name = "FILE",
+            value_delimiter = ' '
+        )]
+        cosign_key: Vec<String>,
+        /// Support-matrix data file for `workers:` (instead of the embedded one).
+        #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
+        matrix: Option<String>,
+    },
+    /// Print what a sync would fetch (workers expanded); no network.
+    Plan {
+        #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
+        config: String,
+        #[arg(long)]
+        json: bool,
+        /// Support-matrix data file for `workers:` (instead of the embedded one).
+        #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
+        matrix: Option<String>,
     },
     /// Re-hash every stored object against its digest.
     Verify {
@@ -90,6 +112,16 @@ pub enum MirrorCommand {
     },
 }
 
+/// The config (with `--matrix` for `workers:`); its notes go to stderr.
+fn load_config(path: &str, matrix: Option<&str>) -> crate::Result<crate::mirror::Config> {
+    let m = crate::matrix::Matrix::load(matrix.map(std::path::Path::new))?;
+    let cfg = crate::mirror::Config::load_with(std::path::Path::new(path), &m)?;
+    for n in &cfg.notes {
+        eprintln!("talos-gen: mirror: {n}");
+    }
+    Ok(cfg)
+}
+
 pub fn run(args: MirrorArgs) -> crate::Result<i32> {
     use crate::mirror;
     use std::path::Path;
@@ -111,15 +143,23 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             mirror_upstream,
             concurrency,
             upstream,
+            cosign_key,
+            matrix,
         } => {
             if concurrency == 0 {
                 return Err(crate::Error::bad_input("--concurrency: must be at least 1"));
             }
-            let cfg = mirror::Config::load(Path::new(&config))?;
+            let mut cfg = load_config(&config, matrix.as_deref())?;
             if cfg.items().is_empty() && cfg.schematics.iter().all(|s| s.canonical.is_none()) {
                 return Err(crate::Error::bad_input(format!(
-                    "--config: {config}: nothing to mirror (no images, installers or extraImages)"
+                    "--config: {config}: nothing to mirror (no workers, images, installers or extraImages)"
                 )));
+            }
+            for k in &cosign_key {
+                let what = format!("--cosign-key {k}");
+                let text = super::read_input(k, "--cosign-key")?;
+                cfg.cosign_keys
+                    .push(crate::cosign::PublicKey::from_pem(&text, &what)?);
             }
             let opts = mirror::SyncOptions {
                 factory_url,
@@ -148,6 +188,22 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 );
             }
             Ok(if failed.is_empty() { 0 } else { 1 })
+        }
+        MirrorCommand::Plan {
+            config,
+            json,
+            matrix,
+        } => {
+            let cfg = load_config(&config, matrix.as_deref())?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&cfg.plan_json()).unwrap_or_default()
+                );
+            } else {
+                print!("{}", cfg.plan_text());
+            }
+            Ok(0)
         }
         MirrorCommand::Verify { cache_dir } => {
             let r = mirror::verify(Path::new(&cache_dir))?;

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use crate::error::Error;
 
 pub mod common;
+pub mod images;
 pub mod machineconfig;
 pub mod matrix;
 pub mod mirror;
@@ -30,6 +31,8 @@ pub enum Command {
     Matrix(matrix::MatrixArgs),
     /// Schematic IDs and canonical encodings, identical to the Image Factory's.
     Schematic(schematic::SchematicArgs),
+    /// The images a worker pulls (installer, kubelet, pause), one per line.
+    Images(images::ImagesArgs),
     /// Write a worker machine config (all documents).
     Machineconfig(Box<machineconfig::MachineconfigArgs>),
     /// Kubelet reservations, eviction thresholds and autoscaler capacity for a node group.
@@ -122,6 +125,7 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Matrix(a) => matrix::run(a),
         Command::Schematic(a) => schematic::run(a),
+        Command::Images(a) => images::run(a),
         Command::Machineconfig(a) => machineconfig::run(*a),
         Command::KubeletReservations(a) => machineconfig::run_reservations(a),
         Command::Serve(a) => serve::run(*a),

@@ -61,6 +61,8 @@ pub enum Gate {
     WorkloadIsolation,
     /// SysctlConfig instead of `machine.sysctls`.
     SysctlDocument,
+    /// The ImageVerificationConfig document (cosign signature rules) exists.
+    ImageVerification,
 }
 
 /// The one table of gates: each holds from that minor on.
@@ -79,6 +81,7 @@ pub const GATES: &[(Gate, u64)] = &[
     (Gate::GrubUseUkiCmdline, 12),
     (Gate::ResolverDocuments, 12),
     (Gate::NoLegacyNetwork, 13),
+    (Gate::ImageVerification, 13),
     (Gate::HostDnsDocument, 14),
     (Gate::DiscoveryDocuments, 14),
     (Gate::UnattendedInstall, 14),

@@ -47,6 +47,9 @@ pub struct Input {
     pub nameservers: Vec<String>,
     pub search_domains: Vec<String>,
     pub extra_hosts: Vec<(String, Vec<String>)>,
+    /// An ImageVerificationConfig: image patterns, each with a `publicKey`
+    /// rule for this PEM public key (`--image-verification-key`).
+    pub image_verification: Option<(Vec<String>, String)>,
 }
 
 impl Input {
@@ -72,10 +75,11 @@ impl Input {
             nameservers: Vec::new(),
             search_domains: Vec::new(),
             extra_hosts: Vec::new(),
+            image_verification: None,
         }
     }
 
-    fn kubelet_image(&self) -> String {
+    pub fn kubelet_image(&self) -> String {
         self.kubelet_image
             .clone()
             .unwrap_or_else(|| format!("ghcr.io/siderolabs/kubelet:v{}", self.kubernetes_version))
@@ -483,6 +487,23 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
                 Map::new().field("port", 7445i64).into(),
             ));
         }
+    }
+    if let Some((patterns, pem)) = &inp.image_verification
+        && c.has(Gate::ImageVerification)
+    {
+        let rules = patterns
+            .iter()
+            .map(|p| {
+                Map::new()
+                    .field("image", p.as_str())
+                    .field("publicKey", Map::new().field("certificate", pem.as_str()))
+                    .into()
+            })
+            .collect();
+        docs.push(Doc::other(
+            "ImageVerificationConfig",
+            Map::new().field("rules", Node::Seq(rules)).into(),
+        ));
     }
     docs
 }

@@ -68,6 +68,11 @@ pub struct Request {
     pub kube_reserved_cpu: Option<String>,
     pub eviction_hard_memory: Option<String>,
     pub eviction_soft_memory: Option<String>,
+    /// `--air-gap-mirror URL`: a mirror with `skipFallback` for every
+    /// registry host of the worker's pull list.
+    pub air_gap_mirror: Option<String>,
+    /// `--image-verification-key`: the PEM public key text.
+    pub image_verification_key: Option<String>,
 }
 
 /// What `generate` produced.
@@ -654,6 +659,7 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
         inp.mirrors.retain(|x| x.host != m.host);
         inp.mirrors.push(m);
     }
+    air_gap(req, matrix, &talos, &mut inp)?;
     for ns in &req.nameserver {
         if ns.parse::<std::net::IpAddr>().is_err() {
             return Err(Error::bad_input(format!(
@@ -682,6 +688,81 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
         bundle: inp.bundle,
         warnings,
     })
+}
+
+/// The registry host of an image reference (`docker.io` without one).
+fn registry_host(reference: &str) -> &str {
+    match reference.split_once('/') {
+        Some((h, _)) if h.contains('.') || h.contains(':') || h == "localhost" => h,
+        _ => "docker.io",
+    }
+}
+
+/// `--air-gap-mirror` and `--image-verification-key`: the worker's pull
+/// list (the install image and kubelet the config writes, the release's
+/// pause image) pointed at one mirror, and verified with one key.
+fn air_gap(
+    req: &Request,
+    matrix: &crate::matrix::Matrix,
+    talos: &Version,
+    inp: &mut generate::Input,
+) -> Result<()> {
+    let mirror = nonempty(&req.air_gap_mirror);
+    let key = nonempty(&req.image_verification_key);
+    if mirror.is_none() && key.is_none() {
+        return Ok(());
+    }
+    if key.is_some() && !inp.contract.has(contract::Gate::ImageVerification) {
+        return Err(Error::bad_input(format!(
+            "--image-verification-key: the ImageVerificationConfig document needs Talos v1.13 or later; the config is for {talos}"
+        )));
+    }
+    let pause = support::pause_image(matrix, talos).map_err(|e| match e {
+        Error::Refused(m) => Error::refused(format!(
+            "{}: {m}",
+            if mirror.is_some() {
+                "--air-gap-mirror"
+            } else {
+                "--image-verification-key"
+            }
+        )),
+        e => e,
+    })?;
+    let mut pulls: Vec<String> = Vec::new();
+    if !inp.install_image.is_empty() {
+        pulls.push(inp.install_image.clone());
+    }
+    pulls.push(inp.kubelet_image());
+    pulls.push(pause);
+    if let Some(url) = mirror {
+        check_url(url, "--air-gap-mirror")?;
+        let mut hosts: Vec<&str> = pulls.iter().map(|p| registry_host(p)).collect();
+        hosts.sort();
+        hosts.dedup();
+        for h in hosts {
+            // An explicit --registry-mirror or talos.registryMirrors entry wins.
+            if !inp.mirrors.iter().any(|m| m.host == h) {
+                inp.mirrors.push(generate::Mirror {
+                    host: h.to_string(),
+                    endpoints: vec![url.trim_end_matches('/').to_string()],
+                    override_path: None,
+                    skip_fallback: Some(true),
+                });
+            }
+        }
+    }
+    if let Some(text) = key {
+        let k = crate::cosign::PublicKey::from_pem(text, "--image-verification-key")?;
+        let mut patterns: Vec<String> = Vec::new();
+        for p in &pulls {
+            let r = crate::images::repository_of(p).to_string();
+            if !patterns.contains(&r) {
+                patterns.push(r);
+            }
+        }
+        inp.image_verification = Some((patterns, k.pem().to_string()));
+    }
+    Ok(())
 }
 
 impl Output {

@@ -802,6 +802,33 @@ const SEARCH_DOMAINS: StructDef = st(
     "SearchDomainsConfig",
     &[o("domains", STRS), o("disableDefault", PBOOL)],
 );
+const IMAGE_VERIFICATION: StructDef = st(
+    "ImageVerificationConfig",
+    &[o("rules", Ty::Keyed(&IMAGE_VERIFICATION_RULE, "image"))],
+);
+/// `security.ImageVerificationRuleV1Alpha1` (Talos v1.13:
+/// pkg/machinery/config/types/security/image_verification.go); rules merge
+/// by `image`, as its `ImageVerificationRules.Merge`.
+const IMAGE_VERIFICATION_RULE: StructDef = st(
+    "ImageVerificationRule",
+    &[
+        o("image", Ty::Str),
+        o("skip", PBOOL),
+        o("deny", PBOOL),
+        o("keyless", Ty::PtrStruct(&IMAGE_KEYLESS_VERIFIER)),
+        o("publicKey", Ty::PtrStruct(&IMAGE_PUBLIC_KEY_VERIFIER)),
+    ],
+);
+const IMAGE_KEYLESS_VERIFIER: StructDef = st(
+    "ImageKeylessVerifier",
+    &[
+        o("issuer", Ty::Str),
+        o("subject", Ty::Str),
+        o("subjectRegex", Ty::Str),
+    ],
+);
+const IMAGE_PUBLIC_KEY_VERIFIER: StructDef =
+    st("ImagePublicKeyVerifier", &[o("certificate", Ty::Str)]);
 const STATIC_HOST: StructDef = st(
     "StaticHostConfig",
     &[r("name", Ty::Str), r("hostnames", STRS)],
@@ -1049,6 +1076,14 @@ pub const KINDS: &[Kind] = &[
         false,
         &KUBE_PRISM_DOC,
         "k8s.KubePrismConfigV1Alpha1",
+    ),
+    // Not in Talos' published JSON schemas (v1.13.9, v1.14.0-rc.1) although
+    // Talos accepts it from v1.13; the name is what the schema would use.
+    kind(
+        "ImageVerificationConfig",
+        false,
+        &IMAGE_VERIFICATION,
+        "security.ImageVerificationConfigV1Alpha1",
     ),
 ];
 

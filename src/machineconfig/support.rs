@@ -45,6 +45,13 @@ pub fn kubelet_patch(matrix: &Matrix, k8s: &Version) -> Result<String, String> {
         })
 }
 
+/// The sandbox (pause) image Talos `talos` pulls (the per-release image
+/// table; a bare minor or a newer release gets its minor's newest known
+/// release), or the table's refusal.
+pub fn pause_image(matrix: &Matrix, talos: &Version) -> crate::Result<String> {
+    Ok(matrix.images().lookup(talos)?.release.pause.clone())
+}
+
 /// The Cozystack chart's own Talos guard (`kubernetes-nodes` chart):
 /// Talos minor -> allowed Kubernetes minors. A minor missing from the
 /// table skips the check, as the chart does.

@@ -21,6 +21,27 @@ struct Raw {
     installers: Vec<String>,
     #[serde(default)]
     extra_images: Vec<String>,
+    #[serde(default)]
+    workers: Vec<RawWorker>,
+}
+
+/// A `workers:` entry: one worker pool, everything its nodes pull.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawWorker {
+    talos: String,
+    kubernetes: String,
+    #[serde(default)]
+    schematic: Option<RawSchematic>,
+    #[serde(default)]
+    platform: Option<String>,
+    #[serde(default)]
+    arch: Option<String>,
+    #[serde(default)]
+    installer_repository: Option<String>,
+    /// Also the optional images (Talos-managed CNI and add-ons).
+    #[serde(default)]
+    optional_images: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,6 +146,78 @@ pub struct Config {
     pub images: Vec<String>,
     pub installers: Vec<String>,
     pub extra_images: Vec<ExtraImage>,
+    /// `workers:`, expanded (no network).
+    pub workers: Vec<Worker>,
+    /// For stderr: releases or kubelet versions a worker entry was given
+    /// (the newest known release of a minor, ...).
+    pub notes: Vec<String>,
+    /// `mirror sync --cosign-key`: every installer and image must carry a
+    /// cosign signature one of these keys verifies (see `signatures`).
+    pub cosign_keys: Vec<crate::cosign::PublicKey>,
+}
+
+/// Default platform and architecture of a `workers:` entry.
+pub const DEFAULT_PLATFORM: &str = "openstack";
+pub const DEFAULT_ARCH: &str = "amd64";
+
+/// One `workers:` entry, expanded.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    /// The worker's pull list (installer, kubelet, pause, optional images).
+    pub pull: crate::images::PullList,
+    pub schematic: SchematicSource,
+    pub platform: String,
+    pub arch: String,
+    /// The disk image `<platform>-<arch>.raw.xz` of its schematic and release.
+    pub disk: ImageKey,
+    /// The OCI items of the pull list, in its order (the installer first).
+    pub oci: Vec<Item>,
+}
+
+impl Worker {
+    /// Everything the worker needs: its disk image, then the pull list.
+    pub fn items(&self) -> Vec<Item> {
+        let mut v = vec![Item::Image(self.disk.clone())];
+        v.extend(self.oci.iter().cloned());
+        v
+    }
+}
+
+/// The mirror item of one image reference: an installer of the factory's
+/// registry (`factory.talos.dev/<installer>/<schematic>`, fetched from
+/// `--registry-url`) or an image of its own registry.
+pub fn item_for_reference(reference: &str, what: &str) -> Result<Item> {
+    if let Some(rest) = reference.strip_prefix(&format!("{}/", crate::images::FACTORY_HOST)) {
+        let repo = crate::images::repository_of(rest);
+        let tag = rest[repo.len()..].trim_start_matches(':');
+        if names::is_installer_repository(repo) && names::is_tag(tag) {
+            return Ok(Item::Installer {
+                repo: repo.to_string(),
+                tag: tag.to_string(),
+            });
+        }
+    }
+    ExtraImage::parse(reference)
+        .map(Item::Extra)
+        .map_err(|e| Error::bad_input(format!("{what}: {e}")))
+}
+
+/// What `mirror sync` does about an item's cosign signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signature {
+    No,
+    /// Fetch `sha256-<hex>.sig` when the upstream has it.
+    IfPresent,
+    /// Fetch it and verify it with `--cosign-key`; missing or bad fails the item.
+    Verify,
+}
+
+/// `"<what>: "` of an `at` such as `cfg: workers[0]`.
+fn what_prefix(at: &str) -> &str {
+    match at.find(": ") {
+        Some(i) => &at[..i + 2],
+        None => "",
+    }
 }
 
 /// One thing to mirror.
@@ -149,56 +242,68 @@ impl Item {
     }
 }
 
+/// A schematic given as an ID or `{file: path}` (relative to `base`);
+/// `at` names it in messages (`cfg: schematics[0]`).
+fn schematic_source(s: RawSchematic, base: &Path, at: &str) -> Result<SchematicSource> {
+    Ok(match s {
+        RawSchematic::Id(id) => {
+            if crate::schematic::is_valid_id(&id) {
+                SchematicSource {
+                    id,
+                    canonical: None,
+                    file: None,
+                }
+            } else {
+                return Err(Error::bad_input(format!(
+                    "{at}: {id:?} is not a 64-hex schematic ID (or give {{file: path}})"
+                )));
+            }
+        }
+        RawSchematic::File { file } => {
+            let p = base.join(&file);
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| Error::bad_input(format!("{at}: file {}: {e}", p.display())))?;
+            let (id, canonical) = crate::schematic::id_and_canonical(&text)
+                .map_err(|e| Error::bad_input(format!("{at}: file {}: {e}", p.display())))?;
+            SchematicSource {
+                id,
+                canonical: Some(canonical),
+                file: Some(p),
+            }
+        }
+    })
+}
+
 impl Config {
     /// Read and validate `path`; schematic files are relative to it.
     pub fn load(path: &Path) -> Result<Config> {
+        Config::load_with(path, crate::matrix::Matrix::embedded())
+    }
+
+    /// [`Config::load`] with a support matrix (`--matrix`) for `workers:`.
+    pub fn load_with(path: &Path, matrix: &crate::matrix::Matrix) -> Result<Config> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::bad_input(format!("--config {}: {e}", path.display())))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Config::parse(&text, base, &format!("--config {}", path.display()))
+        Config::parse_with(&text, base, &format!("--config {}", path.display()), matrix)
     }
 
     /// Parse config text; `base` resolves `{file: ...}` schematics.
     pub fn parse(text: &str, base: &Path, what: &str) -> Result<Config> {
+        Config::parse_with(text, base, what, crate::matrix::Matrix::embedded())
+    }
+
+    /// [`Config::parse`] with a support matrix for `workers:`.
+    pub fn parse_with(
+        text: &str,
+        base: &Path,
+        what: &str,
+        matrix: &crate::matrix::Matrix,
+    ) -> Result<Config> {
         let raw: Raw = crate::yaml::from_str(text, what)?;
         let mut cfg = Config::default();
         for (i, s) in raw.schematics.into_iter().enumerate() {
-            let src = match s {
-                RawSchematic::Id(id) => {
-                    if crate::schematic::is_valid_id(&id) {
-                        SchematicSource {
-                            id,
-                            canonical: None,
-                            file: None,
-                        }
-                    } else {
-                        return Err(Error::bad_input(format!(
-                            "{what}: schematics[{i}]: {id:?} is not a 64-hex schematic ID (or give {{file: path}})"
-                        )));
-                    }
-                }
-                RawSchematic::File { file } => {
-                    let p = base.join(&file);
-                    let text = std::fs::read_to_string(&p).map_err(|e| {
-                        Error::bad_input(format!(
-                            "{what}: schematics[{i}]: file {}: {e}",
-                            p.display()
-                        ))
-                    })?;
-                    let (id, canonical) =
-                        crate::schematic::id_and_canonical(&text).map_err(|e| {
-                            Error::bad_input(format!(
-                                "{what}: schematics[{i}]: file {}: {e}",
-                                p.display()
-                            ))
-                        })?;
-                    SchematicSource {
-                        id,
-                        canonical: Some(canonical),
-                        file: Some(p),
-                    }
-                }
-            };
+            let src = schematic_source(s, base, &format!("{what}: schematics[{i}]"))?;
             if !cfg.schematics.iter().any(|x| x.id == src.id) {
                 cfg.schematics.push(src);
             }
@@ -241,7 +346,121 @@ impl Config {
                 "{what}: images and installers need at least one schematic and one talosVersions entry"
             )));
         }
+        for (i, w) in raw.workers.into_iter().enumerate() {
+            let at = format!("{what}: workers[{i}]");
+            let worker = Config::worker(w, base, &at, i, matrix)?;
+            for n in &worker.pull.notes {
+                cfg.notes.push(format!("workers[{i}]: {n}"));
+            }
+            cfg.workers.push(worker);
+        }
         Ok(cfg)
+    }
+
+    fn worker(
+        w: RawWorker,
+        base: &Path,
+        at: &str,
+        i: usize,
+        matrix: &crate::matrix::Matrix,
+    ) -> Result<Worker> {
+        let schematic = match w.schematic {
+            Some(s) => schematic_source(s, base, &format!("{at}.schematic"))?,
+            None => SchematicSource {
+                id: crate::images::VANILLA_SCHEMATIC.to_string(),
+                canonical: None,
+                file: None,
+            },
+        };
+        let platform = w.platform.unwrap_or_else(|| DEFAULT_PLATFORM.to_string());
+        crate::images::check_platform(&platform, &format!("{at}.platform"))?;
+        let arch = w.arch.unwrap_or_else(|| DEFAULT_ARCH.to_string());
+        if !matches!(arch.as_str(), "amd64" | "arm64") {
+            return Err(Error::bad_input(format!(
+                "{at}.arch: {arch:?} is not amd64 or arm64"
+            )));
+        }
+        let names = [
+            format!("workers[{i}].talos"),
+            format!("workers[{i}].kubernetes"),
+            format!("workers[{i}].schematic"),
+            format!("workers[{i}].installerRepository"),
+            format!("workers[{i}].platform"),
+        ];
+        let pull = crate::images::plan(
+            matrix,
+            &crate::images::PullRequest {
+                talos: &w.talos,
+                kubernetes: &w.kubernetes,
+                schematic: Some(&schematic.id),
+                installer_repository: w.installer_repository.as_deref(),
+                // The installer stays the factory's generic one unless the
+                // entry names a repository; the platform is the disk image's.
+                platform: None,
+                optional: w.optional_images,
+                names: crate::images::Names {
+                    talos: &names[0],
+                    kubernetes: &names[1],
+                    schematic: &names[2],
+                    installer_repository: &names[3],
+                    platform: &names[4],
+                },
+            },
+        )
+        .map_err(|e| match e {
+            Error::BadInput(m) if !m.starts_with(what_prefix(at)) => {
+                Error::bad_input(format!("{}{m}", what_prefix(at)))
+            }
+            Error::Refused(m) => Error::refused(format!("{at}: {m}")),
+            e => e,
+        })?;
+        let disk = ImageKey::parse(
+            &schematic.id,
+            &pull.talos.to_string(),
+            &format!("{platform}-{arch}.raw.xz"),
+        )
+        .map_err(|e| Error::bad_input(format!("{at}: the disk image: {e}")))?;
+        let mut oci = Vec::new();
+        for p in &pull.images {
+            oci.push(item_for_reference(&p.reference, at)?);
+        }
+        Ok(Worker {
+            pull,
+            schematic,
+            platform,
+            arch,
+            disk,
+            oci,
+        })
+    }
+
+    /// Every schematic of the config: `schematics:` and those of `workers:`
+    /// (the ones given as files are taught to the factory before a sync).
+    pub fn all_schematics(&self) -> Vec<&SchematicSource> {
+        let mut out: Vec<&SchematicSource> = self.schematics.iter().collect();
+        for w in &self.workers {
+            if !out.iter().any(|s| s.id == w.schematic.id) {
+                out.push(&w.schematic);
+            }
+        }
+        out
+    }
+
+    /// Does `mirror sync` fetch the cosign signature of `item`? With
+    /// `--cosign-key`, every installer and image (and it must verify);
+    /// without, the OCI items of `workers:` (where the upstream has one).
+    pub fn wants_signature(&self, item: &Item) -> Signature {
+        if matches!(item, Item::Image(_)) {
+            return Signature::No;
+        }
+        if !self.cosign_keys.is_empty() {
+            return Signature::Verify;
+        }
+        if self.workers.iter().any(|w| w.oci.contains(item)) {
+            Signature::IfPresent
+        } else {
+            Signature::No
+        }
     }
 
     /// Every item, in a stable order.
@@ -265,7 +484,119 @@ impl Config {
         for x in &self.extra_images {
             out.push(Item::Extra(x.clone()));
         }
+        for w in &self.workers {
+            for item in w.items() {
+                if !out.contains(&item) {
+                    out.push(item);
+                }
+            }
+        }
         out
+    }
+}
+
+impl Config {
+    /// `mirror plan`: every item, one per line (workers grouped, each OCI
+    /// item followed by its signature when the sync fetches it).
+    pub fn plan_text(&self) -> String {
+        let mut out = String::new();
+        let sig_line = |out: &mut String, item: &Item| match self.wants_signature(item) {
+            Signature::No => {}
+            w => out.push_str(&format!(
+                "    + cosign signature {}:sha256-<manifest digest>.sig{}\n",
+                item_repository(item),
+                if w == Signature::Verify {
+                    " (verified with --cosign-key)"
+                } else {
+                    " (where the upstream has it)"
+                }
+            )),
+        };
+        let mut seen: Vec<Item> = Vec::new();
+        for (i, w) in self.workers.iter().enumerate() {
+            out.push_str(&format!(
+                "worker {i}: Talos {} (image data {}), Kubernetes {}, schematic {}, {}-{}\n",
+                w.pull.talos, w.pull.release, w.pull.kubernetes, w.schematic.id, w.platform, w.arch
+            ));
+            out.push_str(&format!("  disk image  {}\n", w.disk.path()));
+            for (p, item) in w.pull.images.iter().zip(&w.oci) {
+                let extra = match p.role {
+                    crate::images::Role::Installer => " (every platform of the index)",
+                    r if r.optional() => " (optional)",
+                    _ => "",
+                };
+                out.push_str(&format!("  {:<11} {}{extra}\n", p.role.name(), p.reference));
+                sig_line(&mut out, item);
+            }
+            seen.extend(w.items());
+        }
+        let rest: Vec<Item> = self
+            .items()
+            .into_iter()
+            .filter(|i| !seen.contains(i))
+            .collect();
+        if !rest.is_empty() {
+            if !self.workers.is_empty() {
+                out.push_str("images, installers, extraImages:\n");
+            }
+            for item in &rest {
+                out.push_str(&format!("  {}\n", item.name()));
+                sig_line(&mut out, item);
+            }
+        }
+        let n = self.items().len();
+        out.push_str(&format!("{n} items\n"));
+        out
+    }
+
+    /// `mirror plan --json`.
+    pub fn plan_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        let sig = |i: &Item| match self.wants_signature(i) {
+            Signature::No => json!(null),
+            Signature::IfPresent => json!("if-present"),
+            Signature::Verify => json!("verify"),
+        };
+        let item = |i: &Item| {
+            let (kind, reference) = match i {
+                Item::Image(k) => ("image", k.path()),
+                Item::Installer { repo, tag } => (
+                    "installer",
+                    format!("{}/{repo}:{tag}", crate::images::FACTORY_HOST),
+                ),
+                Item::Extra(x) => ("oci", x.display()),
+            };
+            json!({"kind": kind, "name": i.name(), "reference": reference, "signature": sig(i)})
+        };
+        let workers: Vec<_> = self
+            .workers
+            .iter()
+            .map(|w| {
+                let mut pull = w.pull.to_json();
+                pull["platform"] = json!(w.platform);
+                pull["arch"] = json!(w.arch);
+                pull["diskImage"] = json!(w.disk.path());
+                pull["items"] = json!(w.items().iter().map(item).collect::<Vec<_>>());
+                pull
+            })
+            .collect();
+        json!({
+            "schematics": self.all_schematics().iter().map(|s| json!({
+                "id": s.id,
+                "file": s.file.as_ref().map(|p| p.display().to_string()),
+            })).collect::<Vec<_>>(),
+            "workers": workers,
+            "items": self.items().iter().map(item).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// `host/repo` of an OCI item (the factory's host for installers).
+fn item_repository(item: &Item) -> String {
+    match item {
+        Item::Image(k) => k.path(),
+        Item::Installer { repo, .. } => format!("{}/{repo}", crate::images::FACTORY_HOST),
+        Item::Extra(x) => format!("{}/{}", x.host, x.repo),
     }
 }
 
@@ -292,6 +623,129 @@ mod tests {
         for bad in ["ghcr.io/A/b:1", "ghcr.io/a/b:", "ghcr.io/a@sha256:12", ""] {
             assert!(ExtraImage::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn workers_expand() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.yaml"), "customization: {}\n").unwrap();
+        let text = format!(
+            "workers:\n  - {{talos: v1.13.9, kubernetes: v1.35, schematic: {S}}}\n  - {{talos: v1.12.11, kubernetes: 1.34.2, schematic: {{file: s.yaml}}, platform: nocloud, arch: arm64, installerRepository: registry.example/talos/installer, optionalImages: true}}\nextraImages: [ghcr.io/siderolabs/kubelet:v1.35.6]\n"
+        );
+        let c = Config::parse(&text, dir.path(), "cfg").unwrap();
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
+        let names: Vec<String> = c.items().iter().map(Item::name).collect();
+        let v = crate::images::VANILLA_SCHEMATIC;
+        assert_eq!(
+            names,
+            [
+                "image ghcr.io/siderolabs/kubelet:v1.35.6".to_string(),
+                format!("image /image/{S}/v1.13.9/openstack-amd64.raw.xz"),
+                format!("installer installer/{S}:v1.13.9"),
+                "image registry.k8s.io/pause:3.10.1".to_string(),
+                format!("image /image/{v}/v1.12.11/nocloud-arm64.raw.xz"),
+                format!("image registry.example/talos/installer/{v}:v1.12.11"),
+                "image ghcr.io/siderolabs/kubelet:v1.34.2".to_string(),
+                "image registry.k8s.io/pause:3.10.1".to_string(),
+                "image ghcr.io/siderolabs/flannel:v0.27.4".to_string(),
+                "image registry.k8s.io/kube-proxy:v1.34.2".to_string(),
+                "image registry.k8s.io/coredns/coredns:v1.14.2".to_string(),
+            ]
+            .into_iter()
+            .fold(Vec::<String>::new(), |mut acc, n| {
+                if !acc.contains(&n) {
+                    acc.push(n);
+                }
+                acc
+            })
+        );
+        // The file schematic is taught to the factory; the ID one is not.
+        let all = c.all_schematics();
+        assert_eq!(all.len(), 2);
+        assert!(all[1].canonical.is_some());
+        // Signatures: for the workers' OCI items where present (the kubelet
+        // the first worker shares with extraImages too); none for disk images
+        // or for extraImages alone.
+        let items = c.items();
+        assert_eq!(c.wants_signature(&items[1]), Signature::No);
+        assert_eq!(c.wants_signature(&items[2]), Signature::IfPresent);
+        assert_eq!(c.wants_signature(&items[0]), Signature::IfPresent);
+        let plain = Config::parse("extraImages: [ghcr.io/a/b:1]\n", dir.path(), "cfg").unwrap();
+        assert_eq!(plain.wants_signature(&plain.items()[0]), Signature::No);
+        let text = c.plan_text();
+        assert!(text.contains("worker 1: Talos v1.12.11"), "{text}");
+        assert!(text.contains("(every platform of the index)"), "{text}");
+        assert!(
+            text.contains("+ cosign signature registry.k8s.io/pause:sha256-<manifest digest>.sig"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(&format!("{} items\n", items.len())),
+            "{text}"
+        );
+        let j = c.plan_json();
+        assert_eq!(
+            j["workers"][0]["diskImage"],
+            format!("/image/{S}/v1.13.9/openstack-amd64.raw.xz")
+        );
+        assert_eq!(j["workers"][1]["images"][3]["optional"], true);
+        assert_eq!(j["items"].as_array().unwrap().len(), items.len());
+    }
+
+    #[test]
+    fn bad_workers() {
+        let dir = tempfile::tempdir().unwrap();
+        for (bad, code, want) in [
+            ("workers: [{talos: v1.13.9}]\n", 2, "kubernetes"),
+            (
+                "workers: [{talos: x, kubernetes: v1.35}]\n",
+                2,
+                "cfg: workers[0].talos",
+            ),
+            (
+                "workers: [{talos: v1.13.9, kubernetes: v1.35, arch: s390x}]\n",
+                2,
+                "workers[0].arch",
+            ),
+            (
+                "workers: [{talos: v1.13.9, kubernetes: v1.35, platform: A}]\n",
+                2,
+                "workers[0].platform",
+            ),
+            (
+                "workers: [{talos: v1.13.9, kubernetes: v1.35, schematic: abc}]\n",
+                2,
+                "workers[0].schematic",
+            ),
+            (
+                "workers: [{talos: v1.13.9, kubernetes: v1.35, bogus: 1}]\n",
+                2,
+                "bogus",
+            ),
+            (
+                "workers: [{talos: v1.13.9, kubernetes: v1.30}]\n",
+                1,
+                "cfg: workers[0]: Kubernetes v1.30 is not supported",
+            ),
+            (
+                "workers: [{talos: v1.7.0, kubernetes: v1.30}]\n",
+                1,
+                "no image data",
+            ),
+        ] {
+            let e = Config::parse(bad, dir.path(), "cfg").unwrap_err();
+            assert_eq!(e.exit_code(), code, "{bad}: {e}");
+            assert!(e.to_string().contains(want), "{bad}: {e}");
+        }
+        // A newer release: a note, not an error.
+        let c = Config::parse(
+            "workers: [{talos: v1.13.20, kubernetes: v1.35}]\n",
+            dir.path(),
+            "cfg",
+        )
+        .unwrap();
+        assert_eq!(c.notes.len(), 1);
+        assert!(c.notes[0].starts_with("workers[0]: "), "{:?}", c.notes);
     }
 
     #[test]

@@ -10,11 +10,12 @@
 pub mod bundle;
 pub mod config;
 pub mod report;
+pub mod signatures;
 pub mod sync;
 pub mod verify;
 
 pub use bundle::{ExportReport, ImportReport, export, import};
-pub use config::{Config, ExtraImage, Item};
+pub use config::{Config, ExtraImage, Item, Signature, Worker};
 pub use sync::{Output, SyncOptions, SyncReport, sync};
 pub use verify::{VerifyReport, verify};
 
@@ -82,7 +83,7 @@ pub fn manifest_refs(body: &[u8]) -> Result<ManifestRefs, String> {
 pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>, Vec<String>) {
     let mut keys = Vec::new();
     let mut missing = Vec::new();
-    for s in &cfg.schematics {
+    for s in cfg.all_schematics() {
         let key = crate::schematic::store_key(&s.id);
         if store.entry(&key).is_some() {
             keys.push(key);
@@ -121,7 +122,13 @@ pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>
             missing.push(item.name());
             continue;
         };
-        let mut queue = vec![top];
+        let mut queue = vec![top.clone()];
+        // Its cosign signature (`sha256-<hex>.sig`) travels with it when stored.
+        let sig = tag_key(&up, &repo, &crate::cosign::signature_tag(top.as_str()));
+        if let Some(d) = store.entry(&sig).and_then(|e| Digest::from_hex(&e.digest)) {
+            keys.push(sig);
+            queue.push(d);
+        }
         let mut ok = true;
         while let Some(d) = queue.pop() {
             let mk = manifest_key(&d);

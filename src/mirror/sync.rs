@@ -139,6 +139,7 @@ struct Ctx {
     registry: Registry,
     sem: Arc<Semaphore>,
     concurrency: usize,
+    signatures: super::signatures::Policy,
 }
 
 /// Sync `cfg` into the store at `cache_dir`.
@@ -173,6 +174,7 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
         registry,
         sem: Arc::new(Semaphore::new(concurrency)),
         concurrency,
+        signatures: super::signatures::Policy::from_config(cfg),
     });
 
     let multi = MultiProgress::with_draw_target(match opts.output {
@@ -196,7 +198,7 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
 
     let mut reports = Vec::new();
     // Schematics given as files are taught to the factory first.
-    for s in &cfg.schematics {
+    for s in cfg.all_schematics() {
         let Some(canonical) = &s.canonical else {
             continue;
         };
@@ -343,16 +345,41 @@ async fn sync_item(
     match item {
         Item::Image(k) => sync_image(ctx, k, counts, meter).await,
         Item::Installer { repo, tag } => {
-            sync_oci(ctx, &UpstreamId::Installer, repo, tag, counts, meter).await
+            let up = UpstreamId::Installer;
+            sync_signed(ctx, item, &up, repo, tag, counts, meter).await
         }
         Item::Extra(x) => {
             let up = ctx
                 .registry
                 .upstream_for_host(&x.host)
                 .map_err(|e| e.message)?;
-            sync_oci(ctx, &up, &x.repo, &x.reference, counts, meter).await
+            sync_signed(ctx, item, &up, &x.repo, &x.reference, counts, meter).await
         }
     }
+}
+
+/// An OCI item with its cosign signature, checked first (`signatures`).
+async fn sync_signed(
+    ctx: &Ctx,
+    item: &Item,
+    up: &UpstreamId,
+    repo: &str,
+    reference: &str,
+    counts: &Counts,
+    meter: &Meter,
+) -> std::result::Result<(), String> {
+    let checked = super::signatures::before(
+        &ctx.registry,
+        &ctx.store,
+        &ctx.signatures,
+        item,
+        up,
+        repo,
+        reference,
+    )
+    .await?;
+    let top = sync_oci(ctx, up, repo, reference, counts, meter).await?;
+    super::signatures::after(checked, &top)
 }
 
 /// Follow a fill to its end, moving the meter as bytes arrive.
@@ -427,7 +454,7 @@ async fn sync_oci(
     reference: &str,
     counts: &Counts,
     meter: &Meter,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<Digest, String> {
     let top_ref = Reference::parse(reference).map_err(|e| format!("{e:?}"))?;
     // Manifests: the top one, then every manifest of an index (all platforms).
     let mut manifests: Vec<Digest> = Vec::new();
@@ -523,7 +550,10 @@ async fn sync_oci(
     if let Reference::Tag(t) = &top_ref {
         pin(&ctx.store, &tag_key(up, repo, t)).await?;
     }
-    Ok(())
+    manifests
+        .first()
+        .cloned()
+        .ok_or_else(|| format!("manifest {repo}:{reference}: none fetched"))
 }
 
 fn ref_str(r: &Reference) -> String {

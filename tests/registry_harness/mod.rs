@@ -405,3 +405,46 @@ pub fn dir_contents(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     }
     m
 }
+
+/// Push a cosign signature of `image_digest` the classic way: a manifest
+/// tagged `sha256-<hex>.sig` in `repo` whose one layer is the simple-signing
+/// payload, with `signature` (DER, base64-encoded here) in its annotation.
+/// `sign` gets the payload bytes.
+pub async fn push_cosign_signature(
+    base: &str,
+    repo: &str,
+    reference: &str,
+    image_digest: &str,
+    sign: impl Fn(&[u8]) -> Vec<u8>,
+) -> String {
+    use base64::Engine;
+    let client = reqwest::Client::new();
+    let payload = talos_gen::cosign::simple_signing_payload(reference, image_digest);
+    let payload_digest = push_blob(&client, base, repo, payload.as_bytes()).await;
+    let config = b"{}".to_vec();
+    let config_digest = push_blob(&client, base, repo, &config).await;
+    let sig = base64::engine::general_purpose::STANDARD.encode(sign(payload.as_bytes()));
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": config.len(), "digest": config_digest},
+        "layers": [{
+            "mediaType": talos_gen::cosign::SIMPLE_SIGNING_MEDIA_TYPE,
+            "size": payload.len(),
+            "digest": payload_digest,
+            "annotations": {talos_gen::cosign::SIGNATURE_ANNOTATION: sig},
+        }],
+    }))
+    .expect("signature manifest");
+    let tag = talos_gen::cosign::signature_tag(image_digest);
+    push_manifest(
+        &client,
+        base,
+        repo,
+        &tag,
+        "application/vnd.oci.image.manifest.v1+json",
+        &manifest,
+    )
+    .await;
+    tag
+}

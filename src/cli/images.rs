@@ -1,0 +1,62 @@
+//! `talos-gen images`: the worker's pull list.
+
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct ImagesArgs {
+    /// Talos version (a release such as v1.13.9, or a minor: its newest known release).
+    #[arg(long, value_name = "VERSION")]
+    pub talos: String,
+    /// Kubernetes version: a minor (v1.35: the Cozystack kubelet patch) or a full version.
+    #[arg(long, value_name = "VERSION")]
+    pub kubernetes: String,
+    /// Schematic ID of the installer (default: the vanilla schematic).
+    #[arg(long, value_name = "ID")]
+    pub schematic: Option<String>,
+    /// Installer repository (default factory.talos.dev/installer).
+    #[arg(long, value_name = "REPO")]
+    pub installer_repository: Option<String>,
+    /// Use the platform's installer, factory.talos.dev/<P>-installer.
+    #[arg(long, value_name = "P")]
+    pub platform: Option<String>,
+    /// Add the optional images of a cluster whose CNI and add-ons Talos
+    /// manages (flannel, kube-proxy, CoreDNS, kube-network-policies).
+    #[arg(long)]
+    pub optional: bool,
+    /// Print JSON: each image with what it is for.
+    #[arg(long)]
+    pub json: bool,
+    /// Use this data file instead of the embedded matrix (and its image table).
+    #[arg(long, value_name = "FILE")]
+    pub matrix: Option<String>,
+}
+
+pub fn run(args: ImagesArgs) -> crate::Result<i32> {
+    let matrix = crate::matrix::Matrix::load(args.matrix.as_deref().map(std::path::Path::new))?;
+    let p = crate::images::plan(
+        &matrix,
+        &crate::images::PullRequest {
+            talos: &args.talos,
+            kubernetes: &args.kubernetes,
+            schematic: args.schematic.as_deref(),
+            installer_repository: args.installer_repository.as_deref(),
+            platform: args.platform.as_deref(),
+            optional: args.optional,
+            names: Default::default(),
+        },
+    )?;
+    for n in &p.notes {
+        eprintln!("talos-gen: images: {n}");
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&p.to_json()).unwrap_or_default()
+        );
+    } else {
+        for i in &p.images {
+            println!("{}", i.reference);
+        }
+    }
+    Ok(0)
+}
