@@ -1,6 +1,9 @@
 //! The one place that parses YAML (serde_yaml). Everything else calls these
-//! functions, so the parser can be swapped without touching callers.
-//! Writing YAML is `goyaml`'s job, never this module's.
+//! functions. The generic tree they return ([`Value`], [`Mapping`]) is
+//! serde_yaml's own, and callers (patches, schematic options, values files)
+//! match on it: swapping the parser means giving them a tree of the same
+//! shape, not only new functions here. Writing YAML is `goyaml`'s job,
+//! never this module's.
 
 use serde::de::DeserializeOwned;
 
