@@ -127,6 +127,8 @@ struct Progress {
 }
 
 struct Shared {
+    key: String,
+    store: Store,
     head: std::sync::OnceLock<Head>,
     file: std::sync::OnceLock<Arc<File>>,
     tx: watch::Sender<Progress>,
@@ -163,6 +165,107 @@ pub enum Joined {
     Stored(StoredObject),
     /// Being fetched (possibly just started).
     Filling(FillHandle),
+}
+
+/// One object as a reader sees it, wherever it is: in the store (whole,
+/// verified, leased) or growing in a fill (bytes as they arrive, the last
+/// one after verification). Handlers ask it for its length, its facts and
+/// a stream of a range; they never look anything up again.
+pub enum Object {
+    Stored(StoredObject),
+    Growing(Growing),
+}
+
+/// An object being fetched, its head known.
+pub struct Growing {
+    handle: FillHandle,
+    head: Head,
+}
+
+impl Growing {
+    /// Bytes written so far (progress).
+    pub fn written(&self) -> u64 {
+        self.handle.written()
+    }
+
+    /// What the upstream said before the body.
+    pub fn head(&self) -> &Head {
+        &self.head
+    }
+
+    /// The fill behind it (to follow its progress).
+    pub fn handle(&self) -> &FillHandle {
+        &self.handle
+    }
+}
+
+impl Object {
+    /// The length, when known (a fill whose upstream sent none: `None`).
+    pub fn len(&self) -> Option<u64> {
+        match self {
+            Object::Stored(o) => Some(o.entry.size),
+            Object::Growing(g) => g.head.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == Some(0)
+    }
+
+    /// Content type and kept headers, as the upstream gave them.
+    pub fn head(&self) -> Head {
+        match self {
+            Object::Stored(o) => head_of(&o.entry),
+            Object::Growing(g) => g.head.clone(),
+        }
+    }
+
+    /// The store's entry (digest, fetch time), once stored.
+    pub fn entry(&self) -> Option<&Entry> {
+        match self {
+            Object::Stored(o) => Some(&o.entry),
+            Object::Growing(_) => None,
+        }
+    }
+
+    /// Bytes `start..end` (`None`: to the end). A stored object's chunks
+    /// are checked against their checksums; a growing one's last byte comes
+    /// only after verification. Either way a failure ends the stream with
+    /// an error, never cleanly.
+    pub fn stream(
+        self,
+        start: u64,
+        end: Option<u64>,
+    ) -> futures::stream::BoxStream<'static, std::io::Result<Bytes>> {
+        match self {
+            Object::Stored(o) => {
+                let end = end.unwrap_or(o.entry.size);
+                o.stream(start, end).boxed()
+            }
+            Object::Growing(g) => g.handle.reader(start, end).boxed(),
+        }
+    }
+
+    /// The whole object, stored: waits for a growing one's commit.
+    pub async fn complete(self) -> Result<StoredObject, FetchError> {
+        match self {
+            Object::Stored(o) => Ok(o),
+            Object::Growing(g) => g.handle.wait().await,
+        }
+    }
+}
+
+impl Joined {
+    /// The object, once a fill's head is in (or its failure).
+    pub async fn object(self) -> Result<Object, FetchError> {
+        match self {
+            Joined::Stored(o) => Ok(Object::Stored(o)),
+            Joined::Filling(mut h) => {
+                let head = h.head().await?;
+                Ok(Object::Growing(Growing { handle: h, head }))
+            }
+        }
+    }
 }
 
 impl Fills {
@@ -244,6 +347,8 @@ impl Fills {
             written: 0,
         });
         let sh = Arc::new(Shared {
+            key: key.to_string(),
+            store: self.store.clone(),
             head: Default::default(),
             file: Default::default(),
             tx,
@@ -440,16 +545,29 @@ impl FillHandle {
         }
     }
 
-    /// Wait for the fill to end.
-    pub async fn wait(mut self) -> Result<Entry, FetchError> {
+    /// Wait for the fill to end; the committed object, leased (never a key
+    /// to look up again).
+    pub async fn wait(self) -> Result<StoredObject, FetchError> {
+        self.wait_entry().await?;
+        self.sh.store.get(&self.sh.key).ok_or_else(|| {
+            FetchError::Local(format!(
+                "{} was evicted as soon as it arrived (is --cache-max-size smaller than the object?)",
+                self.sh.key
+            ))
+        })
+    }
+
+    /// Wait for the fill to end; the committed entry (no lease).
+    pub async fn wait_entry(&self) -> Result<Entry, FetchError> {
+        let mut rx = self.rx.clone();
         loop {
-            let p = self.rx.borrow_and_update().clone();
+            let p = rx.borrow_and_update().clone();
             match p.phase {
                 Phase::Done(e) => return Ok(e),
                 Phase::Failed(e) => return Err(e),
                 _ => {}
             }
-            if self.rx.changed().await.is_err() {
+            if rx.changed().await.is_err() {
                 return Err(FetchError::Local("fill task vanished".into()));
             }
         }
@@ -943,8 +1061,8 @@ mod tests {
         assert_eq!(rest, b"def");
         assert_eq!(rb.await.unwrap().unwrap(), b"bcde");
         let e = a.wait().await.unwrap();
-        assert_eq!(e.size, 6);
-        assert_eq!(e.content_type.as_deref(), Some("application/x-test"));
+        assert_eq!(e.entry.size, 6);
+        assert_eq!(e.entry.content_type.as_deref(), Some("application/x-test"));
         assert!(matches!(
             fills.join("k", || panic!("no new fill")),
             Joined::Stored(_)
@@ -1004,7 +1122,7 @@ mod tests {
         };
         tx.send(Ok(Bytes::from_static(b"xy"))).await.unwrap();
         drop(tx);
-        assert_eq!(h.wait().await.unwrap().size, 2);
+        assert_eq!(h.wait().await.unwrap().entry.size, 2);
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::fill::{FetchError, FillSpec, Fills, Joined, Opened};
+use crate::fill::{FetchError, FillSpec, Fills, Joined, Object, Opened};
 use crate::metrics::Metrics;
 use crate::upstream::{Upstream, open_response, small_body};
 use crate::version::Version;
@@ -224,6 +224,12 @@ impl ImageCache {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The artifact as a reader sees it: stored, or growing in a fill whose
+    /// head is in (a fill that fails before its head is the error).
+    pub async fn open(&self, key: &ImageKey) -> Result<Object, ImageError> {
+        self.lookup(key)?.object().await.map_err(ImageError::Fetch)
     }
 
     /// The stored artifact, or the fill that is fetching it.
@@ -554,9 +560,9 @@ mod tests {
             panic!("expected a fill")
         };
         let e = h.wait().await.unwrap();
-        assert_eq!(e.size, 9);
+        assert_eq!(e.entry.size, 9);
         assert_eq!(
-            e.content_type.as_deref(),
+            e.entry.content_type.as_deref(),
             Some("application/x-iso9660-image")
         );
         assert_eq!(fake.gets.load(Ordering::SeqCst), 3);

@@ -77,8 +77,14 @@ pub struct Service {
 impl Service {
     /// Open the store (off the async threads) and build everything on it.
     pub async fn build(cfg: &ServiceConfig) -> Result<Service> {
+        // Every URL is checked before anything is created, each under the
+        // flag the user typed (the registry falls back to the factory URL).
         let factory_url = crate::registry::names::check_base_url(&cfg.factory_url)
             .map_err(|e| Error::bad_input(format!("--factory-url: {e}")))?;
+        if let Some(u) = &cfg.registry_url {
+            crate::registry::names::check_base_url(u)
+                .map_err(|e| Error::bad_input(format!("--registry-url: {e}")))?;
+        }
         let dir = cfg.cache_dir.clone();
         let max = cfg.cache_max_size;
         let store = tokio::task::spawn_blocking(move || Store::open(dir, max))

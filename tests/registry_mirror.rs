@@ -36,16 +36,12 @@ async fn mirrored_images_are_pinned_and_served_offline() {
         .registry;
         // Some of it was served (unpinned) before the mirror ran.
         let first_layer = talos_gen::registry::Digest::parse(&installer.blobs[0].digest).unwrap();
-        match reg
-            .blob(&UpstreamId::Installer, &repo, &first_layer)
+        reg.blob(&UpstreamId::Installer, &repo, &first_layer)
             .await
             .unwrap()
-        {
-            talos_gen::registry::Blob::Filling(h, _) => {
-                h.wait().await.unwrap();
-            }
-            talos_gen::registry::Blob::Stored(_) => {}
-        }
+            .complete()
+            .await
+            .unwrap();
         let child = talos_gen::registry::Digest::parse(&installer.manifests[0].2).unwrap();
         reg.manifest(&UpstreamId::Installer, &repo, &Reference::Digest(child))
             .await

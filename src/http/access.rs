@@ -13,7 +13,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::AppState;
+use super::state::AppState;
 
 /// Middleware: wrap the response body so the line is written when it ends.
 pub async fn log(State(st): State<AppState>, req: Request, next: Next) -> Response {

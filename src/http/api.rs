@@ -8,7 +8,7 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
+use super::state::AppState;
 use crate::error::Error;
 use crate::version::Version;
 
@@ -51,7 +51,7 @@ pub async fn matrix_check(
     };
     let (talos, k8s) = match (parse("talos"), parse("kubernetes")) {
         (Ok(t), Ok(k)) => (t, k),
-        (Err(e), _) | (_, Err(e)) => return error_response(&e),
+        (Err(e), _) | (_, Err(e)) => return e.into_response(),
     };
     let (supported, message) = match st.matrix.check(&talos, &k8s) {
         Ok(s) => (true, s.message),
@@ -64,20 +64,4 @@ pub async fn matrix_check(
         "kubernetes": k8s.to_string(),
     }))
     .into_response()
-}
-
-/// The HTTP status an error maps to: bad input 400, refused 422, not found
-/// 404, upstream 502, local I/O 500. The body is the one-line message.
-pub fn error_response(e: &Error) -> Response {
-    let status = match e {
-        Error::BadInput(_) => StatusCode::BAD_REQUEST,
-        Error::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        Error::NotFound(_) => StatusCode::NOT_FOUND,
-        Error::Upstream(_) => StatusCode::BAD_GATEWAY,
-        Error::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    if status.is_server_error() {
-        tracing::error!(error = %e, "request failed");
-    }
-    (status, format!("{e}\n")).into_response()
 }

@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::AppState;
+use super::state::AppState;
 use crate::error::{Error, Result};
 
 /// Largest request body accepted (POST endpoints): 1 MiB.

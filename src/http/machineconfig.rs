@@ -9,28 +9,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
+use super::state::AppState;
 use crate::error::Error;
 use crate::machineconfig::{self, Request, ReservationsRequest};
 
-fn error_response(e: &Error) -> Response {
-    let status = match e {
-        Error::BadInput(_) => StatusCode::BAD_REQUEST,
-        Error::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        Error::NotFound(_) => StatusCode::NOT_FOUND,
-        Error::Upstream(_) => StatusCode::BAD_GATEWAY,
-        Error::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    let body = serde_json::json!({ "error": e.to_string() }).to_string();
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response()
+fn error_response(e: Error) -> Response {
+    super::error::JsonError(e).into_response()
 }
 
 fn body_text(body: &Bytes) -> Result<&str, Error> {
@@ -68,7 +52,7 @@ pub async fn generate(State(state): State<AppState>, body: Bytes) -> Response {
             }
             (StatusCode::OK, headers, out.config).into_response()
         }
-        Err(e) => error_response(&e),
+        Err(e) => error_response(e),
     }
 }
 
@@ -87,8 +71,8 @@ pub async fn reservations(body: Bytes) -> Response {
                 json,
             )
                 .into_response(),
-            Err(e) => error_response(&Error::refused(format!("encoding JSON: {e}"))),
+            Err(e) => error_response(Error::refused(format!("encoding JSON: {e}"))),
         },
-        Err(e) => error_response(&e),
+        Err(e) => error_response(e),
     }
 }

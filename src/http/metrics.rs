@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 
-use super::AppState;
+use super::state::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     state.metrics.set_store_bytes(state.store.total_size());

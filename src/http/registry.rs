@@ -12,7 +12,8 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
+use super::ranges::{Answer, Validators, respond};
+use super::state::AppState;
 use crate::registry::{Blob, Digest, OciError, Reference};
 
 /// `GET /v2/`: the API version check.
@@ -167,98 +168,43 @@ fn blob_headers(h: &mut HeaderMap, d: &Digest, size: u64) {
     }
 }
 
-/// A single byte range `bytes=a-b`, `bytes=a-`, `bytes=-n` against `size`.
-/// `None`: no usable range header (serve the whole body);
-/// `Some(Err(()))`: unsatisfiable (416).
-pub fn parse_range(h: Option<&HeaderValue>, size: u64) -> Option<Result<(u64, u64), ()>> {
-    let s = h?.to_str().ok()?.trim();
-    let spec = s.strip_prefix("bytes=")?;
-    if spec.contains(',') {
-        return None; // multiple ranges: answer the whole body (allowed)
-    }
-    let (a, b) = spec.split_once('-')?;
-    let (a, b) = (a.trim(), b.trim());
-    let r = if a.is_empty() {
-        let n: u64 = b.parse().ok()?;
-        if n == 0 || size == 0 {
-            return Some(Err(()));
-        }
-        (size.saturating_sub(n), size - 1)
-    } else {
-        let start: u64 = a.parse().ok()?;
-        let end: u64 = if b.is_empty() {
-            size.saturating_sub(1)
-        } else {
-            let e: u64 = b.parse().ok()?;
-            if e < start {
-                return None;
-            }
-            e.min(size.saturating_sub(1))
-        };
-        if start >= size {
-            return Some(Err(()));
-        }
-        (start, end)
-    };
-    Some(Ok(r))
-}
-
+/// A blob (GET): the shared object answer ([`super::ranges`]): ranges,
+/// validators (the digest is the entity tag, known before the bytes),
+/// checked chunks or the growing fill.
 async fn serve_blob(
     reg: &crate::registry::Registry,
     d: &Digest,
     blob: Blob,
     req_headers: &HeaderMap,
 ) -> Result<Response, OciError> {
-    let size = match &blob {
-        Blob::Stored(obj) => Some(obj.entry.size),
-        Blob::Filling(_, head) => head.len,
-    };
-    let range = match size {
-        Some(size) => parse_range(req_headers.get(header::RANGE), size),
-        None => None,
-    };
-    let total = size.unwrap_or(0);
-    let (status, start, len) = match range {
-        None => (StatusCode::OK, 0, size),
-        Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, a, Some(b - a + 1)),
-        Some(Err(())) => {
-            let mut r = Response::new(Body::empty());
-            *r.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
-            set_common(r.headers_mut());
-            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{total}")) {
-                r.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
-            return Ok(r);
-        }
-    };
-    let body = match blob {
-        Blob::Stored(obj) => {
-            // Memory-mapped, chunk-checked windows of the committed object,
-            // one copy to the socket; the lease keeps it until the end.
-            let n = len.unwrap_or(total);
-            reg.served("blob", n);
-            Body::from_stream(obj.stream(start, start + n))
-        }
-        Blob::Filling(h, _) => {
-            let end = len.map(|n| start + n);
-            reg.served("blob", len.unwrap_or(0));
-            Body::from_stream(h.reader(start, end))
-        }
-    };
-    let mut resp = Response::new(body);
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    blob_headers(h, d, len.unwrap_or(0));
-    if len.is_none() {
-        h.remove(header::CONTENT_LENGTH);
+    let mut base = HeaderMap::new();
+    set_common(&mut base);
+    base.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    if let Ok(v) = HeaderValue::from_str(d.as_str()) {
+        base.insert("docker-content-digest", v);
     }
-    if status == StatusCode::PARTIAL_CONTENT
-        && let Some(n) = len
-        && let Ok(v) = HeaderValue::from_str(&format!("bytes {start}-{}/{total}", start + n - 1))
-    {
-        h.insert(header::CONTENT_RANGE, v);
-    }
-    Ok(resp)
+    let metrics = reg.metrics().cloned();
+    Ok(respond(
+        blob,
+        req_headers,
+        Answer {
+            base,
+            validators: Validators {
+                etag: Some(format!("\"{d}\"")),
+                last_modified: None,
+            },
+            head_only: false,
+            on_bytes: Box::new(move |n| {
+                if let Some(m) = &metrics {
+                    m.served("blob", n)
+                }
+            }),
+        },
+    )
+    .await)
 }
 
 impl IntoResponse for OciError {
@@ -271,23 +217,18 @@ impl IntoResponse for OciError {
 mod tests {
     use super::*;
 
-    fn hv(s: &str) -> HeaderValue {
-        HeaderValue::from_str(s).unwrap()
-    }
-
+    /// The blob route's range cases, through the one shared parser.
     #[test]
     fn ranges() {
-        assert_eq!(parse_range(Some(&hv("bytes=0-9")), 100), Some(Ok((0, 9))));
-        assert_eq!(parse_range(Some(&hv("bytes=90-")), 100), Some(Ok((90, 99))));
-        assert_eq!(parse_range(Some(&hv("bytes=-10")), 100), Some(Ok((90, 99))));
-        assert_eq!(
-            parse_range(Some(&hv("bytes=50-500")), 100),
-            Some(Ok((50, 99)))
-        );
-        assert_eq!(parse_range(Some(&hv("bytes=100-")), 100), Some(Err(())));
-        assert_eq!(parse_range(Some(&hv("bytes=0-1,5-6")), 100), None);
-        assert_eq!(parse_range(Some(&hv("items=0-1")), 100), None);
-        assert_eq!(parse_range(None, 100), None);
+        use crate::http::ranges::{ByteRange, RangeAsk, parse_range};
+        let r = |start, end| RangeAsk::Partial(ByteRange { start, end });
+        assert_eq!(parse_range("bytes=0-9", 100), r(0, 10));
+        assert_eq!(parse_range("bytes=90-", 100), r(90, 100));
+        assert_eq!(parse_range("bytes=-10", 100), r(90, 100));
+        assert_eq!(parse_range("bytes=50-500", 100), r(50, 100));
+        assert_eq!(parse_range("bytes=100-", 100), RangeAsk::Unsatisfiable);
+        assert_eq!(parse_range("bytes=0-1,5-6", 100), RangeAsk::Full);
+        assert_eq!(parse_range("items=0-1", 100), RangeAsk::Full);
     }
 
     #[test]

@@ -7,8 +7,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, Limited};
 
-use super::AppState;
-use super::api::error_response;
+use super::state::AppState;
 use crate::error::Error;
 use crate::schematic::{MAX_SIZE, Schematic};
 
@@ -38,16 +37,16 @@ pub async fn create(
                 )
                     .into_response();
             }
-            return error_response(&Error::bad_input(format!("reading the body: {e}")));
+            return Error::bad_input(format!("reading the body: {e}")).into_response();
         }
     };
     let text = match std::str::from_utf8(&bytes) {
         Ok(t) => t,
-        Err(_) => return error_response(&Error::bad_input("schematic: body is not UTF-8")),
+        Err(_) => return Error::bad_input("schematic: body is not UTF-8").into_response(),
     };
     let schematic = match Schematic::parse(text) {
         Ok(s) => s,
-        Err(e) => return error_response(&e),
+        Err(e) => return e.into_response(),
     };
     match st.schematics.put(&schematic).await {
         Ok((id, canonical)) => {
@@ -60,7 +59,7 @@ pub async fn create(
             )
                 .into_response()
         }
-        Err(e) => error_response(&e),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -69,9 +68,8 @@ pub async fn create(
 /// 64 lowercase hex digits (checked before the filesystem is touched).
 pub async fn get(State(st): State<AppState>, Path(id): Path<String>) -> Response {
     if !crate::schematic::is_valid_id(&id) {
-        return error_response(&Error::bad_input(
-            "invalid schematic ID: expected 64 lowercase hex digits",
-        ));
+        return Error::bad_input("invalid schematic ID: expected 64 lowercase hex digits")
+            .into_response();
     }
     let found = tokio::task::spawn_blocking(move || st.schematics.get(&id)).await;
     match found {
@@ -82,11 +80,12 @@ pub async fn get(State(st): State<AppState>, Path(id): Path<String>) -> Response
         )
             .into_response(),
         Ok(Ok(None)) => (StatusCode::NOT_FOUND, "schematic not found\n").into_response(),
-        Ok(Err(e)) => error_response(&e),
-        Err(e) => error_response(&Error::io(
+        Ok(Err(e)) => e.into_response(),
+        Err(e) => Error::io(
             "reading the schematic",
             std::io::Error::other(e.to_string()),
-        )),
+        )
+        .into_response(),
     }
 }
 

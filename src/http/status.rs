@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::AppState;
+use super::state::AppState;
 
 const TEMPLATE: &str = include_str!("../../templates/status.html");
 

@@ -11,7 +11,7 @@
 use super::config::{Config, Item, Signature};
 use super::{blob_key, manifest_key, manifest_refs, tag_key};
 use crate::cosign::PublicKey;
-use crate::registry::{Blob, Digest, Reference, Registry, UpstreamId};
+use crate::registry::{Digest, Reference, Registry, UpstreamId};
 use crate::store::Store;
 
 /// What the sync does about each item's signature.
@@ -89,9 +89,8 @@ pub async fn before(
     let mut blobs = Vec::new();
     for (d, _) in &refs.blobs {
         match registry.blob(up, repo, d).await {
-            Ok(Blob::Stored(_)) => {}
-            Ok(Blob::Filling(h, _)) => {
-                h.wait()
+            Ok(b) => {
+                b.complete()
                     .await
                     .map_err(|e| format!("signature {repo}:{tag}: blob {d}: {e}"))?;
             }

@@ -388,7 +388,7 @@ async fn track(
     meter: &Meter,
 ) -> std::result::Result<crate::store::Entry, FetchError> {
     let watch = h.clone();
-    let fut = h.wait();
+    let fut = h.wait_entry();
     tokio::pin!(fut);
     let mut seen = 0u64;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -517,13 +517,13 @@ async fn sync_oci(
                     .stored_bytes
                     .fetch_add(o.entry.size, Ordering::Relaxed);
             }
-            Ok(Blob::Filling(h, head)) => {
+            Ok(Blob::Growing(g)) => {
                 if size.is_none()
-                    && let Some(n) = head.len
+                    && let Some(n) = g.head().len
                 {
                     meter.grow(n);
                 }
-                let e = track(h, meter)
+                let e = track(g.handle().clone(), meter)
                     .await
                     .map_err(|e| format!("blob {d}: {e}"))?;
                 counts.fetched.fetch_add(1, Ordering::Relaxed);

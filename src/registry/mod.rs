@@ -24,9 +24,9 @@ use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 
-use crate::fill::{FetchError, FillHandle, FillSpec, Fills, Head, Joined, Opened};
+use crate::fill::{FetchError, FillSpec, Fills, Joined, Opened};
 use crate::metrics::Metrics;
-use crate::store::{Meta, Store, StoredObject};
+use crate::store::{Meta, Store};
 use crate::upstream::{Limits, open_response};
 use client::{MANIFEST_ACCEPT, RegistryClient};
 pub use names::{Digest, MirrorTable, NameError, Reference, UpstreamId};
@@ -100,13 +100,8 @@ pub struct Manifest {
     pub body: Bytes,
 }
 
-/// A blob ready to serve.
-pub enum Blob {
-    /// Committed in the store.
-    Stored(StoredObject),
-    /// Being fetched: read it from the growing fill (its head is known).
-    Filling(FillHandle, Head),
-}
+/// A blob ready to serve: stored, or growing in the shared fill.
+pub type Blob = crate::fill::Object;
 
 /// The platform manifests an index or manifest list names (empty for an
 /// image manifest).
@@ -626,23 +621,22 @@ impl Registry {
             spec.meta.content_type = Some("application/octet-stream".into());
             spec
         });
-        match joined {
-            Joined::Stored(obj) => {
-                self.metric(|m| m.hit("blob"));
-                Ok(Blob::Stored(obj))
-            }
-            Joined::Filling(mut h) => {
-                self.metric(|m| m.miss("blob"));
-                let head = h.head().await.map_err(|e| fill_error(e, repo, d))?;
-                Ok(Blob::Filling(h, head))
-            }
+        match &joined {
+            Joined::Stored(_) => self.metric(|m| m.hit("blob")),
+            Joined::Filling(_) => self.metric(|m| m.miss("blob")),
         }
+        joined.object().await.map_err(|e| fill_error(e, repo, d))
     }
 
     fn metric(&self, f: impl FnOnce(&Metrics)) {
         if let Some(m) = &self.metrics {
             f(m);
         }
+    }
+
+    /// The metrics this registry counts into, if any.
+    pub fn metrics(&self) -> Option<&Metrics> {
+        self.metrics.as_ref()
     }
 
     /// Count bytes sent to a client.

@@ -1,0 +1,129 @@
+//! The one mapping of the crate's errors to HTTP answers. A handler returns
+//! `Result<_, E>` for any of these and the answer is the same everywhere:
+//! a status and the one-line message (plain text); an upstream's own 4xx
+//! answer passes through as it came. The OCI routes keep only their body
+//! shape (`{"errors":[...]}`, [`crate::registry::OciError`]).
+//!
+//! | error | status |
+//! |---|---|
+//! | bad input | 400 |
+//! | refused | 422 |
+//! | not found, not cached offline | 404 |
+//! | upstream failed | 502 |
+//! | upstream timed out | 504 |
+//! | upstream 4xx | as it came |
+//! | local I/O | 500 |
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::error::Error;
+use crate::imagecache::ImageError;
+use crate::upstream::FetchError;
+
+/// A plain-text answer: `msg` and a newline.
+pub fn text(status: StatusCode, msg: impl Into<String>) -> Response {
+    let mut m = msg.into();
+    if !m.ends_with('\n') {
+        m.push('\n');
+    }
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        m,
+    )
+        .into_response()
+}
+
+/// The status an [`Error`] is answered with.
+pub fn status_of(e: &Error) -> StatusCode {
+    match e {
+        Error::BadInput(_) => StatusCode::BAD_REQUEST,
+        Error::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::Upstream(_) => StatusCode::BAD_GATEWAY,
+        Error::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let status = status_of(&self);
+        if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        }
+        text(status, self.to_string())
+    }
+}
+
+/// The same mapping with a JSON body `{"error": "..."}`, for the JSON API
+/// routes (`/api/v1/machineconfig`, `/api/v1/kubelet-reservations`).
+pub struct JsonError(pub Error);
+
+impl IntoResponse for JsonError {
+    fn into_response(self) -> Response {
+        let status = status_of(&self.0);
+        if status.is_server_error() {
+            tracing::error!(error = %self.0, "request failed");
+        }
+        let body = serde_json::json!({ "error": self.0.to_string() }).to_string();
+        (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+}
+
+impl IntoResponse for FetchError {
+    fn into_response(self) -> Response {
+        match self {
+            FetchError::Status {
+                status,
+                content_type,
+                body,
+            } => {
+                let st = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+                let mut r = (st, body).into_response();
+                if let Some(ct) = content_type.and_then(|c| HeaderValue::from_str(&c).ok()) {
+                    r.headers_mut().insert(header::CONTENT_TYPE, ct);
+                }
+                r
+            }
+            FetchError::Timeout(m) => text(StatusCode::GATEWAY_TIMEOUT, m),
+            FetchError::Failed(m) => text(StatusCode::BAD_GATEWAY, m),
+            FetchError::Local(m) => text(StatusCode::INTERNAL_SERVER_ERROR, m),
+        }
+    }
+}
+
+impl IntoResponse for ImageError {
+    fn into_response(self) -> Response {
+        match self {
+            ImageError::NotCached(m) => text(StatusCode::NOT_FOUND, m),
+            ImageError::Fetch(f) => f.into_response(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_mapping() {
+        let st = |r: Response| r.status().as_u16();
+        assert_eq!(st(Error::bad_input("x").into_response()), 400);
+        assert_eq!(st(Error::refused("x").into_response()), 422);
+        assert_eq!(st(Error::NotFound("x".into()).into_response()), 404);
+        assert_eq!(st(Error::Upstream("x".into()).into_response()), 502);
+        assert_eq!(st(FetchError::Timeout("t".into()).into_response()), 504);
+        assert_eq!(st(FetchError::Failed("f".into()).into_response()), 502);
+        assert_eq!(
+            st(FetchError::Status {
+                status: 404,
+                content_type: None,
+                body: bytes::Bytes::new()
+            }
+            .into_response()),
+            404
+        );
+        assert_eq!(st(ImageError::NotCached("n".into()).into_response()), 404);
+    }
+}

@@ -1,0 +1,276 @@
+//! Answering for one object, whole or a byte range, with its validators:
+//! the one place that reads `Range`, `If-Range`, `If-None-Match` and
+//! `If-Modified-Since`, shared by `/image` and `/v2/.../blobs`.
+//!
+//! The conditional headers are the `headers` crate's typed ones. `Range`
+//! is parsed here: `headers::Range::satisfiable_ranges` drops a suffix
+//! longer than the body (RFC 9110 says: the whole body), accepts `+5` as a
+//! number and an end before the start, so it does not fit the contract.
+
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use headers::{ETag, HeaderMapExt, IfModifiedSince, IfNoneMatch, IfRange, LastModified};
+
+use crate::fill::Object;
+
+/// A single byte range, end exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// What a `Range` header asks of a body of `len` bytes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RangeAsk {
+    /// No (usable) range: the whole body.
+    Full,
+    Partial(ByteRange),
+    Unsatisfiable,
+}
+
+/// Parse `Range` for a body of `len` bytes. Malformed headers and multiple
+/// ranges are ignored (the whole body is sent), as RFC 9110 allows.
+pub fn parse_range(value: &str, len: u64) -> RangeAsk {
+    let Some(spec) = value.trim().strip_prefix("bytes=") else {
+        return RangeAsk::Full;
+    };
+    if spec.contains(',') {
+        return RangeAsk::Full;
+    }
+    let Some((a, b)) = spec.trim().split_once('-') else {
+        return RangeAsk::Full;
+    };
+    let num = |s: &str| -> Option<u64> {
+        let s = s.trim();
+        if s.is_empty() || s.len() > 19 || !s.bytes().all(|c| c.is_ascii_digit()) {
+            None
+        } else {
+            s.parse().ok()
+        }
+    };
+    match (a.trim().is_empty(), b.trim().is_empty()) {
+        (true, true) => RangeAsk::Full,
+        (true, false) => match num(b) {
+            // suffix range: the last n bytes
+            Some(0) => RangeAsk::Unsatisfiable,
+            Some(_) if len == 0 => RangeAsk::Unsatisfiable,
+            Some(n) => RangeAsk::Partial(ByteRange {
+                start: len.saturating_sub(n),
+                end: len,
+            }),
+            None => RangeAsk::Full,
+        },
+        (false, _) => {
+            let Some(start) = num(a) else {
+                return RangeAsk::Full;
+            };
+            let last = if b.trim().is_empty() {
+                None
+            } else {
+                match num(b) {
+                    Some(l) if l >= start => Some(l),
+                    _ => return RangeAsk::Full,
+                }
+            };
+            if start >= len {
+                return RangeAsk::Unsatisfiable;
+            }
+            let end = last.map_or(len, |l| l.saturating_add(1).min(len));
+            RangeAsk::Partial(ByteRange { start, end })
+        }
+    }
+}
+
+/// What identifies the representation (for conditional requests).
+#[derive(Debug, Clone, Default)]
+pub struct Validators {
+    /// A strong entity tag, quoted (`"<hex>"`).
+    pub etag: Option<String>,
+    pub last_modified: Option<SystemTime>,
+}
+
+impl Validators {
+    fn etag(&self) -> Option<ETag> {
+        self.etag.as_deref().and_then(|e| e.parse().ok())
+    }
+
+    fn last_modified(&self) -> Option<LastModified> {
+        self.last_modified.map(LastModified::from)
+    }
+
+    fn insert(&self, h: &mut HeaderMap) {
+        if let Some(e) = self.etag() {
+            h.typed_insert(e);
+        }
+        if let Some(m) = self.last_modified() {
+            h.typed_insert(m);
+        }
+    }
+
+    /// `If-None-Match` (or, without it, `If-Modified-Since`) says the
+    /// client's copy is current.
+    fn not_modified(&self, req: &HeaderMap) -> bool {
+        if let Some(inm) = req.typed_get::<IfNoneMatch>() {
+            return self.etag().is_some_and(|e| !inm.precondition_passes(&e));
+        }
+        match (req.typed_get::<IfModifiedSince>(), self.last_modified) {
+            (Some(ims), Some(t)) => !ims.is_modified(t),
+            _ => false,
+        }
+    }
+
+    /// `If-Range` absent, or matching this representation.
+    fn range_applies(&self, req: &HeaderMap) -> bool {
+        if req.get(header::IF_RANGE).is_none() {
+            return true;
+        }
+        match req.typed_get::<IfRange>() {
+            Some(ir) => {
+                (self.etag.is_some() || self.last_modified.is_some())
+                    && !ir.is_modified(self.etag().as_ref(), self.last_modified().as_ref())
+            }
+            None => false,
+        }
+    }
+}
+
+/// How one response goes out.
+pub struct Answer {
+    /// Headers every answer of the route carries (content type, disposition,
+    /// the registry's version header), 304 and 416 included.
+    pub base: HeaderMap,
+    pub validators: Validators,
+    pub head_only: bool,
+    /// Called with the size of each body chunk sent (metrics).
+    pub on_bytes: Box<dyn Fn(u64) + Send + Sync>,
+}
+
+/// Answer `req` with `obj`: 304, 416, 206 or 200, `Content-Length`,
+/// `Content-Range`, `Accept-Ranges`, the validators; the body streamed
+/// from the object (checked chunks, or the growing fill whose end waits for
+/// verification). An object whose length is not known yet is answered
+/// once it is stored.
+pub async fn respond(obj: Object, req: &HeaderMap, a: Answer) -> Response {
+    let obj = match obj.len() {
+        Some(_) => obj,
+        None => match obj.complete().await {
+            Ok(o) => Object::Stored(o),
+            Err(e) => return e.into_response(),
+        },
+    };
+    let len = obj.len().unwrap_or(0);
+    let mut h = a.base;
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    a.validators.insert(&mut h);
+    if a.validators.not_modified(req) {
+        let mut r = StatusCode::NOT_MODIFIED.into_response();
+        r.headers_mut().extend(h);
+        r.headers_mut().remove(header::CONTENT_TYPE);
+        return r;
+    }
+    let ask = match req.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+        Some(v) if a.validators.range_applies(req) => parse_range(v, len),
+        _ => RangeAsk::Full,
+    };
+    let (status, range) = match ask {
+        RangeAsk::Full => (StatusCode::OK, ByteRange { start: 0, end: len }),
+        RangeAsk::Partial(r) => {
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes {}-{}/{len}", r.start, r.end - 1))
+            {
+                h.insert(header::CONTENT_RANGE, v);
+            }
+            (StatusCode::PARTIAL_CONTENT, r)
+        }
+        RangeAsk::Unsatisfiable => {
+            let mut r = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
+                h.insert(header::CONTENT_RANGE, v);
+            }
+            h.remove(header::CONTENT_TYPE);
+            r.headers_mut().extend(h);
+            return r;
+        }
+    };
+    h.insert(
+        header::CONTENT_LENGTH,
+        HeaderValue::from(range.end - range.start),
+    );
+    let body = if a.head_only {
+        Body::empty()
+    } else {
+        let count = a.on_bytes;
+        Body::from_stream(obj.stream(range.start, Some(range.end)).inspect(move |r| {
+            if let Ok(b) = r {
+                count(b.len() as u64);
+            }
+        }))
+    };
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    *r.headers_mut() = h;
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        let p = |s| parse_range(s, 100);
+        let r = |start, end| RangeAsk::Partial(ByteRange { start, end });
+        assert_eq!(p("bytes=0-0"), r(0, 1));
+        assert_eq!(p("bytes=10-"), r(10, 100));
+        assert_eq!(p("bytes=90-200"), r(90, 100));
+        assert_eq!(p("bytes=-10"), r(90, 100));
+        assert_eq!(p("bytes=-1000"), r(0, 100));
+        assert_eq!(p("bytes=100-"), RangeAsk::Unsatisfiable);
+        assert_eq!(p("bytes=-0"), RangeAsk::Unsatisfiable);
+        assert_eq!(p("bytes=5-1"), RangeAsk::Full);
+        assert_eq!(p("bytes=0-1,5-6"), RangeAsk::Full);
+        assert_eq!(p("items=0-1"), RangeAsk::Full);
+        assert_eq!(p("bytes=x-1"), RangeAsk::Full);
+        assert_eq!(p("bytes=+5-9"), RangeAsk::Full);
+        assert_eq!(parse_range("bytes=0-", 0), RangeAsk::Unsatisfiable);
+    }
+
+    fn hm(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn validators() {
+        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let v = Validators {
+            etag: Some("\"abc\"".into()),
+            last_modified: Some(t),
+        };
+        assert!(v.not_modified(&hm(&[("if-none-match", "\"abc\"")])));
+        assert!(v.not_modified(&hm(&[("if-none-match", "W/\"abc\", \"x\"")])));
+        assert!(v.not_modified(&hm(&[("if-none-match", "*")])));
+        assert!(!v.not_modified(&hm(&[("if-none-match", "\"c\"")])));
+        let date = httpdate::fmt_http_date(t);
+        assert!(v.not_modified(&hm(&[("if-modified-since", &date)])));
+        // If-None-Match wins over If-Modified-Since
+        assert!(!v.not_modified(&hm(&[
+            ("if-none-match", "\"c\""),
+            ("if-modified-since", &date)
+        ])));
+        assert!(v.range_applies(&hm(&[])));
+        assert!(v.range_applies(&hm(&[("if-range", "\"abc\"")])));
+        assert!(!v.range_applies(&hm(&[("if-range", "\"old\"")])));
+        assert!(v.range_applies(&hm(&[("if-range", &date)])));
+        // a growing object has no validators: If-Range never matches
+        assert!(!Validators::default().range_applies(&hm(&[("if-range", "\"abc\"")])));
+        assert!(!Validators::default().not_modified(&hm(&[("if-none-match", "*")])));
+    }
+}

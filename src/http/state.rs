@@ -1,0 +1,92 @@
+//! The typed state every handler gets: built once from [`ServeConfig`] through
+//! the composition root ([`crate::service`]).
+
+use std::sync::Arc;
+
+use super::ServeConfig;
+use super::limits;
+use crate::error::Result;
+
+/// Shared, typed state handed to every handler.
+#[derive(Clone)]
+pub struct AppState(pub Arc<Shared>);
+
+pub struct Shared {
+    pub cfg: ServeConfig,
+    /// The support matrix (`--matrix FILE` or the embedded one).
+    pub matrix: crate::matrix::Matrix,
+    /// Known schematics: `--schematics-dir` (or embedded) plus POSTed ones.
+    pub schematics: Arc<crate::schematic::Registry>,
+    pub metrics: crate::metrics::Metrics,
+    pub store: crate::store::Store,
+    pub fills: crate::fill::Fills,
+    /// `None` when offline.
+    pub upstream: Option<crate::upstream::Upstream>,
+    pub images: crate::imagecache::ImageCache,
+    pub registry: crate::registry::Registry,
+    /// `--api-token-file`: the token `/api/v1/` writes require.
+    pub api_token: Option<limits::ApiToken>,
+    /// When the service started (uptime on the status page).
+    pub started: std::time::SystemTime,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+impl AppState {
+    /// Build the state: load data, open the store.
+    pub async fn new(cfg: ServeConfig) -> Result<AppState> {
+        let matrix = crate::matrix::Matrix::load(cfg.matrix.as_deref())?;
+        let api_token = cfg
+            .api_token_file
+            .as_deref()
+            .map(limits::ApiToken::from_file)
+            .transpose()?;
+        let max = cfg
+            .cache_max_size
+            .as_deref()
+            .map(crate::store::parse_size)
+            .transpose()?;
+        let svc = crate::service::Service::build(&crate::service::ServiceConfig {
+            cache_dir: cfg.cache_dir.clone(),
+            cache_max_size: max,
+            factory_url: cfg.factory_url.clone(),
+            registry_url: cfg.registry_url.clone(),
+            mirror_upstreams: cfg.mirror_upstreams.clone(),
+            offline: cfg.offline,
+            schematics_dir: cfg.schematics_dir.clone(),
+            tag_revalidate: cfg.tag_revalidate,
+            max_concurrent_fills: Some(cfg.max_concurrent_fills),
+            limits: cfg.upstream_limits,
+            direct_upstreams: false,
+        })
+        .await?;
+        let crate::service::Service {
+            metrics,
+            store,
+            fills,
+            upstream,
+            schematics,
+            images,
+            registry,
+            ..
+        } = svc;
+        Ok(AppState(Arc::new(Shared {
+            cfg,
+            matrix,
+            schematics,
+            metrics,
+            store,
+            fills,
+            upstream,
+            images,
+            registry,
+            api_token,
+            started: std::time::SystemTime::now(),
+        })))
+    }
+}
