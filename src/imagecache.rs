@@ -261,7 +261,7 @@ impl ImageCache {
             let mut spec = FillSpec::new(move || {
                 Box::pin(open_image(up, url, post_url, id, schematic, default_ct))
             });
-            spec.verifier = crate::fill::verifier_for(&key.asset);
+            spec.verifier = verifier_for(&key.asset);
             spec.timeout = self.fill_timeout;
             // The upstream's own bounds fire first; this is the backstop.
             spec.idle_timeout = idle;
@@ -396,9 +396,28 @@ async fn open_image(
     Ok(opened)
 }
 
+/// The integrity check an artifact's name calls for: `.xz`, `.gz` and
+/// `.zst` streams must decode (CDI decompresses them); others have none
+/// beyond length and sha256.
+pub fn verifier_for(name: &str) -> Option<Box<dyn crate::fill::Verifier>> {
+    if name.ends_with(".xz") {
+        crate::verifiers::XzVerifier::new()
+            .ok()
+            .map(|v| Box::new(v) as Box<dyn crate::fill::Verifier>)
+    } else if name.ends_with(".gz") {
+        Some(Box::new(crate::verifiers::GzVerifier::new()))
+    } else if name.ends_with(".zst") {
+        crate::verifiers::ZstdVerifier::new()
+            .ok()
+            .map(|v| Box::new(v) as Box<dyn crate::fill::Verifier>)
+    } else {
+        None
+    }
+}
+
 /// The service's schematic registry (named files and earlier POSTs) is
 /// what the factory is taught after a 404.
-impl SchematicLookup for crate::schematic::Registry {
+impl SchematicLookup for crate::schematics::Registry {
     fn canonical(&self, id: &str) -> Option<Vec<u8>> {
         self.get(id).ok().flatten().map(String::into_bytes)
     }

@@ -11,6 +11,7 @@ pub mod yaml;
 pub mod cosign;
 pub mod matrix;
 pub mod schematic;
+pub mod schematics;
 
 pub mod images;
 
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod registry;
 pub mod store;
 pub mod upstream;
+pub mod verifiers;
 
 pub mod service;
 

@@ -13,7 +13,7 @@ use crate::fill::Fills;
 use crate::imagecache::ImageCache;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
-use crate::schematic;
+use crate::schematics;
 use crate::store::Store;
 use crate::upstream::{Limits, Upstream, UpstreamConfig};
 
@@ -69,7 +69,7 @@ pub struct Service {
     pub upstream: Option<Upstream>,
     /// The factory base URL, checked.
     pub factory_url: String,
-    pub schematics: Arc<schematic::Registry>,
+    pub schematics: Arc<schematics::Registry>,
     pub images: ImageCache,
     pub registry: Registry,
 }
@@ -91,7 +91,7 @@ impl Service {
             .await
             .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
         let metrics = Metrics::new();
-        let schematics = Arc::new(schematic::Registry::open(
+        let schematics = Arc::new(schematics::Registry::open(
             store.clone(),
             cfg.schematics_dir.as_deref(),
         )?);

@@ -215,7 +215,7 @@ proptest! {
         if let Some(ns) = duration::parse(&s) {
             let _ = duration::format(ns);
         }
-        let _ = talos_gen::store::parse_size(&s);
+        let _ = talos_gen::cli::common::parse_size(&s);
     }
 
     #[test]

@@ -51,8 +51,35 @@ pub fn duration_flag(s: &str) -> Result<Duration, String> {
 }
 
 fn rate_flag(s: &str) -> Result<u64, String> {
-    crate::store::parse_size(s)
+    parse_size(s)
         .map_err(|_| format!("{s:?} is not a number of bytes per second (e.g. 1Ki, 64K, 0)"))
+}
+
+/// Parse a size such as `50Gi`, `10G`, `512Mi`, `100M`, `4096` (bytes).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || format!("{s:?} is not a size (e.g. 50Gi, 10G, 4096)");
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let mul: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "k" | "KB" | "kB" => 1000,
+        "M" | "MB" => 1000_u64.pow(2),
+        "G" | "GB" => 1000_u64.pow(3),
+        "T" | "TB" => 1000_u64.pow(4),
+        "Ki" | "KiB" => 1 << 10,
+        "Mi" | "MiB" => 1 << 20,
+        "Gi" | "GiB" => 1 << 30,
+        "Ti" | "TiB" => 1 << 40,
+        _ => return Err(bad()),
+    };
+    if !n.is_finite() || n < 0.0 {
+        return Err(bad());
+    }
+    Ok((n * mul as f64) as u64)
 }
 
 /// A cache directory: any path but the empty one (which would root the
@@ -84,6 +111,12 @@ mod tests {
         assert_eq!(rate_flag("0"), Ok(0));
         assert!(rate_flag("fast").is_err());
         assert!(cache_dir_flag("").is_err());
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("50Gi").unwrap(), 50 << 30);
+        assert_eq!(parse_size("10G").unwrap(), 10_000_000_000);
+        assert_eq!(parse_size("1.5Mi").unwrap(), 3 << 19);
+        assert!(parse_size("ten").is_err());
+        assert!(parse_size("10X").is_err());
         assert!(cache_dir_flag("  ").is_err());
         assert_eq!(cache_dir_flag("/var/cache/x"), Ok("/var/cache/x".into()));
     }

@@ -60,8 +60,8 @@ pub struct ServeArgs {
     #[arg(long, env = "TALOS_GEN_OFFLINE", value_parser = bool_env(), num_args = 0, default_missing_value = "true", default_value = "false")]
     pub offline: bool,
     /// Evict least-recently-used, unpinned objects above this size, e.g. 50Gi (default: no limit).
-    #[arg(long, env = "TALOS_GEN_CACHE_MAX_SIZE", value_name = "SIZE")]
-    pub cache_max_size: Option<String>,
+    #[arg(long, env = "TALOS_GEN_CACHE_MAX_SIZE", value_name = "SIZE", value_parser = super::common::parse_size)]
+    pub cache_max_size: Option<u64>,
     /// Named schematic files (default: the embedded `schematics/`).
     #[arg(long, env = "TALOS_GEN_SCHEMATICS_DIR", value_name = "DIR")]
     pub schematics_dir: Option<String>,

@@ -35,7 +35,8 @@ pub struct ServeConfig {
     pub factory_url: String,
     pub registry_url: Option<String>,
     pub offline: bool,
-    pub cache_max_size: Option<String>,
+    /// Evict down to this many bytes (`None`: no limit).
+    pub cache_max_size: Option<u64>,
     pub schematics_dir: Option<PathBuf>,
     pub matrix: Option<PathBuf>,
     pub mirror_upstreams: Vec<String>,

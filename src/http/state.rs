@@ -16,7 +16,7 @@ pub struct Shared {
     /// The support matrix (`--matrix FILE` or the embedded one).
     pub matrix: crate::matrix::Matrix,
     /// Known schematics: `--schematics-dir` (or embedded) plus POSTed ones.
-    pub schematics: Arc<crate::schematic::Registry>,
+    pub schematics: Arc<crate::schematics::Registry>,
     pub metrics: crate::metrics::Metrics,
     pub store: crate::store::Store,
     pub fills: crate::fill::Fills,
@@ -46,14 +46,9 @@ impl AppState {
             .as_deref()
             .map(limits::ApiToken::from_file)
             .transpose()?;
-        let max = cfg
-            .cache_max_size
-            .as_deref()
-            .map(crate::store::parse_size)
-            .transpose()?;
         let svc = crate::service::Service::build(&crate::service::ServiceConfig {
             cache_dir: cfg.cache_dir.clone(),
-            cache_max_size: max,
+            cache_max_size: cfg.cache_max_size,
             factory_url: cfg.factory_url.clone(),
             registry_url: cfg.registry_url.clone(),
             mirror_upstreams: cfg.mirror_upstreams.clone(),

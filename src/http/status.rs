@@ -281,7 +281,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
             manifests += 1;
         } else if e.key.starts_with("oci/blob/") {
             blobs += 1;
-        } else if e.key.starts_with(crate::schematic::STORE_PREFIX) {
+        } else if e.key.starts_with(crate::schematics::STORE_PREFIX) {
             schematics += 1;
         }
     }
