@@ -1,9 +1,9 @@
 //! `talos-gen images` and `talos-gen mirror plan`: the worker's pull list
 //! and the mirror config's `workers:` expansion, through the binary.
 
-mod common;
+mod support;
 
-use common::{run, stderr, stdout};
+use support::{run, stderr, stdout};
 
 const VANILLA: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
 const COZY: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";

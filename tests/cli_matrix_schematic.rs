@@ -1,9 +1,9 @@
 //! `talos-gen matrix` and `talos-gen schematic` as whole processes: output,
 //! exit codes (0 ok, 1 refused, 2 bad input) and the messages.
 
-mod common;
+mod support;
 
-use common::{run, stderr, stdout};
+use support::{run, stderr, stdout};
 
 const VANILLA: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
 const COZYSTACK: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
@@ -205,7 +205,7 @@ fn matrix_table_json_and_replacement_file() {
 /// The kubelet table in matrix/ is the Cozystack chart's versions.yaml.
 #[test]
 fn kubelet_table_matches_cozystack() {
-    let Some(dir) = common::reference_dir() else {
+    let Some(dir) = support::reference_dir() else {
         return;
     };
     let text = std::fs::read_to_string(dir.join("cozystack/versions.yaml")).unwrap();

@@ -1,71 +1,27 @@
 //! The HTTP API for configs and reservations, against a real `talos-gen
 //! serve` process on loopback.
 
-mod common;
+mod support;
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use support::Service;
 
-struct Server {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start() -> Server {
+/// `serve --offline` over a cache dir of its own.
+fn start() -> (tempfile::TempDir, Service) {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(common::bin())
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--cache-dir",
-            dir.path().to_str().unwrap(),
-            "--offline",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let server = Server {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-        _dir: dir,
-    };
-    let client = reqwest::Client::new();
-    for _ in 0..100 {
-        if client
-            .get(format!("{}/healthz", server.base))
-            .send()
-            .await
-            .is_ok()
-        {
-            return server;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("talos-gen serve did not come up");
+    let svc = Service::builder()
+        .arg("--cache-dir")
+        .arg(dir.path())
+        .arg("--offline")
+        .start();
+    (dir, svc)
 }
 
 #[tokio::test]
 async fn machineconfig_over_http_matches_the_cli() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
-    let server = start().await;
+    let (_dir, server) = start();
     let secrets = std::fs::read_to_string(shared.join("talos-golden/secrets.yaml")).unwrap();
     let client = reqwest::Client::new();
 
@@ -81,7 +37,7 @@ async fn machineconfig_over_http_matches_the_cli() {
         "secrets": secrets,
     });
     let resp = client
-        .post(format!("{}/api/v1/machineconfig", server.base))
+        .post(format!("{}/api/v1/machineconfig", server.url()))
         .header("content-type", "application/json")
         .body(body.to_string())
         .send()
@@ -103,7 +59,7 @@ async fn machineconfig_over_http_matches_the_cli() {
             .collect::<String>()
     );
     let resp = client
-        .post(format!("{}/api/v1/machineconfig", server.base))
+        .post(format!("{}/api/v1/machineconfig", server.url()))
         .header("content-type", "application/yaml")
         .body(yaml)
         .send()
@@ -117,7 +73,7 @@ async fn machineconfig_over_http_matches_the_cli() {
 
     // Bad input: 400 naming the field; refusal: 422.
     let resp = client
-        .post(format!("{}/api/v1/machineconfig", server.base))
+        .post(format!("{}/api/v1/machineconfig", server.url()))
         .header("content-type", "application/json")
         .body(serde_json::json!({"clusterName": "c", "endpoint": "https://c:6443", "instanceTyp": "u1.medium"}).to_string())
         .send()
@@ -126,7 +82,7 @@ async fn machineconfig_over_http_matches_the_cli() {
     assert_eq!(resp.status(), 400);
     assert!(resp.text().await.unwrap().contains("instanceTyp"));
     let resp = client
-        .post(format!("{}/api/v1/machineconfig", server.base))
+        .post(format!("{}/api/v1/machineconfig", server.url()))
         .header("content-type", "application/json")
         .body(serde_json::json!({"clusterName": "c", "endpoint": "https://c:6443", "talosVersion": "v1.13", "kubernetesVersion": "1.20.0", "secrets": secrets}).to_string())
         .send()
@@ -137,10 +93,10 @@ async fn machineconfig_over_http_matches_the_cli() {
 
 #[tokio::test]
 async fn reservations_over_http() {
-    let server = start().await;
+    let (_dir, server) = start();
     let client = reqwest::Client::new();
     let resp = client
-        .post(format!("{}/api/v1/kubelet-reservations", server.base))
+        .post(format!("{}/api/v1/kubelet-reservations", server.url()))
         .header("content-type", "application/json")
         .body(serde_json::json!({"instanceType": "u1.medium"}).to_string())
         .send()
@@ -152,14 +108,14 @@ async fn reservations_over_http() {
     assert_eq!(j["capacityCpu"], "900m");
     assert_eq!(j["systemReservedMemory"], "256Mi");
     let resp = client
-        .post(format!("{}/api/v1/kubelet-reservations", server.base))
+        .post(format!("{}/api/v1/kubelet-reservations", server.url()))
         .body("instanceType: u1.nano\n")
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 422);
     let resp = client
-        .post(format!("{}/api/v1/kubelet-reservations", server.base))
+        .post(format!("{}/api/v1/kubelet-reservations", server.url()))
         .body("instanceType: u1.medium\nevictionHardMemory: lots\n")
         .send()
         .await
@@ -169,7 +125,7 @@ async fn reservations_over_http() {
 
 #[tokio::test]
 async fn air_gap_fields_over_http() {
-    let server = start().await;
+    let (_dir, server) = start();
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
         .unwrap()
         .public_key_pem();
@@ -182,7 +138,7 @@ async fn air_gap_fields_over_http() {
         "imageVerificationKey": key,
     });
     let r = reqwest::Client::new()
-        .post(format!("{}/api/v1/machineconfig", server.base))
+        .post(format!("{}/api/v1/machineconfig", server.url()))
         .body(body.to_string())
         .send()
         .await
@@ -195,7 +151,7 @@ async fn air_gap_fields_over_http() {
     let mut bad = body.clone();
     bad["talosVersion"] = "v1.12.11".into();
     let r = reqwest::Client::new()
-        .post(format!("{}/api/v1/machineconfig", server.base))
+        .post(format!("{}/api/v1/machineconfig", server.url()))
         .body(bad.to_string())
         .send()
         .await

@@ -4,152 +4,29 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
-use support::{Nginx, NginxOpts, Proc, Service, require_tool};
+use support::factory::{A, Factory, S, V, image_path};
+use support::{Curl, Proc, Service, curl, curl_spawn, require_tool, sha256_hex};
 
-const S: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
-const V: &str = "v1.13.6";
-const A: &str = "openstack-amd64.raw.xz";
-
-struct Fixture {
-    dir: tempfile::TempDir,
-    raw: Vec<u8>,
-    xz: Vec<u8>,
-    nginx: Nginx,
-}
-
-impl Fixture {
-    /// A generated raw image (`random_mib` random, then zeros) compressed
-    /// with xz, published as `/image/S/V/A` (and `metal-amd64.raw.xz` only
-    /// when asked) by nginx limited to `rate`.
-    fn new(random_mib: usize, rate: Option<&str>) -> Fixture {
-        require_tool("curl");
-        let dir = tempfile::tempdir().unwrap();
-        let (raw, xz) = support::xz_disk(dir.path(), random_mib, 4);
-        let root = dir.path().join("root");
-        let d = root.join(format!("image/{S}/{V}"));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join(A), &xz).unwrap();
-        std::fs::create_dir_all(dir.path().join("cache")).unwrap();
-        let nginx = Nginx::start(
-            &root,
-            NginxOpts {
-                limit_rate: rate.map(str::to_string),
-                ..Default::default()
-            },
-        );
-        Fixture {
-            dir,
-            raw,
-            xz,
-            nginx,
-        }
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().join("root")
-    }
-
-    fn cache(&self) -> PathBuf {
-        self.dir.path().join("cache")
-    }
-
-    fn serve(&self, extra: &[&str]) -> Service {
-        let cache = self.cache();
-        let url = self.nginx.url();
-        let mut args = vec![
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--factory-url",
-            &url,
-        ];
-        args.extend_from_slice(extra);
-        Service::start(&args)
-    }
-
-    fn upstream_gets(&self) -> usize {
-        self.nginx.count(&format!("\"GET /image/{S}/{V}/{A} "))
-    }
+/// A generated raw image (`random_mib` random, then 4 MiB of zeros)
+/// compressed with xz, published as `/image/S/V/A` by nginx limited to
+/// `rate` (other assets only when a test writes them).
+fn fixture(random_mib: usize, rate: Option<&str>) -> Factory {
+    require_tool("curl");
+    Factory::new(random_mib, 4, &[A], rate)
 }
 
 fn path() -> String {
-    format!("/image/{S}/{V}/{A}")
-}
-
-struct Got {
-    status: u16,
-    headers: String,
-    body: Vec<u8>,
-    ttfb: f64,
-    total: f64,
-    exit: i32,
-}
-
-impl Got {
-    fn header(&self, name: &str) -> Option<String> {
-        let name = name.to_ascii_lowercase();
-        self.headers.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            (k.trim().to_ascii_lowercase() == name).then(|| v.trim().to_string())
-        })
-    }
-}
-
-fn curl_cmd(url: &str, extra: &[&str], out_dir: &Path, tag: &str) -> Command {
-    let mut c = Command::new("curl");
-    c.args(["-s", "--path-as-is", "-D"])
-        .arg(out_dir.join(format!("{tag}.headers")))
-        .arg("-o")
-        .arg(out_dir.join(format!("{tag}.body")))
-        .args([
-            "-w",
-            "%{http_code} %{time_starttransfer} %{time_total}",
-            "--max-time",
-            "60",
-        ])
-        .args(extra)
-        .arg(url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    c
-}
-
-fn collect(out: Output, out_dir: &Path, tag: &str) -> Got {
-    let w = String::from_utf8_lossy(&out.stdout).to_string();
-    let mut it = w.split_whitespace();
-    let status = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let ttfb = it.next().and_then(|s| s.parse().ok()).unwrap_or(-1.0);
-    let total = it.next().and_then(|s| s.parse().ok()).unwrap_or(-1.0);
-    Got {
-        status,
-        headers: std::fs::read_to_string(out_dir.join(format!("{tag}.headers")))
-            .unwrap_or_default(),
-        body: std::fs::read(out_dir.join(format!("{tag}.body"))).unwrap_or_default(),
-        ttfb,
-        total,
-        exit: out.status.code().unwrap_or(-1),
-    }
-}
-
-fn curl(url: &str, extra: &[&str]) -> Got {
-    let d = tempfile::tempdir().unwrap();
-    let out = curl_cmd(url, extra, d.path(), "x").output().unwrap();
-    collect(out, d.path(), "x")
-}
-
-fn sha256_hex(b: &[u8]) -> String {
-    hex::encode(Sha256::digest(b))
+    image_path(A)
 }
 
 /// Wait until the artifact is committed (HEAD shows an ETag).
 fn wait_committed(svc: &Service, p: &str) {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(60) {
-        let g = curl(&format!("{}{p}", svc.url()), &["-I"]);
+        let g = curl(&["-I", &format!("{}{p}", svc.url())]);
         if g.header("etag").is_some() {
             return;
         }
@@ -161,25 +38,14 @@ fn wait_committed(svc: &Service, p: &str) {
 #[test]
 fn sixteen_cold_clients_share_one_upstream_get() {
     // ~3 MiB of xz at 1 MiB/s: a fill takes ~3 s.
-    let fx = Fixture::new(3, Some("1m"));
+    let fx = fixture(3, Some("1m"));
     let svc = fx.serve(&[]);
     let url = format!("{}{}", svc.url(), path());
-    let out = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let children: Vec<_> = (0..16)
-        .map(|i| {
-            curl_cmd(&url, &[], out.path(), &i.to_string())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let gots: Vec<Got> = children
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| collect(c.wait_with_output().unwrap(), out.path(), &i.to_string()))
-        .collect();
+    let children: Vec<_> = (0..16).map(|_| curl_spawn(&[&url])).collect();
+    let gots: Vec<Curl> = children.into_iter().map(|c| c.wait()).collect();
     let wall = started.elapsed().as_secs_f64();
-    assert_eq!(fx.upstream_gets(), 1, "exactly one upstream GET");
+    assert_eq!(fx.gets(A), 1, "exactly one upstream GET");
     for (i, g) in gots.iter().enumerate() {
         assert_eq!(g.status, 200, "client {i}");
         assert!(
@@ -201,20 +67,20 @@ fn sixteen_cold_clients_share_one_upstream_get() {
         "the limited upstream should take seconds ({wall:.2}s)"
     );
     // Served from the store afterwards, still one upstream GET.
-    let g = curl(&url, &[]);
+    let g = curl(&[&url]);
     assert_eq!(g.body, fx.xz);
-    assert_eq!(fx.upstream_gets(), 1);
+    assert_eq!(fx.gets(A), 1);
 }
 
 #[test]
 fn streaming_import_ranges_head_sha256_and_nbd_probe() {
-    let fx = Fixture::new(2, Some("4m"));
+    let fx = fixture(2, Some("4m"));
     let svc = fx.serve(&[]);
     let url = format!("{}{}", svc.url(), path());
     let len = fx.xz.len();
 
     // HEAD on a cold key: fills first, answers the length.
-    let h = curl(&url, &["-I", "-A", "cdi-golang-importer"]);
+    let h = curl(&["-I", "-A", "cdi-golang-importer", &url]);
     assert_eq!(h.status, 200, "{}", h.headers);
     assert_eq!(h.header("content-length"), Some(len.to_string()));
     assert_eq!(h.header("accept-ranges").as_deref(), Some("bytes"));
@@ -238,7 +104,7 @@ fn streaming_import_ranges_head_sha256_and_nbd_probe() {
     wait_committed(&svc, &path());
 
     // Warm HEAD and GET: strong ETag, Last-Modified, never compressed.
-    let g = curl(&url, &["-H", "Accept-Encoding: gzip"]);
+    let g = curl(&["-H", "Accept-Encoding: gzip", &url]);
     assert_eq!(g.status, 200);
     assert!(g.header("content-encoding").is_none());
     let etag = g.header("etag").expect("etag");
@@ -247,29 +113,29 @@ fn streaming_import_ranges_head_sha256_and_nbd_probe() {
     assert_eq!(g.body, fx.xz);
 
     // Ranges.
-    let r = curl(&url, &["-r", "0-99"]);
+    let r = curl(&["-r", "0-99", &url]);
     assert_eq!(r.status, 206);
     assert_eq!(r.body, fx.xz[..100]);
     assert_eq!(r.header("content-range"), Some(format!("bytes 0-99/{len}")));
-    let r = curl(&url, &["-r", "-10"]);
+    let r = curl(&["-r", "-10", &url]);
     assert_eq!(r.status, 206);
     assert_eq!(r.body, fx.xz[len - 10..]);
-    let r = curl(&url, &["-r", &format!("{len}-")]);
+    let r = curl(&["-r", &format!("{len}-"), &url]);
     assert_eq!(r.status, 416);
     assert_eq!(r.header("content-range"), Some(format!("bytes */{len}")));
     // If-Range with a stale validator: the whole body.
-    let r = curl(&url, &["-r", "0-9", "-H", "If-Range: \"stale\""]);
+    let r = curl(&["-r", "0-9", "-H", "If-Range: \"stale\"", &url]);
     assert_eq!(r.status, 200);
     assert_eq!(r.body.len(), len);
     // Conditionals.
-    let r = curl(&url, &["-H", &format!("If-None-Match: {etag}")]);
+    let r = curl(&["-H", &format!("If-None-Match: {etag}"), &url]);
     assert_eq!(r.status, 304);
     let lm = g.header("last-modified").unwrap();
-    let r = curl(&url, &["-H", &format!("If-Modified-Since: {lm}")]);
+    let r = curl(&["-H", &format!("If-Modified-Since: {lm}"), &url]);
     assert_eq!(r.status, 304);
 
     // .sha256, usable as CDI's checksum.
-    let s = curl(&format!("{url}.sha256"), &[]);
+    let s = curl(&[&format!("{url}.sha256")]);
     assert_eq!(s.status, 200);
     assert_eq!(
         String::from_utf8(s.body).unwrap(),
@@ -310,12 +176,12 @@ fn streaming_import_ranges_head_sha256_and_nbd_probe() {
         Some(len.div_ceil(512) as u64 * 512),
         "{info}"
     );
-    assert_eq!(fx.upstream_gets(), 1);
+    assert_eq!(fx.gets(A), 1);
 }
 
 #[test]
 fn client_hanging_up_early_does_not_cancel_the_fill() {
-    let fx = Fixture::new(3, Some("2m"));
+    let fx = fixture(3, Some("2m"));
     let svc = fx.serve(&[]);
     let url = format!("{}{}", svc.url(), path());
     // Read 100 KB and hang up (CDI's first importer pod does this).
@@ -323,10 +189,10 @@ fn client_hanging_up_early_does_not_cancel_the_fill() {
     let out = Command::new("sh").args(["-c", &sh]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "102400");
     wait_committed(&svc, &path());
-    let g = curl(&url, &[]);
+    let g = curl(&[&url]);
     assert!(g.body == fx.xz);
-    assert_eq!(fx.upstream_gets(), 1, "no second upstream GET");
-    let m = String::from_utf8(curl(&format!("{}/metrics", svc.url()), &[]).body).unwrap();
+    assert_eq!(fx.gets(A), 1, "no second upstream GET");
+    let m = String::from_utf8(curl(&[&format!("{}/metrics", svc.url())]).body).unwrap();
     for line in [
         "talos_gen_upstream_fetches_total{kind=\"image\",result=\"ok\"} 1",
         "talos_gen_cache_misses_total{kind=\"image\"}",
@@ -340,7 +206,7 @@ fn client_hanging_up_early_does_not_cancel_the_fill() {
 
 #[test]
 fn cache_max_size_evicts_least_recently_used() {
-    let fx = Fixture::new(1, None);
+    let fx = fixture(1, None);
     let other = "metal-amd64.raw.xz";
     // A second artifact: two concatenated xz streams (valid xz, other bytes).
     let mut b = fx.xz.clone();
@@ -351,13 +217,13 @@ fn cache_max_size_evicts_least_recently_used() {
     let svc = fx.serve(&["--cache-max-size", &max]);
     let ua = format!("{}{}", svc.url(), path());
     let ub = format!("{}/image/{S}/{V}/{other}", svc.url());
-    assert!(curl(&ua, &[]).body == fx.xz);
+    assert!(curl(&[&ua]).body == fx.xz);
     wait_committed(&svc, &path());
-    assert!(curl(&ub, &[]).body == b);
+    assert!(curl(&[&ub]).body == b);
     wait_committed(&svc, &format!("/image/{S}/{V}/{other}"));
     // A was least recently used: evicted; fetching it again goes upstream.
-    assert!(curl(&ua, &[]).body == fx.xz);
-    assert_eq!(fx.upstream_gets(), 2, "evicted artifact fetched again");
+    assert!(curl(&[&ua]).body == fx.xz);
+    assert_eq!(fx.gets(A), 2, "evicted artifact fetched again");
     // The last byte reaches the client before the durable commit, and the
     // eviction runs just after it: wait for both, then count.
     wait_committed(&svc, &path());
@@ -375,19 +241,17 @@ fn cache_max_size_evicts_least_recently_used() {
 
 #[test]
 fn kill_9_mid_fill_then_restart_is_always_right() {
-    let fx = Fixture::new(3, Some("1m"));
+    let fx = fixture(3, Some("1m"));
     let mut svc = fx.serve(&[]);
     let url = format!("{}{}", svc.url(), path());
-    let out = tempfile::tempdir().unwrap();
-    let child = curl_cmd(&url, &[], out.path(), "a").spawn().unwrap();
-    let body = out.path().join("a.body");
+    let child = curl_spawn(&[&url]);
     let t = Instant::now();
-    while std::fs::metadata(&body).map(|m| m.len()).unwrap_or(0) < 500_000 {
+    while child.body_len() < 500_000 {
         assert!(t.elapsed() < Duration::from_secs(20), "no bytes arrived");
         std::thread::sleep(Duration::from_millis(20));
     }
     svc.proc.kill(); // SIGKILL
-    let g = collect(child.wait_with_output().unwrap(), out.path(), "a");
+    let g = child.wait();
     assert_ne!(
         g.exit, 0,
         "the interrupted client must see a failed transfer"
@@ -405,38 +269,38 @@ fn kill_9_mid_fill_then_restart_is_always_right() {
         0
     );
     let url = format!("{}{}", svc.url(), path());
-    let h = curl(&url, &["-I"]);
+    let h = curl(&["-I", &url]);
     assert_eq!(h.header("content-length"), Some(fx.xz.len().to_string()));
-    let g = curl(&url, &[]);
+    let g = curl(&[&url]);
     assert_eq!(g.status, 200);
     assert!(g.body == fx.xz);
-    let s = curl(&format!("{url}.sha256"), &[]);
+    let s = curl(&[&format!("{url}.sha256")]);
     assert!(String::from_utf8_lossy(&s.body).starts_with(&sha256_hex(&fx.xz)));
-    let g = curl(&url, &["-r", "1000-1999"]);
+    let g = curl(&["-r", "1000-1999", &url]);
     assert_eq!(g.body, fx.xz[1000..2000]);
 }
 
 #[test]
 fn upstream_down_serves_cache_and_fails_fast_otherwise() {
-    let mut fx = Fixture::new(1, None);
+    let mut fx = fixture(1, None);
     let versions = b"[\"v1.13.5\",\"v1.13.6\"]";
     std::fs::write(fx.root().join("versions"), versions).unwrap();
     let svc = fx.serve(&[]);
     let url = format!("{}{}", svc.url(), path());
-    assert_eq!(curl(&url, &[]).body, fx.xz);
+    assert_eq!(curl(&[&url]).body, fx.xz);
     wait_committed(&svc, &path());
-    assert_eq!(curl(&format!("{}/versions", svc.url()), &[]).body, versions);
+    assert_eq!(curl(&[&format!("{}/versions", svc.url())]).body, versions);
     fx.nginx.stop();
     // /versions: the kept copy.
-    let g = curl(&format!("{}/versions", svc.url()), &[]);
+    let g = curl(&[&format!("{}/versions", svc.url())]);
     assert_eq!(g.status, 200);
     assert_eq!(g.body, versions);
-    let g = curl(&url, &[]);
+    let g = curl(&[&url]);
     assert_eq!(g.status, 200);
     assert!(g.body == fx.xz);
     let t = Instant::now();
     let other = format!("{}/image/{S}/{V}/metal-amd64.raw.xz", svc.url());
-    let g = curl(&other, &[]);
+    let g = curl(&[&other]);
     assert!(
         matches!(g.status, 502..=504),
         "uncached with upstream down: {}",
@@ -447,24 +311,21 @@ fn upstream_down_serves_cache_and_fails_fast_otherwise() {
 
     // Offline: the store only; nothing is asked upstream.
     let svc = fx.serve(&["--offline"]);
-    let g = curl(&format!("{}{}", svc.url(), path()), &[]);
+    let g = curl(&[&format!("{}{}", svc.url(), path())]);
     assert_eq!(g.status, 200);
     assert!(g.body == fx.xz);
-    let g = curl(
-        &format!("{}/image/{S}/{V}/metal-amd64.raw.xz", svc.url()),
-        &[],
-    );
+    let g = curl(&[&format!("{}/image/{S}/{V}/metal-amd64.raw.xz", svc.url())]);
     assert_eq!(g.status, 404);
 }
 
 #[test]
 fn upstream_errors_pass_through_uncached_and_bad_bytes_never_look_complete() {
-    let fx = Fixture::new(1, Some("4m"));
+    let fx = fixture(1, Some("4m"));
     let svc = fx.serve(&[]);
     // 404 passes through, is not cached.
     let missing = format!("/image/{S}/{V}/nocloud-amd64.raw.xz");
     for _ in 0..2 {
-        let g = curl(&format!("{}{missing}", svc.url()), &[]);
+        let g = curl(&[&format!("{}{missing}", svc.url())]);
         assert_eq!(g.status, 404);
     }
     assert_eq!(fx.nginx.count(&format!("GET {missing} ")), 2);
@@ -477,10 +338,10 @@ fn upstream_errors_pass_through_uncached_and_bad_bytes_never_look_complete() {
     let asset = "metal-amd64.raw.xz";
     std::fs::write(fx.root().join(format!("image/{S}/{V}/{asset}")), &bad).unwrap();
     let url = format!("{}/image/{S}/{V}/{asset}", svc.url());
-    let g = curl(&url, &[]);
+    let g = curl(&[&url]);
     assert_ne!(g.exit, 0, "curl must report a short transfer");
     assert!(g.body.len() < bad.len());
-    let g = curl(&url, &["-I"]);
+    let g = curl(&["-I", &url]);
     assert!(
         g.header("etag").is_none(),
         "a corrupt artifact must not be stored"
@@ -517,17 +378,17 @@ fn upstream_errors_pass_through_uncached_and_bad_bytes_never_look_complete() {
         let file = fx.root().join(format!("image/{S}/{V}/{asset}"));
         std::fs::write(&file, &bad).unwrap();
         let url = format!("{}/image/{S}/{V}/{asset}", svc.url());
-        let g = curl(&url, &[]);
+        let g = curl(&[&url]);
         assert_ne!(g.exit, 0, "{asset}: curl must report a short transfer");
         assert!(g.body.len() < bad.len(), "{asset}");
-        let g = curl(&url, &["-I"]);
+        let g = curl(&["-I", &url]);
         assert!(g.header("etag").is_none(), "{asset}: bad bytes stored");
         // Fixed upstream: a fill still running over the bad bytes (the HEAD
         // above may have joined one) ends early; the next one is whole.
         std::fs::write(&file, &good).unwrap();
         let mut whole = false;
         for _ in 0..10 {
-            let g = curl(&url, &[]);
+            let g = curl(&[&url]);
             if g.exit == 0 {
                 assert_eq!(g.status, 200, "{asset}");
                 assert!(g.body == good, "{asset}: a complete-looking wrong body");
@@ -547,7 +408,7 @@ fn upstream_errors_pass_through_uncached_and_bad_bytes_never_look_complete() {
 
 #[test]
 fn hostile_paths_are_refused_and_touch_nothing() {
-    let fx = Fixture::new(1, None);
+    let fx = fixture(1, None);
     let svc = fx.serve(&[]);
     let long = "a".repeat(5000);
     let upper = S.to_uppercase();
@@ -570,7 +431,7 @@ fn hostile_paths_are_refused_and_touch_nothing() {
         format!("/image/{S}/{V}/openstack-amd64.raw.xz/extra"),
     ];
     for p in &paths {
-        let g = curl(&format!("{}{p}", svc.url()), &[]);
+        let g = curl(&[&format!("{}{p}", svc.url())]);
         assert!((400..500).contains(&g.status), "{p}: answered {}", g.status);
     }
     assert_eq!(fx.nginx.count("/image/"), 0, "nothing reached the upstream");

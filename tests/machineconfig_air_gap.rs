@@ -2,9 +2,9 @@
 //! through the binary (the documents themselves are checked against the
 //! schemas in `machineconfig_schema`).
 
-mod common;
+mod support;
 
-use common::{run, stderr, stdout};
+use support::{run, stderr, stdout};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 

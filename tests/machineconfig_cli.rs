@@ -2,7 +2,7 @@
 //! contract's exit codes and a message naming the field, the Cozystack
 //! values file as it is, and patches the goldens do not show.
 
-mod common;
+mod support;
 
 use std::path::Path;
 
@@ -23,17 +23,17 @@ fn mc(extra: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
         "https://c1.ns.svc:6443",
     ];
     args.extend_from_slice(extra);
-    let out = common::run(&args, stdin);
+    let out = support::run(&args, stdin);
     (
         out.status.code().unwrap_or(-1),
-        common::stdout(&out),
-        common::stderr(&out),
+        support::stdout(&out),
+        support::stderr(&out),
     )
 }
 
 #[test]
 fn bad_input_and_refusals() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let s = secrets(&shared);
@@ -208,7 +208,7 @@ fn bad_input_and_refusals() {
 
 #[test]
 fn values_file_unknown_keys() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let s = secrets(&shared);
@@ -240,7 +240,7 @@ fn values_file_unknown_keys() {
 
 #[test]
 fn the_chart_guard_refuses_and_force_writes() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let s = secrets(&shared);
@@ -286,7 +286,7 @@ fn the_chart_guard_refuses_and_force_writes() {
 
 #[test]
 fn real_values_file_renders_the_chart_worker() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let s = secrets(&shared);
@@ -333,7 +333,7 @@ fn real_values_file_renders_the_chart_worker() {
 
 #[test]
 fn patches_beyond_the_goldens() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let s = secrets(&shared);
@@ -393,7 +393,7 @@ endpoints:
 /// deleting something that is not there exits 2 naming the path.
 #[test]
 fn delete_directives_through_the_cli() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let s = secrets(&shared);
@@ -440,7 +440,7 @@ fn delete_directives_through_the_cli() {
 /// there exits 2.
 #[test]
 fn json6902_patches() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let s = secrets(&shared);

@@ -2,22 +2,11 @@
 //! `../shared/talos-golden`, `talos-gen machineconfig` run with the issue's
 //! exact arguments writes the same bytes.
 
-mod common;
+mod support;
 
 use std::path::Path;
 
-const OVERRIDES_PATCH: &str = "\
-machine:
-  install:
-    extraKernelArgs: [foo=bar, bar=baz]
-  sysctls:
-    foo: bar
-cluster:
-  network:
-    cni:
-      name: custom
-      urls: [https://example.com/cni.yaml]
-";
+use support::reference::OVERRIDES_PATCH;
 
 fn base_args(golden: &Path, minor: &str) -> Vec<String> {
     [
@@ -57,12 +46,12 @@ fn minors(golden: &Path) -> Vec<String> {
 
 fn run(args: &[String]) -> std::process::Output {
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    common::run(&refs, None)
+    support::run(&refs, None)
 }
 
 #[test]
 fn base_worker_is_byte_identical_for_every_contract() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let golden = shared.join("talos-golden");
@@ -74,31 +63,31 @@ fn base_worker_is_byte_identical_for_every_contract() {
             out.status.code(),
             Some(0),
             "{minor}: {}",
-            common::stderr(&out)
+            support::stderr(&out)
         );
         let want = std::fs::read(golden.join(&minor).join("base-worker.yaml")).unwrap();
         assert!(
             out.stdout == want,
             "{minor}: base differs\n--- got\n{}\n--- want\n{}",
-            common::stdout(&out),
+            support::stdout(&out),
             String::from_utf8_lossy(&want)
         );
         // Talos 1.5 through 1.10 run Kubernetes 1.28; elsewhere the pair is
         // outside the support matrix and is written with a warning.
         let n: u32 = minor[3..].parse().unwrap();
-        let warned = common::stderr(&out).contains("warning: Kubernetes v1.28.0");
+        let warned = support::stderr(&out).contains("warning: Kubernetes v1.28.0");
         assert_eq!(
             warned,
             !(5..=10).contains(&n),
             "{minor}: {}",
-            common::stderr(&out)
+            support::stderr(&out)
         );
     }
 }
 
 #[test]
 fn overrides_worker_is_byte_identical_where_present() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let golden = shared.join("talos-golden");
@@ -139,13 +128,13 @@ fn overrides_worker_is_byte_identical_where_present() {
             out.status.code(),
             Some(0),
             "{minor}: {}",
-            common::stderr(&out)
+            support::stderr(&out)
         );
         let want = std::fs::read(&want_path).unwrap();
         assert!(
             out.stdout == want,
             "{minor}: overrides differ\n--- got\n{}\n--- want\n{}",
-            common::stdout(&out),
+            support::stdout(&out),
             String::from_utf8_lossy(&want)
         );
     }
@@ -154,7 +143,7 @@ fn overrides_worker_is_byte_identical_where_present() {
 
 #[test]
 fn unsupported_pair_without_force_is_refused() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let golden = shared.join("talos-golden");
@@ -162,7 +151,7 @@ fn unsupported_pair_without_force_is_refused() {
     args.retain(|a| a != "--force");
     let out = run(&args);
     assert_eq!(out.status.code(), Some(1));
-    let err = common::stderr(&out);
+    let err = support::stderr(&out);
     assert!(err.contains("v1.28.0") && err.contains("v1.13"), "{err}");
     assert!(
         err.contains("Supported versions: v1.31, v1.32, v1.33, v1.34, v1.35, v1.36"),
@@ -173,7 +162,7 @@ fn unsupported_pair_without_force_is_refused() {
 
 #[test]
 fn secrets_round_trip_through_output_secrets() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -197,9 +186,9 @@ fn secrets_round_trip_through_output_secrets() {
         a
     };
     let first = run(&args(&["--output-secrets", saved.to_str().unwrap()]));
-    assert_eq!(first.status.code(), Some(0), "{}", common::stderr(&first));
+    assert_eq!(first.status.code(), Some(0), "{}", support::stderr(&first));
     let again = run(&args(&["--with-secrets", saved.to_str().unwrap()]));
-    assert_eq!(again.status.code(), Some(0), "{}", common::stderr(&again));
+    assert_eq!(again.status.code(), Some(0), "{}", support::stderr(&again));
     assert_eq!(first.stdout, again.stdout, "same secrets, same config");
     // The saved bundle has talosctl's layout.
     let text = std::fs::read_to_string(&saved).unwrap();

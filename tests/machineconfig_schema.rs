@@ -11,12 +11,13 @@
 //! against a stand-in written from Talos' Go types (see
 //! `image_verification_schema`).
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use serde_json::Value as Json;
+use support::reference::OVERRIDES_PATCH;
 use talos_gen::machineconfig::{self, Request, model};
 use talos_gen::yaml::Value;
 
@@ -182,22 +183,9 @@ fn base(shared: &Path, minor: u64) -> Request {
     }
 }
 
-const OVERRIDES_PATCH: &str = "\
-machine:
-  install:
-    extraKernelArgs: [foo=bar, bar=baz]
-  sysctls:
-    foo: bar
-cluster:
-  network:
-    cni:
-      name: custom
-      urls: [https://example.com/cni.yaml]
-";
-
 #[test]
 fn the_validator_allows_exactly_the_three_exceptions_on_talos_goldens() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let mut schemas = Schemas::new(&shared);
@@ -215,7 +203,7 @@ fn the_validator_allows_exactly_the_three_exceptions_on_talos_goldens() {
 
 #[test]
 fn base_and_overrides_are_schema_valid() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let mut schemas = Schemas::new(&shared);
@@ -246,7 +234,7 @@ fn base_and_overrides_are_schema_valid() {
 
 #[test]
 fn fresh_secrets_resolver_and_mirror_modes_are_schema_valid() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let mut schemas = Schemas::new(&shared);
@@ -284,7 +272,7 @@ fn fresh_secrets_resolver_and_mirror_modes_are_schema_valid() {
 
 #[test]
 fn cozystack_profile_is_schema_valid_on_every_contract() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let mut schemas = Schemas::new(&shared);
@@ -358,7 +346,7 @@ fn public_key_pem() -> String {
 
 #[test]
 fn air_gap_mirror_and_image_verification_are_schema_valid() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let mut schemas = Schemas::new(&shared);

@@ -3,18 +3,14 @@
 //! distribution registry as the installer (and extra image) upstream,
 //! `talos-gen serve --offline` afterwards, curl and skopeo as clients.
 
-mod common;
-mod registry_harness;
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use registry_harness::{
-    DockerRegistry, PushedImage, dir_contents, push_factory_image, skopeo_copy,
-};
-use support::{Nginx, NginxOpts, Service, require_tool};
+use support::registry::{PushedImage, Registry, dir_contents, push_factory_image, skopeo_copy};
+use support::{Nginx, NginxOpts, Service, random_bytes, require_tool};
 
 const V: &str = "v1.13.6";
 const MIB: usize = 1 << 20;
@@ -26,22 +22,9 @@ struct Fixture {
     /// asset name -> bytes published by nginx.
     assets: Vec<(String, Vec<u8>)>,
     nginx: Nginx,
-    reg: DockerRegistry,
+    reg: Registry,
     installer: PushedImage,
     kubelet: PushedImage,
-}
-
-fn random(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(n);
-    out
 }
 
 fn xz(data: &[u8]) -> Vec<u8> {
@@ -64,9 +47,9 @@ impl Fixture {
         let assets = vec![
             (
                 "openstack-amd64.raw.xz".to_string(),
-                xz(&random(xz_mib * MIB, 7)),
+                xz(&random_bytes(xz_mib * MIB, 7)),
             ),
-            ("metal-amd64.iso".to_string(), random(MIB + 123, 9)),
+            ("metal-amd64.iso".to_string(), random_bytes(MIB + 123, 9)),
         ];
         let root = dir.path().join("root");
         let d = root.join(format!("image/{id}/{V}"));
@@ -85,7 +68,7 @@ impl Fixture {
                 ..Default::default()
             },
         );
-        let reg = DockerRegistry::start();
+        let reg = Registry::start();
         let installer = push_factory_image(
             &reg.url(),
             &format!("installer/{id}"),
@@ -232,19 +215,16 @@ impl Fixture {
     }
 }
 
+/// GET `url` (any manifest type accepted); the body of a 2xx answer.
 fn curl(url: &str) -> Vec<u8> {
-    let o = Command::new("curl")
-        .args(["-sS", "--fail", "-H"])
-        .arg("Accept: application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json")
-        .arg(url)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "curl {url}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o.stdout
+    let r = support::curl(&[
+        "--fail",
+        "-H",
+        "Accept: application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json",
+        url,
+    ]);
+    assert!(r.exit == 0, "curl {url}: {}", r.stderr);
+    r.body
 }
 
 fn ok(o: &Output, what: &str) -> String {

@@ -3,16 +3,15 @@
 //! exported with `--config`), one signed with another key and one without a
 //! signature fail by name, and nothing of them is pinned.
 
-mod common;
-mod registry_harness;
+mod support;
 
 use rcgen::{KeyPair, PKCS_ECDSA_P256_SHA256, SigningKey};
-use registry_harness::*;
+use support::registry::*;
 use talos_gen::mirror::{Output, SyncOptions};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn signatures_are_verified_before_mirroring() {
-    let mut up = DockerRegistry::start();
+    let mut up = Registry::start();
     let good_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
     let other_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
     let good = push_factory_image(&up.url(), "siderolabs/kubelet", "v1.35.6", &[4096], 41).await;

@@ -3,21 +3,21 @@
 //! honest defaults, help with defaults and examples, and the README's
 //! commands run as written.
 
-mod common;
+mod support;
 
 use std::path::Path;
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = common::run(args, None);
+    let out = support::run(args, None);
     (
         out.status.code().unwrap_or(-1),
-        common::stdout(&out),
-        common::stderr(&out),
+        support::stdout(&out),
+        support::stderr(&out),
     )
 }
 
 fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let mut c = std::process::Command::new(common::bin());
+    let mut c = std::process::Command::new(support::bin());
     c.args(args);
     for (k, v) in env {
         c.env(k, v);
@@ -25,8 +25,8 @@ fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let out = c.output().unwrap();
     (
         out.status.code().unwrap_or(-1),
-        common::stdout(&out),
-        common::stderr(&out),
+        support::stdout(&out),
+        support::stderr(&out),
     )
 }
 
@@ -51,7 +51,7 @@ const COZY: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c
 /// Item 1: a version without a patch never becomes an image tag.
 #[test]
 fn versions_never_tag_an_image_with_a_bare_minor() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let values = shared.join("cozystack/kubernetes-nodes.values.yaml");
@@ -137,7 +137,7 @@ fn versions_never_tag_an_image_with_a_bare_minor() {
 /// Item 1: one wording for every version refusal, and what --force can do.
 #[test]
 fn version_refusals_are_worded_one_way() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let values = shared.join("cozystack/kubernetes-nodes.values.yaml");
@@ -215,7 +215,7 @@ fn version_refusals_are_worded_one_way() {
 /// Item 2: image references are checked before they are written.
 #[test]
 fn image_references_are_checked() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -259,7 +259,7 @@ fn image_references_are_checked() {
 /// Item 3: errors name what the user typed.
 #[test]
 fn errors_name_what_was_typed() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let values = shared.join("cozystack/kubernetes-nodes.values.yaml");
@@ -349,8 +349,8 @@ fn errors_name_what_was_typed() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--factory-url"), "{err}");
     assert!(!err.contains("--registry-url"), "{err}");
-    let out = common::run(&["schematic", "id", "-"], Some(b"overlay: [1]\n"));
-    let err = common::stderr(&out);
+    let out = support::run(&["schematic", "id", "-"], Some(b"overlay: [1]\n"));
+    let err = support::stderr(&out);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         !err.contains("RawOverlay") && err.contains("expected a mapping"),
@@ -361,7 +361,7 @@ fn errors_name_what_was_typed() {
 /// Item 4: --memory without --cpu is the same everywhere.
 #[test]
 fn pool_sizing_is_consistent() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -493,7 +493,7 @@ fn named_schematics_version_and_defaults() {
             "{out}"
         );
     }
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     // talosctl gen config's defaults: /dev/sda, its installer per release.
@@ -616,7 +616,7 @@ fn mirror_edges() {
 /// README: the commands a user copies work as written.
 #[test]
 fn readme_commands_run() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let readme =
@@ -660,7 +660,7 @@ fn readme_commands_run() {
     for c in cmds {
         let words: Vec<String> = shell_words(&c);
         assert_eq!(words[0], "talos-gen", "{c}");
-        let out = std::process::Command::new(common::bin())
+        let out = std::process::Command::new(support::bin())
             .args(&words[1..])
             .current_dir(work.path())
             .output()
@@ -668,7 +668,7 @@ fn readme_commands_run() {
         assert!(
             out.status.success(),
             "README command failed: {c}\n{}",
-            common::stderr(&out)
+            support::stderr(&out)
         );
     }
 }

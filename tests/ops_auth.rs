@@ -3,38 +3,31 @@
 //! neither the token, nor request bodies, nor the secrets in responses
 //! appear in the service's logs (even at debug level).
 
-mod ops_common;
+mod support;
 
 use std::process::Command;
 
-use ops_common::*;
+use support::{Service, curl};
 
 const TOKEN: &str = "tg-3f9c1e2a7b-very-secret-token";
 const MARKER: &str = "body-marker-5d1e8c2b";
 
 fn post(url: &str, auth: Option<&str>, body: &str) -> (u16, String) {
+    let auth = auth.map(|a| format!("Authorization: {a}"));
     let mut args = vec![
-        "-s".to_string(),
-        "-o".into(),
-        "-".into(),
-        "-w".into(),
-        "\n%{http_code}".into(),
-        "-X".into(),
-        "POST".into(),
-        "-H".into(),
-        "Content-Type: application/json".into(),
-        "--data-binary".into(),
-        body.to_string(),
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "--data-binary",
+        body,
     ];
-    if let Some(a) = auth {
-        args.push("-H".into());
-        args.push(format!("Authorization: {a}"));
+    if let Some(a) = &auth {
+        args.extend(["-H", a]);
     }
-    args.push(url.to_string());
-    let o = Command::new("curl").args(&args).output().unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    let (body, code) = out.rsplit_once('\n').unwrap();
-    (code.trim().parse().unwrap(), body.to_string())
+    args.push(url);
+    let r = curl(&args);
+    (r.status, String::from_utf8_lossy(&r.body).into_owned())
 }
 
 #[test]
@@ -43,16 +36,16 @@ fn api_writes_need_the_token_and_logs_keep_secrets() {
     let tok = dir.path().join("token");
     std::fs::write(&tok, format!("{TOKEN}\n")).unwrap();
     let cache = dir.path().join("cache");
-    let svc = Serve::start(
-        &[
+    let svc = Service::builder()
+        .args([
             "--cache-dir",
             cache.to_str().unwrap(),
             "--offline",
             "--api-token-file",
             tok.to_str().unwrap(),
-        ],
-        "debug,hyper=trace,talos_gen=trace",
-    );
+        ])
+        .rust_log("debug,hyper=trace,talos_gen=trace")
+        .start();
     let mc = format!("{}/api/v1/machineconfig", svc.url());
     let body = format!(
         r#"{{"clusterName": "{MARKER}", "endpoint": "https://{MARKER}.example:6443", "instanceType": "u1.medium"}}"#
@@ -86,15 +79,13 @@ fn api_writes_need_the_token_and_logs_keep_secrets() {
     );
     assert_eq!(code, 200);
     // Reads and the factory-compatible routes need no token.
-    let (code, _) = curl(&format!("{}/api/v1/matrix", svc.url()), &[]);
+    let code = curl(&[&format!("{}/api/v1/matrix", svc.url())]).status;
     assert_eq!(code, 200);
-    let (code, _) = curl(
-        &format!(
-            "{}/api/v1/matrix/check?talos=v1.13&kubernetes=v1.35",
-            svc.url()
-        ),
-        &[],
-    );
+    let code = curl(&[&format!(
+        "{}/api/v1/matrix/check?talos=v1.13&kubernetes=v1.35",
+        svc.url()
+    )])
+    .status;
     assert_eq!(code, 200);
     let (code, _) = post(
         &format!("{}/schematics", svc.url()),
@@ -110,7 +101,7 @@ fn api_writes_need_the_token_and_logs_keep_secrets() {
     );
     assert_eq!(code, 400);
 
-    let (_, metrics) = curl(&format!("{}/metrics", svc.url()), &[]);
+    let metrics = curl(&[&format!("{}/metrics", svc.url())]).body;
     let metrics = String::from_utf8(metrics).unwrap();
     assert!(
         metrics.contains("talos_gen_auth_failures_total 6"),

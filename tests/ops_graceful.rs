@@ -2,28 +2,17 @@
 //! download finish, and exits 0; with a short `--shutdown-timeout` the
 //! process still exits 0, on time, cutting what is left.
 
-mod ops_common;
+mod support;
 
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ops_common::*;
+use support::factory::{A, A2, Factory, image_path};
+use support::{CurlChild, curl_spawn, sha256_hex};
 
-fn download(url: &str, out: &std::path::Path) -> std::process::Child {
-    Command::new("curl")
-        .args(["-s", "--max-time", "60", "-o"])
-        .arg(out)
-        .args(["-w", "%{http_code}", url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-fn wait_started(out: &std::path::Path) {
+fn wait_started(dl: &CurlChild) {
     let start = Instant::now();
-    while std::fs::metadata(out).map(|m| m.len()).unwrap_or(0) < 64 << 10 {
+    while dl.body_len() < 64 << 10 {
         assert!(
             start.elapsed() < Duration::from_secs(15),
             "download did not start"
@@ -36,12 +25,10 @@ fn wait_started(out: &std::path::Path) {
 fn sigterm_lets_a_slow_download_finish_then_exits_0() {
     // ~2.1 MB at 1 MiB/s from nginx: the download (a cold fill streamed
     // through) takes about two seconds.
-    let up = Upstream::new(2, Some("1m"));
+    let up = Factory::new(2, 1, &[A, A2], Some("1m"));
     let mut svc = up.serve(&["--shutdown-timeout", "30"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("a.xz");
-    let dl = download(&format!("{}{}", svc.url(), image_path(A)), &out);
-    wait_started(&out);
+    let dl = curl_spawn(&[&format!("{}{}", svc.url(), image_path(A))]);
+    wait_started(&dl);
     let t = Instant::now();
     svc.term();
     // New connections are refused once it stops accepting.
@@ -50,9 +37,9 @@ fn sigterm_lets_a_slow_download_finish_then_exits_0() {
         TcpStream::connect(("127.0.0.1", svc.port)).is_err(),
         "still accepting after SIGTERM"
     );
-    let o = dl.wait_with_output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "200");
-    let got = std::fs::read(&out).unwrap();
+    let o = dl.wait();
+    assert_eq!(o.status, 200);
+    let got = o.body;
     assert_eq!(got.len(), up.xz.len(), "the download was cut");
     assert_eq!(sha256_hex(&got), sha256_hex(&up.xz));
     let st = svc
@@ -68,12 +55,10 @@ fn sigterm_lets_a_slow_download_finish_then_exits_0() {
 #[test]
 fn shutdown_timeout_bounds_the_drain() {
     // ~5.2 MB at 256 KiB/s: twenty seconds; the drain is cut at 1 s.
-    let up = Upstream::new(5, Some("256k"));
+    let up = Factory::new(5, 1, &[A, A2], Some("256k"));
     let mut svc = up.serve(&["--shutdown-timeout", "1"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("a.xz");
-    let mut dl = download(&format!("{}{}", svc.url(), image_path(A)), &out);
-    wait_started(&out);
+    let dl = curl_spawn(&[&format!("{}{}", svc.url(), image_path(A))]);
+    wait_started(&dl);
     let t = Instant::now();
     svc.term();
     let st = svc
@@ -85,7 +70,7 @@ fn shutdown_timeout_bounds_the_drain() {
         took >= Duration::from_millis(900) && took < Duration::from_secs(5),
         "exit after {took:?}"
     );
-    let _ = dl.wait();
-    assert!(std::fs::metadata(&out).unwrap().len() < up.xz.len() as u64);
+    let got = dl.wait().body;
+    assert!((got.len() as u64) < up.xz.len() as u64);
     assert!(svc.log_text().contains("--shutdown-timeout"));
 }

@@ -4,13 +4,14 @@
 //! client that stops reading (write timeout) that must neither slow the
 //! others nor grow memory.
 
-mod ops_common;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use ops_common::*;
+use support::factory::{A, A2, Factory, image_path};
+use support::{Curl, Service, curl, fd_count, raw_request, rss_anon_kib};
 
 fn post(path: &str, body_len: usize, chunked: bool) -> Vec<u8> {
     let mut req = if chunked {
@@ -62,10 +63,7 @@ fn status_of(port: u16, req: &[u8]) -> u16 {
 #[test]
 fn body_and_header_size_limits() {
     let dir = tempfile::tempdir().unwrap();
-    let svc = Serve::start(
-        &["--cache-dir", dir.path().to_str().unwrap(), "--offline"],
-        "info",
-    );
+    let svc = Service::start(&["--cache-dir", dir.path().to_str().unwrap(), "--offline"]);
     let p = svc.port;
     for path in [
         "/api/v1/machineconfig",
@@ -125,16 +123,13 @@ fn body_and_header_size_limits() {
 #[test]
 fn idle_connection_flood_does_not_starve_healthz() {
     let dir = tempfile::tempdir().unwrap();
-    let svc = Serve::start(
-        &[
-            "--cache-dir",
-            dir.path().to_str().unwrap(),
-            "--offline",
-            "--header-read-timeout",
-            "2",
-        ],
-        "info",
-    );
+    let svc = Service::start(&[
+        "--cache-dir",
+        dir.path().to_str().unwrap(),
+        "--offline",
+        "--header-read-timeout",
+        "2",
+    ]);
     let fds_before = fd_count(svc.pid());
     let mut idle = Vec::new();
     for i in 0..500 {
@@ -222,15 +217,17 @@ fn small_window_connect(port: u16) -> TcpStream {
 #[test]
 fn slow_reader_neither_slows_others_nor_grows_memory() {
     // 24 MiB of random data: more than the loopback socket buffers hold.
-    let up = Upstream::new(24, None);
+    let up = Factory::new(24, 1, &[A, A2], None);
     let svc = up.serve(&["--write-timeout", "3"]);
     let url = format!("{}{}", svc.url(), image_path(A));
-    let (code, body) = curl(&url, &[]);
+    let Curl {
+        status: code, body, ..
+    } = curl(&[&url]);
     assert_eq!(code, 200);
     assert_eq!(body.len(), up.xz.len());
     // How long a full download takes with nobody stalled.
     let t = Instant::now();
-    let (code, _) = curl(&url, &[]);
+    let code = curl(&[&url]).status;
     assert_eq!(code, 200);
     let baseline = t.elapsed();
     let fds_before = fd_count(svc.pid());
@@ -248,7 +245,9 @@ fn slow_reader_neither_slows_others_nor_grows_memory() {
     // The others are served at full speed meanwhile.
     for _ in 0..5 {
         let t = Instant::now();
-        let (code, body) = curl(&url, &[]);
+        let Curl {
+            status: code, body, ..
+        } = curl(&[&url]);
         let took = t.elapsed();
         assert_eq!(code, 200);
         assert!(body == up.xz, "wrong bytes");

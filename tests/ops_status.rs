@@ -2,13 +2,14 @@
 //! `/metrics` after real traffic, and the cap on concurrent upstream fills
 //! as both show it. Upstream: nginx on loopback serving a generated artifact.
 
-mod ops_common;
+mod support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ops_common::*;
+use support::factory::{A, A2, Factory, S, V, image_path};
+use support::{Curl, Service, chromium, curl, curl_spawn, sha256_hex};
 
 fn artifacts_dir() -> PathBuf {
     let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/artifacts");
@@ -24,27 +25,30 @@ fn metric(text: &str, line_prefix: &str) -> Option<f64> {
 
 #[test]
 fn status_page_in_chromium_and_metrics() {
-    let up = Upstream::new(3, None);
+    let up = Factory::new(3, 1, &[A, A2], None);
     // Nothing listens on the discard port: an upstream that does not answer.
     let svc = up.serve(&["--registry-url", "http://127.0.0.1:9"]);
     // Fill the cache, then hit it, then a range.
     let url = format!("{}{}", svc.url(), image_path(A));
-    let (code, body) = curl(&url, &[]);
+    let Curl {
+        status: code, body, ..
+    } = curl(&[&url]);
     assert_eq!(code, 200);
     assert_eq!(sha256_hex(&body), sha256_hex(&up.xz));
-    let (code, body) = curl(&url, &[]);
+    let Curl {
+        status: code, body, ..
+    } = curl(&[&url]);
     assert_eq!(code, 200);
     assert_eq!(body.len(), up.xz.len());
-    let (code, body) = curl(&url, &["-r", "0-99"]);
+    let Curl {
+        status: code, body, ..
+    } = curl(&["-r", "0-99", &url]);
     assert_eq!(code, 206);
     assert_eq!(body.len(), 100);
 
     // An installer pull the unreachable registry cannot answer: a 5xx, listed
     // under the last errors.
-    let (code, _) = curl(
-        &format!("{}/v2/installer/{S}/manifests/{V}", svc.url()),
-        &[],
-    );
+    let code = curl(&[&format!("{}/v2/installer/{S}/manifests/{V}", svc.url())]).status;
     assert!(code >= 500, "{code}");
 
     // The page in a real browser: DOM and a screenshot kept as a test artifact.
@@ -105,7 +109,11 @@ fn status_page_in_chromium_and_metrics() {
     assert!(png.len() > 10_000, "suspiciously small screenshot");
 
     // Metrics after that traffic.
-    let (code, m) = curl(&format!("{}/metrics", svc.url()), &[]);
+    let Curl {
+        status: code,
+        body: m,
+        ..
+    } = curl(&[&format!("{}/metrics", svc.url())]);
     assert_eq!(code, 200);
     let m = String::from_utf8(m).unwrap();
     let r = "route=\"/image/{schematic}/{version}/{asset}\"";
@@ -161,35 +169,18 @@ fn status_page_in_chromium_and_metrics() {
     assert!(m.ends_with("# EOF\n"));
 }
 
-fn background_get(url: &str) -> Child {
-    Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "--max-time", "60", url])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-struct KillChild(Child);
-impl Drop for KillChild {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn fills_in_progress_and_the_fill_cap() {
     // ~2.1 MB of xz at 512 KiB/s: each fill takes several seconds.
-    let up = Upstream::new(2, Some("512k"));
+    let up = Factory::new(2, 1, &[A, A2], Some("512k"));
     let svc = up.serve(&["--max-concurrent-fills", "1"]);
-    let _a = KillChild(background_get(&format!("{}{}", svc.url(), image_path(A))));
+    let _a = curl_spawn(&[&format!("{}{}", svc.url(), image_path(A))]);
     std::thread::sleep(Duration::from_millis(300));
-    let _b = KillChild(background_get(&format!("{}{}", svc.url(), image_path(A2))));
+    let _b = curl_spawn(&[&format!("{}{}", svc.url(), image_path(A2))]);
     // Wait until both fills are known: one streams, one waits for the slot.
     let start = Instant::now();
     let m = loop {
-        let (_, m) = curl(&format!("{}/metrics", svc.url()), &[]);
+        let m = curl(&[&format!("{}/metrics", svc.url())]).body;
         let m = String::from_utf8(m).unwrap();
         if metric(&m, "talos_gen_fills_waiting ") == Some(1.0) {
             break m;
@@ -227,7 +218,7 @@ fn fills_in_progress_and_the_fill_cap() {
 /// answer JSON.
 #[test]
 fn status_page_shows_what_is_happening() {
-    let up = Upstream::new(1, None);
+    let up = Factory::new(1, 1, &[A, A2], None);
     // The mirror job: one item stored, one the upstream lacks.
     let cfg = up.dir.path().join("mirror.yaml");
     std::fs::write(
@@ -247,34 +238,20 @@ fn status_page_shows_what_is_happening() {
     assert_eq!(err.matches("FAILED").count(), 1, "{err}");
     assert_eq!(err.matches("nope-amd64.raw.xz").count(), 1, "{err}");
 
-    let cache = up.cache();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_talos-gen"));
-    let port = free_port();
-    child
-        .args(["serve", "--offline", "--log-format", "json"])
-        .args(["--listen", &format!(":{port}")])
-        .args(["--cache-dir", cache.to_str().unwrap()])
+    let svc = Service::builder()
+        .args(["--offline", "--log-format", "json"])
+        .listen_prefix(":")
+        .arg("--cache-dir")
+        .arg(up.cache())
         .env(
             "TALOS_GEN_MIRROR_UPSTREAM",
             "ghcr.io=https://a.example,docker.io=https://b.example",
         )
-        .env("RUST_LOG", "info");
-    let log = up.dir.path().join("serve.log");
-    child.stderr(std::fs::File::create(&log).unwrap());
-    child.stdout(Stdio::null());
-    let _svc = KillChild(child.spawn().unwrap());
-    let base = format!("http://127.0.0.1:{port}");
-    let start = Instant::now();
-    while curl(&format!("{base}/healthz"), &[]).0 != 200 {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "serve on :{port} did not come up"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        .start();
+    let base = svc.url();
 
     // Every counter from the start.
-    let (_, m) = curl(&format!("{base}/metrics"), &[]);
+    let m = curl(&[&format!("{base}/metrics")]).body;
     let m = String::from_utf8(m).unwrap();
     for l in [
         "talos_gen_cache_misses_total{kind=\"image\"} 0",
@@ -284,9 +261,9 @@ fn status_page_shows_what_is_happening() {
         assert!(m.contains(l), "{l}:\n{m}");
     }
     // A hit, and an offline 404 that is not a miss.
-    assert_eq!(curl(&format!("{base}{}", image_path(A)), &[]).0, 200);
-    assert_eq!(curl(&format!("{base}{}", image_path(A2)), &[]).0, 404);
-    let (_, m) = curl(&format!("{base}/metrics"), &[]);
+    assert_eq!(curl(&[&format!("{base}{}", image_path(A))]).status, 200);
+    assert_eq!(curl(&[&format!("{base}{}", image_path(A2))]).status, 404);
+    let m = curl(&[&format!("{base}/metrics")]).body;
     let m = String::from_utf8(m).unwrap();
     assert!(
         m.contains("talos_gen_cache_misses_total{kind=\"image\"} 0"),
@@ -301,7 +278,9 @@ fn status_page_shows_what_is_happening() {
         "{m}"
     );
     // Unknown API paths: a JSON error.
-    let (code, body) = curl(&format!("{base}/api/v1/nope?token=s3cret"), &[]);
+    let Curl {
+        status: code, body, ..
+    } = curl(&[&format!("{base}/api/v1/nope?token=s3cret")]);
     assert_eq!(code, 404);
     let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
     assert!(v["error"].as_str().unwrap().contains("/api/v1/nope"), "{v}");
@@ -355,7 +334,7 @@ fn status_page_shows_what_is_happening() {
     assert!(std::fs::read(&shot).unwrap().starts_with(b"\x89PNG"));
 
     // The access log: one JSON line per request, no query string.
-    let text = std::fs::read_to_string(&log).unwrap();
+    let text = svc.log_text();
     let lines: Vec<serde_json::Value> = text
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())

@@ -6,14 +6,13 @@
 //! and a small token endpoint (what Docker's token servers do: sign a JWT
 //! for the asked scope) written here.
 
-mod common;
-mod registry_harness;
+mod support;
 
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use registry_harness::*;
+use support::registry::*;
+use support::{Nginx, NginxOpts, Service};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 const SERVICE: &str = "test-registry";
@@ -115,51 +114,6 @@ async fn token_server() -> TokenServer {
     }
 }
 
-/// nginx serving `root` on loopback; any request with credentials is refused.
-struct Nginx {
-    port: u16,
-    access_log: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-    _child: KillOnDrop,
-}
-
-fn nginx(root: &std::path::Path) -> Option<Nginx> {
-    let nginx_bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists());
-    let Some(nginx_bin) = nginx_bin else {
-        eprintln!("SKIP: nginx not installed (apt-get install -y nginx-light)");
-        return None;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let d = dir.path().display();
-    let access_log = dir.path().join("access.log");
-    let conf = format!(
-        "master_process off;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{}}\nhttp {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  server {{\n    listen 127.0.0.1:{port};\n    root {root};\n    location / {{\n      if ($http_authorization) {{ return 403; }}\n    }}\n  }}\n}}\n",
-        root = root.display()
-    );
-    let conf_path = dir.path().join("nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let child = Command::new(nginx_bin)
-        .arg("-c")
-        .arg(&conf_path)
-        .arg("-p")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let n = Nginx {
-        port,
-        access_log,
-        _dir: dir,
-        _child: KillOnDrop(Some(child)),
-    };
-    wait_http(&format!("http://127.0.0.1:{port}/"));
-    Some(n)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn bearer_challenges_and_cross_host_redirects_without_credentials() {
     // Push over plain HTTP into a storage dir, then serve that storage with
@@ -167,12 +121,17 @@ async fn bearer_challenges_and_cross_host_redirects_without_credentials() {
     let repo = format!("installer/{SCHEMATIC}");
     let storage_dir = tempfile::tempdir().unwrap();
     let img = {
-        let plain = DockerRegistry::start_custom(Some(storage_dir.path()), "");
+        let plain = Registry::start_custom(Some(storage_dir.path()), "");
         push_factory_image(&plain.url(), &repo, "v1.13.6", &[3 << 20, 1 << 20], 21).await
     };
-    let Some(ngx) = nginx(storage_dir.path()) else {
-        return;
-    };
+    // nginx serving the storage; any request with credentials is refused.
+    let ngx = Nginx::start(
+        storage_dir.path(),
+        NginxOpts {
+            refuse_credentials: true,
+            ..Default::default()
+        },
+    );
     let tok = token_server().await;
     let bundle = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(bundle.path(), &tok.root_pem).unwrap();
@@ -182,7 +141,7 @@ async fn bearer_challenges_and_cross_host_redirects_without_credentials() {
         bundle.path().display(),
         ngx.port
     );
-    let up = DockerRegistry::start_custom(Some(storage_dir.path()), &extra);
+    let up = Registry::start_custom(Some(storage_dir.path()), &extra);
 
     // The upstream really challenges and redirects.
     let r = reqwest::Client::new()
@@ -199,11 +158,11 @@ async fn bearer_challenges_and_cross_host_redirects_without_credentials() {
     );
 
     let cache = tempfile::tempdir().unwrap();
-    let svc = Service::start(
-        &common::bin(),
-        cache.path(),
-        &["--registry-url".into(), up.url()],
-    );
+    let svc = Service::builder()
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .args(["--registry-url", &up.url()])
+        .start();
     let out = tempfile::tempdir().unwrap();
     let via = out.path().join("via");
     let o = skopeo_copy(&svc.host(), &repo, "v1.13.6", &via);
@@ -237,7 +196,7 @@ async fn bearer_challenges_and_cross_host_redirects_without_credentials() {
     );
     // Every blob came from nginx (the redirect target) with no credentials:
     // nginx answers 403 to any request carrying Authorization.
-    let log = std::fs::read_to_string(&ngx.access_log).unwrap();
+    let log = ngx.access_log();
     for b in &img.blobs {
         let hex = b.digest.trim_start_matches("sha256:");
         let lines: Vec<_> = log.lines().filter(|l| l.contains(hex)).collect();

@@ -4,20 +4,20 @@
 //! `containerd` (run as root, with a private root/state/socket); skipped with
 //! a message when it is absent or cannot start.
 
-mod common;
-mod registry_harness;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use registry_harness::*;
+use support::registry::*;
+use support::{Proc, Service};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 
 struct Containerd {
     sock: String,
-    _child: KillOnDrop,
+    _proc: Proc,
 }
 
 fn start_containerd(dir: &Path) -> Option<Containerd> {
@@ -38,16 +38,14 @@ fn start_containerd(dir: &Path) -> Option<Containerd> {
     let cfg_path = dir.join("config.toml");
     std::fs::write(&cfg_path, cfg).unwrap();
     let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
-    let child = Command::new("containerd")
-        .arg("--config")
+    let mut cmd = Command::new("containerd");
+    cmd.arg("--config")
         .arg(&cfg_path)
         .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .ok()?;
+        .stderr(log);
     let c = Containerd {
         sock,
-        _child: KillOnDrop(Some(child)),
+        _proc: Proc::try_spawn("containerd", cmd).ok()?,
     };
     let start = Instant::now();
     loop {
@@ -94,7 +92,7 @@ async fn containerd_pulls_through_the_service_with_hosts_toml() {
     let Some(cd) = start_containerd(work.path()) else {
         return;
     };
-    let up = DockerRegistry::start();
+    let up = Registry::start();
     let kubelet =
         push_factory_image(&up.url(), "siderolabs/kubelet", "v1.35.6", &[2 << 20], 11).await;
     let installer_repo = format!("installer/{SCHEMATIC}");
@@ -107,18 +105,16 @@ async fn containerd_pulls_through_the_service_with_hosts_toml() {
     )
     .await;
     let cache = work.path().join("cache");
-    let svc = Service::start(
-        &common::bin(),
-        &cache,
-        &[
-            "--registry-url".into(),
-            up.url(),
-            "--mirror-upstream".into(),
-            format!("ghcr.io={}", up.url()),
-            "--mirror-upstream".into(),
-            format!("factory.talos.dev={}", up.url()),
-        ],
-    );
+    let svc = Service::builder()
+        .arg("--cache-dir")
+        .arg(&cache)
+        .args(["--registry-url", &up.url()])
+        .args(["--mirror-upstream", &format!("ghcr.io={}", up.url())])
+        .args([
+            "--mirror-upstream",
+            &format!("factory.talos.dev={}", up.url()),
+        ])
+        .start();
     let hosts = work.path().join("hosts");
     hosts_toml(&hosts, "ghcr.io", &svc.url());
     hosts_toml(&hosts, "factory.talos.dev", &svc.url());

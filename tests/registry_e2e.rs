@@ -3,10 +3,10 @@
 //! Factory's installer pushed to it), `talos-gen serve` in front, and skopeo
 //! as the client.
 
-mod common;
-mod registry_harness;
+mod support;
 
-use registry_harness::*;
+use support::registry::*;
+use support::{Service, sha256_digest};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 const MIB: usize = 1024 * 1024;
@@ -17,7 +17,7 @@ fn repo() -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn harness_upstream_serves_factory_shaped_image_to_skopeo() {
-    let up = DockerRegistry::start();
+    let up = Registry::start();
     let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[3 * MIB, MIB], 1).await;
     let out = tempfile::tempdir().unwrap();
     let dest = out.path().join("direct");
@@ -35,10 +35,13 @@ async fn harness_upstream_serves_factory_shaped_image_to_skopeo() {
     }
 }
 
-fn service(up: &DockerRegistry, cache: &std::path::Path, extra: &[&str]) -> Service {
-    let mut args = vec!["--registry-url".to_string(), up.url()];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    Service::start(&common::bin(), cache, &args)
+fn service(up: &Registry, cache: &std::path::Path, extra: &[&str]) -> Service {
+    Service::builder()
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(["--registry-url", &up.url()])
+        .args(extra)
+        .start()
 }
 
 fn assert_same_dir(a: &std::path::Path, b: &std::path::Path) {
@@ -70,7 +73,7 @@ const ACCEPT_ALL: &str = "application/vnd.oci.image.index.v1+json, application/v
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
-    let mut up = DockerRegistry::start();
+    let mut up = Registry::start();
     let img = push_factory_image(
         &up.url(),
         &repo(),
@@ -218,7 +221,7 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ns_mirror_served_only_for_configured_registries() {
-    let up = DockerRegistry::start();
+    let up = Registry::start();
     let img = push_factory_image(&up.url(), "siderolabs/kubelet", "v1.35.6", &[MIB], 3).await;
     let cache = tempfile::tempdir().unwrap();
     let svc = service(
@@ -319,7 +322,7 @@ async fn ns_mirror_served_only_for_configured_registries() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_names_and_digests_are_refused_and_touch_nothing() {
-    let up = DockerRegistry::start();
+    let up = Registry::start();
     push_factory_image(&up.url(), &repo(), "v1.13.6", &[100_000], 4).await;
     let root = tempfile::tempdir().unwrap();
     let cache = root.path().join("cache");
@@ -403,7 +406,7 @@ async fn hostile_names_and_digests_are_refused_and_touch_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_cold_copies_fetch_each_blob_once() {
-    let up = DockerRegistry::start();
+    let up = Registry::start();
     let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[4 * MIB, MIB], 5).await;
     let cache = tempfile::tempdir().unwrap();
     let svc = service(&up, cache.path(), &[]);
@@ -458,7 +461,7 @@ async fn concurrent_cold_copies_fetch_each_blob_once() {
 
 /// Flip one byte of the object docker-registry keeps for `digest` (same
 /// length), so the real upstream serves bytes that do not match their digest.
-fn corrupt_upstream_object(up: &DockerRegistry, digest: &str) {
+fn corrupt_upstream_object(up: &Registry, digest: &str) {
     let hex = digest.trim_start_matches("sha256:");
     let p = up
         .storage()
@@ -474,7 +477,7 @@ fn corrupt_upstream_object(up: &DockerRegistry, digest: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn corrupted_upstream_bytes_are_never_served_whole_or_stored() {
-    let up = DockerRegistry::start();
+    let up = Registry::start();
     let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[2 * MIB], 6).await;
     let layer = img.blobs[0].clone();
     let (_, _, mdigest) = img.manifests[1].clone();
@@ -521,7 +524,7 @@ async fn corrupted_upstream_bytes_are_never_served_whole_or_stored() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn moving_tags_are_revalidated_and_offline_serves_the_store() {
-    let up = DockerRegistry::start();
+    let up = Registry::start();
     let a = push_factory_image(&up.url(), &repo(), "latest", &[MIB], 7).await;
     let cache = tempfile::tempdir().unwrap();
     let mut svc = service(&up, cache.path(), &["--tag-revalidate", "2"]);
@@ -575,11 +578,7 @@ async fn moving_tags_are_revalidated_and_offline_serves_the_store() {
 
     // `serve --offline` on the same cache dir answers it all, no upstream.
     let gets = up.count_gets("/v2/");
-    let svc = Service::start(
-        &common::bin(),
-        cache.path(),
-        &["--offline".into(), "--registry-url".into(), up.url()],
-    );
+    let svc = service(&up, cache.path(), &["--offline"]);
     let again = out.path().join("again");
     let o = skopeo_copy(&svc.host(), &repo(), "latest", &again);
     assert!(

@@ -3,10 +3,10 @@
 //! also what the proxy had already stored unpinned; then `serve --offline` on that cache dir, with no upstream and no
 //! `--mirror-upstream`, answers skopeo and containerd-style `?ns=` requests.
 
-mod common;
-mod registry_harness;
+mod support;
 
-use registry_harness::*;
+use support::Service;
+use support::registry::*;
 use talos_gen::mirror::{Output, SyncOptions};
 use talos_gen::registry::{Reference, UpstreamId};
 
@@ -14,7 +14,7 @@ const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f27983329792
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mirrored_images_are_pinned_and_served_offline() {
-    let mut up = DockerRegistry::start();
+    let mut up = Registry::start();
     let repo = format!("installer/{SCHEMATIC}");
     let installer = push_factory_image(&up.url(), &repo, "v1.13.6", &[2 << 20, 1 << 20], 31).await;
     let kubelet =
@@ -103,7 +103,11 @@ async fn mirrored_images_are_pinned_and_served_offline() {
         store.evict(None);
     }
 
-    let svc = Service::start(&common::bin(), cache.path(), &["--offline".into()]);
+    let svc = Service::builder()
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .arg("--offline")
+        .start();
     let via = out.path().join("offline");
     let o = skopeo_copy(&svc.host(), &repo, "v1.13.6", &via);
     assert!(

@@ -2,17 +2,17 @@
 //! cases across the instance-type table, the contract's JSON fields, and the
 //! chart's refusals with their exit codes.
 
-mod common;
+mod support;
 
 use serde_json::Value;
 
 fn reservations(args: &[&str]) -> (i32, Value, String) {
     let mut all = vec!["kubelet-reservations", "--json"];
     all.extend_from_slice(args);
-    let out = common::run(&all, None);
+    let out = support::run(&all, None);
     let code = out.status.code().unwrap_or(-1);
     let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    (code, json, common::stderr(&out))
+    (code, json, support::stderr(&out))
 }
 
 /// (args, sys/kube memory, sys/kube cpu, hard, soft, capacity memory, capacity cpu)
@@ -207,7 +207,7 @@ fn every_instance_type_fits_except_the_nano_ones() {
 
 #[test]
 fn the_instance_table_matches_the_seed() {
-    let Some(shared) = common::reference_dir() else {
+    let Some(shared) = support::reference_dir() else {
         return;
     };
     let seed = std::fs::read_to_string(shared.join("seeds/001_54ed077789124dec.txt")).unwrap();

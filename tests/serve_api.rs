@@ -2,97 +2,31 @@
 //! limits and errors are answered as the contract says, SIGTERM stops it
 //! cleanly.
 
-mod common;
+mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
+use support::{Service, sha256_hex};
 
-/// A `talos-gen serve` child, killed on drop unless stopped.
-struct Server {
-    child: Option<Child>,
-    base: String,
+/// `serve --offline` on `cache` with JSON logs, on the port it picks itself
+/// (`--listen 127.0.0.1:0`, read back from its `listening` line).
+fn server(cache: &Path, extra: &[&str]) -> Service {
+    Service::builder()
+        .listen_port_zero()
+        .args(["--log-format", "json", "--offline", "--cache-dir"])
+        .arg(cache)
+        .args(extra)
+        .start()
 }
 
-impl Server {
-    fn start(cache: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(common::bin())
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--offline",
-            ])
-            .arg("--cache-dir")
-            .arg(cache)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn talos-gen serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if !sent && let Some(i) = line.find("\"local\":\"") {
-                    let rest = &line[i + 9..];
-                    let addr = rest[..rest.find('"').unwrap_or(rest.len())].to_string();
-                    let _ = tx.send(addr);
-                    sent = true;
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("server reported its address");
-        Server {
-            child: Some(child),
-            base: format!("http://{addr}"),
-        }
-    }
-
-    /// SIGTERM and wait; returns the exit code.
-    fn stop(mut self) -> Option<i32> {
-        let mut child = self.child.take().expect("running");
-        let ok = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok, "kill -TERM");
-        for _ in 0..200 {
-            if let Some(st) = child.try_wait().expect("wait") {
-                return st.code();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        panic!("server did not stop within 10 s of SIGTERM");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// SIGTERM and wait up to 10 s; the exit code.
+fn stop(srv: Service) -> Option<i32> {
+    srv.terminate(Duration::from_secs(10))
 }
 
 async fn json(r: reqwest::Response) -> serde_json::Value {
     serde_json::from_slice(&r.bytes().await.unwrap()).expect("JSON body")
-}
-
-fn sha256_hex(b: &[u8]) -> String {
-    hex::encode(Sha256::digest(b))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,8 +35,8 @@ async fn schematics_matrix_limits_and_restart() {
     let cache = tmp.path().join("cache");
     let http = reqwest::Client::new();
 
-    let srv = Server::start(&cache, &[]);
-    let base = srv.base.clone();
+    let srv = server(&cache, &[]);
+    let base = srv.url();
 
     let r = http.get(format!("{base}/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -258,18 +192,18 @@ async fn schematics_matrix_limits_and_restart() {
     let v: serde_json::Value = json(r).await;
     assert_eq!(v["talos"].as_array().unwrap().len(), 15);
 
-    assert_eq!(srv.stop(), Some(0));
+    assert_eq!(stop(srv), Some(0));
 
     // Restart on the same cache dir: the POSTed schematic is still there.
-    let srv = Server::start(&cache, &[]);
+    let srv = server(&cache, &[]);
     let r = http
-        .get(format!("{}/schematics/{id}", srv.base))
+        .get(format!("{}/schematics/{id}", srv.url()))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(sha256_hex(&r.bytes().await.unwrap()), id);
-    assert_eq!(srv.stop(), Some(0));
+    assert_eq!(stop(srv), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -291,7 +225,7 @@ async fn schematics_dir_and_matrix_file() {
         "talos:\n  - talos: \"1.99\"\n    kubernetes: {min: \"1.40.0\", max: \"1.41.99\"}\n    defaultKubernetes: {initial: \"1.41.0\", latest: \"1.41.1\"}\n",
     )
     .unwrap();
-    let srv = Server::start(
+    let srv = server(
         &tmp.path().join("cache"),
         &[
             "--schematics-dir",
@@ -302,7 +236,7 @@ async fn schematics_dir_and_matrix_file() {
     );
     let http = reqwest::Client::new();
     let r = http
-        .get(format!("{}/schematics/{mine}", srv.base))
+        .get(format!("{}/schematics/{mine}", srv.url()))
         .send()
         .await
         .unwrap();
@@ -310,21 +244,21 @@ async fn schematics_dir_and_matrix_file() {
     // The embedded ones are replaced by the directory.
     let cozy = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
     let r = http
-        .get(format!("{}/schematics/{cozy}", srv.base))
+        .get(format!("{}/schematics/{cozy}", srv.url()))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
     // Once POSTed, it is known whatever the named set.
     let r = http
-        .post(format!("{}/schematics", srv.base))
+        .post(format!("{}/schematics", srv.url()))
         .body(include_str!("../schematics/cozystack.yaml"))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 201);
     let r = http
-        .get(format!("{}/schematics/{cozy}", srv.base))
+        .get(format!("{}/schematics/{cozy}", srv.url()))
         .send()
         .await
         .unwrap();
@@ -332,14 +266,14 @@ async fn schematics_dir_and_matrix_file() {
     let v = http
         .get(format!(
             "{}/api/v1/matrix/check?talos=1.99.0&kubernetes=1.41",
-            srv.base
+            srv.url()
         ))
         .send()
         .await
         .unwrap();
     let v = json(v).await;
     assert_eq!(v["supported"], true);
-    assert_eq!(srv.stop(), Some(0));
+    assert_eq!(stop(srv), Some(0));
 }
 
 #[test]
@@ -348,7 +282,7 @@ fn bad_matrix_file_or_schematics_dir_exit_2() {
     let bad = tmp.path().join("bad.yaml");
     std::fs::write(&bad, "talos: nope\n").unwrap();
     let cache = tmp.path().join("cache");
-    let o = common::run(
+    let o = support::run(
         &[
             "serve",
             "--listen",
@@ -360,8 +294,8 @@ fn bad_matrix_file_or_schematics_dir_exit_2() {
         ],
         None,
     );
-    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
-    let o = common::run(
+    assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
+    let o = support::run(
         &[
             "serve",
             "--listen",
@@ -373,5 +307,5 @@ fn bad_matrix_file_or_schematics_dir_exit_2() {
         ],
         None,
     );
-    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
 }

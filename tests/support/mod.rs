@@ -1,22 +1,98 @@
-//! Generic helpers for end-to-end tests with real processes on loopback:
-//! free ports, children killed on drop, waiting for a port to answer HTTP,
-//! required tools, an nginx instance with its own config/prefix/access log,
-//! and the `talos-gen serve` service.
+//! The one harness of the integration tests: every test file says
+//! `mod support;` and takes what it needs from here.
+//!
+//! - processes killed on drop ([`Proc`]), free loopback ports
+//!   ([`free_port`]), waiting for a port to answer HTTP ([`wait_http`]),
+//!   required tools ([`require_tool`]), hashes ([`sha256_hex`],
+//!   [`sha256_digest`]), generated data ([`random_bytes`], [`xz_disk`]);
+//! - `talos-gen` itself: [`run`] for CLI calls ([`cli`]), and
+//!   [`Service`] (`talos-gen serve` on loopback, one builder for every way a
+//!   test starts it) in [`service`];
+//! - the reference data in `../shared` ([`reference_dir`]: skip, or fail
+//!   under `TALOS_GEN_REQUIRE_REFERENCE=1`);
+//! - clients: [`curl`] / [`curl_spawn`], [`raw_request`], [`chromium`];
+//! - real upstreams: [`Nginx`] ([`nginx`]), a generated xz artifact
+//!   published by nginx as the factory ([`factory::Factory`]), Debian's
+//!   docker-registry with factory-shaped images pushed to it ([`registry`]),
+//!   and a misbehaving upstream for what nginx cannot show ([`bad_upstream`]);
+//! - `/proc` readings ([`rss_kib`], [`rss_anon_kib`], [`fd_count`]).
 //!
 //! ```ignore
 //! mod support;
 //! let ng = support::Nginx::start(root, support::NginxOpts { limit_rate: Some("2m".into()), ..Default::default() });
 //! let svc = support::Service::start(&["--cache-dir", dir, "--factory-url", &ng.url()]);
+//! let svc = support::Service::builder().arg("--offline").env("TALOS_GEN_X", "y").start();
 //! ```
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod bad_upstream;
+pub mod cli;
+pub mod curl;
+pub mod factory;
+pub mod nginx;
+pub mod reference;
+pub mod registry;
+pub mod service;
+
+pub use cli::{bin, run, stderr, stdout};
+pub use curl::{Curl, CurlChild, chromium, curl, curl_spawn, raw_request};
+pub use nginx::{Nginx, NginxOpts};
+pub use reference::reference_dir;
+pub use service::{Service, ServiceBuilder};
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
+
+/// A free loopback port (bound and released; a race is possible but rare).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding an ephemeral loopback port")
+}
+
+/// Panic with a clear message when a tool the test needs is not installed.
+pub fn require_tool(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path).chain(["/usr/sbin".into(), "/sbin".into()]) {
+        let p = dir.join(name);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "required tool {name:?} is not installed (scripts/test installs the Debian packages the tests need)"
+    );
+}
+
+/// sha256 hex of `b`.
+pub fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(b))
+}
+
+/// `sha256:<hex>` of `b`, as OCI digests are written.
+pub fn sha256_digest(b: &[u8]) -> String {
+    format!("sha256:{}", sha256_hex(b))
+}
+
+/// `n` deterministic pseudo-random bytes (xorshift: cheap, incompressible
+/// enough, the same for the same `seed`).
+pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
 
 /// A generated raw disk (`random_mib` MiB of random bytes, then `zero_mib`
 /// MiB of zeros) written to `dir/disk.raw` and compressed with `xz -0`:
@@ -40,43 +116,24 @@ pub fn xz_disk(dir: &Path, random_mib: usize, zero_mib: usize) -> (Vec<u8>, Vec<
     (raw, out.stdout)
 }
 
-/// A free loopback port (bound and released; a race is possible but rare).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("binding an ephemeral loopback port")
-}
-
-/// Panic with a clear message when a tool the test needs is not installed.
-pub fn require_tool(name: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path).chain(["/usr/sbin".into(), "/sbin".into()]) {
-        let p = dir.join(name);
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!(
-        "required tool {name:?} is not installed (the test command installs nginx-light, curl, nbdkit, qemu-utils, xz-utils)"
-    );
-}
-
-/// A child process killed (SIGKILL) and reaped on drop.
+/// A child process killed (SIGKILL) and reaped on drop; the test may also
+/// SIGTERM it and read its exit status.
 pub struct Proc {
     pub name: String,
     child: Option<Child>,
 }
 
 impl Proc {
-    pub fn spawn(name: &str, mut cmd: Command) -> Proc {
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
-        Proc {
+    pub fn spawn(name: &str, cmd: Command) -> Proc {
+        Proc::try_spawn(name, cmd).unwrap_or_else(|e| panic!("starting {name}: {e}"))
+    }
+
+    /// [`Proc::spawn`], the error returned (for tests that skip without the tool).
+    pub fn try_spawn(name: &str, mut cmd: Command) -> std::io::Result<Proc> {
+        Ok(Proc {
             name: name.to_string(),
-            child: Some(child),
-        }
+            child: Some(cmd.spawn()?),
+        })
     }
 
     pub fn id(&self) -> u32 {
@@ -91,12 +148,45 @@ impl Proc {
         }
     }
 
+    /// Send SIGTERM.
+    pub fn term(&self) {
+        let st = Command::new("kill")
+            .args(["-TERM", &self.id().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(st.success(), "kill -TERM {}", self.id());
+    }
+
+    /// Its exit status, if it has exited.
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Wait for exit up to `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(s) = self.try_status() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     /// Is it still running?
     pub fn alive(&mut self) -> bool {
         match self.child.as_mut() {
             Some(c) => matches!(c.try_wait(), Ok(None)),
             None => false,
         }
+    }
+
+    /// The child, to wait for its output (it is no longer killed on drop).
+    pub fn into_child(mut self) -> Child {
+        self.child.take().expect("running")
     }
 }
 
@@ -121,7 +211,8 @@ pub fn http_status(port: u16, path: &str) -> Option<u16> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Wait until `GET path` on the port answers anything (or panic after `timeout`).
+/// Wait until `GET path` on the port answers anything (or panic after
+/// `timeout`, or as soon as `proc` exits).
 pub fn wait_http(port: u16, path: &str, timeout: Duration, proc: &mut Proc) {
     let start = Instant::now();
     while start.elapsed() < timeout {
@@ -139,189 +230,28 @@ pub fn wait_http(port: u16, path: &str, timeout: Duration, proc: &mut Proc) {
     );
 }
 
-#[derive(Debug, Clone, Default)]
-pub struct NginxOpts {
-    /// `limit_rate` for every response (e.g. `2m`).
-    pub limit_rate: Option<String>,
-    /// Extra directives inside `server { }`.
-    pub server_extra: String,
-    /// Extra directives inside `http { }`.
-    pub http_extra: String,
+/// Resident set size of `pid` in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    proc_status_kib(pid, "VmRSS:")
 }
 
-/// nginx (single process, `daemon off`) serving `root` on a loopback port,
-/// with `Content-Disposition: attachment; filename=<last segment>` as the
-/// Image Factory sends it, and an access log the test can count.
-pub struct Nginx {
-    pub port: u16,
-    pub prefix: tempfile::TempDir,
-    proc: Proc,
+/// Anonymous resident memory of `pid` in KiB (heap; excludes mapped files).
+pub fn rss_anon_kib(pid: u32) -> u64 {
+    proc_status_kib(pid, "RssAnon:")
 }
 
-impl Nginx {
-    pub fn start(root: &Path, opts: NginxOpts) -> Nginx {
-        let bin = require_tool("nginx");
-        let prefix = tempfile::tempdir().expect("nginx prefix");
-        let port = free_port();
-        let p = prefix.path().display();
-        let limit = opts
-            .limit_rate
-            .as_deref()
-            .map(|r| format!("limit_rate {r};"))
-            .unwrap_or_default();
-        let conf = format!(
-            r#"master_process off;
-daemon off;
-user root;
-error_log {p}/error.log;
-pid {p}/nginx.pid;
-events {{ worker_connections 1024; }}
-http {{
-  access_log {p}/access.log;
-  client_body_temp_path {p}/body;
-  proxy_temp_path {p}/proxy;
-  sendfile on;
-  keepalive_requests 100000;
-  types {{ application/x-xz xz; application/zstd zst; application/x-iso9660-image iso; }}
-  default_type application/octet-stream;
-  {http_extra}
-  server {{
-    listen 127.0.0.1:{port};
-    root {root};
-    {limit}
-    {server_extra}
-    location ~ /([^/]+)$ {{ add_header Content-Disposition "attachment; filename=$1"; }}
-  }}
-}}
-"#,
-            root = root.display(),
-            http_extra = opts.http_extra,
-            server_extra = opts.server_extra,
-        );
-        let conf_path = prefix.path().join("nginx.conf");
-        std::fs::write(&conf_path, conf).expect("writing nginx.conf");
-        let mut cmd = Command::new(bin);
-        cmd.arg("-c")
-            .arg(&conf_path)
-            .arg("-p")
-            .arg(prefix.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let mut proc = Proc::spawn("nginx", cmd);
-        wait_http(port, "/", Duration::from_secs(10), &mut proc);
-        Nginx { port, prefix, proc }
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Access log lines that contain `needle` (e.g. `"GET /image/..."`).
-    pub fn count(&self, needle: &str) -> usize {
-        std::fs::read_to_string(self.prefix.path().join("access.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains(needle))
-            .count()
-    }
-
-    pub fn stop(&mut self) {
-        self.proc.kill();
-    }
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
-/// `talos-gen serve` on a loopback port.
-pub struct Service {
-    pub port: u16,
-    pub proc: Proc,
-    pub log: PathBuf,
-    _logdir: tempfile::TempDir,
-}
-
-impl Service {
-    /// Start with `args` after `serve --listen 127.0.0.1:<port>`; waits for `/healthz`.
-    pub fn start(args: &[&str]) -> Service {
-        Service::start_under(&[], args)
-    }
-
-    /// The same, run under `wrapper` (e.g. `unshare --pid --fork
-    /// --mount-proc`, as a pod of its own would run it).
-    pub fn start_under(wrapper: &[&str], args: &[&str]) -> Service {
-        let port = free_port();
-        let logdir = tempfile::tempdir().expect("log dir");
-        let log = logdir.path().join("serve.log");
-        let logf = std::fs::File::create(&log).expect("log file");
-        let bin = env!("CARGO_BIN_EXE_talos-gen");
-        let mut cmd = match wrapper.split_first() {
-            Some((w, rest)) => {
-                let mut c = Command::new(w);
-                c.args(rest).arg(bin);
-                c
-            }
-            None => Command::new(bin),
-        };
-        cmd.arg("serve")
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(logf);
-        let mut proc = Proc::spawn("talos-gen serve", cmd);
-        wait_http(port, "/healthz", Duration::from_secs(20), &mut proc);
-        Service {
-            port,
-            proc,
-            log,
-            _logdir: logdir,
-        }
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-/// What one `curl` run gave.
-#[derive(Debug)]
-pub struct Curl {
-    /// curl's exit code (0: a whole, clean transfer; 18: cut short).
-    pub exit: i32,
-    pub status: u16,
-    pub body: Vec<u8>,
-    pub took: Duration,
-}
-
-/// `curl -sS` with `args` (the URL among them), body kept, status and
-/// exit code reported; bounded by `--max-time 60`.
-pub fn curl(args: &[&str]) -> Curl {
-    let t = Instant::now();
-    let out = Command::new(require_tool("curl"))
-        .args(["-sS", "--max-time", "60", "-o", "-", "-w", "\n%{http_code}"])
-        .args(args)
-        .output()
-        .expect("running curl");
-    let mut body = out.stdout;
-    let nl = body.iter().rposition(|&b| b == b'\n').unwrap_or(0);
-    let status = std::str::from_utf8(&body[nl + 1..])
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0);
-    body.truncate(nl);
-    Curl {
-        exit: out.status.code().unwrap_or(-1),
-        status,
-        body,
-        took: t.elapsed(),
-    }
-}
-
-/// sha256 hex of `b`.
-pub fn sha256_hex(b: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(b))
+/// Open file descriptors of `pid`.
+pub fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
 }

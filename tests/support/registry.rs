@@ -1,90 +1,38 @@
-//! Real parts for the registry tests: Debian's distribution registry
-//! (`docker-registry`) started on loopback as a child process (killed on
-//! drop), an image shaped like the Image Factory's installer pushed to it over
-//! the plain registry API, and the `talos-gen serve` process in front of it.
-#![allow(dead_code)]
+//! Debian's distribution registry (`docker-registry`) on loopback as a
+//! child process (killed on drop), an image shaped like the Image
+//! Factory's installer pushed to it over the plain registry API, cosign
+//! signatures pushed the classic way, and skopeo as the client.
 
-use std::io::Read;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use sha2::{Digest, Sha256};
+use super::{Proc, free_port, random_bytes, require_tool, sha256_digest, wait_http};
 
 pub const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 pub const DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
 pub const DOCKER_LAYER: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
 
-/// A free loopback port (bound then released; the race is harmless here).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-pub fn sha256_digest(data: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(data)))
-}
-
-/// Wait until `url` answers anything over HTTP (or panic after 20 s).
-pub fn wait_http(url: &str) {
-    let start = Instant::now();
-    loop {
-        let ok = Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "--max-time", "2", url])
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if ok {
-            return;
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            panic!("{url} did not come up");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A child process killed (and reaped) on drop.
-pub struct KillOnDrop(pub Option<Child>);
-
-impl KillOnDrop {
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// Debian's distribution registry on 127.0.0.1, storage in a temp dir.
 /// With `proxy_of`, it runs in pull-through proxy mode (`proxy: remoteurl:`).
-pub struct DockerRegistry {
+pub struct Registry {
     pub dir: tempfile::TempDir,
     pub port: u16,
     pub log: PathBuf,
-    child: KillOnDrop,
+    proc: Proc,
 }
 
-impl DockerRegistry {
-    pub fn start() -> DockerRegistry {
+impl Registry {
+    pub fn start() -> Registry {
         Self::start_with(None)
     }
 
-    pub fn start_proxy(remote: &str) -> DockerRegistry {
+    pub fn start_proxy(remote: &str) -> Registry {
         Self::start_with(Some(remote))
     }
 
-    fn start_with(proxy_of: Option<&str>) -> DockerRegistry {
+    fn start_with(proxy_of: Option<&str>) -> Registry {
         let extra = proxy_of
             .map(|r| format!("proxy:\n  remoteurl: {r}\n"))
             .unwrap_or_default();
@@ -93,7 +41,8 @@ impl DockerRegistry {
 
     /// A registry over `storage` (default: a fresh dir), with `extra` YAML
     /// appended to its config (auth, middleware, proxy).
-    pub fn start_custom(storage: Option<&Path>, extra: &str) -> DockerRegistry {
+    pub fn start_custom(storage: Option<&Path>, extra: &str) -> Registry {
+        let bin = require_tool("docker-registry");
         let dir = tempfile::tempdir().expect("tempdir");
         let port = free_port();
         let storage = storage
@@ -109,21 +58,20 @@ impl DockerRegistry {
         std::fs::write(&cfg_path, cfg).expect("write registry config");
         let log = dir.path().join("registry.log");
         let logf = std::fs::File::create(&log).expect("log file");
-        let child = Command::new("docker-registry")
-            .arg("serve")
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
             .arg(&cfg_path)
+            .stdin(Stdio::null())
             .stdout(logf.try_clone().expect("log clone"))
-            .stderr(logf)
-            .spawn()
-            .expect("spawn docker-registry (apt-get install -y docker-registry)");
-        let reg = DockerRegistry {
+            .stderr(logf);
+        let mut proc = Proc::spawn("docker-registry", cmd);
+        wait_http(port, "/v2/", Duration::from_secs(20), &mut proc);
+        Registry {
             dir,
             port,
             log,
-            child: KillOnDrop(Some(child)),
-        };
-        wait_http(&format!("{}/v2/", reg.url()));
-        reg
+            proc,
+        }
     }
 
     pub fn storage(&self) -> PathBuf {
@@ -139,16 +87,14 @@ impl DockerRegistry {
     }
 
     pub fn stop(&mut self) {
-        self.child.stop();
+        self.proc.kill();
     }
 
     /// Access-log lines of GET requests whose path contains `needle`.
     pub fn count_gets(&self, needle: &str) -> usize {
-        let mut s = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s.lines()
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
             .filter(|l| l.contains("\"GET ") && l.contains(needle))
             .count()
     }
@@ -172,20 +118,6 @@ pub struct PushedImage {
     /// (platform arch, manifest bytes, digest)
     pub manifests: Vec<(String, Vec<u8>, String)>,
     pub blobs: Vec<Blob>,
-}
-
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    // xorshift: cheap, deterministic per seed, incompressible enough.
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(n);
-    out
 }
 
 async fn push_blob(client: &reqwest::Client, base: &str, repo: &str, data: &[u8]) -> String {
@@ -331,49 +263,6 @@ pub async fn push_factory_image(
     }
 }
 
-/// `talos-gen serve` on a free loopback port, killed on drop.
-pub struct Service {
-    pub port: u16,
-    pub cache: PathBuf,
-    child: KillOnDrop,
-}
-
-impl Service {
-    pub fn start(bin: &Path, cache: &Path, extra: &[String]) -> Service {
-        let port = free_port();
-        let mut cmd = Command::new(bin);
-        cmd.arg("serve")
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--cache-dir")
-            .arg(cache)
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        let child = cmd.spawn().expect("spawn talos-gen serve");
-        let s = Service {
-            port,
-            cache: cache.to_path_buf(),
-            child: KillOnDrop(Some(child)),
-        };
-        wait_http(&format!("{}/healthz", s.url()));
-        s
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    pub fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    pub fn stop(&mut self) {
-        self.child.stop();
-    }
-}
-
 /// `skopeo copy --all docker://<host>/<repo>:<tag> dir:<dest>` over plain HTTP.
 pub fn skopeo_copy(host: &str, repo: &str, reference: &str, dest: &Path) -> std::process::Output {
     let sep = if reference.starts_with("sha256:") {
@@ -381,7 +270,7 @@ pub fn skopeo_copy(host: &str, repo: &str, reference: &str, dest: &Path) -> std:
     } else {
         ':'
     };
-    Command::new("skopeo")
+    Command::new(require_tool("skopeo"))
         .args([
             "copy",
             "--all",

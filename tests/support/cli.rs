@@ -1,0 +1,36 @@
+//! Running the `talos-gen` binary as a CLI.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+/// The built `talos-gen` binary.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_talos-gen"))
+}
+
+/// Run `talos-gen args...` with `stdin` fed in; returns the output.
+pub fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn talos-gen");
+    {
+        let mut sin = child.stdin.take().expect("stdin");
+        if let Some(data) = stdin {
+            sin.write_all(data).expect("write stdin");
+        }
+    }
+    child.wait_with_output().expect("wait talos-gen")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
