@@ -151,3 +151,87 @@ async fn mirrored_images_are_pinned_and_served_offline() {
         .unwrap();
     assert_eq!(r.status(), 404);
 }
+
+/// A foreign layer (a descriptor with `urls`) is left to its URLs, as
+/// containerd and skopeo treat it: the upstream does not have it, and
+/// `mirror sync` and `mirror export --config` still carry the rest of the
+/// image, without ever asking the upstream for that blob.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_foreign_layer_is_left_to_its_urls() {
+    const FOREIGN: &str = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip";
+    // distribution accepts foreign-layer URLs only when allowed.
+    let up = DockerRegistry::start_custom(
+        None,
+        "validation:\n  manifests:\n    urls:\n      allow:\n        - ^https://\n",
+    );
+    let repo = "windows/app";
+    let client = reqwest::Client::new();
+    let layer = b"a distributable layer".to_vec();
+    let layer_digest = push_blob(&client, &up.url(), repo, &layer).await;
+    // Never pushed: only its URL would have it.
+    let foreign = b"a foreign base layer".to_vec();
+    let foreign_digest = sha256_digest(&foreign);
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [foreign_digest, layer_digest]}
+    }))
+    .unwrap();
+    let config_digest = push_blob(&client, &up.url(), repo, &config).await;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": DOCKER_MANIFEST,
+        "config": {"mediaType": DOCKER_CONFIG, "size": config.len(), "digest": config_digest},
+        "layers": [
+            {"mediaType": FOREIGN, "size": foreign.len(), "digest": foreign_digest,
+             "urls": [format!("https://foreign.invalid/blobs/{foreign_digest}")]},
+            {"mediaType": DOCKER_LAYER, "size": layer.len(), "digest": layer_digest},
+        ],
+    }))
+    .unwrap();
+    let manifest_digest = sha256_digest(&manifest);
+    push_manifest(&client, &up.url(), repo, "v1", DOCKER_MANIFEST, &manifest).await;
+
+    let cache = tempfile::tempdir().unwrap();
+    let cfg = talos_gen::mirror::Config::parse(
+        "extraImages: [ghcr.io/windows/app:v1]\n",
+        cache.path(),
+        "test config",
+    )
+    .unwrap();
+    let opts = SyncOptions {
+        factory_url: up.url(),
+        registry_url: Some(up.url()),
+        mirror_upstreams: vec![format!("ghcr.io={}", up.url())],
+        concurrency: 4,
+        output: Output::Quiet,
+        limits: Default::default(),
+    };
+    let report = talos_gen::mirror::sync(&cfg, cache.path(), &opts)
+        .await
+        .unwrap();
+    assert!(report.failed().is_empty(), "{}", report.summary());
+    assert_eq!(
+        up.count_gets(&foreign_digest),
+        0,
+        "the foreign layer was asked for"
+    );
+    let entries = talos_gen::store::Store::open(cache.path(), None)
+        .unwrap()
+        .entries();
+    let pinned = |d: &str| {
+        let hex = d.trim_start_matches("sha256:");
+        entries.iter().any(|e| e.digest == hex && e.pinned)
+    };
+    for d in [&manifest_digest, &config_digest, &layer_digest] {
+        assert!(pinned(d), "{d} not pinned");
+    }
+    let hex = foreign_digest.trim_start_matches("sha256:");
+    assert!(!entries.iter().any(|e| e.digest == hex));
+    // The export walks the same way: nothing is missing.
+    let out = tempfile::tempdir().unwrap();
+    let tar = out.path().join("mirror.tar");
+    let exported = talos_gen::mirror::export(cache.path(), &tar, Some(&cfg)).unwrap();
+    // The tag, the manifest, the config and the one layer stored.
+    assert_eq!((exported.keys, exported.objects), (4, 3), "{exported:?}");
+    assert!(tar.is_file());
+}

@@ -1,12 +1,8 @@
 //! What `/v2/` means: repository and reference validation, manifests and
 //! blobs by digest, tag revalidation, `?ns=` mirrors.
 //!
-//! The pull-through keeps everything in the shared [`Store`]:
-//! - `oci/manifest/sha256:<hex>`: a manifest, byte for byte as the upstream
-//!   sent it, with the upstream's media type as content type;
-//! - `oci/blob/sha256:<hex>`: a blob;
-//! - `oci/tag/<upstream>/<repo>:<tag>`: a link to the manifest a tag named
-//!   when last asked (the entry's fetch time drives revalidation).
+//! The pull-through keeps everything in the shared [`Store`], under the
+//! keys of [`layout`] (manifests and blobs by digest, tag links).
 //!
 //! Objects by digest are immutable: once verified (sha256 of the bytes equals
 //! the digest) they are served without asking the upstream again. A tag is
@@ -14,6 +10,7 @@
 //! (or fails with 5xx), the last known mapping is served.
 
 pub mod client;
+pub mod layout;
 pub mod names;
 
 use std::collections::HashMap;
@@ -29,6 +26,7 @@ use crate::metrics::Metrics;
 use crate::store::{Meta, Store, StoredObject};
 use crate::upstream::{Limits, open_response};
 use client::{MANIFEST_ACCEPT, RegistryClient};
+use layout::{blob_key, manifest_key, tag_key};
 pub use names::{Digest, MirrorTable, NameError, Reference, UpstreamId};
 
 /// How long a tag -> digest mapping is trusted before asking the upstream again.
@@ -106,55 +104,6 @@ pub enum Blob {
     Stored(StoredObject),
     /// Being fetched: read it from the growing fill (its head is known).
     Filling(FillHandle, Head),
-}
-
-/// The platform manifests an index or manifest list names (empty for an
-/// image manifest).
-pub fn manifest_children(body: &[u8]) -> Result<Vec<Digest>, OciError> {
-    let v = parse_manifest(body)?;
-    let Some(list) = v.get("manifests").and_then(|m| m.as_array()) else {
-        return Ok(Vec::new());
-    };
-    list.iter().map(descriptor_digest).collect()
-}
-
-/// The config and layer blobs an image manifest names.
-pub fn manifest_blobs(body: &[u8]) -> Result<Vec<Digest>, OciError> {
-    let v = parse_manifest(body)?;
-    let mut out = Vec::new();
-    if let Some(c) = v.get("config") {
-        out.push(descriptor_digest(c)?);
-    }
-    for l in v
-        .get("layers")
-        .and_then(|l| l.as_array())
-        .into_iter()
-        .flatten()
-    {
-        // Foreign layers (Windows) are not fetched from the registry.
-        if l.get("urls")
-            .is_some_and(|u| u.as_array().is_some_and(|a| !a.is_empty()))
-        {
-            continue;
-        }
-        out.push(descriptor_digest(l)?);
-    }
-    Ok(out)
-}
-
-fn parse_manifest(body: &[u8]) -> Result<serde_json::Value, OciError> {
-    serde_json::from_slice(body).map_err(|e| {
-        OciError::new(
-            502,
-            "MANIFEST_INVALID",
-            format!("manifest is not JSON: {e}"),
-        )
-    })
-}
-
-fn descriptor_digest(v: &serde_json::Value) -> Result<Digest, OciError> {
-    let s = v.get("digest").and_then(|d| d.as_str()).unwrap_or("");
-    Digest::parse(s).map_err(|e| OciError::new(502, "MANIFEST_INVALID", e.to_string()))
 }
 
 /// Bound on one blob fill (headers and body).
@@ -289,18 +238,6 @@ impl Registry {
         }
     }
 
-    fn manifest_key(d: &Digest) -> String {
-        format!("oci/manifest/{d}")
-    }
-
-    fn blob_key(d: &Digest) -> String {
-        format!("oci/blob/{d}")
-    }
-
-    fn tag_key(up: &UpstreamId, repo: &str, tag: &str) -> String {
-        format!("oci/tag/{}/{repo}:{tag}", up.key_name())
-    }
-
     /// The manifest `reference` names in `repo` on upstream `up`.
     pub async fn manifest(
         &self,
@@ -316,7 +253,7 @@ impl Registry {
 
     /// A stored manifest, if any.
     async fn stored_manifest(&self, d: &Digest) -> Option<Manifest> {
-        let obj = self.store.get(&Self::manifest_key(d))?;
+        let obj = self.store.get(&manifest_key(d))?;
         let media_type = obj
             .entry
             .content_type
@@ -352,7 +289,7 @@ impl Registry {
             return Err(manifest_unknown(repo, d.as_str()));
         }
         self.metric(|x| x.miss("manifest"));
-        let key = Self::manifest_key(d);
+        let key = manifest_key(d);
         let _g = self.locks.lock(&key).await;
         if let Some(m) = self.stored_manifest(d).await {
             return Ok(m);
@@ -369,7 +306,7 @@ impl Registry {
         repo: &str,
         tag: &str,
     ) -> Result<Manifest, OciError> {
-        let key = Self::tag_key(up, repo, tag);
+        let key = tag_key(up, repo, tag);
         let known = |store: &Store| {
             store.entry(&key).and_then(|e| {
                 let fresh = SystemTime::now()
@@ -578,7 +515,7 @@ impl Registry {
     }
 
     async fn commit_manifest(&self, m: &Manifest) -> Result<(), OciError> {
-        let key = Self::manifest_key(&m.digest);
+        let key = manifest_key(&m.digest);
         if self.store.entry(&key).is_some() {
             return Ok(());
         }
@@ -596,7 +533,7 @@ impl Registry {
     /// streamed to every waiting reader, committed only when whole and
     /// verified against the digest).
     pub async fn blob(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<Blob, OciError> {
-        let key = Self::blob_key(d);
+        let key = blob_key(d);
         if self.offline {
             return match self.store.get(&key) {
                 Some(obj) => {
@@ -657,7 +594,7 @@ impl Registry {
 
     /// Whether a blob is already stored (no upstream call), and its size.
     pub fn stored_blob_size(&self, d: &Digest) -> Option<u64> {
-        self.store.entry(&Self::blob_key(d)).map(|e| e.size)
+        self.store.entry(&blob_key(d)).map(|e| e.size)
     }
 
     /// The size of a blob without filling it: from the store, else an upstream HEAD.
