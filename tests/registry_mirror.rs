@@ -5,12 +5,47 @@
 
 mod support;
 
-use support::Service;
 use support::registry::*;
+use support::{Service, sha256_digest};
 use talos_gen::mirror::{Output, SyncOptions};
 use talos_gen::registry::{Reference, UpstreamId};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+
+/// The mirror job's options with `up` as the factory, the installer
+/// registry and `ghcr.io`'s `--mirror-upstream`.
+fn sync_options(up: &Registry) -> SyncOptions {
+    SyncOptions {
+        factory_url: up.url(),
+        registry_url: Some(up.url()),
+        mirror_upstreams: vec![format!("ghcr.io={}", up.url())],
+        concurrency: 4,
+        output: Output::Quiet,
+        limits: Default::default(),
+    }
+}
+
+/// `mirror sync` of the config `text` into `cache`, every item synced.
+async fn mirror(text: &str, cache: &std::path::Path, up: &Registry) -> talos_gen::mirror::Config {
+    let cfg = talos_gen::mirror::Config::parse(text, cache, "test config").unwrap();
+    let report = talos_gen::mirror::sync(&cfg, cache, &sync_options(up))
+        .await
+        .unwrap();
+    assert!(report.failed().is_empty(), "{}", report.summary());
+    cfg
+}
+
+/// Whether the store at `cache` holds `digest` (`sha256:<hex>`) under a
+/// pinned key.
+fn pinned_in(cache: &std::path::Path) -> impl Fn(&str) -> bool {
+    let entries = talos_gen::store::Store::open(cache, None)
+        .unwrap()
+        .entries();
+    move |d: &str| {
+        let hex = d.trim_start_matches("sha256:");
+        entries.iter().any(|e| e.digest == hex && e.pinned)
+    }
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mirrored_images_are_pinned_and_served_offline() {
@@ -49,37 +84,19 @@ async fn mirrored_images_are_pinned_and_served_offline() {
     }
     // The mirror job, as a library call: the installer (every platform of
     // its index) and an extra image through its `--mirror-upstream`.
-    let cfg = talos_gen::mirror::Config::parse(
+    let cfg = mirror(
         &format!(
             "schematics: [{SCHEMATIC}]\ntalosVersions: [v1.13.6]\ninstallers: [installer]\n\
              extraImages: [ghcr.io/siderolabs/kubelet:v1.35.6]\n"
         ),
         cache.path(),
-        "test config",
+        &up,
     )
-    .unwrap();
-    let opts = SyncOptions {
-        factory_url: up.url(),
-        registry_url: Some(up.url()),
-        mirror_upstreams: vec![format!("ghcr.io={}", up.url())],
-        concurrency: 4,
-        output: Output::Quiet,
-        limits: Default::default(),
-    };
-    let report = talos_gen::mirror::sync(&cfg, cache.path(), &opts)
-        .await
-        .unwrap();
-    assert!(report.failed().is_empty(), "{}", report.summary());
+    .await;
     {
         // Every object is named by a pinned key, also those stored
         // (unpinned) before the mirror ran.
-        let entries = talos_gen::store::Store::open(cache.path(), None)
-            .unwrap()
-            .entries();
-        let pinned = |d: &str| {
-            let hex = d.trim_start_matches("sha256:");
-            entries.iter().any(|e| e.digest == hex && e.pinned)
-        };
+        let pinned = pinned_in(cache.path());
         for b in installer.blobs.iter().chain(kubelet.blobs.iter()) {
             assert!(pinned(&b.digest), "blob {} not pinned", b.digest);
         }
@@ -90,7 +107,7 @@ async fn mirrored_images_are_pinned_and_served_offline() {
     }
     // Idempotent: a second run fetches no blob again.
     let before = up.count_gets("/blobs/");
-    let again = talos_gen::mirror::sync(&cfg, cache.path(), &opts)
+    let again = talos_gen::mirror::sync(&cfg, cache.path(), &sync_options(&up))
         .await
         .unwrap();
     assert!(again.failed().is_empty(), "{}", again.summary());
@@ -150,4 +167,68 @@ async fn mirrored_images_are_pinned_and_served_offline() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
+}
+
+/// A foreign layer (a descriptor with `urls`) is left to its URLs, as
+/// containerd and skopeo treat it: the upstream does not have it, and
+/// `mirror sync` and `mirror export --config` still carry the rest of the
+/// image, without ever asking the upstream for that blob.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_foreign_layer_is_left_to_its_urls() {
+    const FOREIGN: &str = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip";
+    // distribution accepts foreign-layer URLs only when allowed.
+    let up = Registry::start_custom(
+        None,
+        "validation:\n  manifests:\n    urls:\n      allow:\n        - ^https://\n",
+    );
+    let repo = "windows/app";
+    let client = reqwest::Client::new();
+    let layer = b"a distributable layer".to_vec();
+    let layer_digest = push_blob(&client, &up.url(), repo, &layer).await;
+    // Never pushed: only its URL would have it.
+    let foreign = b"a foreign base layer".to_vec();
+    let foreign_digest = sha256_digest(&foreign);
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [foreign_digest, layer_digest]}
+    }))
+    .unwrap();
+    let config_digest = push_blob(&client, &up.url(), repo, &config).await;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": DOCKER_MANIFEST,
+        "config": {"mediaType": DOCKER_CONFIG, "size": config.len(), "digest": config_digest},
+        "layers": [
+            {"mediaType": FOREIGN, "size": foreign.len(), "digest": foreign_digest,
+             "urls": [format!("https://foreign.invalid/blobs/{foreign_digest}")]},
+            {"mediaType": DOCKER_LAYER, "size": layer.len(), "digest": layer_digest},
+        ],
+    }))
+    .unwrap();
+    let manifest_digest = sha256_digest(&manifest);
+    push_manifest(&client, &up.url(), repo, "v1", DOCKER_MANIFEST, &manifest).await;
+
+    let cache = tempfile::tempdir().unwrap();
+    let cfg = mirror("extraImages: [ghcr.io/windows/app:v1]\n", cache.path(), &up).await;
+    assert_eq!(
+        up.count_gets(&foreign_digest),
+        0,
+        "the foreign layer was asked for"
+    );
+    let pinned = pinned_in(cache.path());
+    for d in [&manifest_digest, &config_digest, &layer_digest] {
+        assert!(pinned(d), "{d} not pinned");
+    }
+    let hex = foreign_digest.trim_start_matches("sha256:");
+    let entries = talos_gen::store::Store::open(cache.path(), None)
+        .unwrap()
+        .entries();
+    assert!(!entries.iter().any(|e| e.digest == hex));
+    // The export walks the same way: nothing is missing.
+    let out = tempfile::tempdir().unwrap();
+    let tar = out.path().join("mirror.tar");
+    let exported = talos_gen::mirror::export(cache.path(), &tar, Some(&cfg)).unwrap();
+    // The tag, the manifest, the config and the one layer stored.
+    assert_eq!((exported.keys, exported.objects), (4, 3), "{exported:?}");
+    assert!(tar.is_file());
 }

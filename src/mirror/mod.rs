@@ -2,7 +2,7 @@
 //! (`verify`), and carry it across an air gap (`export` / `import`).
 //!
 //! Everything goes through the same [`crate::store::Store`] the service
-//! reads, with the registry's key layout (see [`crate::registry`]):
+//! reads, with its keys ([`crate::imagecache`], [`crate::registry::layout`]):
 //! `image/<schematic>/<version>/<asset>`, `oci/manifest/<digest>`,
 //! `oci/blob/<digest>`, `oci/tag/<upstream>/<repo>:<tag>`. Mirrored keys are
 //! pinned, so `--cache-max-size` never evicts them.
@@ -19,62 +19,8 @@ pub use config::{Config, ExtraImage, Item, Signature, Worker};
 pub use sync::{Output, SyncOptions, SyncReport, sync};
 pub use verify::{VerifyReport, verify};
 
+use crate::registry::layout::{blob_key, manifest_key, manifest_refs, tag_key};
 use crate::registry::{Digest, UpstreamId};
-
-/// The store key of a manifest (the registry module's layout).
-pub fn manifest_key(d: &Digest) -> String {
-    format!("oci/manifest/{d}")
-}
-
-/// The store key of a blob.
-pub fn blob_key(d: &Digest) -> String {
-    format!("oci/blob/{d}")
-}
-
-/// The store key of a tag mapping.
-pub fn tag_key(up: &UpstreamId, repo: &str, tag: &str) -> String {
-    format!("oci/tag/{}/{repo}:{tag}", up.key_name())
-}
-
-/// What a manifest points at.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct ManifestRefs {
-    /// Child manifests (of an index / manifest list).
-    pub manifests: Vec<Digest>,
-    /// Config, layers and artifact blobs, with their declared sizes.
-    pub blobs: Vec<(Digest, Option<u64>)>,
-}
-
-/// Parse the references out of a manifest or index body.
-pub fn manifest_refs(body: &[u8]) -> Result<ManifestRefs, String> {
-    #[derive(serde::Deserialize)]
-    struct Desc {
-        digest: String,
-        size: Option<u64>,
-    }
-    #[derive(serde::Deserialize)]
-    struct M {
-        #[serde(default)]
-        manifests: Vec<Desc>,
-        config: Option<Desc>,
-        #[serde(default)]
-        layers: Vec<Desc>,
-        #[serde(default)]
-        blobs: Vec<Desc>,
-    }
-    let m: M = serde_json::from_slice(body).map_err(|e| format!("not a manifest: {e}"))?;
-    let parse = |d: &Desc| {
-        Digest::parse(&d.digest).map_err(|_| format!("unsupported digest {:?}", d.digest))
-    };
-    let mut out = ManifestRefs::default();
-    for d in &m.manifests {
-        out.manifests.push(parse(d)?);
-    }
-    for d in m.config.iter().chain(&m.layers).chain(&m.blobs) {
-        out.blobs.push((parse(d)?, d.size));
-    }
-    Ok(out)
-}
 
 /// Every store key a config's items reach in `store` (schematics, tags,
 /// manifests, blobs, images); the items not (fully) stored are named in the
@@ -166,23 +112,4 @@ pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>
         }
     }
     (keys, missing)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn refs() {
-        let d = format!("sha256:{}", "a".repeat(64));
-        let idx = format!(r#"{{"manifests":[{{"digest":"{d}","size":3}}]}}"#);
-        let r = manifest_refs(idx.as_bytes()).unwrap();
-        assert_eq!(r.manifests.len(), 1);
-        let m = format!(
-            r#"{{"config":{{"digest":"{d}","size":1}},"layers":[{{"digest":"{d}","size":2}}]}}"#
-        );
-        assert_eq!(manifest_refs(m.as_bytes()).unwrap().blobs.len(), 2);
-        assert!(manifest_refs(b"[]").is_err());
-        assert!(manifest_refs(br#"{"layers":[{"digest":"md5:x"}]}"#).is_err());
-    }
 }

@@ -9,8 +9,8 @@
 //! about signatures lives here.
 
 use super::config::{Config, Item, Signature};
-use super::{blob_key, manifest_key, manifest_refs, tag_key};
 use crate::cosign::PublicKey;
+use crate::registry::layout::{blob_key, manifest_key, manifest_refs, tag_key};
 use crate::registry::{Digest, Reference, Registry, UpstreamId};
 use crate::store::Store;
 

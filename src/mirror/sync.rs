@@ -14,10 +14,10 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::Semaphore;
 
 use super::config::{Config, Item};
-use super::{blob_key, manifest_key, manifest_refs, tag_key};
 use crate::error::Result;
 use crate::fill::{FetchError, FillHandle, Joined};
 use crate::imagecache::{ImageCache, ImageError, ImageKey};
+use crate::registry::layout::{blob_key, manifest_key, manifest_refs, tag_key};
 use crate::registry::{Blob, Digest, Reference, Registry, UpstreamId};
 use crate::store::Store;
 use crate::upstream::Upstream;
@@ -463,11 +463,11 @@ async fn sync_oci(
     while let Some(r) = queue.pop() {
         let before = match &r {
             Reference::Digest(d) => ctx.store.entry(&manifest_key(d)).is_some(),
-            Reference::Tag(t) => ctx.store.entry(&tag_key(up, repo, t)).is_some_and(|e| {
-                ctx.store
-                    .entry(&format!("oci/manifest/sha256:{}", e.digest))
-                    .is_some()
-            }),
+            Reference::Tag(t) => ctx
+                .store
+                .entry(&tag_key(up, repo, t))
+                .and_then(|e| Digest::from_hex(&e.digest))
+                .is_some_and(|d| ctx.store.entry(&manifest_key(&d)).is_some()),
         };
         let m = ctx
             .registry

@@ -120,7 +120,8 @@ pub struct PushedImage {
     pub blobs: Vec<Blob>,
 }
 
-async fn push_blob(client: &reqwest::Client, base: &str, repo: &str, data: &[u8]) -> String {
+/// Push one blob to `repo` (monolithic upload); its digest.
+pub async fn push_blob(client: &reqwest::Client, base: &str, repo: &str, data: &[u8]) -> String {
     let digest = sha256_digest(data);
     let r = client
         .post(format!("{base}/v2/{repo}/blobs/uploads/"))
@@ -161,7 +162,8 @@ async fn push_blob(client: &reqwest::Client, base: &str, repo: &str, data: &[u8]
     digest
 }
 
-async fn push_manifest(
+/// PUT a manifest under `reference`.
+pub async fn push_manifest(
     client: &reqwest::Client,
     base: &str,
     repo: &str,

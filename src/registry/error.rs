@@ -1,0 +1,125 @@
+//! [`OciError`], the distribution error a `/v2/` answer carries, and how
+//! names, the crate's errors, upstream statuses and failed fetches map to it.
+
+use reqwest::StatusCode;
+
+use super::names::{Digest, NameError};
+use crate::fill::FetchError;
+
+/// An OCI distribution error: HTTP status, error code, message.
+#[derive(Debug, Clone)]
+pub struct OciError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl OciError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> OciError {
+        OciError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The body: `{"errors":[{"code":...,"message":...}]}`.
+    pub fn body(&self) -> String {
+        serde_json::json!({"errors": [{"code": self.code, "message": self.message}]}).to_string()
+    }
+
+    pub(super) fn upstream(msg: impl Into<String>) -> OciError {
+        OciError::new(502, "UNAVAILABLE", msg)
+    }
+
+    /// The same error with what was being done in front (`reading X: ...`).
+    pub(super) fn context(mut self, what: &str) -> OciError {
+        self.message = format!("reading {what}: {}", self.message);
+        self
+    }
+}
+
+impl From<NameError> for OciError {
+    fn from(e: NameError) -> OciError {
+        match e {
+            NameError::Invalid(m) => OciError::new(400, "NAME_INVALID", m),
+            NameError::Denied(m) => OciError::new(403, "DENIED", m),
+            NameError::Reference(m) => OciError::new(400, "MANIFEST_INVALID", m),
+            NameError::Digest(m) => OciError::new(400, "DIGEST_INVALID", m),
+        }
+    }
+}
+
+impl From<crate::Error> for OciError {
+    fn from(e: crate::Error) -> OciError {
+        match e {
+            crate::Error::BadInput(m) => OciError::new(400, "UNSUPPORTED", m),
+            crate::Error::Refused(m) => OciError::new(403, "DENIED", m),
+            crate::Error::NotFound(m) => OciError::new(404, "NAME_UNKNOWN", m),
+            crate::Error::Upstream(m) => OciError::upstream(m),
+            e @ crate::Error::Io { .. } => OciError::new(500, "UNKNOWN", e.to_string()),
+        }
+    }
+}
+
+/// How a failed blob fill is told to the client.
+pub(super) fn fill_error(e: FetchError, repo: &str, d: &Digest) -> OciError {
+    match e {
+        FetchError::Status { status: 404, .. } => blob_unknown(repo, d),
+        FetchError::Status { status, .. } => match check_status(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+            repo,
+            d.as_str(),
+        ) {
+            Err(e) => e,
+            Ok(()) => OciError::upstream(format!("upstream answered {status} for blob {d}")),
+        },
+        FetchError::Timeout(m) => OciError::new(504, "UNAVAILABLE", m),
+        FetchError::Failed(m) => OciError::upstream(m),
+        FetchError::Local(m) => OciError::new(500, "UNKNOWN", m),
+    }
+}
+
+/// A transport failure toward an upstream registry: 504 when a bound
+/// fired, 502 otherwise.
+pub(super) fn fetch_error(e: FetchError) -> OciError {
+    match e {
+        FetchError::Timeout(m) => OciError::new(504, "UNAVAILABLE", m),
+        other => OciError::upstream(other.to_string()),
+    }
+}
+
+pub(super) fn check_status(st: StatusCode, repo: &str, reference: &str) -> Result<(), OciError> {
+    if st.is_success() {
+        return Ok(());
+    }
+    if st == StatusCode::UNAUTHORIZED || st == StatusCode::FORBIDDEN {
+        return Err(OciError::new(
+            403,
+            "DENIED",
+            format!("upstream refused anonymous access to {repo} ({reference}): {st}"),
+        ));
+    }
+    if st == StatusCode::TOO_MANY_REQUESTS {
+        return Err(OciError::new(
+            429,
+            "TOOMANYREQUESTS",
+            format!("upstream rate-limited {repo}"),
+        ));
+    }
+    Err(OciError::upstream(format!(
+        "upstream answered {st} for {repo} ({reference})"
+    )))
+}
+
+pub(super) fn manifest_unknown(repo: &str, reference: &str) -> OciError {
+    OciError::new(
+        404,
+        "MANIFEST_UNKNOWN",
+        format!("manifest {repo}:{reference} not known"),
+    )
+}
+
+pub(super) fn blob_unknown(repo: &str, d: &Digest) -> OciError {
+    OciError::new(404, "BLOB_UNKNOWN", format!("blob {d} not known in {repo}"))
+}

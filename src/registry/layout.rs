@@ -1,0 +1,154 @@
+//! The OCI layout in the shared store, and what a manifest points at: the
+//! one place the registry, `mirror sync`, the signatures step and
+//! `mirror export` take their keys and their manifest walk from.
+//!
+//! Keys:
+//! - `oci/manifest/sha256:<hex>`: a manifest, byte for byte as the upstream
+//!   sent it, with the upstream's media type as content type;
+//! - `oci/blob/sha256:<hex>`: a blob;
+//! - `oci/tag/<upstream>/<repo>:<tag>`: a link to the manifest a tag named
+//!   when last asked (the entry's fetch time drives revalidation).
+
+use super::names::{Digest, UpstreamId};
+
+/// The store key of a manifest.
+pub fn manifest_key(d: &Digest) -> String {
+    format!("oci/manifest/{d}")
+}
+
+/// The store key of a blob.
+pub fn blob_key(d: &Digest) -> String {
+    format!("oci/blob/{d}")
+}
+
+/// The store key of a tag mapping.
+pub fn tag_key(up: &UpstreamId, repo: &str, tag: &str) -> String {
+    format!("oci/tag/{}/{repo}:{tag}", up.key_name())
+}
+
+/// What a manifest points at: what a pull of it fetches from the registry.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ManifestRefs {
+    /// Child manifests (of an index / manifest list).
+    pub manifests: Vec<Digest>,
+    /// Config, layers and artifact blobs, with their declared sizes;
+    /// without the blobs a client fetches from their `urls`.
+    pub blobs: Vec<(Digest, Option<u64>)>,
+}
+
+/// Parse the references out of a manifest or index body.
+///
+/// Foreign layers: a blob whose descriptor lists `urls` (Docker's
+/// `application/vnd.docker.image.rootfs.foreign.diff.tar.gzip`, OCI's
+/// `application/vnd.oci.image.layer.nondistributable.*`) is not walked. A
+/// client fetches it from those URLs: containerd tries them first and
+/// comes to the registry only when every URL answers 404, and push and
+/// copy tools (skopeo, Docker) leave such a layer out of the registry, so
+/// the upstream need not have it. The media type alone does not decide: a
+/// non-distributable layer without `urls` has no source but the registry,
+/// so it is carried like any other.
+pub fn manifest_refs(body: &[u8]) -> Result<ManifestRefs, String> {
+    #[derive(serde::Deserialize)]
+    struct Desc {
+        digest: String,
+        size: Option<u64>,
+        #[serde(default)]
+        urls: Vec<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct M {
+        #[serde(default)]
+        manifests: Vec<Desc>,
+        config: Option<Desc>,
+        #[serde(default)]
+        layers: Vec<Desc>,
+        #[serde(default)]
+        blobs: Vec<Desc>,
+    }
+    let m: M = serde_json::from_slice(body).map_err(|e| format!("not a manifest: {e}"))?;
+    let parse = |d: &Desc| {
+        Digest::parse(&d.digest).map_err(|_| format!("unsupported digest {:?}", d.digest))
+    };
+    let mut out = ManifestRefs::default();
+    for d in &m.manifests {
+        out.manifests.push(parse(d)?);
+    }
+    for d in m.config.iter().chain(&m.layers).chain(&m.blobs) {
+        let digest = parse(d)?;
+        if d.urls.is_empty() {
+            out.blobs.push((digest, d.size));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digest(c: char) -> String {
+        format!("sha256:{}", c.to_string().repeat(64))
+    }
+
+    #[test]
+    fn refs() {
+        let d = digest('a');
+        let idx = format!(r#"{{"manifests":[{{"digest":"{d}","size":3}}]}}"#);
+        let r = manifest_refs(idx.as_bytes()).unwrap();
+        assert_eq!(r.manifests.len(), 1);
+        let m = format!(
+            r#"{{"config":{{"digest":"{d}","size":1}},"layers":[{{"digest":"{d}","size":2}}]}}"#
+        );
+        assert_eq!(manifest_refs(m.as_bytes()).unwrap().blobs.len(), 2);
+        assert!(manifest_refs(b"[]").is_err());
+        assert!(manifest_refs(br#"{"layers":[{"digest":"md5:x"}]}"#).is_err());
+    }
+
+    #[test]
+    fn a_layer_with_urls_is_left_to_them_and_one_without_is_carried() {
+        let (config, plain, foreign, oci_nd, bare_nd) = (
+            digest('c'),
+            digest('1'),
+            digest('2'),
+            digest('3'),
+            digest('4'),
+        );
+        let m = format!(
+            r#"{{"schemaVersion":2,
+            "config":{{"mediaType":"application/vnd.docker.container.image.v1+json","digest":"{config}","size":10}},
+            "layers":[
+              {{"mediaType":"application/vnd.docker.image.rootfs.diff.tar.gzip","digest":"{plain}","size":1}},
+              {{"mediaType":"application/vnd.docker.image.rootfs.foreign.diff.tar.gzip","digest":"{foreign}","size":2,
+                "urls":["https://mcr.microsoft.com/v2/windows/servercore/blobs/{foreign}"]}},
+              {{"mediaType":"application/vnd.oci.image.layer.nondistributable.v1.tar+gzip","digest":"{oci_nd}","size":3,
+                "urls":["https://example.com/layer"]}},
+              {{"mediaType":"application/vnd.oci.image.layer.nondistributable.v1.tar+gzip","digest":"{bare_nd}","size":4}}
+            ]}}"#
+        );
+        let r = manifest_refs(m.as_bytes()).unwrap();
+        let want: Vec<(Digest, Option<u64>)> = [(config, 10), (plain, 1), (bare_nd, 4)]
+            .into_iter()
+            .map(|(d, n)| (Digest::parse(&d).unwrap(), Some(n)))
+            .collect();
+        assert_eq!(r.blobs, want);
+        assert!(r.manifests.is_empty());
+        // A foreign layer's digest is still checked.
+        let bad = r#"{"layers":[{"digest":"md5:x","urls":["https://example.com/l"]}]}"#;
+        assert!(manifest_refs(bad.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn keys() {
+        let d = Digest::parse(&digest('a')).unwrap();
+        assert_eq!(manifest_key(&d), format!("oci/manifest/{}", digest('a')));
+        assert_eq!(blob_key(&d), format!("oci/blob/{}", digest('a')));
+        assert_eq!(
+            tag_key(&UpstreamId::Mirror("ghcr.io".into()), "a/b", "v1"),
+            "oci/tag/ns=ghcr.io/a/b:v1"
+        );
+        assert_eq!(
+            tag_key(&UpstreamId::Installer, "installer/x", "v1.13.6"),
+            "oci/tag/installer/installer/x:v1.13.6"
+        );
+    }
+}

@@ -1,0 +1,320 @@
+//! Manifests: by digest from the store or the upstream (verified against
+//! the digest, and against `Docker-Content-Digest`, before they are
+//! committed byte for byte), tags revalidated after [`TAG_REVALIDATE`] with
+//! the last known mapping served when the upstream fails.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use reqwest::header::HeaderMap;
+use reqwest::{Method, StatusCode};
+
+use super::client::MANIFEST_ACCEPT;
+use super::error::{OciError, check_status, fetch_error, manifest_unknown};
+use super::layout::{manifest_key, tag_key};
+use super::names::{Digest, Reference, UpstreamId};
+use super::service::{Registry, scope};
+use crate::store::{Meta, Store};
+
+/// How long a tag -> digest mapping is trusted before asking the upstream again.
+pub const TAG_REVALIDATE: Duration = Duration::from_secs(30);
+/// Largest manifest accepted from an upstream (distribution's own limit is 4 MiB).
+pub const MAX_MANIFEST: usize = 4 << 20;
+
+/// A manifest ready to serve.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    pub digest: Digest,
+    pub media_type: String,
+    pub body: Bytes,
+}
+
+impl Registry {
+    /// The manifest `reference` names in `repo` on upstream `up`.
+    pub async fn manifest(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        reference: &Reference,
+    ) -> Result<Manifest, OciError> {
+        match reference {
+            Reference::Digest(d) => self.manifest_by_digest(up, repo, d).await,
+            Reference::Tag(t) => self.manifest_by_tag(up, repo, t).await,
+        }
+    }
+
+    /// A stored manifest, if any.
+    async fn stored_manifest(&self, d: &Digest) -> Option<Manifest> {
+        let obj = self.store.get(&manifest_key(d))?;
+        let media_type = obj
+            .entry
+            .content_type
+            .clone()
+            .unwrap_or_else(|| "application/vnd.oci.image.manifest.v1+json".into());
+        // Checked against its digest by the read; a rotten one is dropped.
+        let body = match obj.read_small(MAX_MANIFEST as u64) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(%d, error = %e, "reading a stored manifest");
+                return None;
+            }
+        };
+        Some(Manifest {
+            digest: d.clone(),
+            media_type,
+            body,
+        })
+    }
+
+    async fn manifest_by_digest(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        d: &Digest,
+    ) -> Result<Manifest, OciError> {
+        if let Some(m) = self.stored_manifest(d).await {
+            self.metric(|x| x.hit("manifest"));
+            return Ok(m);
+        }
+        if self.offline {
+            self.metric(|x| x.offline_miss("manifest"));
+            return Err(manifest_unknown(repo, d.as_str()));
+        }
+        self.metric(|x| x.miss("manifest"));
+        let key = manifest_key(d);
+        let _g = self.locks.lock(&key).await;
+        if let Some(m) = self.stored_manifest(d).await {
+            return Ok(m);
+        }
+        match self.fetch_manifest(up, repo, d.as_str(), Some(d)).await? {
+            Some(m) => Ok(m),
+            None => Err(manifest_unknown(repo, d.as_str())),
+        }
+    }
+
+    async fn manifest_by_tag(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        tag: &str,
+    ) -> Result<Manifest, OciError> {
+        let key = tag_key(up, repo, tag);
+        let known = |store: &Store| {
+            store.entry(&key).and_then(|e| {
+                let fresh = SystemTime::now()
+                    .duration_since(e.fetched_time())
+                    .map(|age| age < self.revalidate)
+                    .unwrap_or(true);
+                Digest::from_hex(&e.digest).map(|d| (d, fresh))
+            })
+        };
+        if let Some((d, fresh)) = known(&self.store)
+            && (fresh || self.offline)
+            && let Some(m) = self.stored_manifest(&d).await
+        {
+            self.metric(|x| x.hit("manifest"));
+            return Ok(m);
+        }
+        if self.offline {
+            self.metric(|x| x.offline_miss("manifest"));
+            return Err(manifest_unknown(repo, tag));
+        }
+        self.metric(|x| x.miss("manifest"));
+        let _g = self.locks.lock(&key).await;
+        let last = known(&self.store);
+        if let Some((d, true)) = &last
+            && let Some(m) = self.stored_manifest(d).await
+        {
+            return Ok(m);
+        }
+        let stale = |why: &OciError| {
+            tracing::warn!(repo, tag, error = %why.message, "upstream unavailable; serving the last known tag mapping");
+        };
+        // With a known mapping, a HEAD is enough when the digest is unchanged.
+        if let Some((d, _)) = &last {
+            match self.head_manifest_digest(up, repo, tag).await {
+                Ok(Some(now)) if now == *d => {
+                    if let Some(m) = self.stored_manifest(d).await {
+                        self.link_tag(&key, &m).await;
+                        return Ok(m);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if e.status >= 500 => {
+                    if let Some(m) = self.stored_manifest(d).await {
+                        stale(&e);
+                        return Ok(m);
+                    }
+                    return Err(e);
+                }
+                Err(_) => {}
+            }
+        }
+        match self.fetch_manifest(up, repo, tag, None).await {
+            Ok(Some(m)) => {
+                self.link_tag(&key, &m).await;
+                Ok(m)
+            }
+            Ok(None) => Err(manifest_unknown(repo, tag)),
+            Err(e) if e.status >= 500 => match &last {
+                Some((d, _)) => match self.stored_manifest(d).await {
+                    Some(m) => {
+                        stale(&e);
+                        Ok(m)
+                    }
+                    None => Err(e),
+                },
+                None => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn link_tag(&self, key: &str, m: &Manifest) {
+        // A pinned (mirrored) tag stays pinned when revalidated.
+        let pinned = self.store.entry(key).is_some_and(|e| e.pinned);
+        let meta = Meta {
+            content_type: Some(m.media_type.clone()),
+            pinned,
+            ..Meta::default()
+        };
+        if let Err(e) = self.store.link(key, m.digest.hex(), meta).await {
+            tracing::warn!(key, error = %e, "recording a tag mapping");
+        }
+    }
+
+    /// `HEAD` the manifest: its `Docker-Content-Digest`, if the upstream gives one.
+    async fn head_manifest_digest(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        tag: &str,
+    ) -> Result<Option<Digest>, OciError> {
+        let url = self.upstream_url(up, repo, "manifests", tag)?;
+        let resp = self
+            .client
+            .send(
+                Method::HEAD,
+                &url,
+                Some(MANIFEST_ACCEPT),
+                &HeaderMap::new(),
+                &scope(repo),
+            )
+            .await
+            .map_err(fetch_error)?;
+        let st = resp.status();
+        if st.is_server_error() {
+            return Err(OciError::upstream(format!(
+                "upstream answered {st} for {repo}:{tag}"
+            )));
+        }
+        if !st.is_success() {
+            return Ok(None);
+        }
+        Ok(resp
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| Digest::parse(v).ok()))
+    }
+
+    /// GET a manifest from upstream, verify it, commit it. `Ok(None)`: 404.
+    async fn fetch_manifest(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        reference: &str,
+        expect: Option<&Digest>,
+    ) -> Result<Option<Manifest>, OciError> {
+        let url = self.upstream_url(up, repo, "manifests", reference)?;
+        let t0 = std::time::Instant::now();
+        let resp = self
+            .client
+            .send(
+                Method::GET,
+                &url,
+                Some(MANIFEST_ACCEPT),
+                &HeaderMap::new(),
+                &scope(repo),
+            )
+            .await
+            .map_err(fetch_error)?;
+        let st = resp.status();
+        if st == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        check_status(st, repo, reference)?;
+        let media_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let header_digest = resp
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = self
+            .client
+            .limits()
+            .read_small(&url, resp, MAX_MANIFEST)
+            .await
+            .map_err(|e| fetch_error(e).context(&format!("manifest {repo}:{reference}")))?;
+        let digest = Digest::of(&body);
+        if let Some(e) = expect
+            && *e != digest
+        {
+            return Err(OciError::upstream(format!(
+                "upstream manifest for {repo}@{e} hashes to {digest}; not served"
+            )));
+        }
+        if let Some(h) = &header_digest
+            && h.starts_with("sha256:")
+            && h != digest.as_str()
+        {
+            return Err(OciError::upstream(format!(
+                "upstream manifest {repo}:{reference} hashes to {digest} but Docker-Content-Digest says {h}; not served"
+            )));
+        }
+        let media_type = media_type
+            .filter(|m| {
+                !m.is_empty() && m != "application/octet-stream" && !m.starts_with("text/plain")
+            })
+            .or_else(|| media_type_field(&body))
+            .unwrap_or_else(|| "application/vnd.oci.image.manifest.v1+json".to_string());
+        let m = Manifest {
+            digest,
+            media_type,
+            body: Bytes::from(body),
+        };
+        self.commit_manifest(&m).await?;
+        self.metric(|x| x.upstream_fetch("manifest", true, t0.elapsed()));
+        tracing::info!(repo, reference, digest = %m.digest, ms = t0.elapsed().as_millis() as u64, "manifest fetched");
+        Ok(Some(m))
+    }
+
+    async fn commit_manifest(&self, m: &Manifest) -> Result<(), OciError> {
+        let key = manifest_key(&m.digest);
+        if self.store.entry(&key).is_some() {
+            return Ok(());
+        }
+        let mut tmp = self.store.temp()?;
+        tmp.write_all(&m.body).await?;
+        let meta = Meta {
+            content_type: Some(m.media_type.clone()),
+            ..Meta::default()
+        };
+        self.store.commit(tmp, &key, meta).await?;
+        Ok(())
+    }
+}
+
+/// The `mediaType` field of a manifest body, when the upstream sent no usable Content-Type.
+fn media_type_field(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct M {
+        #[serde(rename = "mediaType")]
+        media_type: Option<String>,
+    }
+    serde_json::from_slice::<M>(body).ok()?.media_type
+}

@@ -1,0 +1,284 @@
+//! The pull-through itself: the [`Registry`] (upstreams, the store, the
+//! shared fill, the client), which upstream serves a repository (`?ns=`,
+//! `--mirror-upstream`, the installer's `--registry-url`), and blobs through
+//! the fill.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::HeaderMap;
+use reqwest::{Method, StatusCode};
+
+use super::client::RegistryClient;
+use super::error::{OciError, blob_unknown, check_status, fetch_error, fill_error};
+use super::layout::blob_key;
+use super::locks::KeyedLocks;
+use super::manifest::TAG_REVALIDATE;
+use super::names::{self, Digest, MirrorTable, NameError, UpstreamId};
+use crate::fill::{FetchError, FillSpec, Fills, Joined, Opened};
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::upstream::{Limits, open_response};
+
+/// A blob ready to serve: stored, or growing in the shared fill.
+pub type Blob = crate::fill::Object;
+
+/// Bound on one blob fill (headers and body).
+pub const BLOB_FILL_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The pull-through: upstreams, the store, the client.
+pub struct Registry {
+    pub(super) store: Store,
+    fills: Fills,
+    metrics: Option<Metrics>,
+    pub(super) client: Arc<RegistryClient>,
+    installer_url: Option<String>,
+    installer_host: Option<String>,
+    mirrors: MirrorTable,
+    pub(super) offline: bool,
+    direct: bool,
+    pub(super) revalidate: Duration,
+    pub(super) locks: KeyedLocks,
+}
+
+impl Registry {
+    /// `installer_url`: `--registry-url` (or the factory URL);
+    /// `mirrors`: the `--mirror-upstream` strings.
+    pub fn new(
+        fills: Fills,
+        metrics: Option<Metrics>,
+        installer_url: Option<&str>,
+        mirrors: &[String],
+        offline: bool,
+        limits: Limits,
+    ) -> crate::Result<Registry> {
+        let mirrors = MirrorTable::parse(mirrors).map_err(crate::Error::bad_input)?;
+        let installer_url = installer_url
+            .map(|u| {
+                names::check_base_url(u)
+                    .map_err(|e| crate::Error::bad_input(format!("--registry-url: {e}")))
+            })
+            .transpose()?;
+        let installer_host = installer_url.as_deref().and_then(names::url_host);
+        Ok(Registry {
+            store: fills.store().clone(),
+            fills,
+            metrics,
+            client: Arc::new(RegistryClient::new(limits)?),
+            installer_url,
+            installer_host,
+            mirrors,
+            offline,
+            direct: false,
+            revalidate: TAG_REVALIDATE,
+            locks: KeyedLocks::default(),
+        })
+    }
+
+    /// Change the tag revalidation interval (tests, the mirror job).
+    pub fn with_revalidate(mut self, d: Duration) -> Registry {
+        self.revalidate = d;
+        self
+    }
+
+    /// Which upstream serves `repo` for this `ns` (or why none does).
+    ///
+    /// With `--offline` no upstream is ever contacted, so any valid `ns` is
+    /// answered from what the store holds for it (what `mirror sync` put
+    /// there for `extraImages`); unknown content is 404.
+    pub fn route(&self, repo: &str, ns: Option<&str>) -> Result<UpstreamId, OciError> {
+        match names::route(repo, ns, &self.mirrors, self.installer_host.as_deref()) {
+            Err(NameError::Denied(_))
+                if self.offline && ns.is_some_and(names::is_registry_host) =>
+            {
+                Ok(UpstreamId::Mirror(ns.unwrap_or_default().to_string()))
+            }
+            r => Ok(r?),
+        }
+    }
+
+    /// Let the registry reach registries that have no
+    /// `--mirror-upstream` at their own host (`https://<host>`; docker.io at
+    /// registry-1.docker.io). For the mirror job, never for `serve`.
+    pub fn allow_direct_upstreams(mut self) -> Registry {
+        self.direct = true;
+        self
+    }
+
+    /// The upstream for an image reference's registry host (`ghcr.io`):
+    /// its `--mirror-upstream`, else the installer upstream when the host is
+    /// `--registry-url`'s, else the host itself (only with
+    /// [`Registry::allow_direct_upstreams`]).
+    pub fn upstream_for_host(&self, host: &str) -> Result<UpstreamId, OciError> {
+        if self.mirrors.get(host).is_some() {
+            return Ok(UpstreamId::Mirror(host.to_string()));
+        }
+        if self.installer_host.as_deref() == Some(host) {
+            return Ok(UpstreamId::Installer);
+        }
+        if self.direct || self.offline {
+            return Ok(UpstreamId::Mirror(host.to_string()));
+        }
+        Err(OciError::new(
+            403,
+            "DENIED",
+            format!("registry {host:?} has no --mirror-upstream"),
+        ))
+    }
+
+    fn base_url(&self, up: &UpstreamId) -> Result<String, OciError> {
+        if let UpstreamId::Mirror(ns) = up
+            && self.mirrors.get(ns).is_none()
+            && self.direct
+        {
+            return Ok(match ns.as_str() {
+                "docker.io" | "index.docker.io" => "https://registry-1.docker.io".to_string(),
+                _ => format!("https://{ns}"),
+            });
+        }
+        self.configured_base_url(up).map(str::to_string)
+    }
+
+    fn configured_base_url(&self, up: &UpstreamId) -> Result<&str, OciError> {
+        match up {
+            UpstreamId::Installer => self.installer_url.as_deref().ok_or_else(|| {
+                OciError::new(
+                    503,
+                    "UNAVAILABLE",
+                    "no --registry-url configured for installer images",
+                )
+            }),
+            UpstreamId::Mirror(ns) => self
+                .mirrors
+                .get(ns)
+                .ok_or_else(|| OciError::new(403, "DENIED", format!("ns {ns:?} not configured"))),
+        }
+    }
+
+    pub(super) fn upstream_url(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        kind: &str,
+        reference: &str,
+    ) -> Result<String, OciError> {
+        Ok(format!(
+            "{}/v2/{repo}/{kind}/{reference}",
+            self.base_url(up)?
+        ))
+    }
+
+    /// A blob: from the store, or from the shared fill (one upstream fetch
+    /// streamed to every waiting reader, committed only when whole and
+    /// verified against the digest).
+    pub async fn blob(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<Blob, OciError> {
+        let key = blob_key(d);
+        if self.offline {
+            return match self.store.get(&key) {
+                Some(obj) => {
+                    self.metric(|m| m.hit("blob"));
+                    Ok(Blob::Stored(obj))
+                }
+                None => {
+                    self.metric(|m| m.offline_miss("blob"));
+                    Err(blob_unknown(repo, d))
+                }
+            };
+        }
+        let url = self.upstream_url(up, repo, "blobs", d.as_str())?;
+        let client = self.client.clone();
+        let scope = scope(repo);
+        let expected = d.hex().to_string();
+        let idle = self.client.limits().timeout + Duration::from_secs(5);
+        let joined = self.fills.join(&key, move || {
+            let mut spec = FillSpec::new(move || {
+                Box::pin(async move { open_blob(&client, &url, &scope).await })
+            });
+            spec.expected_digest = Some(expected);
+            spec.kind = "blob";
+            spec.timeout = BLOB_FILL_TIMEOUT;
+            // The upstream's own bounds fire first; this is the backstop.
+            spec.idle_timeout = idle;
+            spec.meta.content_type = Some("application/octet-stream".into());
+            spec
+        });
+        match &joined {
+            Joined::Stored(_) => self.metric(|m| m.hit("blob")),
+            Joined::Filling(_) => self.metric(|m| m.miss("blob")),
+        }
+        joined.object().await.map_err(|e| fill_error(e, repo, d))
+    }
+
+    pub(super) fn metric(&self, f: impl FnOnce(&Metrics)) {
+        if let Some(m) = &self.metrics {
+            f(m);
+        }
+    }
+
+    /// The metrics this registry counts into, if any.
+    pub fn metrics(&self) -> Option<&Metrics> {
+        self.metrics.as_ref()
+    }
+
+    /// Count bytes sent to a client.
+    pub fn served(&self, kind: &str, bytes: u64) {
+        self.metric(|m| m.served(kind, bytes));
+    }
+
+    /// Count a response by status.
+    pub fn response(&self, status: u16) {
+        self.metric(|m| m.response("registry", status));
+    }
+
+    /// Whether a blob is already stored (no upstream call), and its size.
+    pub fn stored_blob_size(&self, d: &Digest) -> Option<u64> {
+        self.store.entry(&blob_key(d)).map(|e| e.size)
+    }
+
+    /// The size of a blob without filling it: from the store, else an upstream HEAD.
+    pub async fn blob_size(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        d: &Digest,
+    ) -> Result<u64, OciError> {
+        if let Some(n) = self.stored_blob_size(d) {
+            return Ok(n);
+        }
+        if self.offline {
+            return Err(blob_unknown(repo, d));
+        }
+        let url = self.upstream_url(up, repo, "blobs", d.as_str())?;
+        let resp = self
+            .client
+            .send(Method::HEAD, &url, None, &HeaderMap::new(), &scope(repo))
+            .await
+            .map_err(fetch_error)?;
+        let st = resp.status();
+        if st == StatusCode::NOT_FOUND {
+            return Err(blob_unknown(repo, d));
+        }
+        check_status(st, repo, d.as_str())?;
+        // Not `content_length()`: for a HEAD answer that is the (empty) body's size.
+        resp.headers()
+            .get(reqwest::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| OciError::upstream(format!("upstream HEAD of blob {d} gave no length")))
+    }
+}
+
+/// Open an upstream blob for the fill: follow redirects and challenges,
+/// refuse non-2xx answers (never cached), stream the body.
+async fn open_blob(client: &RegistryClient, url: &str, scope: &str) -> Result<Opened, FetchError> {
+    let resp = client
+        .send(Method::GET, url, None, &HeaderMap::new(), scope)
+        .await?;
+    let mut opened = open_response(resp, client.limits(), &[]).await?;
+    opened.head.content_type = Some("application/octet-stream".into());
+    Ok(opened)
+}
+
+pub(super) fn scope(repo: &str) -> String {
+    format!("repository:{repo}:pull")
+}
