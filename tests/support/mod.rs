@@ -10,6 +10,8 @@
 //! ```
 #![allow(dead_code)]
 
+pub mod garage;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
