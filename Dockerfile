@@ -11,11 +11,27 @@
 #
 # The manifests in mirror/ run this image as UID/GID 65532 with a read-only
 # root filesystem; the store lives on the volume at /var/cache/talos-gen.
+#
+# Build args (the defaults build from source on the public base images):
+#   BUILDER_IMAGE  the Rust toolchain image of the build stage;
+#   RUNTIME_IMAGE  the base of the final image: glibc, libgcc, CA
+#                  certificates at /etc/ssl/certs, a passwd entry for 65532;
+#   BINARY_FROM    the stage or image holding /out/talos-gen and
+#                  /out/var/cache/talos-gen: `build` (default) compiles them
+#                  here; an image made from a binary built on the host skips
+#                  the build stage (the runtime libraries then have to match
+#                  that host). tests/container_image.rs builds it that way
+#                  with podman, no base image pulled:
+#   podman build --build-arg RUNTIME_IMAGE=localhost/rt \
+#     --build-arg BINARY_FROM=localhost/bin -t talos-gen .
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_SUITE=bookworm
+ARG BUILDER_IMAGE=docker.io/library/rust:${RUST_VERSION}-${DEBIAN_SUITE}
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+ARG BINARY_FROM=build
 
-FROM docker.io/library/rust:${RUST_VERSION}-${DEBIAN_SUITE} AS build
+FROM ${BUILDER_IMAGE} AS build
 WORKDIR /src
 # liblzma is built from source and linked statically (lzma-sys), so the
 # runtime image needs only glibc; TLS is rustls (no OpenSSL).
@@ -40,11 +56,13 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
 # there inherits it; Kubernetes' fsGroup covers PVCs).
 RUN install -d -m 0750 -o 65532 -g 65532 /out/var/cache/talos-gen
 
-# distroless cc: glibc, libgcc, CA certificates, tzdata; no shell, no
-# package manager; the `nonroot` tag runs as 65532:65532.
-FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /out/talos-gen /usr/local/bin/talos-gen
-COPY --from=build --chown=65532:65532 /out/var/cache/talos-gen /var/cache/talos-gen
+FROM ${BINARY_FROM} AS binary
+
+# distroless cc (the default): glibc, libgcc, CA certificates, tzdata; no
+# shell, no package manager; the `nonroot` tag runs as 65532:65532.
+FROM ${RUNTIME_IMAGE}
+COPY --from=binary /out/talos-gen /usr/local/bin/talos-gen
+COPY --from=binary --chown=65532:65532 /out/var/cache/talos-gen /var/cache/talos-gen
 USER 65532:65532
 ENV TALOS_GEN_LISTEN=0.0.0.0:8080 \
     TALOS_GEN_CACHE_DIR=/var/cache/talos-gen \

@@ -40,6 +40,8 @@ pub use nginx::{Nginx, NginxOpts};
 pub use reference::reference_dir;
 pub use service::{Service, ServiceBuilder};
 
+pub mod garage;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -114,6 +116,32 @@ pub fn xz_disk(dir: &Path, random_mib: usize, zero_mib: usize) -> (Vec<u8>, Vec<
         .unwrap();
     assert!(out.status.success(), "xz failed");
     (raw, out.stdout)
+}
+
+/// A tool a test needs that the test command installs (`scripts/test`) but a
+/// developer's machine may lack: its path, or `None` after saying SKIP, unless
+/// `TALOS_GEN_REQUIRE_REFERENCE=1` (CI), which makes a missing tool fail.
+/// Looks on PATH, then in `~/.cargo/bin` (where `cargo install` puts it).
+pub fn optional_tool(name: &str, why: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let cargo_bin = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .map(|d| d.join("bin"));
+    for dir in std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .chain(cargo_bin)
+    {
+        let p = dir.join(name);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    if std::env::var("TALOS_GEN_REQUIRE_REFERENCE").as_deref() == Ok("1") {
+        panic!("{name:?} is not installed ({why}); TALOS_GEN_REQUIRE_REFERENCE=1 forbids skipping");
+    }
+    eprintln!("SKIP: {name:?} is not installed ({why}; scripts/test installs it)");
+    None
 }
 
 /// A child process killed (SIGKILL) and reaped on drop; the test may also
