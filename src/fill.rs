@@ -821,7 +821,7 @@ mod tests {
         let Joined::Stored(o) = fills.join("k", || panic!()) else {
             panic!()
         };
-        assert_eq!(std::fs::read(o.path).unwrap(), b"abcd");
+        assert_eq!(&o.read_small(64).unwrap()[..], b"abcd");
     }
 
     #[tokio::test]

@@ -286,7 +286,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
         }
     }
     let store = StoreRow {
-        dir: st.store.dir().display().to_string(),
+        dir: st.store.describe(),
         size: human_size(st.store.total_size()),
         max: st.store.max_size().map(human_size),
         objects: st.store.object_count(),

@@ -57,9 +57,12 @@ pub fn export(cache_dir: &Path, output: &Path, cfg: Option<&Config>) -> Result<E
             keys.iter().filter_map(|k| store.entry(k)).collect()
         }
     };
-    let mut objects: BTreeMap<String, u64> = BTreeMap::new();
+    // One key per object, to open it through the store (chunk-checked).
+    let mut objects: BTreeMap<String, (u64, String)> = BTreeMap::new();
     for e in &entries {
-        objects.insert(e.digest.clone(), e.size);
+        objects
+            .entry(e.digest.clone())
+            .or_insert((e.size, e.key.clone()));
     }
     let tmp = output.with_extension("tar.partial");
     let res = (|| -> Result<ExportReport> {
@@ -74,12 +77,13 @@ pub fn export(cache_dir: &Path, output: &Path, cfg: Option<&Config>) -> Result<E
         .map_err(|e| Error::io("encoding the index", std::io::Error::other(e)))?;
         append_bytes(&mut tar, INDEX_NAME, &index).map_err(werr)?;
         let mut bytes = 0;
-        for (digest, size) in &objects {
-            let path = store
-                .object_path(digest)
-                .ok_or_else(|| Error::refused(format!("malformed digest {digest}")))?;
-            let mut f = std::fs::File::open(&path)
-                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        for (digest, (size, key)) in &objects {
+            let obj = store.get(key).ok_or_else(|| {
+                Error::refused(format!("{key}: its object sha256:{digest} is gone"))
+            })?;
+            // Every chunk checked as it is read: a rotten object fails the
+            // export (and is dropped) instead of travelling.
+            let mut f = obj.reader();
             let mut h = tar::Header::new_gnu();
             h.set_size(*size);
             h.set_mode(0o644);

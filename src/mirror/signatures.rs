@@ -104,7 +104,9 @@ pub async fn before(
             let o = store
                 .get(&blob_key(&d))
                 .ok_or_else(|| format!("payload {d} is not in the store"))?;
-            std::fs::read(&o.path).map_err(|e| format!("reading payload {d}: {e}"))
+            o.read_small(crate::registry::MAX_MANIFEST as u64)
+                .map(|b| b.to_vec())
+                .map_err(|e| format!("reading payload {d}: {e}"))
         };
         crate::cosign::verify_manifest(&sig.body, top.as_str(), &policy.keys, read)
             .map_err(|e| format!("cosign signature {repo}:{tag}: {e}"))?;

@@ -6,7 +6,7 @@
 //! by an older talos-gen) get them, from bytes just proven whole.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -54,12 +54,9 @@ pub fn verify(cache_dir: &Path) -> Result<VerifyReport> {
             .or_insert((e.size, Vec::new()));
         v.1.push(e.key);
     }
-    let work: Vec<(String, u64, Vec<String>, Option<PathBuf>)> = by_digest
+    let work: Vec<(String, u64, Vec<String>)> = by_digest
         .into_iter()
-        .map(|(d, (size, keys))| {
-            let p = store.object_path(&d);
-            (d, size, keys, p)
-        })
+        .map(|(d, (size, keys))| (d, size, keys))
         .collect();
     let next = Mutex::new(work.into_iter());
     let bad = Mutex::new(Vec::new());
@@ -73,14 +70,19 @@ pub fn verify(cache_dir: &Path) -> Result<VerifyReport> {
             s.spawn(|| {
                 loop {
                     let job = next.lock().unwrap_or_else(|p| p.into_inner()).next();
-                    let Some((digest, size, keys, path)) = job else {
+                    let Some((digest, size, keys)) = job else {
                         break;
                     };
-                    let hashed = path.as_deref().map(|p| {
-                        let f = std::fs::File::open(p)?;
-                        let n = f.metadata()?.len();
-                        crate::store::hash_and_sum(&f).map(|(h, sums)| (h, n, sums))
-                    });
+                    // The bytes as they are (their real length, unchecked):
+                    // hashed whole here.
+                    let hashed = Some(store.open_raw(&digest).map_err(|e| e.to_string()).and_then(
+                        |o| {
+                            let n = o.len();
+                            crate::store::hash_and_sum(&*o)
+                                .map(|(h, sums)| (h, n, sums))
+                                .map_err(|e| e.to_string())
+                        },
+                    ));
                     let reason = match hashed {
                         None => Some("malformed digest".to_string()),
                         Some(Err(e)) => Some(format!("unreadable: {e}")),

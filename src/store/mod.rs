@@ -1,8 +1,11 @@
-//! The content-addressed store: objects by sha256 under the cache dir, an
-//! index from keys to objects. Knows nothing of HTTP, Talos or OCI: keys in,
-//! verified objects out.
+//! The content-addressed store: objects by sha256, an index from keys to
+//! objects. Knows nothing of HTTP, Talos or OCI: keys in, verified objects
+//! out. The policy lives here (the index in memory, leases, pins, LRU
+//! eviction, a checksum check on every chunk read, quarantine of rotten
+//! objects); the bytes live in a [`Backend`] ([`backend`] says what one
+//! must guarantee): today the local directory ([`LocalDir`], `--cache-dir`).
 //!
-//! # Layout (under `--cache-dir`; see [`layout`])
+//! # Layout of the local directory (see [`local`])
 //! `objects/sha256/<hex>` (the bytes), `sums/<hex>` (their per-chunk
 //! checksums, [`sums`]), `index/<sha256(key)>.json` (one [`Entry`] per
 //! key: a key never becomes a path), `tmp/` (writes in progress, each
@@ -45,8 +48,7 @@
 //! that no reader holds and no key pins, with every key naming them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::{self, File};
-use std::os::unix::fs::{DirEntryExt, MetadataExt};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -56,12 +58,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-mod layout;
+pub mod backend;
+pub mod local;
 mod read;
 pub mod sums;
 mod temp;
 
-use layout::{Layout, is_hex64, is_index_name, open_regular, read_dir, read_regular};
+pub use backend::{Backend, ObjectRead};
+pub use local::LocalDir;
+use local::{index_name, is_hex64};
 pub use read::{Lease, StoredObject};
 use sums::Sums;
 pub use temp::TempObject;
@@ -110,12 +115,9 @@ pub struct Store {
 }
 
 struct Inner {
-    layout: Layout,
+    backend: Box<dyn Backend>,
     max_size: Option<u64>,
     state: Mutex<State>,
-    /// The store lock file; the mutex orders this process's own holders
-    /// (a `flock` is per open file, so it does not exclude our threads).
-    disk: Mutex<File>,
     /// Objects dropped because their bytes rotted.
     corrupt: AtomicU64,
     /// An eviction is scheduled or running.
@@ -132,8 +134,8 @@ struct State {
     clock: u64,
     /// Wall-clock last read per object digest (seconds since the epoch).
     used_at: HashMap<String, u64>,
-    /// Index file name -> inode as last read (every write renames a new
-    /// file into place, so a changed inode is another process's write).
+    /// Entry name -> change token as last read (every write replaces the
+    /// entry, so a changed token is another process's write).
     seen: HashMap<String, u64>,
     last_refresh: Option<Instant>,
 }
@@ -143,7 +145,7 @@ struct Obj {
     readers: usize,
     last_used: u64,
     keys: Vec<String>,
-    /// Loaded on first read: `Some(None)` when the object has no sums file.
+    /// Loaded on first read: `Some(None)` when the object has no checksums.
     sums: Option<Option<Arc<Sums>>>,
 }
 
@@ -196,7 +198,7 @@ impl State {
     }
 
     /// Drop `key` from `digest`'s key list in memory; an object left with no
-    /// key leaves memory too (its files are the caller's business).
+    /// key leaves memory too (its bytes are the caller's business).
     /// Returns whether the object has no key left.
     fn forget_key(&mut self, key: &str, digest: &str) -> bool {
         let gone = match self.objects.get_mut(digest) {
@@ -226,20 +228,23 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// Holds the store lock (this process's mutex and the `flock`) until dropped.
-struct DiskLock<'a> {
-    file: MutexGuard<'a, File>,
-}
-
-impl Drop for DiskLock<'_> {
-    fn drop(&mut self) {
-        let _ = self.file.unlock();
+/// Parse an entry the backend gave, checking it against its name.
+fn parse_entry(name: &str, body: &[u8]) -> std::result::Result<Entry, String> {
+    let en: Entry =
+        serde_json::from_slice(body).map_err(|_| format!("index entry {name} does not parse"))?;
+    if index_name(&en.key) != name || !is_hex64(&en.digest) {
+        return Err(format!(
+            "index entry {name} does not match its key {}",
+            en.key
+        ));
     }
+    Ok(en)
 }
 
 impl Store {
-    /// Open (creating) the store at `dir`: clean up interrupted writes, check
-    /// the index against the objects, and evict down to `max_size` bytes.
+    /// Open (creating) the store in the local directory `dir`: clean up
+    /// interrupted writes, check the index against the objects, and evict
+    /// down to `max_size` bytes.
     pub fn open(dir: impl Into<PathBuf>, max_size: Option<u64>) -> Result<Store> {
         let dir: PathBuf = dir.into();
         if dir.as_os_str().is_empty() {
@@ -247,32 +252,25 @@ impl Store {
                 "the cache directory is an empty path (give a directory)",
             ));
         }
-        let layout = Layout::new(dir);
-        for p in layout.dirs() {
-            fs::create_dir_all(&p)
-                .map_err(|e| Error::io(format!("creating {}", p.display()), e))?;
-        }
-        let lock_path = layout.lock_file();
-        let lock = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(|e| Error::io(format!("opening {}", lock_path.display()), e))?;
+        let backend = LocalDir::open(dir.clone())
+            .map_err(|e| Error::io(format!("opening the store {}", dir.display()), e))?;
+        Store::with_backend(Box::new(backend), max_size)
+    }
+
+    /// Open a store on any backend (the same checks as [`Store::open`]).
+    pub fn with_backend(backend: Box<dyn Backend>, max_size: Option<u64>) -> Result<Store> {
         let mut store = Store {
             inner: Arc::new(Inner {
-                layout,
+                backend,
                 max_size,
                 state: Mutex::new(State::default()),
-                disk: Mutex::new(lock),
                 corrupt: AtomicU64::new(0),
                 evicting: AtomicBool::new(false),
                 dropped_at_open: Vec::new(),
             }),
         };
         let (state, dropped) = {
-            let _disk = store.disk_lock()?;
+            let _lock = store.lock_store()?;
             store.scan()?
         };
         let inner = Arc::get_mut(&mut store.inner).expect("store not shared yet");
@@ -282,55 +280,27 @@ impl Store {
         Ok(store)
     }
 
-    /// The start-up scan (under the store lock): temp leftovers, objects,
+    fn backend(&self) -> &dyn Backend {
+        &*self.inner.backend
+    }
+
+    /// The start-up scan (under the store lock): spool leftovers, objects,
     /// index entries, orphans.
     fn scan(&self) -> Result<(State, Vec<String>)> {
-        let l = &self.inner.layout;
-        let list =
-            |d: PathBuf| read_dir(&d).map_err(|e| Error::io(format!("reading {}", d.display()), e));
-        // Leftovers of interrupted writes: removed only when no process
-        // (of any PID namespace) holds their lock.
-        for e in list(l.tmp())? {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !layout::TEMP_PREFIXES.iter().any(|p| name.starts_with(p)) || !regular(&e) {
-                stranger(&e);
-                continue;
-            }
-            if let Ok(f) = open_regular(&e.path())
-                && f.try_lock().is_ok()
-            {
-                let _ = fs::remove_file(e.path());
-            }
-        }
+        let b = self.backend();
+        let io = |e| Error::io(format!("reading the store {}", b.describe()), e);
+        b.clean_spool();
         let mut state = State::default();
         let mut dropped = Vec::new();
-        // Objects on disk.
-        let mut on_disk: HashMap<String, u64> = HashMap::new();
-        for e in list(l.objects())? {
-            let name = e.file_name().to_string_lossy().into_owned();
-            match e.metadata() {
-                Ok(md) if is_hex64(&name) && md.file_type().is_file() => {
-                    on_disk.insert(name, md.len());
-                }
-                _ => stranger(&e),
-            }
-        }
-        // Index entries, checked against the objects.
-        for e in list(l.index())? {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !is_index_name(&name) || !regular(&e) {
-                stranger(&e);
-                continue;
-            }
-            let entry: Option<Entry> = read_regular(&e.path())
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
-            let problem = match &entry {
-                None => Some(format!("index file {name} does not parse")),
-                Some(en) if layout::index_name(&en.key) != name || !is_hex64(&en.digest) => Some(
-                    format!("index file {name} does not match its key {}", en.key),
-                ),
-                Some(en) => match on_disk.get(&en.digest) {
+        let on_disk = b.list_objects().map_err(io)?;
+        for l in b.list_entries().map_err(io)? {
+            let parsed = b
+                .read_entry(&l.name)
+                .ok_or_else(|| format!("index entry {} cannot be read", l.name))
+                .and_then(|(body, _)| parse_entry(&l.name, &body));
+            let problem = match &parsed {
+                Err(p) => Some(p.clone()),
+                Ok(en) => match on_disk.get(&en.digest) {
                     None => Some(format!(
                         "{}: object sha256:{} is missing",
                         en.key, en.digest
@@ -349,21 +319,22 @@ impl Store {
                     Some(_) => None,
                 },
             };
-            match (entry, problem) {
-                (Some(en), None) => {
-                    state.seen.insert(name, e.ino());
+            match (parsed, problem) {
+                (Ok(en), None) => {
+                    state.seen.insert(l.name, l.token);
                     let t = en.fetched;
-                    state.insert(en.clone());
-                    if let Some(o) = state.objects.get_mut(&en.digest) {
+                    let digest = en.digest.clone();
+                    state.insert(en);
+                    if let Some(o) = state.objects.get_mut(&digest) {
                         o.last_used = o.last_used.max(t);
                     }
                 }
                 (_, Some(p)) => {
                     tracing::warn!(problem = %p, "dropping an index entry");
-                    let _ = fs::remove_file(e.path());
+                    b.delete_entry(&l.name);
                     dropped.push(p);
                 }
-                (None, None) => unreachable!("an unparsed entry is a problem"),
+                (Err(_), None) => unreachable!("an unparsed entry is a problem"),
             }
         }
         // Objects no key names are garbage (unless just written: a process
@@ -371,22 +342,17 @@ impl Store {
         // their index entry).
         for digest in on_disk.keys() {
             if !state.objects.contains_key(digest) {
-                let p = l.object(digest);
-                let young = fs::metadata(&p)
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age < ORPHAN_GRACE);
+                let young = b.object_age(digest).is_some_and(|age| age < ORPHAN_GRACE);
                 if !young {
                     tracing::info!(%digest, "removing an unreferenced object");
-                    self.delete_files(digest);
+                    b.delete_object(digest);
                 }
             }
         }
         let unchecked = state
             .objects
             .keys()
-            .filter(|d| !l.sums_file(d).exists())
+            .filter(|d| b.read_sums(d).is_none())
             .count();
         if unchecked > 0 {
             tracing::warn!(
@@ -405,8 +371,14 @@ impl Store {
         Ok((state, dropped))
     }
 
-    pub fn dir(&self) -> &Path {
-        self.inner.layout.root()
+    /// The local directory, when the store is one (for the status page).
+    pub fn dir(&self) -> Option<&Path> {
+        self.backend().local_dir()
+    }
+
+    /// Where the store is, in words (`/var/cache/talos-gen`, `s3://...`).
+    pub fn describe(&self) -> String {
+        self.backend().describe()
     }
 
     pub fn max_size(&self) -> Option<u64> {
@@ -435,16 +407,17 @@ impl Store {
     }
 
     /// Take the store lock (blocking: call off the async threads, or briefly).
-    fn disk_lock(&self) -> Result<DiskLock<'_>> {
-        let file = self.inner.disk.lock().unwrap_or_else(|p| p.into_inner());
-        file.lock()
-            .map_err(|e| Error::io("locking the store (flock)", e))?;
-        Ok(DiskLock { file })
+    fn lock_store(&self) -> Result<backend::LockGuard<'_>> {
+        self.backend()
+            .lock()
+            .map_err(|e| Error::io("locking the store", e))
     }
 
-    /// The path of an object (for verify/export); `None` for a malformed digest.
+    /// The path of an object in a local store (tests); `None` for a
+    /// malformed digest or another backend.
     pub fn object_path(&self, digest: &str) -> Option<PathBuf> {
-        is_hex64(digest).then(|| self.inner.layout.object(digest))
+        let dir = self.dir()?;
+        is_hex64(digest).then(|| dir.join("objects/sha256").join(digest))
     }
 
     /// The entry for `key`, without taking a lease.
@@ -484,9 +457,8 @@ impl Store {
                 st.keys.get(key)?.clone()
             }
         };
-        let path = self.inner.layout.object(&entry.digest);
-        let file = match open_regular(&path) {
-            Ok(f) => f,
+        let object = match self.backend().open_object(&entry.digest) {
+            Ok(o) => o,
             Err(e) => {
                 tracing::warn!(key, error = %e, "object missing; dropping its entry");
                 drop(st);
@@ -495,14 +467,17 @@ impl Store {
             }
         };
         let t = st.tick();
-        let sums_path = self.inner.layout.sums_file(&entry.digest);
         let o = st.objects.get_mut(&entry.digest)?;
         o.readers += 1;
         o.last_used = t;
-        let sums = o
-            .sums
-            .get_or_insert_with(|| load_sums(&sums_path, entry.size))
-            .clone();
+        let sums = match &o.sums {
+            Some(s) => s.clone(),
+            None => {
+                let s = self.load_sums(&entry.digest, entry.size);
+                o.sums = Some(s.clone());
+                s
+            }
+        };
         st.used_at.insert(entry.digest.clone(), now_secs());
         drop(st);
         Some(StoredObject {
@@ -510,32 +485,38 @@ impl Store {
                 store: self.clone(),
                 digest: entry.digest.clone(),
             },
-            file,
+            object,
             sums,
-            path,
             entry,
         })
+    }
+
+    /// The checksums of an object of `size` bytes, if they are there and fit.
+    fn load_sums(&self, digest: &str, size: u64) -> Option<Arc<Sums>> {
+        let b = self.backend().read_sums(digest)?;
+        match Sums::decode(&b) {
+            Ok(s) if s.fits(size) => Some(Arc::new(s)),
+            _ => {
+                tracing::warn!(%digest, "the checksums do not fit their object; serving it unchecked");
+                None
+            }
+        }
     }
 
     /// Load `key`'s index entry written by another process, if its object
     /// is there with the right size.
     fn adopt(&self, key: &str) -> Option<()> {
-        let path = self.inner.layout.index_file(key);
-        let f = open_regular(&path).ok()?;
-        let ino = f.metadata().ok()?.ino();
-        let en: Entry = serde_json::from_reader(f).ok()?;
-        if en.key != key || !is_hex64(&en.digest) {
-            return None;
-        }
-        let md = fs::symlink_metadata(self.inner.layout.object(&en.digest)).ok()?;
-        if !md.is_file() || md.len() != en.size {
+        let name = index_name(key);
+        let (body, token) = self.backend().read_entry(&name)?;
+        let en = parse_entry(&name, &body).ok()?;
+        if self.backend().object_len(&en.digest) != Some(en.size) {
             return None;
         }
         let mut st = self.lock();
         if st.keys.contains_key(key) {
             return Some(());
         }
-        st.seen.insert(layout::index_name(key), ino);
+        st.seen.insert(name, token);
         st.insert(en);
         Some(())
     }
@@ -543,49 +524,40 @@ impl Store {
     /// Re-read the index entries other processes wrote or removed since we
     /// last looked (under the store lock, before deciding to delete).
     fn refresh(&self, st: &mut State) {
-        let l = &self.inner.layout;
-        let Ok(list) = read_dir(&l.index()) else {
+        let b = self.backend();
+        let Ok(list) = b.list_entries() else {
             return;
         };
         let mut present = HashSet::new();
-        for e in list {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !is_index_name(&name) || !regular(&e) {
+        for l in list {
+            present.insert(l.name.clone());
+            if st.seen.get(&l.name) == Some(&l.token) {
                 continue;
             }
-            let ino = e.ino();
-            present.insert(name.clone());
-            if st.seen.get(&name) == Some(&ino) {
-                continue;
-            }
-            let Some(en) = read_regular(&e.path())
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Entry>(&b).ok())
-                .filter(|en| layout::index_name(&en.key) == name && is_hex64(&en.digest))
+            let Some(en) = b
+                .read_entry(&l.name)
+                .and_then(|(body, _)| parse_entry(&l.name, &body).ok())
             else {
                 continue;
             };
-            let md = fs::symlink_metadata(l.object(&en.digest));
-            if !md.is_ok_and(|m| m.is_file() && m.len() == en.size) {
+            if b.object_len(&en.digest) != Some(en.size) {
                 continue;
             }
-            st.seen.insert(name, ino);
-            if let Some(old) = st.insert(en) {
-                // The other process re-pointed the key; the old object's
-                // files are its business (it deleted them if unreferenced).
-                let _ = old;
-            }
+            st.seen.insert(l.name, l.token);
+            // A key the other process re-pointed: the old object's bytes
+            // are its business (it deleted them if unreferenced).
+            let _ = st.insert(en);
         }
-        // Keys whose index file another process removed.
+        // Keys whose entry another process removed.
         let vanished: Vec<(String, String)> = st
             .keys
             .values()
-            .filter(|en| !present.contains(&layout::index_name(&en.key)))
+            .filter(|en| !present.contains(&index_name(&en.key)))
             .map(|en| (en.key.clone(), en.digest.clone()))
             .collect();
         for (k, d) in vanished {
             st.keys.remove(&k);
-            st.seen.remove(&layout::index_name(&k));
+            st.seen.remove(&index_name(&k));
             st.forget_key(&k, &d);
         }
         st.last_refresh = Some(Instant::now());
@@ -593,15 +565,10 @@ impl Store {
 
     /// A new temp file for a fill. Hashes what is written through it.
     pub fn temp(&self) -> Result<TempObject> {
-        let (path, file) = self.inner.layout.locked_temp("fill-").map_err(|e| {
-            Error::io(
-                format!(
-                    "creating a temp file in {}",
-                    self.inner.layout.tmp().display()
-                ),
-                e,
-            )
-        })?;
+        let (path, file) = self
+            .backend()
+            .spool()
+            .map_err(|e| Error::io(format!("creating a temp file in {}", self.describe()), e))?;
         Ok(TempObject::new(path, file))
     }
 
@@ -623,8 +590,8 @@ impl Store {
         let en = entry.clone();
         tokio::task::spawn_blocking(move || {
             let res = store.commit_blocking(file, &src, en, &sums);
-            // The temp file is gone on success; on failure it must go too.
-            let _ = fs::remove_file(&src);
+            // The spool file is gone on success; on failure it must go too.
+            let _ = std::fs::remove_file(&src);
             res
         })
         .await
@@ -634,34 +601,24 @@ impl Store {
     }
 
     fn commit_blocking(&self, file: File, src: &Path, entry: Entry, sums: &Sums) -> Result<()> {
-        let l = &self.inner.layout;
-        let dst = l.object(&entry.digest);
-        file.sync_all()
-            .map_err(|e| Error::io(format!("fsync {}", src.display()), e))?;
-        let disk = self.disk_lock()?;
-        let sums_path = l.sums_file(&entry.digest);
-        if !sums_path.exists() {
-            layout::write_atomic(l, "sums-", &sums_path, &sums.encode())
-                .map_err(|e| Error::io(format!("writing {}", sums_path.display()), e))?;
-        }
-        let existed = dst.exists();
-        fs::rename(src, &dst).map_err(|e| {
-            Error::io(
-                format!("renaming {} to {}", src.display(), dst.display()),
-                e,
-            )
-        })?;
-        drop(file);
-        layout::fsync_dir(&l.objects())
-            .map_err(|e| Error::io(format!("fsync {}", l.objects().display()), e))?;
-        if let Err(e) = self.put_entry_locked(&disk, entry.clone()) {
+        let lock = self.lock_store()?;
+        let existed = self
+            .backend()
+            .put_object(src, file, &entry.digest, &sums.encode())
+            .map_err(|e| {
+                Error::io(
+                    format!("storing sha256:{} in {}", entry.digest, self.describe()),
+                    e,
+                )
+            })?;
+        if let Err(e) = self.put_entry_locked(&lock, entry.clone()) {
             // No index entry: the object must not stay behind as an orphan
             // (unless another key, here or in another process, names it).
             if !existed {
                 let mut st = self.lock();
                 self.refresh(&mut st);
                 if !st.objects.contains_key(&entry.digest) {
-                    self.delete_files(&entry.digest);
+                    self.backend().delete_object(&entry.digest);
                 }
             }
             return Err(e);
@@ -690,14 +647,13 @@ impl Store {
         Ok(entry)
     }
 
-    /// Write `entry`'s index file under the store lock (the object must be
-    /// on disk), then evict.
+    /// Write `entry` under the store lock (the object must be there), then evict.
     async fn put_entry(&self, entry: Entry) -> Result<()> {
         let store = self.clone();
         let digest = entry.digest.clone();
         tokio::task::spawn_blocking(move || {
-            let disk = store.disk_lock()?;
-            store.put_entry_locked(&disk, entry)
+            let lock = store.lock_store()?;
+            store.put_entry_locked(&lock, entry)
         })
         .await
         .map_err(|e| Error::io("index task", std::io::Error::other(e)))??;
@@ -705,12 +661,10 @@ impl Store {
         Ok(())
     }
 
-    /// Write the index file for `entry` (temp + fsync + rename) and update
-    /// the in-memory state. The caller holds the store lock.
-    fn put_entry_locked(&self, _disk: &DiskLock<'_>, entry: Entry) -> Result<()> {
-        let l = &self.inner.layout;
-        let md = fs::symlink_metadata(l.object(&entry.digest));
-        if !md.is_ok_and(|m| m.is_file() && m.len() == entry.size) {
+    /// Write the index entry for `entry` and update the in-memory state.
+    /// The caller holds the store lock.
+    fn put_entry_locked(&self, _lock: &backend::LockGuard<'_>, entry: Entry) -> Result<()> {
+        if self.backend().object_len(&entry.digest) != Some(entry.size) {
             // Another process removed it since we looked.
             let mut st = self.lock();
             if let Some(o) = st.objects.remove(&entry.digest) {
@@ -721,19 +675,23 @@ impl Store {
                 entry.digest
             )));
         }
-        let path = l.index_file(&entry.key);
+        let name = index_name(&entry.key);
         let body = serde_json::to_vec_pretty(&entry)
             .map_err(|e| Error::io("encoding an index entry", std::io::Error::other(e)))?;
-        let ino = layout::write_atomic(l, "index-", &path, &body)
-            .map_err(|e| Error::io(format!("writing the index entry {}", path.display()), e))?;
+        let token = self.backend().write_entry(&name, &body).map_err(|e| {
+            Error::io(
+                format!("writing the index entry {name} in {}", self.describe()),
+                e,
+            )
+        })?;
         let mut st = self.lock();
-        st.seen.insert(layout::index_name(&entry.key), ino);
+        st.seen.insert(name, token);
         if let Some(old) = st.insert(entry) {
             // The key named another object before: delete it if nothing
             // (here or in another process) names it any more.
             self.refresh(&mut st);
             if !st.objects.contains_key(&old) {
-                self.delete_files(&old);
+                self.backend().delete_object(&old);
             }
         }
         Ok(())
@@ -741,7 +699,7 @@ impl Store {
 
     /// Forget `key` (its object goes when no other key names it).
     pub fn remove(&self, key: &str) {
-        let Ok(_disk) = self.disk_lock() else {
+        let Ok(_lock) = self.lock_store() else {
             return;
         };
         let mut st = self.lock();
@@ -749,24 +707,17 @@ impl Store {
         self.remove_key_locked(&mut st, key);
     }
 
-    /// Remove `key`'s index file and, when no key is left on its object,
-    /// the object. Caller holds the store lock and has refreshed.
+    /// Remove `key`'s entry and, when no key is left on its object, the
+    /// object. Caller holds the store lock and has refreshed.
     fn remove_key_locked(&self, st: &mut State, key: &str) {
         if let Some(old) = st.keys.remove(key) {
-            let name = layout::index_name(key);
+            let name = index_name(key);
             st.seen.remove(&name);
-            let _ = fs::remove_file(self.inner.layout.index().join(name));
+            self.backend().delete_entry(&name);
             if st.forget_key(key, &old.digest) {
-                self.delete_files(&old.digest);
+                self.backend().delete_object(&old.digest);
             }
         }
-    }
-
-    /// Remove an object's bytes and checksums (no key names it any more).
-    fn delete_files(&self, digest: &str) {
-        let l = &self.inner.layout;
-        let _ = fs::remove_file(l.object(digest));
-        let _ = fs::remove_file(l.sums_file(digest));
     }
 
     /// Set or clear the pin on `key`.
@@ -796,7 +747,7 @@ impl Store {
                 return;
             }
         }
-        let Ok(_disk) = self.disk_lock() else {
+        let Ok(_lock) = self.lock_store() else {
             return;
         };
         let mut st = self.lock();
@@ -855,18 +806,19 @@ impl Store {
     }
 
     /// A chunk of `digest` failed its checksum. If the whole object still
-    /// hashes to its digest, the checksum file was what rotted: it is
+    /// hashes to its digest, the checksums were what rotted: they are
     /// rewritten and reading goes on (`Ok`). Otherwise the object is
     /// dropped with every key naming it (`Err`: the response is cut).
-    fn chunk_mismatch(&self, digest: &str, file: &File, chunk: u64) -> std::io::Result<()> {
-        let (got, sums) = hash_and_sum(file)?;
+    fn chunk_mismatch(
+        &self,
+        digest: &str,
+        object: &dyn ObjectRead,
+        chunk: u64,
+    ) -> std::io::Result<()> {
+        let (got, sums) = hash_and_sum(object)?;
         if got == digest {
             tracing::warn!(%digest, chunk, "a chunk checksum was wrong but the object is intact; rewriting its checksums");
-            let p = self.inner.layout.sums_file(digest);
-            let _ = layout::write_atomic(&self.inner.layout, "sums-", &p, &sums.encode());
-            if let Some(o) = self.lock().objects.get_mut(digest) {
-                o.sums = Some(Some(Arc::new(sums)));
-            }
+            let _ = self.write_sums(digest, &sums);
             return Ok(());
         }
         let reason =
@@ -878,11 +830,11 @@ impl Store {
         ))
     }
 
-    /// Drop a corrupt object with every key naming it (here and on disk),
-    /// log it and count it ([`Store::corrupt_dropped`]).
+    /// Drop a corrupt object with every key naming it (here and in the
+    /// backend), log it and count it ([`Store::corrupt_dropped`]).
     fn quarantine(&self, digest: &str, reason: &str) {
         self.inner.corrupt.fetch_add(1, Ordering::Relaxed);
-        let Ok(_disk) = self.disk_lock() else {
+        let Ok(_lock) = self.lock_store() else {
             return;
         };
         let mut st = self.lock();
@@ -897,26 +849,33 @@ impl Store {
             self.remove_key_locked(&mut st, k);
         }
         if keys.is_empty() {
-            self.delete_files(digest);
+            self.backend().delete_object(digest);
         }
     }
 
-    /// The object's checksums as stored (`None`: no sums file).
+    /// The object's checksums as stored (`None`: none, or unreadable).
     pub fn stored_sums(&self, digest: &str) -> Option<Sums> {
-        let b = read_regular(&self.inner.layout.sums_file(digest)).ok()?;
-        Sums::decode(&b).ok()
+        Sums::decode(&self.backend().read_sums(digest)?).ok()
     }
 
     /// Write (replace) an object's checksums (for `mirror verify`, after it
     /// re-hashed the object whole).
     pub fn write_sums(&self, digest: &str, sums: &Sums) -> Result<()> {
-        let p = self.inner.layout.sums_file(digest);
-        layout::write_atomic(&self.inner.layout, "sums-", &p, &sums.encode())
-            .map_err(|e| Error::io(format!("writing {}", p.display()), e))?;
+        self.backend()
+            .write_sums(digest, &sums.encode())
+            .map_err(|e| Error::io(format!("writing the checksums of sha256:{digest}"), e))?;
         if let Some(o) = self.lock().objects.get_mut(digest) {
             o.sums = Some(Some(Arc::new(sums.clone())));
         }
         Ok(())
+    }
+
+    /// Open an object's bytes by digest, unleased and unchecked (for
+    /// `mirror verify`, which hashes them whole).
+    pub fn open_raw(&self, digest: &str) -> Result<Box<dyn ObjectRead>> {
+        self.backend()
+            .open_object(digest)
+            .map_err(|e| Error::io(format!("opening sha256:{digest}"), e))
     }
 
     /// Drop the object `digest` and every key naming it (for `mirror verify`).
@@ -925,55 +884,28 @@ impl Store {
     }
 }
 
-/// sha256 (hex) and chunk checksums of a whole file, streamed.
-pub fn hash_and_sum(file: &File) -> std::io::Result<(String, Sums)> {
+/// sha256 (hex) and chunk checksums of a whole object, streamed.
+pub fn hash_and_sum(object: &dyn ObjectRead) -> std::io::Result<(String, Sums)> {
     use sha2::Digest as _;
-    use std::os::unix::fs::FileExt;
     let mut h = sha2::Sha256::new();
     let mut b = sums::SumsBuilder::default();
-    let mut buf = vec![0u8; sums::CHUNK];
+    let len = object.len();
     let mut pos = 0u64;
-    loop {
-        let n = file.read_at(&mut buf, pos)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        b.update(&buf[..n]);
+    while pos < len {
+        let n = ((len - pos) as usize).min(sums::CHUNK);
+        let chunk = object.read_chunk(pos, n)?;
+        h.update(&chunk);
+        b.update(&chunk);
         pos += n as u64;
     }
     Ok((hex::encode(h.finalize()), b.finish()))
-}
-
-/// The checksums of an object of `size` bytes, if its sums file is there
-/// and fits.
-fn load_sums(path: &Path, size: u64) -> Option<Arc<Sums>> {
-    let b = read_regular(path).ok()?;
-    match Sums::decode(&b) {
-        Ok(s) if s.fits(size) => Some(Arc::new(s)),
-        _ => {
-            tracing::warn!(path = %path.display(), "a checksum file does not fit its object; serving it unchecked");
-            None
-        }
-    }
-}
-
-/// Is this directory entry a regular file (never following a link)?
-fn regular(e: &fs::DirEntry) -> bool {
-    e.file_type().is_ok_and(|t| t.is_file())
-}
-
-/// Something in the store's folders the store did not put there: left
-/// alone, never opened.
-fn stranger(e: &fs::DirEntry) {
-    let what = e.file_type().map(|t| layout::kind(&t)).unwrap_or("entry");
-    tracing::warn!(path = %e.path().display(), kind = what, "not written by talos-gen: left alone");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use sha2::{Digest, Sha256};
+    use std::fs;
 
     async fn put(store: &Store, key: &str, body: &[u8], pinned: bool) -> Entry {
         let mut t = store.temp().unwrap();
@@ -998,9 +930,10 @@ mod tests {
         let e = put(&store, "../../etc/passwd", b"hello", false).await;
         assert_eq!(e.digest, hex::encode(Sha256::digest(b"hello")));
         let o = store.get("../../etc/passwd").unwrap();
-        assert_eq!(std::fs::read(&o.path).unwrap(), b"hello");
-        assert!(o.path.starts_with(dir.path()));
-        drop(o);
+        assert_eq!(&o.read_small(64).unwrap()[..], b"hello");
+        // keys never become paths: the object is under the store's own dir
+        let p = store.object_path(&e.digest).unwrap();
+        assert!(p.starts_with(dir.path()) && p.exists());
         // leftovers: a partial fill and a stray index entry
         std::fs::write(dir.path().join("tmp/fill-partial"), b"part").unwrap();
         std::fs::write(dir.path().join("tmp/fill-999999999-1-2"), b"part").unwrap();
@@ -1318,7 +1251,7 @@ mod tests {
         // A directory where the key's index file must go makes the rename
         // fail, as a full disk would (root ignores permissions, so a
         // read-only directory would not).
-        fs::create_dir(dir.path().join("index").join(layout::index_name("k"))).unwrap();
+        fs::create_dir(dir.path().join("index").join(local::index_name("k"))).unwrap();
         let mut t = store.temp().unwrap();
         t.write_all(b"orphan?").await.unwrap();
         let err = store.commit(t, "k", Meta::default()).await.unwrap_err();

@@ -1,16 +1,14 @@
-//! The read path: a committed object opened under a lease, streamed in
-//! chunk-sized memory maps, every chunk checked against its checksum
-//! before a byte of it is handed out.
+//! The read path: a committed object opened under a lease, streamed chunk
+//! by chunk, every chunk checked against its checksum before a byte of it
+//! is handed out.
 
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
+use super::backend::ObjectRead;
 use super::sums::{CHUNK, Sums};
 use super::{Entry, Store};
 use crate::error::{Error, Result};
@@ -30,11 +28,29 @@ impl Drop for Lease {
 /// A committed object opened for reading.
 pub struct StoredObject {
     pub entry: Entry,
-    /// The object's path (for `mirror export`, which copies it whole).
-    pub path: PathBuf,
-    pub(super) file: File,
+    pub(super) object: Box<dyn ObjectRead>,
     pub(super) sums: Option<Arc<Sums>>,
     pub(super) lease: Lease,
+}
+
+/// Chunk `i` of an object of `size` bytes, checked (blocking).
+fn checked_chunk(
+    store: &Store,
+    digest: &str,
+    object: &dyn ObjectRead,
+    sums: Option<&Sums>,
+    chunk: u64,
+    size: u64,
+) -> io::Result<Bytes> {
+    let cstart = chunk * CHUNK as u64;
+    let cend = (cstart + CHUNK as u64).min(size);
+    let b = object.read_chunk(cstart, (cend - cstart) as usize)?;
+    if let Some(s) = sums
+        && !s.check(chunk as usize, &b)
+    {
+        store.chunk_mismatch(digest, object, chunk)?;
+    }
+    Ok(b)
 }
 
 impl StoredObject {
@@ -48,13 +64,13 @@ impl StoredObject {
     }
 
     /// Stream bytes `start..end` (end exclusive, within the object),
-    /// holding the lease until the end. Each step maps one chunk of the
-    /// file read-only and checks it against the object's chunk checksum:
-    /// a mismatch (bit rot) drops the object from the store and ends the
-    /// stream with an error, so the response is cut before its end and the
-    /// next request fetches the object again. Memory stays bounded by the
-    /// chunks in flight; the bytes go from the page cache to the socket in
-    /// one copy.
+    /// holding the lease until the end. Each step reads one chunk (the
+    /// local backend maps it read-only: page cache to socket in one copy)
+    /// and checks it against the object's chunk checksum: a mismatch (bit
+    /// rot) drops the object from the store and ends the stream with an
+    /// error, so the response is cut before its end and the next request
+    /// fetches the object again. Memory stays bounded by the chunks in
+    /// flight.
     pub fn stream(
         self,
         start: u64,
@@ -62,16 +78,16 @@ impl StoredObject {
     ) -> impl futures::Stream<Item = io::Result<Bytes>> + Send + 'static {
         let StoredObject {
             entry,
-            file,
+            object,
             sums,
             lease,
-            ..
         } = self;
-        let file = Arc::new(file);
+        let object: Arc<dyn ObjectRead> = Arc::from(object);
         let size = entry.size;
         let end = end.min(size);
-        futures::stream::unfold((start, Some(lease), sums), move |(pos, lease, sums)| {
-            let file = file.clone();
+        futures::stream::unfold((start, Some(lease)), move |(pos, lease)| {
+            let object = object.clone();
+            let sums = sums.clone();
             async move {
                 let lease = lease?;
                 if pos >= end {
@@ -79,33 +95,34 @@ impl StoredObject {
                 }
                 let chunk = pos / CHUNK as u64;
                 let cstart = chunk * CHUNK as u64;
-                let cend = (cstart + CHUNK as u64).min(size);
                 let store = lease.store.clone();
                 let digest = lease.digest.clone();
-                let s = sums.clone();
                 let res = tokio::task::spawn_blocking(move || {
-                    let b = map_chunk(&file, cstart, (cend - cstart) as usize)?;
-                    match s {
-                        Some(s) if !s.check(chunk as usize, &b) => {
-                            store.chunk_mismatch(&digest, &file, chunk)?;
-                            Ok(b)
-                        }
-                        _ => Ok(b),
-                    }
+                    checked_chunk(&store, &digest, &*object, sums.as_deref(), chunk, size)
                 })
                 .await
                 .map_err(io::Error::other)
                 .and_then(|r| r);
                 match res {
                     Ok(b) => {
-                        let upto = end.min(cend);
+                        let upto = end.min(cstart + b.len() as u64);
                         let part = b.slice((pos - cstart) as usize..(upto - cstart) as usize);
-                        Some((Ok(part), (upto, Some(lease), sums)))
+                        Some((Ok(part), (upto, Some(lease))))
                     }
-                    Err(e) => Some((Err(e), (end, None, None))),
+                    Err(e) => Some((Err(e), (end, None))),
                 }
             }
         })
+    }
+
+    /// A blocking reader of the whole object, chunk-checked like
+    /// [`StoredObject::stream`] (for `mirror export`).
+    pub fn reader(self) -> impl io::Read + Send {
+        ChunkReader {
+            obj: self,
+            pos: 0,
+            buf: Bytes::new(),
+        }
     }
 
     /// The whole object in memory, for small ones (manifests, schematics,
@@ -119,10 +136,10 @@ impl StoredObject {
                 self.entry.key, self.entry.size
             )));
         }
-        let mut buf = vec![0u8; self.entry.size as usize];
-        self.file
-            .read_exact_at(&mut buf, 0)
-            .map_err(|e| Error::io(format!("reading {}", self.path.display()), e))?;
+        let buf = self
+            .object
+            .read_chunk(0, self.entry.size as usize)
+            .map_err(|e| Error::io(format!("reading {}", self.entry.key), e))?;
         let got = hex::encode(Sha256::digest(&buf));
         if got != self.entry.digest {
             let reason = format!("its bytes hash to sha256:{got}");
@@ -132,34 +149,37 @@ impl StoredObject {
                 io::Error::new(io::ErrorKind::InvalidData, reason),
             ));
         }
-        Ok(Bytes::from(buf))
+        Ok(buf)
     }
 }
 
-/// A read-only map of `len` bytes of `file` at `pos`.
-fn map_chunk(file: &File, pos: u64, len: usize) -> io::Result<Bytes> {
-    if len == 0 {
-        return Ok(Bytes::new());
+struct ChunkReader {
+    obj: StoredObject,
+    pos: u64,
+    buf: Bytes,
+}
+
+impl io::Read for ChunkReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.buf.is_empty() {
+            let size = self.obj.entry.size;
+            if self.pos >= size {
+                return Ok(0);
+            }
+            let chunk = self.pos / CHUNK as u64;
+            self.buf = checked_chunk(
+                &self.obj.lease.store,
+                &self.obj.lease.digest,
+                &*self.obj.object,
+                self.obj.sums.as_deref(),
+                chunk,
+                size,
+            )?;
+            self.pos += self.buf.len() as u64;
+        }
+        let n = out.len().min(self.buf.len());
+        out[..n].copy_from_slice(&self.buf[..n]);
+        self.buf = self.buf.slice(n..);
+        Ok(n)
     }
-    if file.metadata()?.len() < pos + len as u64 {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "stored object is shorter than its entry",
-        ));
-    }
-    // SAFETY: memmap2 requires that the mapped file is not changed while
-    // mapped. Objects are immutable once committed: the store only ever
-    // writes them through a temp file that is renamed into place, never
-    // truncates or rewrites one, and removes them by unlinking (the inode
-    // and this mapping stay valid). The length was checked above, so no
-    // page of the map lies beyond the end of the file.
-    let map = unsafe {
-        memmap2::MmapOptions::new()
-            .offset(pos)
-            .len(len)
-            .populate()
-            .map(file)?
-    };
-    let _ = map.advise(memmap2::Advice::Sequential);
-    Ok(Bytes::from_owner(map))
 }

@@ -1,0 +1,92 @@
+//! What the store needs from the place that keeps its bytes: the seam a
+//! second backend (an S3 bucket) plugs into. [`super::Store`] keeps the
+//! policy (the index in memory, leases, pins, LRU eviction, the per-chunk
+//! checks on every read, quarantine); a backend keeps objects, index
+//! entries and checksums, and must guarantee:
+//!
+//! - **whole or absent**: `put_object` makes an object visible only whole
+//!   (a local rename; a multipart upload completed only after the spool
+//!   file was verified), and an entry written by `write_entry` names an
+//!   object that is there;
+//! - **change tokens**: `list_entries`/`read_entry` give each entry a token
+//!   that changes whenever the entry is rewritten (an inode, an ETag), so a
+//!   process sees what other processes wrote before it deletes anything;
+//! - **one lock**: `lock` excludes every process on the same store while
+//!   entries are written and objects deleted;
+//! - **names it owns**: it removes only what it wrote.
+//!
+//! Every method blocks (the store calls them off the async threads).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+/// An object opened for reading.
+pub trait ObjectRead: Send + Sync {
+    /// Its length in bytes.
+    fn len(&self) -> u64;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `len` bytes at `pos` (within the object).
+    fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes>;
+}
+
+/// One index entry as listed: its name and change token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub name: String,
+    pub token: u64,
+}
+
+/// Anything a lock guard can be.
+pub trait Held {}
+impl<T> Held for T {}
+
+/// Held while the store lock is taken; dropping it releases the lock.
+pub type LockGuard<'a> = Box<dyn Held + 'a>;
+
+/// Where a store keeps its objects, entries and checksums.
+pub trait Backend: Send + Sync + 'static {
+    /// For logs and the status page (`/var/cache/talos-gen`, `s3://bucket/prefix`).
+    fn describe(&self) -> String;
+    /// The local directory, when the backend is one.
+    fn local_dir(&self) -> Option<&Path>;
+
+    /// Take the store lock (every process on the store).
+    fn lock(&self) -> io::Result<LockGuard<'_>>;
+
+    /// A new spool file for a write in progress: local (readers of a
+    /// growing fill read it), locked for as long as it is open.
+    fn spool(&self) -> io::Result<(PathBuf, File)>;
+    /// Remove spool files no process holds (start-up).
+    fn clean_spool(&self);
+
+    /// Every object: digest -> length.
+    fn list_objects(&self) -> io::Result<HashMap<String, u64>>;
+    /// An object's length, if it is there.
+    fn object_len(&self, digest: &str) -> Option<u64>;
+    /// How long ago the object was written (orphans younger than a grace
+    /// period may still be about to get their entry).
+    fn object_age(&self, digest: &str) -> Option<Duration>;
+    fn open_object(&self, digest: &str) -> io::Result<Box<dyn ObjectRead>>;
+    /// Make the verified spool file the object `digest`, with its
+    /// checksums; `Ok(true)` when the object was there already.
+    fn put_object(&self, spool: &Path, file: File, digest: &str, sums: &[u8]) -> io::Result<bool>;
+    fn delete_object(&self, digest: &str);
+
+    fn list_entries(&self) -> io::Result<Vec<Listed>>;
+    fn read_entry(&self, name: &str) -> Option<(Vec<u8>, u64)>;
+    /// Write (replace) an entry; its new change token.
+    fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64>;
+    fn delete_entry(&self, name: &str);
+
+    fn read_sums(&self, digest: &str) -> Option<Vec<u8>>;
+    fn write_sums(&self, digest: &str, body: &[u8]) -> io::Result<()>;
+}
