@@ -410,6 +410,98 @@ fn environment_and_flags() {
     assert!(err.contains("--offline"), "{err}");
 }
 
+/// What `serve` made of its `--offline` setting: it logs `offline=...` on
+/// its `listening` line (then it is stopped), or exits with a message.
+fn serve_offline(args: &[&str], env: &[(&str, &str)]) -> Result<bool, (i32, String)> {
+    use std::io::BufRead;
+    let cache = tempfile::tempdir().unwrap();
+    let mut c = std::process::Command::new(common::bin());
+    c.args(["serve", "--listen", "127.0.0.1:0", "--cache-dir"])
+        .arg(cache.path())
+        .args(args)
+        .env_remove("TALOS_GEN_OFFLINE")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut seen = String::new();
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        if line.contains("listening") {
+            let _ = child.kill();
+            let _ = child.wait();
+            return if line.contains("offline=true") {
+                Ok(true)
+            } else if line.contains("offline=false") {
+                Ok(false)
+            } else {
+                panic!("no offline= on {line:?}")
+            };
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    let code = child.wait().unwrap().code().unwrap_or(-1);
+    Err((code, seen))
+}
+
+/// Item 5: boolean settings take true/false and 1/0, from the environment
+/// (`TALOS_GEN_OFFLINE`) and on the command line (`--offline=V`); the bare
+/// flag means true; a bad value (the empty one too) is bad input, named.
+#[test]
+fn boolean_settings_take_true_false_1_0() {
+    assert_eq!(serve_offline(&[], &[]), Ok(false), "the default");
+    assert_eq!(serve_offline(&["--offline"], &[]), Ok(true), "the bare flag");
+    let cases = [
+        ("true", true),
+        ("false", false),
+        ("1", true),
+        ("0", false),
+        // clap's boolish words, any case, are taken too.
+        ("TRUE", true),
+        ("False", false),
+        ("yes", true),
+        ("off", false),
+    ];
+    for (v, want) in cases {
+        let env = serve_offline(&[], &[("TALOS_GEN_OFFLINE", v)]);
+        assert_eq!(env, Ok(want), "TALOS_GEN_OFFLINE={v}");
+        let flag = format!("--offline={v}");
+        assert_eq!(serve_offline(&[&flag], &[]), Ok(want), "{flag}");
+    }
+    // The command line wins over the environment.
+    assert_eq!(
+        serve_offline(&["--offline=false"], &[("TALOS_GEN_OFFLINE", "1")]),
+        Ok(false)
+    );
+    assert_eq!(
+        serve_offline(&["--offline"], &[("TALOS_GEN_OFFLINE", "0")]),
+        Ok(true)
+    );
+    for v in ["", "maybe", "2", "truee"] {
+        let (code, err) = serve_offline(&[], &[("TALOS_GEN_OFFLINE", v)]).unwrap_err();
+        assert_eq!(code, 2, "TALOS_GEN_OFFLINE={v:?}: {err}");
+        assert_eq!(
+            err.trim(),
+            format!(
+                "error: --offline (or TALOS_GEN_OFFLINE): {v:?} is not a boolean; give true or false, 1 or 0"
+            ),
+            "one line naming the variable and the value"
+        );
+        let (code, err) = serve_offline(&[&format!("--offline={v}")], &[]).unwrap_err();
+        assert_eq!(code, 2, "--offline={v:?}: {err}");
+        assert!(err.contains(&format!("{v:?} is not a boolean")), "{err}");
+    }
+    // A value is given with `=`; a separate word is not taken as one.
+    let (code, err) = serve_offline(&["--offline", "false"], &[]).unwrap_err();
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("'false'"), "{err}");
+}
+
 /// Item 6: every flag of every subcommand has a description and says its
 /// default; the main commands end with examples.
 #[test]

@@ -223,7 +223,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let local = listener
         .local_addr()
         .map_err(|e| Error::io("listener address", e))?;
-    tracing::info!(%local, "listening");
+    tracing::info!(%local, offline = state.cfg.offline, "listening");
     let app = router(state.clone());
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
