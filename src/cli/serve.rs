@@ -57,6 +57,7 @@ pub struct ServeArgs {
         long,
         env = "TALOS_GEN_OFFLINE",
         value_name = "BOOL",
+        action = clap::ArgAction::Set,
         value_parser = super::common::BoolFlag,
         num_args = 0..=1,
         require_equals = true,
