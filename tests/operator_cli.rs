@@ -455,7 +455,11 @@ fn serve_offline(args: &[&str], env: &[(&str, &str)]) -> Result<bool, (i32, Stri
 #[test]
 fn boolean_settings_take_true_false_1_0() {
     assert_eq!(serve_offline(&[], &[]), Ok(false), "the default");
-    assert_eq!(serve_offline(&["--offline"], &[]), Ok(true), "the bare flag");
+    assert_eq!(
+        serve_offline(&["--offline"], &[]),
+        Ok(true),
+        "the bare flag"
+    );
     let cases = [
         ("true", true),
         ("false", false),
@@ -618,15 +622,18 @@ fn help_describes_every_flag() {
                 .iter()
                 .map(|v| v.to_string_lossy().into_owned())
                 .collect();
-            let takes_value = a.get_action().takes_values()
-                && a.get_num_args().is_some_and(|n| n.takes_values());
+            let takes_value =
+                a.get_action().takes_values() && a.get_num_args().is_some_and(|n| n.takes_values());
             if !takes_value {
                 continue;
             }
             checked.push(long);
             if !defaults.is_empty() {
                 let shown = format!("[default: {}]", defaults.join(", "));
-                assert!(block.contains(&shown), "{cmd:?}: --{long} does not show {shown}: {block}");
+                assert!(
+                    block.contains(&shown),
+                    "{cmd:?}: --{long} does not show {shown}: {block}"
+                );
             } else {
                 let required = a.is_required_set() || block.contains("(required)");
                 assert!(
@@ -636,7 +643,13 @@ fn help_describes_every_flag() {
             }
         }
         if cmd == &["serve"] {
-            for f in ["listen", "offline", "upstream-timeout", "upstream-min-rate", "log-format"] {
+            for f in [
+                "listen",
+                "offline",
+                "upstream-timeout",
+                "upstream-min-rate",
+                "log-format",
+            ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
             assert_eq!(checked.len(), 18, "{checked:?}");

@@ -411,9 +411,8 @@ fn fresh_metrics_have_every_family_and_route() {
     }
     for (route, statuses, _) in talos_gen::http::routes() {
         for status in statuses {
-            let line = format!(
-                "talos_gen_http_requests_total{{route=\"{route}\",status=\"{status}\"}} "
-            );
+            let line =
+                format!("talos_gen_http_requests_total{{route=\"{route}\",status=\"{status}\"}} ");
             assert!(m.contains(&line), "{line} in\n{m}");
         }
         let line = format!("talos_gen_http_request_duration_seconds_count{{route=\"{route}\"}} ");
@@ -429,7 +428,10 @@ fn fresh_metrics_have_every_family_and_route() {
         "{m}"
     );
     assert_eq!(
-        metric(&m, "talos_gen_http_requests_total{route=\"/healthz\",status=\"200\"} "),
+        metric(
+            &m,
+            "talos_gen_http_requests_total{route=\"/healthz\",status=\"200\"} "
+        ),
         Some(1.0),
         "{m}"
     );

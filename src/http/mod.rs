@@ -185,7 +185,11 @@ pub fn routes() -> Vec<(&'static str, &'static [u16], MethodRouter<AppState>)> {
             &[200, 206],
             get(image::get_image),
         ),
-        ("/api/v1/machineconfig", &[200], post(machineconfig::generate)),
+        (
+            "/api/v1/machineconfig",
+            &[200],
+            post(machineconfig::generate),
+        ),
         (
             "/api/v1/kubelet-reservations",
             &[200],
