@@ -130,7 +130,8 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
     use std::path::Path;
     // The job reports every item itself (one line each, between the
     // progress bars); the service's info and warn lines would repeat them.
-    super::serve::init_tracing_at("text", "error");
+    // Those that are logged are written around the bars, never across them.
+    super::serve::init_tracing_with("text", "error", crate::mirror::progress::log_writer);
     let rt = || {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()

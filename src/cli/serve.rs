@@ -177,11 +177,20 @@ pub fn init_tracing(format: &str) {
 
 /// [`init_tracing`] with another default level (`RUST_LOG` still wins).
 pub fn init_tracing_at(format: &str, default: &str) {
+    init_tracing_with(format, default, std::io::stderr)
+}
+
+/// [`init_tracing_at`] writing through `writer` (`mirror` writes around its
+/// progress bars, `crate::mirror::progress::log_writer`).
+pub fn init_tracing_with<W>(format: &str, default: &str, writer: W)
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = if format == "json" {
         b.json().try_init()
