@@ -26,22 +26,23 @@ fn fault(path: &str) -> &'static str {
     }
 }
 
-/// A tmux server of our own (`-L`, a socket of this test), killed on drop.
+/// A tmux server of our own (`-S`, a socket in the test's directory),
+/// killed on drop.
 struct Tmux {
-    socket: String,
+    socket: std::path::PathBuf,
 }
 
 impl Tmux {
     fn cmd(&self) -> Command {
         let mut c = Command::new(support::require_tool("tmux"));
-        c.args(["-L", &self.socket, "-f", "/dev/null"]);
+        c.arg("-S").arg(&self.socket).args(["-f", "/dev/null"]);
         c
     }
 
     /// A detached 250x40 session running `script`.
-    fn start(script: &Path) -> Tmux {
+    fn start(dir: &Path, script: &Path) -> Tmux {
         let t = Tmux {
-            socket: format!("talos-gen-progress-{}", std::process::id()),
+            socket: dir.join("tmux.sock"),
         };
         let st = t
             .cmd()
@@ -113,7 +114,7 @@ fn mirror_sync_progress_on_a_terminal() {
     )
     .unwrap();
     let t0 = Instant::now();
-    let tmux = Tmux::start(&script);
+    let tmux = Tmux::start(dir.path(), &script);
     let hang = format!("{S}/v1.13.1/");
     let stall = format!("{S}/v1.13.2/");
 
