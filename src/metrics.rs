@@ -3,7 +3,9 @@
 //! One [`Metrics`] (cheap to clone) lives in the service state; the store
 //! users record through its methods, and `GET /metrics` renders
 //! [`Metrics::render`]. Labels: `kind` is the object family (`image`,
-//! `manifest`, `blob`, ...), `result` is `ok` or `error`.
+//! `manifest`, `blob`, ...), `result` is `ok` or `error`. Every family has
+//! a sample from start: per-kind ones for [`KINDS`], the per-route ones
+//! for every route of the router ([`Metrics::declare_route`]).
 //!
 //! ```
 //! let m = talos_gen::metrics::Metrics::new();
@@ -203,6 +205,7 @@ impl Metrics {
             let _ = misses.get_or_create(&kind(k));
             let _ = offline_misses.get_or_create(&kind(k));
             let _ = bytes_served.get_or_create(&kind(k));
+            let _ = fetch_seconds.get_or_create(&kind(k));
             for result in ["ok", "error"] {
                 let _ = fetches.get_or_create(&KindResult {
                     kind: k.to_string(),
@@ -343,6 +346,19 @@ impl Metrics {
                 route: route.to_string(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// Create the series of a route and status at zero, so `/metrics`
+    /// lists them before the first request (the router calls this for
+    /// every route it serves).
+    pub fn declare_route(&self, route: &str, status: u16) {
+        let _ = self.0.requests.get_or_create(&RouteStatus {
+            route: route.to_string(),
+            status: status.to_string(),
+        });
+        let _ = self.0.request_seconds.get_or_create(&Route {
+            route: route.to_string(),
+        });
     }
 
     pub fn set_fills(&self, running: usize, waiting: usize) {

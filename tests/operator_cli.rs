@@ -410,11 +410,152 @@ fn environment_and_flags() {
     assert!(err.contains("--offline"), "{err}");
 }
 
+/// What `serve` made of its `--offline` setting: it logs `offline=...` on
+/// its `listening` line (then it is stopped), or exits with a message.
+fn serve_offline(args: &[&str], env: &[(&str, &str)]) -> Result<bool, (i32, String)> {
+    use std::io::BufRead;
+    let cache = tempfile::tempdir().unwrap();
+    let mut c = std::process::Command::new(support::bin());
+    c.args(["serve", "--listen", "127.0.0.1:0", "--cache-dir"])
+        .arg(cache.path())
+        .args(args)
+        .env_remove("TALOS_GEN_OFFLINE")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut seen = String::new();
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        if line.contains("listening") {
+            let _ = child.kill();
+            let _ = child.wait();
+            return if line.contains("offline=true") {
+                Ok(true)
+            } else if line.contains("offline=false") {
+                Ok(false)
+            } else {
+                panic!("no offline= on {line:?}")
+            };
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    let code = child.wait().unwrap().code().unwrap_or(-1);
+    Err((code, seen))
+}
+
+/// Item 5: boolean settings take true/false and 1/0, from the environment
+/// (`TALOS_GEN_OFFLINE`) and on the command line (`--offline=V`); the bare
+/// flag means true; a bad value (the empty one too) is bad input, named.
+#[test]
+fn boolean_settings_take_true_false_1_0() {
+    assert_eq!(serve_offline(&[], &[]), Ok(false), "the default");
+    assert_eq!(
+        serve_offline(&["--offline"], &[]),
+        Ok(true),
+        "the bare flag"
+    );
+    let cases = [
+        ("true", true),
+        ("false", false),
+        ("1", true),
+        ("0", false),
+        // clap's boolish words, any case, are taken too.
+        ("TRUE", true),
+        ("False", false),
+        ("yes", true),
+        ("off", false),
+    ];
+    for (v, want) in cases {
+        let env = serve_offline(&[], &[("TALOS_GEN_OFFLINE", v)]);
+        assert_eq!(env, Ok(want), "TALOS_GEN_OFFLINE={v}");
+        let flag = format!("--offline={v}");
+        assert_eq!(serve_offline(&[&flag], &[]), Ok(want), "{flag}");
+    }
+    // The command line wins over the environment.
+    assert_eq!(
+        serve_offline(&["--offline=false"], &[("TALOS_GEN_OFFLINE", "1")]),
+        Ok(false)
+    );
+    assert_eq!(
+        serve_offline(&["--offline"], &[("TALOS_GEN_OFFLINE", "0")]),
+        Ok(true)
+    );
+    for v in ["", "maybe", "2", "truee"] {
+        let (code, err) = serve_offline(&[], &[("TALOS_GEN_OFFLINE", v)]).unwrap_err();
+        assert_eq!(code, 2, "TALOS_GEN_OFFLINE={v:?}: {err}");
+        assert_eq!(
+            err.trim(),
+            format!(
+                "error: --offline (or TALOS_GEN_OFFLINE): {v:?} is not a boolean; give true or false, 1 or 0"
+            ),
+            "one line naming the variable and the value"
+        );
+        let (code, err) = serve_offline(&[&format!("--offline={v}")], &[]).unwrap_err();
+        assert_eq!(code, 2, "--offline={v:?}: {err}");
+        assert!(err.contains(&format!("{v:?} is not a boolean")), "{err}");
+    }
+    // A value is given with `=`; a separate word is not taken as one.
+    let (code, err) = serve_offline(&["--offline", "false"], &[]).unwrap_err();
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("'false'"), "{err}");
+}
+
+/// Every subcommand path of the CLI (`["mirror", "sync"]`, ...), from clap's
+/// own tree, with its arguments.
+fn subcommands() -> Vec<(Vec<String>, clap::Command)> {
+    fn walk(prefix: &[String], c: &clap::Command, out: &mut Vec<(Vec<String>, clap::Command)>) {
+        for s in c.get_subcommands() {
+            if s.get_name() == "help" {
+                continue;
+            }
+            let mut path = prefix.to_vec();
+            path.push(s.get_name().to_string());
+            out.push((path.clone(), s.clone()));
+            walk(&path, s, out);
+        }
+    }
+    // Built, so that each argument's number of values is settled.
+    let mut root = talos_gen::cli::command();
+    root.build();
+    let mut out = Vec::new();
+    walk(&[], &root, &mut out);
+    out
+}
+
+/// The help text of one option: its line and any lines clap wraps under it.
+fn option_block(options: &[&str], long: &str) -> Option<String> {
+    let flag = format!("--{long}");
+    let starts = |t: &str| {
+        let t = match t.split_once(", ") {
+            Some((short, rest)) if short.len() == 2 => rest,
+            _ => t,
+        };
+        t == flag || t.starts_with(&format!("{flag} ")) || t.starts_with(&format!("{flag}["))
+    };
+    let i = options.iter().position(|l| starts(l.trim_start()))?;
+    let mut block = options[i].trim().to_string();
+    for l in &options[i + 1..] {
+        let t = l.trim();
+        if t.is_empty() || t.starts_with('-') {
+            break;
+        }
+        block.push(' ');
+        block.push_str(t);
+    }
+    Some(block)
+}
+
 /// Item 6: every flag of every subcommand has a description and says its
 /// default; the main commands end with examples.
 #[test]
 fn help_describes_every_flag() {
-    let commands: &[&[&str]] = &[
+    let listed: &[&[&str]] = &[
         &["machineconfig"],
         &["kubelet-reservations"],
         &["serve"],
@@ -427,8 +568,15 @@ fn help_describes_every_flag() {
         &["schematic", "id"],
         &["schematic", "canonical"],
     ];
-    for cmd in commands {
-        let mut args = cmd.to_vec();
+    let tree = subcommands();
+    for cmd in listed {
+        assert!(
+            tree.iter().any(|(p, _)| p == cmd),
+            "{cmd:?} is no longer a subcommand"
+        );
+    }
+    for (cmd, clap_cmd) in &tree {
+        let mut args: Vec<&str> = cmd.iter().map(String::as_str).collect();
         args.push("--help");
         let (code, out, err) = run(&args);
         assert_eq!(code, 0, "{cmd:?}: {err}");
@@ -457,6 +605,66 @@ fn help_describes_every_flag() {
                 "{cmd:?}: no description for {t:?}\n{out}"
             );
         }
+        // Defaults: a flag with a default in clap shows it as
+        // `[default: V]`; any other flag taking a value says in its text
+        // what happens without it (`(default: ...)`), unless it is required.
+        // Switches (`--json`) are off unless given.
+        let mut checked = Vec::new();
+        for a in clap_cmd.get_arguments() {
+            let Some(long) = a.get_long() else { continue };
+            if a.is_hide_set() || matches!(long, "help" | "version") {
+                continue;
+            }
+            let block = option_block(&lines, long)
+                .unwrap_or_else(|| panic!("{cmd:?}: --{long} not in\n{out}"));
+            let defaults: Vec<String> = a
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            let takes_value =
+                a.get_action().takes_values() && a.get_num_args().is_some_and(|n| n.takes_values());
+            if !takes_value {
+                continue;
+            }
+            checked.push(long);
+            if !defaults.is_empty() {
+                let shown = format!("[default: {}]", defaults.join(", "));
+                assert!(
+                    block.contains(&shown),
+                    "{cmd:?}: --{long} does not show {shown}: {block}"
+                );
+            } else {
+                let required = a.is_required_set() || block.contains("(required)");
+                assert!(
+                    required || block.to_lowercase().contains("default"),
+                    "{cmd:?}: --{long} does not say its default: {block}"
+                );
+            }
+        }
+        if cmd == &["serve"] {
+            for f in [
+                "listen",
+                "offline",
+                "upstream-timeout",
+                "upstream-min-rate",
+                "log-format",
+            ] {
+                assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
+            }
+            assert_eq!(checked.len(), 18, "{checked:?}");
+        }
+    }
+    // The upstream bounds, on both commands that have them.
+    for cmd in [&["serve"][..], &["mirror", "sync"]] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let (_, out, _) = run(&args);
+        let lines: Vec<&str> = out.lines().collect();
+        let t = option_block(&lines, "upstream-timeout").unwrap();
+        assert!(t.contains("[default: 30s]"), "{cmd:?}: {t}");
+        let r = option_block(&lines, "upstream-min-rate").unwrap();
+        assert!(r.contains("[default: 1Ki]"), "{cmd:?}: {r}");
     }
     for cmd in [
         &["machineconfig"][..],
@@ -476,6 +684,13 @@ fn help_describes_every_flag() {
     );
     let (_, out, _) = run(&["serve", "--help"]);
     assert!(out.contains("[default: 127.0.0.1:8080]"), "{out}");
+    assert!(out.contains("--offline[=<BOOL>]"), "{out}");
+    assert!(
+        option_block(&out.lines().collect::<Vec<_>>(), "offline")
+            .unwrap()
+            .contains("[default: false]"),
+        "{out}"
+    );
 }
 
 /// Item 6: `schematic id NAME`, `version`, and talosctl's defaults.

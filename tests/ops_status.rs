@@ -354,3 +354,64 @@ fn status_page_shows_what_is_happening() {
         "the query never reaches the log: {text}"
     );
 }
+
+/// `/metrics` on a fresh `serve` (nothing fetched, nothing stored) lists
+/// every metric family with a sample, and every route template of the
+/// router in `http_requests` and `http_request_duration_seconds`.
+#[test]
+fn fresh_metrics_have_every_family_and_route() {
+    let cache = tempfile::tempdir().unwrap();
+    let svc = Service::builder()
+        .args(["--offline", "--cache-dir", cache.path().to_str().unwrap()])
+        .rust_log("warn")
+        .start();
+    let r = curl(&[&format!("{}/metrics", svc.url())]);
+    assert_eq!(r.status, 200);
+    let m = String::from_utf8(r.body).unwrap();
+    let families: Vec<(&str, &str)> = m
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .collect();
+    assert!(families.len() >= 17, "{m}");
+    for (name, kind) in &families {
+        let suffixes: &[&str] = match *kind {
+            "counter" => &["_total"],
+            "histogram" => &["_bucket", "_count", "_sum"],
+            _ => &[""],
+        };
+        let has_sample = m.lines().filter(|l| !l.starts_with('#')).any(|l| {
+            suffixes.iter().any(|s| {
+                l.strip_prefix(&format!("{name}{s}"))
+                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+            })
+        });
+        assert!(has_sample, "{name} ({kind}) has no sample at start:\n{m}");
+    }
+    for (route, statuses, _) in talos_gen::http::routes() {
+        for status in statuses {
+            let line =
+                format!("talos_gen_http_requests_total{{route=\"{route}\",status=\"{status}\"}} ");
+            assert!(m.contains(&line), "{line} in\n{m}");
+        }
+        let line = format!("talos_gen_http_request_duration_seconds_count{{route=\"{route}\"}} ");
+        assert!(m.contains(&line), "{line} in\n{m}");
+    }
+    // Untouched routes are at zero; the probe serve was waited on counted.
+    assert!(
+        m.contains("talos_gen_http_requests_total{route=\"/versions\",status=\"200\"} 0\n"),
+        "{m}"
+    );
+    assert!(
+        m.contains("talos_gen_upstream_fetch_duration_seconds_count{kind=\"blob\"} 0\n"),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "talos_gen_http_requests_total{route=\"/healthz\",status=\"200\"} "
+        ),
+        Some(1.0),
+        "{m}"
+    );
+}

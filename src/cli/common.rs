@@ -41,6 +41,45 @@ impl UpstreamArgs {
     }
 }
 
+/// A boolean flag's value, from the command line (`--offline=false`) or its
+/// `TALOS_GEN_*` variable: `true`/`false`, `1`/`0`, any case (clap's
+/// boolish words `yes`/`no`, `on`/`off` too). Anything else, the empty
+/// value included, is bad input (exit 2) named with the flag and variable.
+#[derive(Debug, Clone, Copy)]
+pub struct BoolFlag;
+
+impl clap::builder::TypedValueParser for BoolFlag {
+    type Value = bool;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<bool, clap::Error> {
+        clap::builder::BoolishValueParser::new()
+            .parse_ref(cmd, arg, value)
+            .map_err(|_| {
+                let flag = arg
+                    .and_then(|a| a.get_long())
+                    .map(|l| format!("--{l}"))
+                    .unwrap_or_else(|| "a boolean flag".into());
+                let env = arg
+                    .and_then(|a| a.get_env())
+                    .map(|e| format!(" (or {})", e.to_string_lossy()))
+                    .unwrap_or_default();
+                clap::Error::raw(
+                    clap::error::ErrorKind::InvalidValue,
+                    format!(
+                        "{flag}{env}: {:?} is not a boolean; give true or false, 1 or 0\n",
+                        value.to_string_lossy()
+                    ),
+                )
+                .with_cmd(cmd)
+            })
+    }
+}
+
 /// A Go duration (`30s`, `2m`, `1m30s`, `500ms`), more than zero.
 pub fn duration_flag(s: &str) -> Result<Duration, String> {
     match crate::machineconfig::duration::parse(s.trim()) {

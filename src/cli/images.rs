@@ -13,10 +13,10 @@ pub struct ImagesArgs {
     /// Schematic ID of the installer (default: the vanilla schematic).
     #[arg(long, value_name = "ID")]
     pub schematic: Option<String>,
-    /// Installer repository (default factory.talos.dev/installer).
+    /// Installer repository (default: factory.talos.dev/installer).
     #[arg(long, value_name = "REPO")]
     pub installer_repository: Option<String>,
-    /// Use the platform's installer, factory.talos.dev/<P>-installer.
+    /// Use the platform's installer, factory.talos.dev/<P>-installer (default: none, the --installer-repository).
     #[arg(long, value_name = "P")]
     pub platform: Option<String>,
     /// Add the optional images of a cluster whose CNI and add-ons Talos
@@ -26,7 +26,7 @@ pub struct ImagesArgs {
     /// Print JSON: each image with what it is for.
     #[arg(long)]
     pub json: bool,
-    /// Use this data file instead of the embedded matrix (and its image table).
+    /// Use this data file (default: the embedded matrix and its image table).
     #[arg(long, value_name = "FILE")]
     pub matrix: Option<String>,
 }

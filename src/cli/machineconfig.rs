@@ -60,7 +60,7 @@ pub struct MachineconfigArgs {
     /// A talosctl secrets bundle (default: fresh secrets are generated).
     #[arg(long, value_name = "FILE")]
     pub with_secrets: Option<String>,
-    /// Write the secrets bundle used here (mode 0600); never replaces a file holding a different bundle.
+    /// Write the secrets bundle used here (mode 0600); never replaces a file holding a different bundle (default: not written).
     #[arg(long, value_name = "FILE")]
     pub output_secrets: Option<String>,
     /// Extra certificate SANs, comma-separated (default: none).
@@ -79,7 +79,8 @@ pub struct MachineconfigArgs {
     #[arg(long, value_name = "HOST=URL")]
     pub registry_mirror: Vec<String>,
     /// @file or inline YAML, repeatable; strategic merge as talosctl applies
-    /// it, or a JSON (RFC 6902) patch (a list of operations, JSON or YAML).
+    /// it, or a JSON (RFC 6902) patch (a list of operations, JSON or YAML)
+    /// (default: none).
     #[arg(long, value_name = "PATCH", allow_hyphen_values = true)]
     pub config_patch: Vec<String>,
     /// Write a config for a pair the support matrix refuses, with a warning (default: refuse, exit 1).
@@ -94,7 +95,7 @@ pub struct MachineconfigArgs {
     /// `cozystack`: the Cozystack chart's worker document (default: none, a plain talosctl worker).
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<String>,
-    /// The values of one Cozystack worker pool (the chart's values.yaml; needs --profile cozystack).
+    /// The values of one Cozystack worker pool (the chart's values.yaml; needs --profile cozystack; default: none).
     #[arg(short = 'f', long, value_name = "FILE")]
     pub values: Option<String>,
     /// A DNS server IP; repeatable (default: none).
@@ -132,11 +133,13 @@ pub struct MachineconfigArgs {
 pub struct AirGapArgs {
     /// Registry mirrors with skipFallback for every registry host the
     /// worker pulls from (installer, kubelet, pause), all pointing at URL;
-    /// an explicit --registry-mirror or talos.registryMirrors entry wins.
+    /// an explicit --registry-mirror or talos.registryMirrors entry wins
+    /// (default: none).
     #[arg(long, value_name = "URL")]
     pub air_gap_mirror: Option<String>,
     /// A cosign public key (PEM): an ImageVerificationConfig with a
-    /// publicKey rule for each image of the pull list (Talos 1.13+).
+    /// publicKey rule for each image of the pull list (Talos 1.13+)
+    /// (default: none, no ImageVerificationConfig).
     #[arg(long, value_name = "FILE")]
     pub image_verification_key: Option<String>,
 }
@@ -154,13 +157,13 @@ n1 (medium..8xlarge), gn1 (xlarge..8xlarge).";
 #[derive(Debug, Args)]
 #[command(after_help = RESERVATIONS_EXAMPLES)]
 pub struct ReservationsArgs {
-    /// Size the node by a Cozystack instance type, e.g. u1.medium (or give --memory and --cpu).
+    /// Size the node by a Cozystack instance type, e.g. u1.medium (default: none; then give --memory and --cpu).
     #[arg(long, value_name = "TYPE")]
     pub instance_type: Option<String>,
-    /// Node memory, e.g. 8Gi; give with --cpu.
+    /// Node memory, e.g. 8Gi; give with --cpu (default: the instance type's).
     #[arg(long, value_name = "QUANTITY", allow_hyphen_values = true)]
     pub memory: Option<String>,
-    /// Node CPU, e.g. 2 or 1500m; give with --memory.
+    /// Node CPU, e.g. 2 or 1500m; give with --memory (default: the instance type's).
     #[arg(long, value_name = "QUANTITY", allow_hyphen_values = true)]
     pub cpu: Option<String>,
     #[command(flatten)]

@@ -61,7 +61,8 @@ pub enum MirrorCommand {
         #[command(flatten)]
         upstream: super::common::UpstreamArgs,
         /// A cosign public key (PEM); repeatable. Every installer and image
-        /// must then carry a cosign signature one of the keys verifies.
+        /// must then carry a cosign signature one of the keys verifies
+        /// (default: none; signatures found are mirrored, not checked).
         #[arg(
             long,
             env = "TALOS_GEN_COSIGN_KEY",
@@ -69,17 +70,19 @@ pub enum MirrorCommand {
             value_delimiter = ' '
         )]
         cosign_key: Vec<String>,
-        /// Support-matrix data file for `workers:` (instead of the embedded one).
+        /// Support-matrix data file for `workers:` (default: the embedded one).
         #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
         matrix: Option<String>,
     },
     /// Print what a sync would fetch (workers expanded); no network.
     Plan {
+        /// The mirror config, as for `mirror sync`.
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: String,
+        /// Print the plan as JSON (default: text).
         #[arg(long)]
         json: bool,
-        /// Support-matrix data file for `workers:` (instead of the embedded one).
+        /// Support-matrix data file for `workers:` (default: the embedded one).
         #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
         matrix: Option<String>,
     },
@@ -127,7 +130,8 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
     use std::path::Path;
     // The job reports every item itself (one line each, between the
     // progress bars); the service's info and warn lines would repeat them.
-    super::serve::init_tracing_at("text", "error");
+    // Those that are logged are written around the bars, never across them.
+    super::serve::init_tracing_with("text", "error", crate::mirror::progress::log_writer);
     let rt = || {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()

@@ -20,11 +20,6 @@ Examples:
 
 Status page: http://ADDR/ ; metrics: /metrics ; probes: /healthz, /readyz.";
 
-/// Boolean environment variables: true/false, 1/0 (also yes/no, on/off).
-pub fn bool_env() -> clap::builder::BoolishValueParser {
-    clap::builder::BoolishValueParser::new()
-}
-
 #[derive(Debug, Args)]
 #[command(after_help = SERVE_EXAMPLES)]
 pub struct ServeArgs {
@@ -56,8 +51,19 @@ pub struct ServeArgs {
     /// Upstream OCI registry for installer images (default: the factory URL).
     #[arg(long, env = "TALOS_GEN_REGISTRY_URL", value_name = "URL")]
     pub registry_url: Option<String>,
-    /// Never contact an upstream; answer from the store only (env: true/false, 1/0).
-    #[arg(long, env = "TALOS_GEN_OFFLINE", value_parser = bool_env(), num_args = 0, default_missing_value = "true", default_value = "false")]
+    /// Never contact an upstream; answer from the store only. `--offline`
+    /// alone means true; a value (also TALOS_GEN_OFFLINE): true/false, 1/0.
+    #[arg(
+        long,
+        env = "TALOS_GEN_OFFLINE",
+        value_name = "BOOL",
+        action = clap::ArgAction::Set,
+        value_parser = super::common::BoolFlag,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value = "false"
+    )]
     pub offline: bool,
     /// Evict least-recently-used, unpinned objects above this size, e.g. 50Gi (default: no limit).
     #[arg(long, env = "TALOS_GEN_CACHE_MAX_SIZE", value_name = "SIZE", value_parser = super::common::parse_size)]
@@ -171,11 +177,20 @@ pub fn init_tracing(format: &str) {
 
 /// [`init_tracing`] with another default level (`RUST_LOG` still wins).
 pub fn init_tracing_at(format: &str, default: &str) {
+    init_tracing_with(format, default, std::io::stderr)
+}
+
+/// [`init_tracing_at`] writing through `writer` (`mirror` writes around its
+/// progress bars, `crate::mirror::progress::log_writer`).
+pub fn init_tracing_with<W>(format: &str, default: &str, writer: W)
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = if format == "json" {
         b.json().try_init()

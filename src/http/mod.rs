@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 
 use crate::error::{Error, Result};
 
@@ -77,29 +77,51 @@ impl ServeConfig {
     }
 }
 
+/// Every route: its template, the status codes it answers when all goes
+/// well, and its handler. The `http_requests` and
+/// `http_request_duration_seconds` series of each (template, code) exist
+/// from start, at zero ([`crate::metrics::Metrics::declare_route`]).
+pub fn routes() -> Vec<(&'static str, &'static [u16], MethodRouter<AppState>)> {
+    vec![
+        ("/", &[200], get(status::page)),
+        ("/healthz", &[200], get(ops::healthz)),
+        ("/readyz", &[200], get(ops::readyz)),
+        ("/api/v1/matrix", &[200], get(api::matrix)),
+        ("/api/v1/matrix/check", &[200], get(api::matrix_check)),
+        ("/schematics", &[201], post(schematics::create)),
+        ("/schematics/{id}", &[200], get(schematics::get)),
+        ("/v2/", &[200], get(registry::v2_root)),
+        ("/v2/{*rest}", &[200, 206], get(registry::v2_tail)),
+        ("/metrics", &[200], get(metrics::metrics)),
+        ("/versions", &[200], get(image::versions)),
+        (
+            "/image/{schematic}/{version}/{asset}",
+            &[200, 206],
+            get(image::get_image),
+        ),
+        (
+            "/api/v1/machineconfig",
+            &[200],
+            post(machineconfig::generate),
+        ),
+        (
+            "/api/v1/kubelet-reservations",
+            &[200],
+            post(machineconfig::reservations),
+        ),
+    ]
+}
+
 /// All routes.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/", get(status::page))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/api/v1/matrix", get(api::matrix))
-        .route("/api/v1/matrix/check", get(api::matrix_check))
-        .route("/schematics", axum::routing::post(schematics::create))
-        .route("/schematics/{id}", get(schematics::get))
-        .route("/v2/", get(registry::v2_root))
-        .route("/v2/{*rest}", get(registry::v2_tail))
-        .route("/metrics", get(metrics::metrics))
-        .route("/versions", get(image::versions))
-        .route(
-            "/image/{schematic}/{version}/{asset}",
-            get(image::get_image),
-        )
-        .route("/api/v1/machineconfig", post(machineconfig::generate))
-        .route(
-            "/api/v1/kubelet-reservations",
-            post(machineconfig::reservations),
-        )
+    let mut router = Router::new();
+    for (path, ok, handler) in routes() {
+        for status in ok {
+            state.metrics.declare_route(path, *status);
+        }
+        router = router.route(path, handler);
+    }
+    router
         // Buffering extractors (the POST endpoints) stop at 1 MiB: 413.
         // (`POST /schematics` reads its body under the same limit itself.)
         .layer(axum::extract::DefaultBodyLimit::max(limits::BODY_LIMIT))
@@ -137,7 +159,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let local = listener
         .local_addr()
         .map_err(|e| Error::io("listener address", e))?;
-    tracing::info!(%local, "listening");
+    tracing::info!(%local, offline = state.cfg.offline, "listening");
     let app = router(state.clone());
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())

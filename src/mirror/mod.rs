@@ -9,6 +9,7 @@
 
 pub mod bundle;
 pub mod config;
+pub mod progress;
 pub mod report;
 pub mod signatures;
 pub mod sync;

@@ -10,10 +10,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressDrawTarget};
 use tokio::sync::Semaphore;
 
 use super::config::{Config, Item};
+use super::progress::{Meter, Total};
 use crate::error::Result;
 use crate::fill::{FetchError, FillHandle, Joined};
 use crate::imagecache::{ImageCache, ImageError, ImageKey};
@@ -115,24 +116,6 @@ struct Counts {
     stored_bytes: AtomicU64,
 }
 
-/// Progress of one item (and the total).
-#[derive(Clone)]
-struct Meter {
-    item: ProgressBar,
-    total: ProgressBar,
-}
-
-impl Meter {
-    fn grow(&self, n: u64) {
-        self.item.inc_length(n);
-        self.total.inc_length(n);
-    }
-    fn inc(&self, n: u64) {
-        self.item.inc(n);
-        self.total.inc(n);
-    }
-}
-
 struct Ctx {
     store: Store,
     images: ImageCache,
@@ -181,18 +164,11 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
         Output::Bars => ProgressDrawTarget::stderr(),
         _ => ProgressDrawTarget::hidden(),
     });
-    let total = multi.add(ProgressBar::new(0));
-    total.set_style(
-        ProgressStyle::with_template(
-            "{prefix:>7} {elapsed:>4} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    total.set_prefix("total");
+    // Log lines (ours and tracing's) go around the bars (`progress`).
+    let _registered = super::progress::Registered::new(&multi);
+    let total = Total::new(&multi);
     let say = |line: String| match opts.output {
-        Output::Bars => multi.suspend(|| eprintln!("{line}")),
-        Output::Lines => eprintln!("{line}"),
+        Output::Bars | Output::Lines => super::progress::log_line(&line),
         Output::Quiet => {}
     };
 
@@ -234,29 +210,16 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
     }
 
     let items = cfg.items();
-    total.set_message(format!("0/{} items", items.len()));
+    total.bar.set_message(format!("0/{} items", items.len()));
     let done = AtomicUsize::new(0);
     let n_items = items.len();
-    let style = ProgressStyle::with_template(
-        "{prefix:>7} {elapsed:>4} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}",
-    )
-    .unwrap_or_else(|_| ProgressStyle::default_bar())
-    .progress_chars("=> ");
     let mut results = futures::stream::iter(items.into_iter().map(|item| {
         let ctx = ctx.clone();
-        let bar = multi.insert_before(&total, ProgressBar::new(0));
-        bar.set_style(style.clone());
-        bar.set_prefix("item");
-        bar.set_message(item.name());
-        let meter = Meter {
-            item: bar,
-            total: total.clone(),
-        };
+        let meter = Meter::new(&multi, &total, item.name());
         async move {
             let t = Instant::now();
             let counts = Counts::default();
-            let res = sync_item(&ctx, &item, &counts, &meter).await;
-            meter.item.finish_and_clear();
+            let res = meter.around(sync_item(&ctx, &item, &counts, &meter)).await;
             ItemReport {
                 name: item.name(),
                 fetched: counts.fetched.load(Ordering::Relaxed),
@@ -271,11 +234,11 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
     .buffer_unordered(concurrency);
     while let Some(rep) = results.next().await {
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-        total.set_message(format!("{n}/{n_items} items"));
+        total.bar.set_message(format!("{n}/{n_items} items"));
         say(line(&rep));
         reports.push(rep);
     }
-    total.finish_and_clear();
+    total.bar.finish_and_clear();
     Ok(SyncReport {
         items: reports,
         elapsed: t0.elapsed(),
@@ -422,7 +385,7 @@ async fn sync_image(
     counts: &Counts,
     meter: &Meter,
 ) -> std::result::Result<(), String> {
-    let _permit = ctx.sem.acquire().await.map_err(|e| e.to_string())?;
+    let _permit = meter.slot(&ctx.sem).await.map_err(|e| e.to_string())?;
     match ctx.images.lookup(key) {
         Err(ImageError::NotCached(m)) => return Err(m),
         Err(ImageError::Fetch(e)) => return Err(e.to_string()),
@@ -436,10 +399,14 @@ async fn sync_image(
         }
         Ok(Joined::Filling(mut h)) => {
             let head = h.head().await.map_err(|e| e.to_string())?;
-            if let Some(n) = head.len {
-                meter.grow(n);
+            match head.len {
+                Some(n) => meter.grow(n),
+                None => meter.unknown(1),
             }
             let e = track(h, meter).await.map_err(|e| e.to_string())?;
+            if head.len.is_none() {
+                meter.resolved(e.size);
+            }
             counts.fetched.fetch_add(1, Ordering::Relaxed);
             counts.fetched_bytes.fetch_add(e.size, Ordering::Relaxed);
         }
@@ -503,13 +470,18 @@ async fn sync_oci(
     for size in blobs.values().flatten() {
         meter.grow(*size);
     }
+    // Blobs the manifests give no size for: a spinner until each is known.
+    meter.unknown(blobs.values().filter(|s| s.is_none()).count());
+    if blobs.is_empty() {
+        meter.grow(0);
+    }
     // Blobs, concurrently; every one is tried even when another failed.
     let errors: Vec<String> = futures::stream::iter(blobs.iter().map(|(d, size)| async move {
-        let _permit = ctx.sem.acquire().await.map_err(|e| e.to_string())?;
+        let _permit = meter.slot(&ctx.sem).await.map_err(|e| e.to_string())?;
         match ctx.registry.blob(up, repo, d).await {
             Ok(Blob::Stored(o)) => {
                 if size.is_none() {
-                    meter.grow(o.entry.size);
+                    meter.resolved(o.entry.size);
                 }
                 meter.inc(o.entry.size);
                 counts.stored.fetch_add(1, Ordering::Relaxed);
@@ -521,11 +493,14 @@ async fn sync_oci(
                 if size.is_none()
                     && let Some(n) = g.head().len
                 {
-                    meter.grow(n);
+                    meter.resolved(n);
                 }
                 let e = track(g.handle().clone(), meter)
                     .await
                     .map_err(|e| format!("blob {d}: {e}"))?;
+                if size.is_none() && g.head().len.is_none() {
+                    meter.resolved(e.size);
+                }
                 counts.fetched.fetch_add(1, Ordering::Relaxed);
                 counts.fetched_bytes.fetch_add(e.size, Ordering::Relaxed);
             }
