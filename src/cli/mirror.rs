@@ -182,9 +182,9 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             // Each failed item was printed once, with its reason, as it ended.
             if !failed.is_empty() {
                 eprintln!(
-                    "talos-gen: mirror sync: {} of {} items failed (each listed above with its reason)",
+                    "talos-gen: mirror sync: {} of {} items and factory documents failed (each listed above with its reason)",
                     failed.len(),
-                    report.items.len()
+                    report.items.len() + report.factory.len()
                 );
             }
             Ok(if failed.is_empty() { 0 } else { 1 })

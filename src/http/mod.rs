@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 
 pub mod access;
 pub mod api;
+pub mod factory;
 pub mod image;
 pub mod limits;
 pub mod machineconfig;
@@ -46,6 +47,10 @@ pub struct ServeConfig {
     pub max_concurrent_fills: usize,
     /// The bounds on every upstream wait (`--upstream-timeout`, `--upstream-min-rate`).
     pub upstream_limits: crate::upstream::Limits,
+    /// How long a stored factory document (`/versions`, the signing key
+    /// and certificate, the extension and overlay lists) is answered
+    /// without asking the factory (`--metadata-ttl`).
+    pub metadata_ttl: Duration,
 }
 
 impl ServeConfig {
@@ -68,6 +73,7 @@ impl ServeConfig {
             write_timeout: Duration::from_secs(60),
             max_concurrent_fills: 16,
             upstream_limits: crate::upstream::Limits::default(),
+            metadata_ttl: crate::imagecache::DEFAULT_METADATA_TTL,
         }
     }
 }
@@ -143,10 +149,11 @@ impl AppState {
             fills,
             upstream,
             schematics,
-            images,
+            mut images,
             registry,
             ..
         } = svc;
+        images.metadata_ttl = cfg.metadata_ttl;
         Ok(AppState(Arc::new(Shared {
             cfg,
             matrix,
@@ -177,6 +184,19 @@ pub fn router(state: AppState) -> Router {
         .route("/v2/{*rest}", get(registry::v2_tail))
         .route("/metrics", get(metrics::metrics))
         .route("/versions", get(image::versions))
+        .route("/oci/cosign/signing-key.pub", get(factory::cosign_key))
+        .route(
+            "/secureboot/signing-cert.pem",
+            get(factory::secureboot_cert),
+        )
+        .route(
+            "/version/{version}/extensions/official",
+            get(factory::extensions),
+        )
+        .route(
+            "/version/{version}/overlays/official",
+            get(factory::overlays),
+        )
         .route(
             "/image/{schematic}/{version}/{asset}",
             get(image::get_image),

@@ -463,6 +463,18 @@ impl Config {
         }
     }
 
+    /// Every Talos release of the config (`talosVersions`, then those of
+    /// `workers:` as their disk images name them), each once.
+    pub fn talos_versions(&self) -> Vec<String> {
+        let mut out = self.versions.clone();
+        for w in &self.workers {
+            if !out.contains(&w.disk.version) {
+                out.push(w.disk.version.clone());
+            }
+        }
+        out
+    }
+
     /// Every item, in a stable order.
     pub fn items(&self) -> Vec<Item> {
         let mut out = Vec::new();

@@ -76,8 +76,8 @@ pub fn manifest_refs(body: &[u8]) -> Result<ManifestRefs, String> {
     Ok(out)
 }
 
-/// Every store key a config's items reach in `store` (schematics, tags,
-/// manifests, blobs, images); the items not (fully) stored are named in the
+/// Every store key a config's items reach in `store` (schematics, the
+/// factory's documents, tags, manifests, blobs, images); the items not (fully) stored are named in the
 /// error list. A schematic given by file must be stored (sync stores it);
 /// one given by ID is carried when the store has it.
 pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>, Vec<String>) {
@@ -89,6 +89,14 @@ pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>
             keys.push(key);
         } else if s.canonical.is_some() {
             missing.push(format!("schematic {}", s.id));
+        }
+    }
+    // The factory's keys and lists of its releases travel when stored
+    // (the factory may offer none: never missing).
+    for doc in crate::imagecache::FactoryDoc::for_releases(&cfg.talos_versions()) {
+        let key = doc.store_key();
+        if store.entry(&key).is_some() {
+            keys.push(key);
         }
     }
     for item in cfg.items() {
