@@ -1,5 +1,6 @@
 //! The mirror job: fill the store ahead of time (`sync`), re-hash it
-//! (`verify`), and carry it across an air gap (`export` / `import`).
+//! (`verify`), and carry it across an air gap (`export` / `import`; or
+//! as a static HTTP tree or an OCI image layout, `carriers`).
 //!
 //! Everything goes through the same [`crate::store::Store`] the service
 //! reads, with the registry's key layout (see [`crate::registry`]):
@@ -8,6 +9,7 @@
 //! pinned, so `--cache-max-size` never evicts them.
 
 pub mod bundle;
+pub mod carriers;
 pub mod config;
 pub mod report;
 pub mod signatures;
@@ -15,6 +17,7 @@ pub mod sync;
 pub mod verify;
 
 pub use bundle::{ExportReport, ImportReport, export, import};
+pub use carriers::{Format, TreeReport, export_tree};
 pub use config::{Config, ExtraImage, Item, Signature, Worker};
 pub use sync::{Output, SyncOptions, SyncReport, sync};
 pub use verify::{VerifyReport, verify};
