@@ -219,6 +219,12 @@ fn mirror_sync_keeps_them_per_release_notes_a_404_and_export_carries_them() {
         format!("schematics: [{S}]\ntalosVersions: [{V}]\nimages: [openstack-amd64.raw.xz]\n"),
     )
     .unwrap();
+    // `mirror plan` names them (no network).
+    let o = talos_gen(&["mirror", "plan", "--config", cfg.to_str().unwrap()]);
+    let plan = String::from_utf8_lossy(&o.stdout);
+    for p in ["/versions", KEY, CERT, &ext_path(V), &overlay_path(V)] {
+        assert!(plan.lines().any(|l| l == format!("  {p}")), "{p}: {plan}");
+    }
     let cache = dir.path().join("cache");
     let sync = || {
         talos_gen(&[
