@@ -148,5 +148,5 @@ fn mirror_sync_names_the_item_that_timed_out_and_goes_on() {
     assert!(stderr.contains("v1.13.1"), "{stderr}");
     assert!(stdout.contains("2 items, 1 ok, 1 failed"), "{stdout}");
     // The good item was stored.
-    assert_eq!(up.count("v1.13.6/"), 1);
+    assert_eq!(up.count(&image("v1.13.6")), 1);
 }

@@ -20,6 +20,24 @@ Examples:
 Exit 0 when every item is stored, 1 when any failed (each named once), 2 for a bad config.
 The result is kept in the store and shown on serve's status page.";
 
+const EXPORT_EXAMPLES: &str = "\
+Examples:
+  # everything stored, for `mirror import` on the other side
+  talos-gen mirror export --cache-dir /var/cache/talos-gen --output mirror.tar
+
+  # the disk images of a config as files for an internal web server
+  talos-gen mirror export --cache-dir /var/cache/talos-gen --config mirror.yaml \\
+    --format http --output /srv/talos-factory
+
+  # its installers and images as an OCI layout for the site's registry
+  talos-gen mirror export --cache-dir /var/cache/talos-gen --config mirror.yaml \\
+    --format oci --output /media/usb/talos-oci
+  skopeo copy --all oci:/media/usb/talos-oci:ghcr.io/siderolabs/kubelet:v1.35.6 \\
+    docker://registry.example/siderolabs/kubelet:v1.35.6
+
+A directory is written in place (each file renamed into place; unchanged files kept);
+a non-empty one without talos-gen-export.json is refused (exit 1).";
+
 #[derive(Debug, Subcommand)]
 pub enum MirrorCommand {
     /// Fetch everything the config names into the store.
@@ -92,14 +110,29 @@ pub enum MirrorCommand {
         #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
         cache_dir: String,
     },
-    /// Write the objects and the index to one tar file.
+    /// Write the store (or what a config names) for the other side of an air gap:
+    /// one tar file for `mirror import`, a static HTTP tree, or an OCI image layout.
+    #[command(after_help = EXPORT_EXAMPLES)]
     Export {
         /// The store directory.
         #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
         cache_dir: String,
-        /// The tar file to write.
-        #[arg(long, value_name = "FILE.tar")]
+        /// Where to write: the tar file (`tar`), or a directory (`http`, `oci`)
+        /// that is absent, empty, or a previous export of that format.
+        #[arg(long, value_name = "PATH")]
         output: String,
+        /// tar: one file for `mirror import`; http: `image/<schematic>/<version>/<asset>`
+        /// with `.sha256` beside it (and schematics, the factory's documents) for any HTTP
+        /// file server at talos.imageFactoryURL; oci: an OCI image layout of the
+        /// installers and images (skopeo copy oci:PATH:REF, ctr import).
+        #[arg(
+            long,
+            env = "TALOS_GEN_FORMAT",
+            value_enum,
+            default_value = "tar",
+            value_name = "FORMAT"
+        )]
+        format: crate::mirror::Format,
         /// Export only what this mirror config names (default: everything stored).
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: Option<String>,
@@ -186,9 +219,9 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             // Each failed item was printed once, with its reason, as it ended.
             if !failed.is_empty() {
                 eprintln!(
-                    "talos-gen: mirror sync: {} of {} items failed (each listed above with its reason)",
+                    "talos-gen: mirror sync: {} of {} items and factory documents failed (each listed above with its reason)",
                     failed.len(),
-                    report.items.len()
+                    report.items.len() + report.factory.len()
                 );
             }
             Ok(if failed.is_empty() { 0 } else { 1 })
@@ -241,12 +274,40 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
         MirrorCommand::Export {
             cache_dir,
             output,
+            format,
             config,
         } => {
             let cfg = config
                 .as_deref()
                 .map(|c| mirror::Config::load(Path::new(c)))
                 .transpose()?;
+            if format != mirror::Format::Tar {
+                let r = mirror::export_tree(
+                    Path::new(&cache_dir),
+                    Path::new(&output),
+                    cfg.as_ref(),
+                    format,
+                )?;
+                for l in &r.left_out {
+                    eprintln!("talos-gen: mirror export: {l}");
+                }
+                let what = match format {
+                    mirror::Format::Oci => "image references",
+                    _ => "artifacts",
+                };
+                println!(
+                    "mirror export --format {}: {} {what}, {} files ({}) in {output}; {} copied ({}), {} unchanged, {} removed",
+                    format.name(),
+                    r.items,
+                    r.files,
+                    mirror::sync::human(r.bytes),
+                    r.copied,
+                    mirror::sync::human(r.copied_bytes),
+                    r.files - r.copied,
+                    r.removed
+                );
+                return Ok(0);
+            }
             let r = mirror::export(Path::new(&cache_dir), Path::new(&output), cfg.as_ref())?;
             println!(
                 "mirror export: {} keys, {} objects ({}) written to {output}",

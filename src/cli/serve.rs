@@ -101,6 +101,17 @@ pub struct ServeArgs {
         value_name = "SECONDS"
     )]
     pub tag_revalidate: u64,
+    /// Seconds a stored factory document (`/versions`, the signing key and
+    /// certificate, the official extension and overlay lists) is answered
+    /// before the factory is asked again; 0 asks every time. Whatever the
+    /// age, the stored copy answers when the factory cannot (or `--offline`).
+    #[arg(
+        long,
+        env = "TALOS_GEN_METADATA_TTL",
+        default_value_t = 300,
+        value_name = "SECONDS"
+    )]
+    pub metadata_ttl: u64,
     /// Seconds a client has to send a request head; also how long an idle
     /// keep-alive connection stays open.
     #[arg(
@@ -161,6 +172,7 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         write_timeout: Duration::from_secs(args.write_timeout.max(1)),
         max_concurrent_fills: args.max_concurrent_fills as usize,
         upstream_limits: args.upstream.limits(),
+        metadata_ttl: Duration::from_secs(args.metadata_ttl),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -18,6 +18,7 @@ pub mod ranges;
 pub mod state;
 
 pub use state::{AppState, Shared};
+pub mod factory;
 pub mod image;
 pub mod limits;
 pub mod machineconfig;
@@ -51,6 +52,10 @@ pub struct ServeConfig {
     pub max_concurrent_fills: usize,
     /// The bounds on every upstream wait (`--upstream-timeout`, `--upstream-min-rate`).
     pub upstream_limits: crate::upstream::Limits,
+    /// How long a stored factory document (`/versions`, the signing key
+    /// and certificate, the extension and overlay lists) is answered
+    /// without asking the factory (`--metadata-ttl`).
+    pub metadata_ttl: Duration,
 }
 
 impl ServeConfig {
@@ -73,6 +78,7 @@ impl ServeConfig {
             write_timeout: Duration::from_secs(60),
             max_concurrent_fills: 16,
             upstream_limits: crate::upstream::Limits::default(),
+            metadata_ttl: crate::imagecache::DEFAULT_METADATA_TTL,
         }
     }
 }
@@ -94,6 +100,26 @@ pub fn routes() -> Vec<(&'static str, &'static [u16], MethodRouter<AppState>)> {
         ("/v2/{*rest}", &[200, 206], get(registry::v2_tail)),
         ("/metrics", &[200], get(metrics::metrics)),
         ("/versions", &[200], get(image::versions)),
+        (
+            "/oci/cosign/signing-key.pub",
+            &[200],
+            get(factory::cosign_key),
+        ),
+        (
+            "/secureboot/signing-cert.pem",
+            &[200],
+            get(factory::secureboot_cert),
+        ),
+        (
+            "/version/{version}/extensions/official",
+            &[200],
+            get(factory::extensions),
+        ),
+        (
+            "/version/{version}/overlays/official",
+            &[200],
+            get(factory::overlays),
+        ),
         (
             "/image/{schematic}/{version}/{asset}",
             &[200, 206],

@@ -66,10 +66,11 @@ impl AppState {
             fills,
             upstream,
             schematics,
-            images,
+            mut images,
             registry,
             ..
         } = svc;
+        images.metadata_ttl = cfg.metadata_ttl;
         Ok(AppState(Arc::new(Shared {
             cfg,
             matrix,

@@ -395,6 +395,10 @@ pub async fn render(st: &AppState) -> Result<String, String> {
             value: format!("every {}s", cfg.tag_revalidate.as_secs()),
         },
         Setting {
+            name: "factory documents",
+            value: format!("asked again after {}s", cfg.metadata_ttl.as_secs()),
+        },
+        Setting {
             name: "API writes",
             value: if st.api_token.is_some() {
                 "need the bearer token".into()

@@ -34,20 +34,24 @@ pub struct ExportReport {
     pub bytes: u64,
 }
 
-/// Write the store at `cache_dir` (all of it, or what `cfg` reaches) to `output`.
-/// Items of `cfg` that are not (fully) stored refuse the export, named.
-pub fn export(cache_dir: &Path, output: &Path, cfg: Option<&Config>) -> Result<ExportReport> {
+/// The store at `cache_dir`, which must be one (an export never creates it).
+pub(super) fn open_store(cache_dir: &Path) -> Result<Store> {
     if !cache_dir.join("index").is_dir() {
         return Err(Error::bad_input(format!(
             "--cache-dir {}: not a talos-gen store",
             cache_dir.display()
         )));
     }
-    let store = Store::open(cache_dir, None)?;
-    let entries: Vec<Entry> = match cfg {
+    Store::open(cache_dir, None)
+}
+
+/// The entries an export carries: all, or what `cfg` reaches. Items of
+/// `cfg` that are not (fully) stored refuse the export, named.
+pub(super) fn selected_entries(store: &Store, cfg: Option<&Config>) -> Result<Vec<Entry>> {
+    Ok(match cfg {
         None => store.entries(),
         Some(cfg) => {
-            let (keys, missing) = super::reachable_keys(&store, cfg);
+            let (keys, missing) = super::reachable_keys(store, cfg);
             if !missing.is_empty() {
                 return Err(Error::refused(format!(
                     "not in the store (run mirror sync first): {}",
@@ -56,7 +60,14 @@ pub fn export(cache_dir: &Path, output: &Path, cfg: Option<&Config>) -> Result<E
             }
             keys.iter().filter_map(|k| store.entry(k)).collect()
         }
-    };
+    })
+}
+
+/// Write the store at `cache_dir` (all of it, or what `cfg` reaches) to `output`.
+/// Items of `cfg` that are not (fully) stored refuse the export, named.
+pub fn export(cache_dir: &Path, output: &Path, cfg: Option<&Config>) -> Result<ExportReport> {
+    let store = open_store(cache_dir)?;
+    let entries = selected_entries(&store, cfg)?;
     // One key per object, to open it through the store (chunk-checked).
     let mut objects: BTreeMap<String, (u64, String)> = BTreeMap::new();
     for e in &entries {

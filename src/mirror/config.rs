@@ -463,6 +463,18 @@ impl Config {
         }
     }
 
+    /// Every Talos release of the config (`talosVersions`, then those of
+    /// `workers:` as their disk images name them), each once.
+    pub fn talos_versions(&self) -> Vec<String> {
+        let mut out = self.versions.clone();
+        for w in &self.workers {
+            if !out.contains(&w.disk.version) {
+                out.push(w.disk.version.clone());
+            }
+        }
+        out
+    }
+
     /// Every item, in a stable order.
     pub fn items(&self) -> Vec<Item> {
         let mut out = Vec::new();
@@ -544,6 +556,13 @@ impl Config {
                 sig_line(&mut out, item);
             }
         }
+        let docs = crate::imagecache::FactoryDoc::for_releases(&self.talos_versions());
+        if !docs.is_empty() {
+            out.push_str("factory documents (each kept where the factory offers it):\n");
+            for d in &docs {
+                out.push_str(&format!("  {}\n", d.path));
+            }
+        }
         let n = self.items().len();
         out.push_str(&format!("{n} items\n"));
         out
@@ -587,6 +606,10 @@ impl Config {
             })).collect::<Vec<_>>(),
             "workers": workers,
             "items": self.items().iter().map(item).collect::<Vec<_>>(),
+            "factoryDocuments": crate::imagecache::FactoryDoc::for_releases(&self.talos_versions())
+                .iter()
+                .map(|d| d.path.clone())
+                .collect::<Vec<_>>(),
         })
     }
 }

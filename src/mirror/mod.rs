@@ -1,5 +1,6 @@
 //! The mirror job: fill the store ahead of time (`sync`), re-hash it
-//! (`verify`), and carry it across an air gap (`export` / `import`).
+//! (`verify`), and carry it across an air gap (`export` / `import`; or
+//! as a static HTTP tree or an OCI image layout, `carriers`).
 //!
 //! Everything goes through the same [`crate::store::Store`] the service
 //! reads, with its keys ([`crate::imagecache`], [`crate::registry::layout`]):
@@ -8,6 +9,7 @@
 //! pinned, so `--cache-max-size` never evicts them.
 
 pub mod bundle;
+pub mod carriers;
 pub mod config;
 pub mod progress;
 pub mod report;
@@ -16,6 +18,7 @@ pub mod sync;
 pub mod verify;
 
 pub use bundle::{ExportReport, ImportReport, export, import};
+pub use carriers::{Format, TreeReport, export_tree};
 pub use config::{Config, ExtraImage, Item, Signature, Worker};
 pub use sync::{Output, SyncOptions, SyncReport, sync};
 pub use verify::{VerifyReport, verify};
@@ -23,8 +26,9 @@ pub use verify::{VerifyReport, verify};
 use crate::registry::layout::{blob_key, manifest_key, manifest_refs, tag_key};
 use crate::registry::{Digest, UpstreamId};
 
-/// Every store key a config's items reach in `store` (schematics, tags,
-/// manifests, blobs, images); the items not (fully) stored are named in the
+/// Every store key a config's items reach in `store` (schematics, the
+/// factory's documents, tags, manifests, blobs, images); the items not
+/// (fully) stored are named in the
 /// error list. A schematic given by file must be stored (sync stores it);
 /// one given by ID is carried when the store has it.
 pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>, Vec<String>) {
@@ -36,6 +40,14 @@ pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>
             keys.push(key);
         } else if s.canonical.is_some() {
             missing.push(format!("schematic {}", s.id));
+        }
+    }
+    // The factory's keys and lists of its releases travel when stored
+    // (the factory may offer none: never missing).
+    for doc in crate::imagecache::FactoryDoc::for_releases(&cfg.talos_versions()) {
+        let key = doc.store_key();
+        if store.entry(&key).is_some() {
+            keys.push(key);
         }
     }
     for item in cfg.items() {

@@ -70,6 +70,9 @@ pub struct ItemReport {
     pub stored: usize,
     pub stored_bytes: u64,
     pub error: Option<String>,
+    /// Not a failure, but worth a line (a factory document the factory
+    /// does not offer: 404).
+    pub note: Option<String>,
     pub elapsed: Duration,
 }
 
@@ -77,25 +80,46 @@ pub struct ItemReport {
 #[derive(Debug, Clone, Default)]
 pub struct SyncReport {
     pub items: Vec<ItemReport>,
+    /// The factory's keys and lists for the config's Talos releases
+    /// (`/versions`, the signing key and certificate, the official
+    /// extensions and overlays of each release).
+    pub factory: Vec<ItemReport>,
     pub elapsed: Duration,
 }
 
 impl SyncReport {
+    /// Failed items and factory documents.
     pub fn failed(&self) -> Vec<&ItemReport> {
-        self.items.iter().filter(|i| i.error.is_some()).collect()
+        self.items
+            .iter()
+            .chain(&self.factory)
+            .filter(|i| i.error.is_some())
+            .collect()
     }
 
     /// The closing summary line.
     pub fn summary(&self) -> String {
-        let ok = self.items.len() - self.failed().len();
-        let fetched: usize = self.items.iter().map(|i| i.fetched).sum();
-        let fbytes: u64 = self.items.iter().map(|i| i.fetched_bytes).sum();
-        let stored: usize = self.items.iter().map(|i| i.stored).sum();
-        let sbytes: u64 = self.items.iter().map(|i| i.stored_bytes).sum();
+        let failed = |v: &[ItemReport]| v.iter().filter(|i| i.error.is_some()).count();
+        let ok = self.items.len() - failed(&self.items);
+        let all = || self.items.iter().chain(&self.factory);
+        let fetched: usize = all().map(|i| i.fetched).sum();
+        let fbytes: u64 = all().map(|i| i.fetched_bytes).sum();
+        let stored: usize = all().map(|i| i.stored).sum();
+        let sbytes: u64 = all().map(|i| i.stored_bytes).sum();
+        let docs = if self.factory.is_empty() {
+            String::new()
+        } else {
+            let noted = self.factory.iter().filter(|i| i.note.is_some()).count();
+            let bad = failed(&self.factory);
+            format!(
+                " factory documents: {} kept, {noted} not offered (404), {bad} failed;",
+                self.factory.len() - noted - bad
+            )
+        };
         format!(
-            "mirror sync: {} items, {ok} ok, {} failed; fetched {fetched} objects ({}), {stored} already stored ({}); {:.1}s",
+            "mirror sync: {} items, {ok} ok, {} failed;{docs} fetched {fetched} objects ({}), {stored} already stored ({}); {:.1}s",
             self.items.len(),
-            self.failed().len(),
+            failed(&self.items),
             human(fbytes),
             human(sbytes),
             self.elapsed.as_secs_f64()
@@ -228,6 +252,7 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
                 stored_bytes: counts.stored_bytes.load(Ordering::Relaxed),
                 error: res.err(),
                 elapsed: t.elapsed(),
+                ..Default::default()
             }
         }
     }))
@@ -238,15 +263,62 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
         say(line(&rep));
         reports.push(rep);
     }
+    // The factory's keys and lists of the config's releases, as a
+    // verifying or browsing client asks for them; a 404 is noted.
+    let docs = crate::imagecache::FactoryDoc::for_releases(&cfg.talos_versions());
+    let mut factory_reports = Vec::new();
+    let mut results = futures::stream::iter(docs.iter().map(|d| sync_document(&ctx, d)))
+        .buffer_unordered(concurrency);
+    while let Some(rep) = results.next().await {
+        say(line(&rep));
+        factory_reports.push(rep);
+    }
+    drop(results);
+    factory_reports.sort_by(|a, b| a.name.cmp(&b.name));
     total.bar.finish_and_clear();
     Ok(SyncReport {
         items: reports,
+        factory: factory_reports,
         elapsed: t0.elapsed(),
     })
 }
 
+/// Fetch one factory document and keep it pinned; a 404 is a note.
+async fn sync_document(ctx: &Ctx, doc: &crate::imagecache::FactoryDoc) -> ItemReport {
+    let t = Instant::now();
+    let mut rep = ItemReport {
+        name: format!("factory {}", doc.path),
+        ..Default::default()
+    };
+    match ctx.images.fetch_document(doc).await {
+        Ok(d) => {
+            let before = ctx.store.entry(&doc.store_key()).map(|e| e.digest);
+            match ctx.images.keep_document(doc, &d, true).await {
+                Ok(e) if before.as_deref() == Some(e.digest.as_str()) => {
+                    rep.stored = 1;
+                    rep.stored_bytes = e.size;
+                }
+                Ok(e) => {
+                    rep.fetched = 1;
+                    rep.fetched_bytes = e.size;
+                }
+                Err(e) => rep.error = Some(format!("keeping it: {e}")),
+            }
+        }
+        Err(FetchError::Status { status: 404, .. }) => {
+            rep.note = Some("the factory does not offer it (404); noted, nothing kept".into());
+        }
+        Err(e) => rep.error = Some(e.to_string()),
+    }
+    rep.elapsed = t.elapsed();
+    rep
+}
+
 /// The log line of one finished item.
 fn line(r: &ItemReport) -> String {
+    if let Some(n) = &r.note {
+        return format!("note   {}: {n}", r.name);
+    }
     match &r.error {
         Some(e) => format!("FAILED {}: {e}", r.name),
         None if r.fetched == 0 => format!(

@@ -1,0 +1,78 @@
+//! The factory's keys and lists, as a verifying or browsing client fetches
+//! them: `GET /oci/cosign/signing-key.pub`, `/secureboot/signing-cert.pem`,
+//! `/version/{v}/extensions/official`, `/version/{v}/overlays/official`.
+//! Thin: name the document, ask [`crate::imagecache::ImageCache::document`]
+//! (the stored copy within `--metadata-ttl`, the factory's otherwise, the
+//! stored one when the factory cannot be asked or `--offline`).
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use crate::fill::FetchError;
+use crate::imagecache::{FactoryDoc, ImageError};
+
+fn text(status: StatusCode, msg: impl std::fmt::Display) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("{}\n", msg.to_string().trim_end()),
+    )
+        .into_response()
+}
+
+async fn answer(state: &AppState, doc: crate::Result<FactoryDoc>) -> Response {
+    let doc = match doc {
+        Ok(d) => d,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+    };
+    match state.images.document(&doc, state.images.metadata_ttl).await {
+        Ok(d) => {
+            let mut r = Response::new(Body::from(d.body));
+            if let Ok(v) = HeaderValue::from_str(&d.content_type) {
+                r.headers_mut().insert(header::CONTENT_TYPE, v);
+            }
+            r
+        }
+        Err(ImageError::NotCached(m)) => text(StatusCode::NOT_FOUND, m),
+        Err(ImageError::Fetch(e)) => match e {
+            FetchError::Status {
+                status,
+                content_type,
+                body,
+            } => {
+                let st = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+                let mut r = (st, body).into_response();
+                if let Some(ct) = content_type.and_then(|c| HeaderValue::from_str(&c).ok()) {
+                    r.headers_mut().insert(header::CONTENT_TYPE, ct);
+                }
+                r
+            }
+            FetchError::Timeout(m) => text(StatusCode::GATEWAY_TIMEOUT, m),
+            FetchError::Failed(m) => text(StatusCode::BAD_GATEWAY, m),
+            FetchError::Local(m) => text(StatusCode::INTERNAL_SERVER_ERROR, m),
+        },
+    }
+}
+
+/// `GET /oci/cosign/signing-key.pub`.
+pub async fn cosign_key(State(state): State<AppState>) -> Response {
+    answer(&state, Ok(FactoryDoc::cosign_key())).await
+}
+
+/// `GET /secureboot/signing-cert.pem`.
+pub async fn secureboot_cert(State(state): State<AppState>) -> Response {
+    answer(&state, Ok(FactoryDoc::secureboot_cert())).await
+}
+
+/// `GET /version/{version}/extensions/official`.
+pub async fn extensions(State(state): State<AppState>, Path(v): Path<String>) -> Response {
+    answer(&state, FactoryDoc::extensions(&v)).await
+}
+
+/// `GET /version/{version}/overlays/official`.
+pub async fn overlays(State(state): State<AppState>, Path(v): Path<String>) -> Response {
+    answer(&state, FactoryDoc::overlays(&v)).await
+}

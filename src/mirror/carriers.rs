@@ -1,0 +1,690 @@
+//! `mirror export --format http|oci`: the store written as directory
+//! trees other tools read, beside the `tar` of [`super::bundle`].
+//!
+//! - `http`: a static tree any HTTP file server can serve at
+//!   `talos.imageFactoryURL`: `image/<schematic>/<version>/<asset>` with
+//!   `<asset>.sha256` beside it (`<hex>  <asset>\n`, what `serve` answers
+//!   for `/image/.../<asset>.sha256`), `schematics/<id>`, and the factory's
+//!   documents at their paths (`versions`, `oci/cosign/signing-key.pub`,
+//!   `secureboot/signing-cert.pem`, `version/<v>/extensions/official`, ...).
+//! - `oci`: an OCI image layout (`oci-layout`, `index.json`,
+//!   `blobs/sha256/<hex>`) holding the installers and images, each named in
+//!   `index.json` by its full reference
+//!   (`org.opencontainers.image.ref.name` and `io.containerd.image.name`:
+//!   `factory.talos.dev/installer/<schematic>:v1.13.6`), as `skopeo copy
+//!   oci:PATH:REF` and `ctr import` read it.
+//!
+//! # Writing into `--output`
+//! The directory is written in place, one file at a time (a temp file
+//! beside it, renamed), so a server serving it never sees half a file. It
+//! must be absent, empty, or a previous export of the same format: one
+//! holding [`MARKER`], the list of files (and their sha256) the export
+//! wrote. Anything else is refused: an export never writes into a
+//! directory it did not make. A file the previous export wrote with the
+//! same sha256 and size is kept as it is (a second export copies only
+//! what changed); files the previous export wrote that this one does not
+//! are removed; files it did not write are never touched. The marker is
+//! written first (files about to change listed without a digest, so an
+//! interrupted export is still recognised and redone) and last.
+//!
+//! Every object is streamed from its store file (1 MiB at a time) and its
+//! sha256 checked as it is copied; a mismatch stops the export, naming the
+//! key.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use super::{Config, Item, blob_key, manifest_key, manifest_refs, tag_key};
+use crate::error::{Error, Result};
+use crate::imagecache::{FactoryDoc, ImageKey};
+use crate::registry::{Digest, UpstreamId};
+use crate::store::{Entry, Store};
+
+/// The file naming what an export wrote.
+pub const MARKER: &str = "talos-gen-export.json";
+
+/// `mirror export --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One tar file for `mirror import` (the default).
+    Tar,
+    /// A static tree for any HTTP file server (`talos.imageFactoryURL`).
+    Http,
+    /// An OCI image layout (skopeo, ctr, a registry's own tools).
+    Oci,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Tar => "tar",
+            Format::Http => "http",
+            Format::Oci => "oci",
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Marker {
+    format: String,
+    complete: bool,
+    /// Relative path -> sha256 hex ("" while it may be changing).
+    files: BTreeMap<String, String>,
+}
+
+/// What a tree export did.
+#[derive(Debug, Clone, Default)]
+pub struct TreeReport {
+    /// Artifacts (`http`) or image references (`oci`) written.
+    pub items: usize,
+    /// Files the tree holds, and their bytes.
+    pub files: usize,
+    pub bytes: u64,
+    /// Files copied by this run (the others were already there, unchanged).
+    pub copied: usize,
+    pub copied_bytes: u64,
+    /// Files of the previous export removed.
+    pub removed: usize,
+    /// What the store holds that this format does not carry, or holds
+    /// incompletely (named for stderr).
+    pub left_out: Vec<String>,
+}
+
+/// Where a file's bytes come from.
+enum Source {
+    /// A store object (streamed, its sha256 checked on the way).
+    Object {
+        key: String,
+        size: u64,
+    },
+    Bytes(Vec<u8>),
+}
+
+struct Planned {
+    digest: String,
+    source: Source,
+}
+
+/// Export the store at `cache_dir` (all of it, or what `cfg` reaches) to
+/// the directory `output` as `format` (`Http` or `Oci`).
+pub fn export_tree(
+    cache_dir: &Path,
+    output: &Path,
+    cfg: Option<&Config>,
+    format: Format,
+) -> Result<TreeReport> {
+    let store = super::bundle::open_store(cache_dir)?;
+    let entries = super::bundle::selected_entries(&store, cfg)?;
+    let mut report = TreeReport::default();
+    let plan = match format {
+        Format::Http => plan_http(&entries, cfg, &mut report),
+        Format::Oci => plan_oci(&store, cfg, &mut report)?,
+        Format::Tar => {
+            return Err(Error::bad_input(
+                "--format tar writes a file: use mirror export without a tree format",
+            ));
+        }
+    };
+    write_tree(&store, output, format, plan, &mut report)?;
+    Ok(report)
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+/// The `http` tree: artifacts with their `.sha256`, schematics, the
+/// factory's documents. Keys are re-validated before they become paths.
+fn plan_http(
+    entries: &[Entry],
+    cfg: Option<&Config>,
+    report: &mut TreeReport,
+) -> BTreeMap<String, Planned> {
+    let mut plan = BTreeMap::new();
+    let object = |e: &Entry| Planned {
+        digest: e.digest.clone(),
+        source: Source::Object {
+            key: e.key.clone(),
+            size: e.size,
+        },
+    };
+    let mut oci = 0;
+    for e in entries {
+        if let Some(rest) = e.key.strip_prefix("image/") {
+            let parts: Vec<&str> = rest.split('/').collect();
+            let [s, v, a] = parts[..] else { continue };
+            let Ok(k) = ImageKey::parse(s, v, a) else {
+                continue;
+            };
+            if k.store_key() != e.key {
+                continue;
+            }
+            let rel = k.store_key();
+            let sum = format!("{}  {}\n", e.digest, k.asset).into_bytes();
+            plan.insert(
+                format!("{rel}.sha256"),
+                Planned {
+                    digest: sha256_hex(&sum),
+                    source: Source::Bytes(sum),
+                },
+            );
+            plan.insert(rel, object(e));
+            report.items += 1;
+        } else if let Some(id) = e.key.strip_prefix("schematic/") {
+            if crate::schematic::is_valid_id(id) {
+                plan.insert(format!("schematics/{id}"), object(e));
+            }
+        } else if let Some(path) = e.key.strip_prefix("factory")
+            && let Some(doc) = factory_doc(path)
+        {
+            plan.insert(doc.path.trim_start_matches('/').to_string(), object(e));
+        } else if e.key.starts_with("oci/tag/") {
+            oci += 1;
+        }
+    }
+    if let Some(cfg) = cfg {
+        oci = cfg
+            .items()
+            .iter()
+            .filter(|i| !matches!(i, Item::Image(_)))
+            .count();
+    }
+    if oci > 0 {
+        report.left_out.push(format!(
+            "{oci} installer and image references (OCI) are not part of an http tree; export them with --format oci (or tar)"
+        ));
+    }
+    plan
+}
+
+/// The factory document a stored path names, only when it is one.
+fn factory_doc(path: &str) -> Option<FactoryDoc> {
+    let doc = match path {
+        "/versions" => FactoryDoc::versions(),
+        p if p == FactoryDoc::cosign_key().path => FactoryDoc::cosign_key(),
+        p if p == FactoryDoc::secureboot_cert().path => FactoryDoc::secureboot_cert(),
+        p => {
+            let rest = p.strip_prefix("/version/")?;
+            let (v, what) = rest.split_once('/')?;
+            match what {
+                "extensions/official" => FactoryDoc::extensions(v).ok()?,
+                "overlays/official" => FactoryDoc::overlays(v).ok()?,
+                _ => return None,
+            }
+        }
+    };
+    (doc.path == path).then_some(doc)
+}
+
+/// One image reference of the layout: its name and top manifest.
+struct OciRef {
+    name: String,
+    top: Digest,
+}
+
+/// The references to write: a config's installers and images (with their
+/// stored cosign signatures), or every tag the store holds.
+fn oci_refs(store: &Store, cfg: Option<&Config>) -> Vec<OciRef> {
+    let host_of = |up: &UpstreamId| match up {
+        UpstreamId::Installer => crate::images::FACTORY_HOST.to_string(),
+        UpstreamId::Mirror(ns) => ns.clone(),
+    };
+    let tag_digest = |up: &UpstreamId, repo: &str, tag: &str| -> Option<Digest> {
+        store
+            .entry(&tag_key(up, repo, tag))
+            .and_then(|e| Digest::from_hex(&e.digest))
+    };
+    let mut out = Vec::new();
+    match cfg {
+        Some(cfg) => {
+            for item in cfg.items() {
+                let (up, repo, reference) = match item {
+                    Item::Image(_) => continue,
+                    Item::Installer { repo, tag } => (UpstreamId::Installer, repo, tag),
+                    Item::Extra(x) => (UpstreamId::Mirror(x.host.clone()), x.repo, x.reference),
+                };
+                let host = host_of(&up);
+                let (name, top) = match reference.strip_prefix("sha256:").and_then(Digest::from_hex)
+                {
+                    Some(d) => (format!("{host}/{repo}@{reference}"), Some(d)),
+                    None => (
+                        format!("{host}/{repo}:{reference}"),
+                        tag_digest(&up, &repo, &reference),
+                    ),
+                };
+                let Some(top) = top else { continue };
+                let sig = crate::cosign::signature_tag(top.as_str());
+                if let Some(d) = tag_digest(&up, &repo, &sig) {
+                    out.push(OciRef {
+                        name: format!("{host}/{repo}:{sig}"),
+                        top: d,
+                    });
+                }
+                out.push(OciRef { name, top });
+            }
+        }
+        None => {
+            for e in store.entries() {
+                let Some(rest) = e.key.strip_prefix("oci/tag/") else {
+                    continue;
+                };
+                let Some((up, rest)) = rest.split_once('/') else {
+                    continue;
+                };
+                let host = match up {
+                    "installer" => crate::images::FACTORY_HOST.to_string(),
+                    u => match u.strip_prefix("ns=") {
+                        Some(ns) => ns.to_string(),
+                        None => continue,
+                    },
+                };
+                let Some((repo, tag)) = rest.rsplit_once(':') else {
+                    continue;
+                };
+                if !crate::registry::names::is_repository(repo)
+                    || !crate::registry::names::is_tag(tag)
+                {
+                    continue;
+                }
+                let Some(top) = Digest::from_hex(&e.digest) else {
+                    continue;
+                };
+                out.push(OciRef {
+                    name: format!("{host}/{repo}:{tag}"),
+                    top,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.dedup_by(|a, b| a.name == b.name);
+    out
+}
+
+/// The `oci` layout: every manifest and blob each reference reaches, and
+/// `index.json` naming the references. A reference whose manifests or
+/// blobs are not all stored is left out (named).
+fn plan_oci(
+    store: &Store,
+    cfg: Option<&Config>,
+    report: &mut TreeReport,
+) -> Result<BTreeMap<String, Planned>> {
+    let mut plan: BTreeMap<String, Planned> = BTreeMap::new();
+    let mut index = Vec::new();
+    for r in oci_refs(store, cfg) {
+        let mut files: Vec<(String, Planned)> = Vec::new();
+        let mut queue = vec![r.top.clone()];
+        let mut seen: Vec<Digest> = Vec::new();
+        let mut top_type = None;
+        let mut complete = true;
+        while let Some(d) = queue.pop() {
+            if seen.contains(&d) {
+                continue;
+            }
+            seen.push(d.clone());
+            let mk = manifest_key(&d);
+            let Some(o) = store.get(&mk) else {
+                complete = false;
+                break;
+            };
+            let entry = o.entry.clone();
+            let Ok(body) = o.read_small(crate::registry::MAX_MANIFEST as u64) else {
+                complete = false;
+                break;
+            };
+            if d == r.top {
+                top_type = Some(media_type(&entry, &body));
+            }
+            let Ok(refs) = manifest_refs(&body) else {
+                complete = false;
+                break;
+            };
+            files.push(blob_file(&d, &entry));
+            queue.extend(refs.manifests);
+            for (b, _) in refs.blobs {
+                match store.entry(&blob_key(&b)) {
+                    Some(e) => files.push(blob_file(&b, &e)),
+                    None => {
+                        complete = false;
+                        break;
+                    }
+                }
+            }
+            if !complete {
+                break;
+            }
+        }
+        if !complete {
+            report.left_out.push(format!(
+                "{}: not every manifest and blob of it is stored (mirror sync it first); left out",
+                r.name
+            ));
+            continue;
+        }
+        for (rel, p) in files {
+            plan.entry(rel).or_insert(p);
+        }
+        let size = store
+            .entry(&manifest_key(&r.top))
+            .map(|e| e.size)
+            .unwrap_or(0);
+        index.push(serde_json::json!({
+            "mediaType": top_type.unwrap_or_else(|| OCI_MANIFEST.to_string()),
+            "digest": r.top.as_str(),
+            "size": size,
+            "annotations": {
+                "org.opencontainers.image.ref.name": r.name,
+                "io.containerd.image.name": r.name,
+            },
+        }));
+        report.items += 1;
+    }
+    let index = serde_json::to_vec_pretty(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": index,
+    }))
+    .map_err(|e| Error::io("encoding index.json", std::io::Error::other(e)))?;
+    let layout = br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec();
+    for (rel, bytes) in [("index.json", index), ("oci-layout", layout)] {
+        plan.insert(
+            rel.to_string(),
+            Planned {
+                digest: sha256_hex(&bytes),
+                source: Source::Bytes(bytes),
+            },
+        );
+    }
+    Ok(plan)
+}
+
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// A manifest's media type: as the registry served it, else its own
+/// `mediaType` field.
+fn media_type(e: &Entry, body: &[u8]) -> String {
+    if let Some(ct) = &e.content_type
+        && ct.starts_with("application/vnd.")
+    {
+        return ct.clone();
+    }
+    #[derive(Deserialize)]
+    struct M {
+        #[serde(rename = "mediaType")]
+        media_type: Option<String>,
+    }
+    serde_json::from_slice::<M>(body)
+        .ok()
+        .and_then(|m| m.media_type)
+        .unwrap_or_else(|| OCI_MANIFEST.to_string())
+}
+
+fn blob_file(d: &Digest, e: &Entry) -> (String, Planned) {
+    (
+        format!("blobs/sha256/{}", d.hex()),
+        Planned {
+            digest: e.digest.clone(),
+            source: Source::Object {
+                key: e.key.clone(),
+                size: e.size,
+            },
+        },
+    )
+}
+
+fn read_marker(root: &Path) -> Option<Marker> {
+    let b = std::fs::read(root.join(MARKER)).ok()?;
+    serde_json::from_slice(&b).ok()
+}
+
+/// May the export write into `root`? Returns the previous export's marker
+/// (an empty one for a new or empty directory).
+fn prepare(root: &Path, format: Format) -> Result<Marker> {
+    let shown = root.display();
+    let fresh = Marker {
+        format: format.name().into(),
+        complete: false,
+        files: BTreeMap::new(),
+    };
+    match std::fs::symlink_metadata(root) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(root)
+                .map_err(|e| Error::io(format!("--output {shown}: creating it"), e))?;
+            return Ok(fresh);
+        }
+        Err(e) => return Err(Error::io(format!("--output {shown}"), e)),
+        Ok(m) if !m.is_dir() => {
+            return Err(Error::bad_input(format!(
+                "--output {shown}: not a directory (--format {} writes a directory)",
+                format.name()
+            )));
+        }
+        Ok(_) => {}
+    }
+    let empty = std::fs::read_dir(root)
+        .map_err(|e| Error::io(format!("--output {shown}"), e))?
+        .next()
+        .is_none();
+    if empty {
+        return Ok(fresh);
+    }
+    match read_marker(root) {
+        Some(m) if m.format == format.name() => Ok(m),
+        Some(m) => Err(Error::refused(format!(
+            "--output {shown}: holds a --format {} export; give another directory (or remove it) for --format {}",
+            m.format,
+            format.name()
+        ))),
+        None => Err(Error::refused(format!(
+            "--output {shown}: not empty and not a talos-gen export (it has no {MARKER}); refusing to write into it"
+        ))),
+    }
+}
+
+/// A relative path made only of plain segments.
+fn safe_rel(rel: &str) -> bool {
+    !rel.is_empty()
+        && rel
+            .split('/')
+            .all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\0'))
+}
+
+fn write_marker(root: &Path, m: &Marker) -> Result<()> {
+    let b = serde_json::to_vec_pretty(m)
+        .map_err(|e| Error::io("encoding the export marker", std::io::Error::other(e)))?;
+    write_file(&root.join(MARKER), |f| f.write_all(&b))
+}
+
+/// Write `path` through `<path>.partial`, fsynced and renamed.
+fn write_file(
+    path: &Path,
+    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> Result<()> {
+    let tmp = partial(path);
+    let res = (|| {
+        if let Some(p) = path.parent() {
+            std::fs::create_dir_all(p)?;
+        }
+        let mut f = std::fs::File::create(&tmp)?;
+        fill(&mut f)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    res.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::io(format!("writing {}", path.display()), e)
+    })
+}
+
+fn partial(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".partial");
+    PathBuf::from(s)
+}
+
+/// Copy a store object to `dst`, checking its sha256 and size on the way.
+fn copy_object(store: &Store, key: &str, digest: &str, size: u64, dst: &Path) -> Result<()> {
+    let obj = store.get(key).ok_or_else(|| {
+        Error::refused(format!(
+            "{key}: no longer in the store (evicted while exporting?); run the export again"
+        ))
+    })?;
+    // Read through the store: every chunk checked against its checksum.
+    let mut f = obj.reader();
+    let mut bad = None;
+    write_file(dst, |out| {
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n_total = 0u64;
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            n_total += n as u64;
+            h.update(&buf[..n]);
+            out.write_all(&buf[..n])?;
+        }
+        let got = hex::encode(h.finalize());
+        if got != digest || n_total != size {
+            bad = Some(got);
+            return Err(std::io::Error::other("mismatch"));
+        }
+        Ok(())
+    })
+    .map_err(|e| match &bad {
+        Some(got) => Error::refused(format!(
+            "{key}: the stored object hashes to sha256:{got}, not sha256:{digest}; run talos-gen mirror verify (it drops it) and mirror sync"
+        )),
+        None => e,
+    })?;
+    Ok(())
+}
+
+fn write_tree(
+    store: &Store,
+    root: &Path,
+    format: Format,
+    plan: BTreeMap<String, Planned>,
+    report: &mut TreeReport,
+) -> Result<()> {
+    let old = prepare(root, format)?;
+    // First the marker that names everything this run may leave behind.
+    let mut interim = Marker {
+        format: format.name().into(),
+        complete: false,
+        files: BTreeMap::new(),
+    };
+    for (rel, d) in &old.files {
+        let same = plan.get(rel).is_some_and(|p| &p.digest == d);
+        interim
+            .files
+            .insert(rel.clone(), if same { d.clone() } else { String::new() });
+    }
+    for rel in plan.keys() {
+        interim.files.entry(rel.clone()).or_default();
+    }
+    write_marker(root, &interim)?;
+
+    let mut done = BTreeMap::new();
+    for (rel, p) in &plan {
+        if !safe_rel(rel) || rel == MARKER {
+            continue;
+        }
+        let dst = root.join(rel);
+        let size = match &p.source {
+            Source::Object { size, .. } => *size,
+            Source::Bytes(b) => b.len() as u64,
+        };
+        let unchanged = old.files.get(rel) == Some(&p.digest)
+            && std::fs::symlink_metadata(&dst).is_ok_and(|m| m.is_file() && m.len() == size);
+        if !unchanged {
+            match &p.source {
+                Source::Object { key, size } => copy_object(store, key, &p.digest, *size, &dst)?,
+                Source::Bytes(b) => write_file(&dst, |f| f.write_all(b))?,
+            }
+            report.copied += 1;
+            report.copied_bytes += size;
+        }
+        report.files += 1;
+        report.bytes += size;
+        done.insert(rel.clone(), p.digest.clone());
+    }
+    // What the previous export wrote and this one did not.
+    for rel in old.files.keys().filter(|r| !done.contains_key(*r)) {
+        if !safe_rel(rel) || rel == MARKER {
+            continue;
+        }
+        let p = root.join(rel);
+        let _ = std::fs::remove_file(partial(&p));
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file())
+            && std::fs::remove_file(&p).is_ok()
+        {
+            report.removed += 1;
+        }
+        // Directories it leaves empty go too (never the root).
+        let mut dir = p.parent();
+        while let Some(d) = dir {
+            if d == root || std::fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
+        }
+    }
+    write_marker(
+        root,
+        &Marker {
+            format: format.name().into(),
+            complete: true,
+            files: done,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn factory_paths_only_when_they_are_one() {
+        assert!(factory_doc("/versions").is_some());
+        assert!(factory_doc("/version/v1.13.6/extensions/official").is_some());
+        assert!(factory_doc("/version/1.13.6/extensions/official").is_none());
+        assert!(factory_doc("/version/../../x/extensions/official").is_none());
+        assert!(factory_doc("/version/v1.13.6/other").is_none());
+        assert!(factory_doc("/etc/passwd").is_none());
+        assert!(safe_rel("image/a/b"));
+        assert!(!safe_rel("image/../b") && !safe_rel("/x") && !safe_rel("a//b"));
+    }
+
+    #[test]
+    fn refuses_a_directory_it_did_not_write() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(prepare(&d.path().join("new"), Format::Http).is_ok());
+        assert!(prepare(d.path().join("new").as_path(), Format::Http).is_ok());
+        std::fs::write(d.path().join("new/notes.txt"), "mine").unwrap();
+        let e = prepare(&d.path().join("new"), Format::Http).unwrap_err();
+        assert_eq!(e.exit_code(), 1);
+        assert!(e.to_string().contains("not a talos-gen export"), "{e}");
+        let f = d.path().join("file");
+        std::fs::write(&f, "x").unwrap();
+        assert_eq!(prepare(&f, Format::Oci).unwrap_err().exit_code(), 2);
+        let m = d.path().join("m");
+        std::fs::create_dir(&m).unwrap();
+        write_marker(
+            &m,
+            &Marker {
+                format: "oci".into(),
+                complete: true,
+                files: BTreeMap::new(),
+            },
+        )
+        .unwrap();
+        assert!(prepare(&m, Format::Oci).is_ok());
+        assert_eq!(prepare(&m, Format::Http).unwrap_err().exit_code(), 1);
+    }
+}
