@@ -540,9 +540,16 @@ fn option_block(options: &[&str], long: &str) -> Option<String> {
     };
     let i = options.iter().position(|l| starts(l.trim_start()))?;
     let mut block = options[i].trim().to_string();
+    // The option's whole text: every paragraph (a possible-values list and
+    // `[default: ...]` come after blank lines) up to the next option.
     for l in &options[i + 1..] {
         let t = l.trim();
-        if t.is_empty() || t.starts_with('-') {
+        if t.is_empty() {
+            continue;
+        }
+        let next_option =
+            t.starts_with("--") || (t.len() > 3 && t.starts_with('-') && t.as_bytes()[2] == b',');
+        if next_option {
             break;
         }
         block.push(' ');
@@ -649,10 +656,11 @@ fn help_describes_every_flag() {
                 "upstream-timeout",
                 "upstream-min-rate",
                 "log-format",
+                "metadata-ttl",
             ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
-            assert_eq!(checked.len(), 18, "{checked:?}");
+            assert_eq!(checked.len(), 19, "{checked:?}");
         }
     }
     // The upstream bounds, on both commands that have them.

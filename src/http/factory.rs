@@ -7,26 +7,16 @@
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
-use crate::fill::FetchError;
-use crate::imagecache::{FactoryDoc, ImageError};
-
-fn text(status: StatusCode, msg: impl std::fmt::Display) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        format!("{}\n", msg.to_string().trim_end()),
-    )
-        .into_response()
-}
+use super::state::AppState;
+use crate::imagecache::FactoryDoc;
 
 async fn answer(state: &AppState, doc: crate::Result<FactoryDoc>) -> Response {
     let doc = match doc {
         Ok(d) => d,
-        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+        Err(e) => return e.into_response(),
     };
     match state.images.document(&doc, state.images.metadata_ttl).await {
         Ok(d) => {
@@ -36,24 +26,7 @@ async fn answer(state: &AppState, doc: crate::Result<FactoryDoc>) -> Response {
             }
             r
         }
-        Err(ImageError::NotCached(m)) => text(StatusCode::NOT_FOUND, m),
-        Err(ImageError::Fetch(e)) => match e {
-            FetchError::Status {
-                status,
-                content_type,
-                body,
-            } => {
-                let st = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-                let mut r = (st, body).into_response();
-                if let Some(ct) = content_type.and_then(|c| HeaderValue::from_str(&c).ok()) {
-                    r.headers_mut().insert(header::CONTENT_TYPE, ct);
-                }
-                r
-            }
-            FetchError::Timeout(m) => text(StatusCode::GATEWAY_TIMEOUT, m),
-            FetchError::Failed(m) => text(StatusCode::BAD_GATEWAY, m),
-            FetchError::Local(m) => text(StatusCode::INTERNAL_SERVER_ERROR, m),
-        },
+        Err(e) => e.into_response(),
     }
 }
 
