@@ -36,6 +36,18 @@ fn object_of(cache: &Path, body: &[u8]) -> std::path::PathBuf {
     cache.join("objects/sha256").join(sha256_hex(body))
 }
 
+/// The object for `body` is committed: its bytes and an index entry naming
+/// it (the entry is written after the object, so waiting for the object
+/// alone can race a process that is stopped right after).
+fn committed(cache: &Path, body: &[u8]) -> bool {
+    let digest = sha256_hex(body);
+    object_of(cache, body).exists()
+        && std::fs::read_dir(cache.join("index")).is_ok_and(|d| {
+            d.filter_map(|e| e.ok())
+                .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(&digest)))
+        })
+}
+
 fn flip(path: &Path, at: u64) {
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new()
@@ -83,7 +95,7 @@ fn a_flipped_byte_on_disk_is_cut_dropped_and_fetched_again() {
         assert_eq!((r.exit, r.status, r.body == art), (0, 200, true));
         // the last byte goes out once verified; the commit follows
         wait_for("the commit", Duration::from_secs(10), || {
-            object_of(cache.path(), &art).exists()
+            committed(cache.path(), &art)
         });
     }
     // rot in the second MiB, while no process runs
@@ -212,7 +224,7 @@ fn two_processes_in_their_own_pid_namespaces_never_undo_each_other() {
     let get = |v: &str| curl(&[&format!("{}{}", svc.url(), image(v))]);
     assert_eq!(get("v1.13.6").status, 200);
     wait_for("the commit", Duration::from_secs(10), || {
-        object_of(cache.path(), &boot).exists()
+        committed(cache.path(), &boot)
     });
 
     // the CronJob: mirror sync in its own PID namespace pins the artifact
@@ -277,7 +289,7 @@ fn two_processes_in_their_own_pid_namespaces_never_undo_each_other() {
     assert_eq!((r.exit, r.status), (0, 200), "the fill committed");
     let slow_art = std::fs::read(slow.path().join(&image("v1.13.4")[1..])).unwrap();
     wait_for("serve's commit", Duration::from_secs(10), || {
-        object_of(cache.path(), &slow_art).exists()
+        committed(cache.path(), &slow_art)
     });
     assert!(
         !svc.log_text().contains("No such file"),
@@ -438,4 +450,150 @@ fn a_fifo_in_the_cache_dir_does_not_hang_serve() {
         svc.log_text()
     );
     assert!(fifo.exists());
+}
+
+/// A tmpfs of `size` mounted for the test (root only), unmounted on drop.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let d = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(d.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            assert!(
+                std::env::var("TALOS_GEN_REQUIRE_REFERENCE").as_deref() != Ok("1"),
+                "mounting a tmpfs failed (the full-disk test needs root)"
+            );
+            eprintln!("SKIP: cannot mount a tmpfs here (not root?)");
+            return None;
+        }
+        Some(Tmpfs(d))
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    fn free(&self) -> u64 {
+        let out = Command::new("df")
+            .args(["-B1", "--output=avail"])
+            .arg(self.path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+/// A disk that fills up exactly when the index entry is written (a real
+/// ENOSPC on a small tmpfs): the commit fails, and neither the object nor
+/// its checksums stay behind as orphans; the store serves on afterwards.
+#[tokio::test]
+async fn a_full_disk_at_the_index_write_leaves_no_orphan() {
+    let Some(fs) = Tmpfs::mount("256k") else {
+        return;
+    };
+    let store = talos_gen::store::Store::open(fs.path(), None).unwrap();
+    // Leave exactly two pages: one for the object, one for its checksums,
+    // none for the index entry.
+    let filler = fs.path().join("filler");
+    std::fs::write(&filler, vec![0u8; (fs.free() - 2 * 4096) as usize]).unwrap();
+    assert_eq!(fs.free(), 2 * 4096);
+    let mut t = store.temp().unwrap();
+    t.write_all(&[7u8; 4000]).await.unwrap();
+    let err = store.commit(t, "k", Default::default()).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("index entry") && msg.contains("No space left"),
+        "{msg}"
+    );
+    let count = |d: &str| std::fs::read_dir(fs.path().join(d)).unwrap().count();
+    assert_eq!(count("objects/sha256"), 0, "no orphaned object");
+    assert_eq!(count("sums"), 0, "no orphaned checksums");
+    assert_eq!(count("tmp"), 0);
+    assert_eq!(count("index"), 0);
+    assert!(store.get("k").is_none());
+    // room again: the same commit goes through
+    std::fs::remove_file(&filler).unwrap();
+    let mut t = store.temp().unwrap();
+    t.write_all(&[7u8; 4000]).await.unwrap();
+    store.commit(t, "k", Default::default()).await.unwrap();
+    assert_eq!(
+        store.get("k").unwrap().read_small(8192).unwrap().len(),
+        4000
+    );
+    drop(store);
+}
+
+/// `mirror verify` names an object grown by appended bytes and one cut
+/// short, and exits 1 because it dropped something; a second run is clean.
+#[test]
+fn mirror_verify_names_appended_and_truncated_objects_and_exits_1() {
+    let art = xz(1, 0);
+    let small = b"a small object".to_vec();
+    let root = tempfile::tempdir().unwrap();
+    tree(root.path(), &[("v1.13.6", &art), ("v1.13.5", &small)]);
+    let ng = Nginx::start(root.path(), NginxOpts::default());
+    let cache = tempfile::tempdir().unwrap();
+    let dir = cache.path().to_str().unwrap();
+    {
+        let svc = Service::start(&["--cache-dir", dir, "--factory-url", &ng.url()]);
+        assert_eq!(
+            curl(&[&format!("{}{}", svc.url(), image("v1.13.6"))]).status,
+            200
+        );
+        let m = format!("/image/{S}/v1.13.5/metal-amd64.iso");
+        std::fs::create_dir_all(root.path().join(&m[1..]).parent().unwrap()).unwrap();
+        std::fs::write(root.path().join(&m[1..]), &small).unwrap();
+        assert_eq!(curl(&[&format!("{}{m}", svc.url())]).status, 200);
+        wait_for("the commits", Duration::from_secs(10), || {
+            committed(cache.path(), &art) && committed(cache.path(), &small)
+        });
+    }
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(object_of(cache.path(), &art))
+        .unwrap()
+        .write_all(b"appended")
+        .unwrap();
+    std::fs::write(object_of(cache.path(), &small), b"a small").unwrap();
+    let verify = || {
+        Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+            .args(["mirror", "verify", "--cache-dir", dir])
+            .output()
+            .unwrap()
+    };
+    let out = verify();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("bytes appended"), "{err}");
+    assert!(err.contains("truncated"), "{err}");
+    assert!(
+        err.contains("openstack-amd64.raw.xz") && err.contains("metal-amd64.iso"),
+        "{err}"
+    );
+    let out = verify();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
