@@ -26,8 +26,8 @@ pub struct ServiceConfig {
     pub factory_url: String,
     /// Installer registry (`None`: the factory URL).
     pub registry_url: Option<String>,
-    /// `ns=URL` strings (`--mirror-upstream`).
-    pub mirror_upstreams: Vec<String>,
+    /// `--mirror-upstream`, parsed at the CLI edge.
+    pub mirror_upstreams: crate::registry::MirrorTable,
     pub offline: bool,
     pub schematics_dir: Option<PathBuf>,
     /// How long a tag -> digest mapping is trusted.
@@ -49,7 +49,7 @@ impl ServiceConfig {
             cache_max_size: None,
             factory_url: "https://factory.talos.dev".into(),
             registry_url: None,
-            mirror_upstreams: Vec::new(),
+            mirror_upstreams: Default::default(),
             offline: false,
             schematics_dir: None,
             tag_revalidate: Duration::from_secs(30),
@@ -111,7 +111,7 @@ impl Service {
             fills.clone(),
             Some(metrics.clone()),
             Some(cfg.registry_url.as_deref().unwrap_or(&factory_url)),
-            &cfg.mirror_upstreams,
+            cfg.mirror_upstreams.clone(),
             cfg.offline,
             cfg.limits,
         )?

@@ -45,7 +45,11 @@ async fn signatures_are_verified_before_mirroring() {
     let opts = SyncOptions {
         factory_url: up.url(),
         registry_url: Some(up.url()),
-        mirror_upstreams: vec![format!("ghcr.io={}", up.url())],
+        mirror_upstreams: talos_gen::registry::MirrorTable::parse(&[format!(
+            "ghcr.io={}",
+            up.url()
+        )])
+        .unwrap(),
         concurrency: 2,
         output: Output::Quiet,
         limits: Default::default(),

@@ -18,7 +18,11 @@ fn sync_options(up: &Registry) -> SyncOptions {
     SyncOptions {
         factory_url: up.url(),
         registry_url: Some(up.url()),
-        mirror_upstreams: vec![format!("ghcr.io={}", up.url())],
+        mirror_upstreams: talos_gen::registry::MirrorTable::parse(&[format!(
+            "ghcr.io={}",
+            up.url()
+        )])
+        .unwrap(),
         concurrency: 4,
         output: Output::Quiet,
         limits: Default::default(),
@@ -63,7 +67,11 @@ async fn mirrored_images_are_pinned_and_served_offline() {
     {
         let reg = talos_gen::service::Service::build(&talos_gen::service::ServiceConfig {
             factory_url: up.url(),
-            mirror_upstreams: vec![format!("ghcr.io={}", up.url())],
+            mirror_upstreams: talos_gen::registry::MirrorTable::parse(&[format!(
+                "ghcr.io={}",
+                up.url()
+            )])
+            .unwrap(),
             ..talos_gen::service::ServiceConfig::new(cache.path())
         })
         .await

@@ -164,7 +164,8 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         cache_max_size: args.cache_max_size,
         schematics_dir: args.schematics_dir.map(Into::into),
         matrix: args.matrix.map(Into::into),
-        mirror_upstreams: args.mirror_upstream,
+        mirror_upstreams: crate::registry::MirrorTable::parse(&args.mirror_upstream)
+            .map_err(crate::Error::bad_input)?,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         api_token_file: args.api_token_file.map(Into::into),
         tag_revalidate: Duration::from_secs(args.tag_revalidate),

@@ -177,14 +177,8 @@ fn upstream_targets(st: &AppState) -> Vec<(String, String, &'static str)> {
     let mut v = vec![("Image Factory".to_string(), cfg.factory_url.clone(), "/")];
     let reg = cfg.registry_url.clone().unwrap_or(cfg.factory_url.clone());
     v.push(("installer registry".to_string(), reg, "/v2/"));
-    for m in &cfg.mirror_upstreams {
-        if let Some((ns, url)) = m.split_once('=') {
-            v.push((
-                format!("mirror {ns}"),
-                url.trim_end_matches('/').to_string(),
-                "/v2/",
-            ));
-        }
+    for (ns, url) in cfg.mirror_upstreams.iter() {
+        v.push((format!("mirror {ns}"), url.to_string(), "/v2/"));
     }
     v
 }
@@ -373,15 +367,12 @@ pub async fn render(st: &AppState) -> Result<String, String> {
         },
         Setting {
             name: "mirror upstreams",
-            value: if cfg.mirror_upstreams.is_empty() {
+            value: if cfg.mirror_upstreams.iter().next().is_none() {
                 "none (--mirror-upstream)".into()
             } else {
                 cfg.mirror_upstreams
                     .iter()
-                    .map(|m| match m.split_once('=') {
-                        Some((ns, u)) => format!("{ns}={}", display_url(u)),
-                        None => m.clone(),
-                    })
+                    .map(|(ns, u)| format!("{ns}={}", display_url(u)))
                     .collect::<Vec<_>>()
                     .join(", ")
             },

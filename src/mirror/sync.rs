@@ -52,7 +52,7 @@ pub struct SyncOptions {
     /// Installer registry; the factory URL when `None`.
     pub registry_url: Option<String>,
     /// `ns=URL` for `extraImages` hosts.
-    pub mirror_upstreams: Vec<String>,
+    pub mirror_upstreams: crate::registry::MirrorTable,
     pub concurrency: usize,
     pub output: Output,
     /// The bounds on every upstream wait.

@@ -48,11 +48,10 @@ impl Registry {
         fills: Fills,
         metrics: Option<Metrics>,
         installer_url: Option<&str>,
-        mirrors: &[String],
+        mirrors: MirrorTable,
         offline: bool,
         limits: Limits,
     ) -> crate::Result<Registry> {
-        let mirrors = MirrorTable::parse(mirrors).map_err(crate::Error::bad_input)?;
         let installer_url = installer_url
             .map(|u| {
                 names::check_base_url(u)
