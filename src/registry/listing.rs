@@ -3,7 +3,8 @@
 //! (`/v2/<repo>/referrers/<digest>`, OCI distribution 1.1).
 //!
 //! Tags: online the upstream's answer, passed through (its `n`/`last`
-//! pagination and `Link` kept); when the upstream cannot answer (5xx,
+//! pagination and `Link` kept; an upstream that ignores `n` and `last` is
+//! paginated here, lexically); when the upstream cannot answer (5xx,
 //! unreachable, a bound fired) and offline, the tags the store holds for
 //! the repository (its `oci/tag/<upstream>/<repo>:` keys), lexically
 //! sorted and paginated here. A repository with no stored tag is 404
@@ -197,9 +198,15 @@ impl Registry {
                 "upstream tag list of {repo} is not {{\"name\", \"tags\"}}: {e}"
             ))
         })?;
+        let tags = u.tags.unwrap_or_default();
+        if next.is_none() && (q.n.is_some() || q.last.is_some()) {
+            // An upstream that does not paginate (docker-registry 2.8
+            // ignores n and last): the page is cut here, lexically.
+            return Ok(page(repo, tags, q));
+        }
         Ok(TagList {
             name: repo.to_string(),
-            tags: u.tags.unwrap_or_default(),
+            tags,
             next,
         })
     }
