@@ -393,7 +393,7 @@ async fn online_registry_surface_passes_through_and_falls_back_to_the_store() {
     let r2 = get(&svc, &rp);
     assert_eq!(r2.status, 200, "{}", String::from_utf8_lossy(&r2.body));
     assert_eq!(r2.body, r.body, "the stored referrers index");
-    assert_eq!(tags(&get(&svc, &kt)), [kubelet.tag.clone()]);
+    assert_eq!(tags(&get(&svc, &kt)), vec![kubelet.tag.clone()]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

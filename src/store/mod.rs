@@ -448,7 +448,7 @@ impl Store {
     /// first when this process's view is older than a second.
     pub fn entries_with_prefix(&self, prefix: &str) -> Vec<Entry> {
         let mut st = self.lock();
-        if !st.last_refresh.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
+        if st.last_refresh.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
             self.refresh(&mut st);
         }
         let mut v: Vec<Entry> = st
