@@ -6,90 +6,18 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::Service;
+use support::containerd::{Containerd, hosts_toml};
 use support::registry::*;
-use support::{Proc, Service};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
-
-struct Containerd {
-    sock: String,
-    _proc: Proc,
-}
-
-fn start_containerd(dir: &Path) -> Option<Containerd> {
-    if Command::new("containerd")
-        .arg("--version")
-        .output()
-        .is_err()
-        || Command::new("ctr").arg("--version").output().is_err()
-    {
-        eprintln!("SKIP: containerd/ctr not installed (apt-get install -y containerd)");
-        return None;
-    }
-    let sock = dir.join("containerd.sock").display().to_string();
-    let cfg = format!(
-        "version = 2\nroot = \"{r}/root\"\nstate = \"{r}/state\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{r}/ttrpc.sock\"\n[debug]\n  address = \"{r}/debug.sock\"\n",
-        r = dir.display()
-    );
-    let cfg_path = dir.join("config.toml");
-    std::fs::write(&cfg_path, cfg).unwrap();
-    let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
-    let mut cmd = Command::new("containerd");
-    cmd.arg("--config")
-        .arg(&cfg_path)
-        .stdout(Stdio::null())
-        .stderr(log);
-    let c = Containerd {
-        sock,
-        _proc: Proc::try_spawn("containerd", cmd).ok()?,
-    };
-    let start = Instant::now();
-    loop {
-        let ok = Command::new("ctr")
-            .args(["--address", &c.sock, "version"])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if ok {
-            return Some(c);
-        }
-        if start.elapsed() > Duration::from_secs(15) {
-            eprintln!(
-                "SKIP: containerd did not start here: {}",
-                std::fs::read_to_string(dir.join("containerd.log")).unwrap_or_default()
-            );
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn hosts_toml(dir: &Path, registry: &str, mirror: &str) {
-    let d = dir.join(registry);
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::write(
-        d.join("hosts.toml"),
-        format!("server = \"{mirror}\"\n\n[host.\"{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"),
-    )
-    .unwrap();
-}
-
-fn ctr(c: &Containerd, args: &[&str]) -> std::process::Output {
-    Command::new("ctr")
-        .args(["--address", &c.sock])
-        .args(args)
-        .output()
-        .expect("run ctr")
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn containerd_pulls_through_the_service_with_hosts_toml() {
     let work = tempfile::tempdir().unwrap();
-    let Some(cd) = start_containerd(work.path()) else {
+    let Some(cd) = Containerd::start(work.path()) else {
         return;
     };
     let up = Registry::start();
@@ -127,17 +55,14 @@ async fn containerd_pulls_through_the_service_with_hosts_toml() {
             &installer,
         ),
     ] {
-        let o = ctr(
-            &cd,
-            &[
-                "content",
-                "fetch",
-                "--all-platforms",
-                "--hosts-dir",
-                &hosts_s,
-                &reference,
-            ],
-        );
+        let o = cd.ctr(&[
+            "content",
+            "fetch",
+            "--all-platforms",
+            "--hosts-dir",
+            &hosts_s,
+            &reference,
+        ]);
         assert!(
             o.status.success(),
             "ctr content fetch {reference}: {}{}",
@@ -155,7 +80,7 @@ async fn containerd_pulls_through_the_service_with_hosts_toml() {
             want.push((d.clone(), m.clone()));
         }
         for (d, data) in want {
-            let o = ctr(&cd, &["content", "get", &d]);
+            let o = cd.ctr(&["content", "get", &d]);
             assert!(o.status.success(), "ctr content get {d}");
             assert!(
                 o.stdout == data,

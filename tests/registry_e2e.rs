@@ -360,8 +360,21 @@ async fn hostile_names_and_digests_are_refused_and_touch_nothing() {
         "/v2/library/nginx/manifests/latest".to_string(),
         "/v2/library/nginx/manifests/latest?ns=..".to_string(),
         "/v2/library/nginx/blobs/sha256:x?ns=ghcr.io".to_string(),
-        format!("/v2/installer/{h}/tags/list"),
-        format!("/v2/installer/{h}/referrers/sha256:{}", "0".repeat(64)),
+        // tags/list and referrers are served, but not for hostile asks.
+        format!("/v2/installer/{h}/tags/list?n=x"),
+        format!("/v2/installer/{h}/tags/list?last=..%2Fx"),
+        format!("/v2/installer/{h}/tags/list?n=1&n=2"),
+        format!("/v2/installer/{h}/tags/other"),
+        format!("/v2/installer/{h}/referrers/sha256:..%2f..%2fsentinel"),
+        format!("/v2/installer/{h}/referrers/sha256:../../sentinel"),
+        format!("/v2/installer/{h}/referrers/latest"),
+        format!(
+            "/v2/installer/{h}/referrers/sha256:{}?artifactType=%zz",
+            "0".repeat(64)
+        ),
+        "/v2/library/nginx/tags/list".to_string(),
+        format!("/v2/library/nginx/referrers/sha256:{}", "0".repeat(64)),
+        "/v2/library/nginx/tags/list?ns=..".to_string(),
     ];
     for p in &paths {
         let o = std::process::Command::new("curl")

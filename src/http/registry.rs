@@ -2,9 +2,12 @@
 //! and `?ns=`, ask [`crate::registry::Registry`], shape the answer.
 //!
 //! Repository names contain slashes, so one wildcard route takes the tail and
-//! it is split here: `<repo>/manifests/<ref>` or `<repo>/blobs/<digest>`. The
-//! raw (still percent-encoded) path is used, and any `%` is refused, so an
-//! encoded slash or dot can never reach the grammar checks disguised.
+//! it is split here: `<repo>/manifests/<ref>`, `<repo>/blobs/<digest>`,
+//! `<repo>/tags/list` or `<repo>/referrers/<digest>`. The raw (still
+//! percent-encoded) path is used, and any `%` is refused, so an encoded
+//! slash or dot can never reach the grammar checks disguised. Query values
+//! (`ns`, `n`, `last`, `artifactType`) are percent-decoded (`+` kept as it
+//! is: a media type has them) and each may be given once.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -14,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::ranges::{Answer, Validators, respond};
 use super::state::AppState;
-use crate::registry::{Blob, Digest, OciError, Reference};
+use crate::registry::{Blob, Digest, INDEX_MEDIA_TYPE, OciError, Reference, TagQuery};
 
 /// `GET /v2/`: the API version check.
 pub async fn v2_root() -> Response {
@@ -27,7 +30,8 @@ pub async fn v2_root() -> Response {
     r
 }
 
-/// `GET, HEAD /v2/<repo>/{manifests,blobs}/<ref>`.
+/// `GET, HEAD /v2/<repo>/{manifests,blobs}/<ref>`, `/v2/<repo>/tags/list`,
+/// `/v2/<repo>/referrers/<digest>`.
 pub async fn v2_tail(State(st): State<AppState>, req: Request) -> Response {
     let (parts, _body) = req.into_parts();
     let r = match handle(&st, &parts).await {
@@ -62,18 +66,81 @@ pub fn error_response(e: &OciError, method: &Method) -> Response {
     r
 }
 
-/// The `ns` query parameter, if any (repeated: refused).
-fn ns_param(query: Option<&str>) -> Result<Option<&str>, OciError> {
-    let mut ns = None;
+/// The query parameter `name`, percent-decoded, if any (repeated or not
+/// UTF-8: refused).
+fn query_param(query: Option<&str>, name: &str) -> Result<Option<String>, OciError> {
+    let mut out = None;
     for pair in query.unwrap_or("").split('&') {
-        if let Some(v) = pair.strip_prefix("ns=") {
-            if ns.is_some() {
-                return Err(OciError::new(400, "UNSUPPORTED", "ns given more than once"));
-            }
-            ns = Some(v);
+        let Some(v) = pair.strip_prefix(name).and_then(|r| r.strip_prefix('=')) else {
+            continue;
+        };
+        if out.is_some() {
+            return Err(OciError::new(
+                400,
+                "UNSUPPORTED",
+                format!("{name} given more than once"),
+            ));
+        }
+        out = Some(percent_decode(v).ok_or_else(|| {
+            OciError::new(
+                400,
+                "UNSUPPORTED",
+                format!("{name}: a bad percent-encoding"),
+            )
+        })?);
+    }
+    Ok(out)
+}
+
+/// `%XX` sequences decoded; `None` for a bad one or a result not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
         }
     }
-    Ok(ns)
+    String::from_utf8(out).ok()
+}
+
+/// The `ns` query parameter, if any (repeated: refused).
+fn ns_param(query: Option<&str>) -> Result<Option<String>, OciError> {
+    query_param(query, "ns")
+}
+
+/// `n` and `last` of a tag list request.
+fn tag_query(query: Option<&str>) -> Result<TagQuery, OciError> {
+    let n = query_param(query, "n")?
+        .map(|v| {
+            v.parse::<usize>()
+                .map_err(|_| OciError::new(400, "UNSUPPORTED", format!("n={v:?} is not a count")))
+        })
+        .transpose()?;
+    Ok(TagQuery {
+        n,
+        last: query_param(query, "last")?,
+    })
+}
+
+fn json_response(method: &Method, content_type: &'static str, body: bytes::Bytes) -> Response {
+    let len = body.len();
+    let mut resp = if method == Method::HEAD {
+        Response::new(Body::empty())
+    } else {
+        Response::new(Body::from(body))
+    };
+    let h = resp.headers_mut();
+    set_common(h);
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    resp
 }
 
 async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
@@ -106,7 +173,9 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
     let reference = segs[segs.len() - 1];
     let repo_end = tail.len() - kind.len() - reference.len() - 2;
     let repo = &tail[..repo_end];
-    let ns = ns_param(req.uri.query())?;
+    let query = req.uri.query();
+    let ns = ns_param(query)?;
+    let ns = ns.as_deref();
     let reg = &st.registry;
     match kind {
         "manifests" => {
@@ -143,6 +212,41 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
             }
             let blob = reg.blob(&up, repo, &d).await?;
             serve_blob(reg, &d, blob, &req.headers).await
+        }
+        "tags" if reference == "list" => {
+            let up = reg.route(repo, ns)?;
+            let q = tag_query(query)?;
+            let list = reg.tags(&up, repo, &q).await?;
+            let mut resp = json_response(&method, "application/json", list.body().into());
+            if let Some(next) = &list.next {
+                let mut link = format!("</v2/{repo}/tags/list?");
+                if let Some(n) = next.n {
+                    link.push_str(&format!("n={n}&"));
+                }
+                link.push_str(&format!("last={}", next.last.as_deref().unwrap_or("")));
+                if let Some(ns) = ns {
+                    link.push_str(&format!("&ns={ns}"));
+                }
+                link.push_str(">; rel=\"next\"");
+                if let Ok(v) = HeaderValue::from_str(&link) {
+                    resp.headers_mut().insert(header::LINK, v);
+                }
+            }
+            Ok(resp)
+        }
+        "referrers" => {
+            let up = reg.route(repo, ns)?;
+            let d = Digest::parse(reference)?;
+            let at = query_param(query, "artifactType")?;
+            let r = reg.referrers(&up, repo, &d, at.as_deref()).await?;
+            let mut resp = json_response(&method, INDEX_MEDIA_TYPE, r.body);
+            if r.filtered {
+                resp.headers_mut().insert(
+                    "oci-filters-applied",
+                    HeaderValue::from_static("artifactType"),
+                );
+            }
+            Ok(resp)
         }
         _ => Err(OciError::new(
             404,
@@ -233,8 +337,41 @@ mod tests {
 
     #[test]
     fn ns_parsing() {
-        assert_eq!(ns_param(Some("ns=ghcr.io")).unwrap(), Some("ghcr.io"));
+        assert_eq!(
+            ns_param(Some("ns=ghcr.io")).unwrap().as_deref(),
+            Some("ghcr.io")
+        );
         assert_eq!(ns_param(None).unwrap(), None);
         assert!(ns_param(Some("ns=a&ns=b")).is_err());
+        assert_eq!(ns_param(Some("nsx=a&n=1")).unwrap(), None);
+    }
+
+    #[test]
+    fn query_values() {
+        let q = Some(
+            "n=2&last=v1&ns=ghcr.io&artifactType=application%2Fvnd.dev.cosign.artifact.sig.v1%2Bjson",
+        );
+        assert_eq!(
+            tag_query(q).unwrap(),
+            TagQuery {
+                n: Some(2),
+                last: Some("v1".into())
+            }
+        );
+        assert_eq!(
+            query_param(q, "artifactType").unwrap().as_deref(),
+            Some("application/vnd.dev.cosign.artifact.sig.v1+json")
+        );
+        assert_eq!(
+            query_param(Some("artifactType=a/b+json"), "artifactType")
+                .unwrap()
+                .as_deref(),
+            Some("a/b+json")
+        );
+        assert!(tag_query(Some("n=x")).is_err());
+        assert!(tag_query(Some("n=-1")).is_err());
+        assert!(query_param(Some("last=%zz"), "last").is_err());
+        assert!(query_param(Some("last=%ff"), "last").is_err());
+        assert!(query_param(Some("last=%4"), "last").is_err());
     }
 }

@@ -5,8 +5,9 @@
 //! Everything goes through the same [`crate::store::Store`] the service
 //! reads, with its keys ([`crate::imagecache`], [`crate::registry::layout`]):
 //! `image/<schematic>/<version>/<asset>`, `oci/manifest/<digest>`,
-//! `oci/blob/<digest>`, `oci/tag/<upstream>/<repo>:<tag>`. Mirrored keys are
-//! pinned, so `--cache-max-size` never evicts them.
+//! `oci/blob/<digest>`, `oci/tag/<upstream>/<repo>:<tag>`,
+//! `oci/referrers/<upstream>/<repo>@<digest>`. Mirrored keys are pinned, so
+//! `--cache-max-size` never evicts them.
 
 pub mod bundle;
 pub mod carriers;
@@ -23,7 +24,7 @@ pub use config::{Config, ExtraImage, Item, Signature, Worker};
 pub use sync::{Output, SyncOptions, SyncReport, sync};
 pub use verify::{VerifyReport, verify};
 
-use crate::registry::layout::{blob_key, manifest_key, manifest_refs, tag_key};
+use crate::registry::layout::{blob_key, manifest_key, manifest_refs, referrers_key, tag_key};
 use crate::registry::{Digest, UpstreamId};
 
 /// Every store key a config's items reach in `store` (schematics, the
@@ -87,6 +88,18 @@ pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>
         if let Some(d) = store.entry(&sig).and_then(|e| Digest::from_hex(&e.digest)) {
             keys.push(sig);
             queue.push(d);
+        }
+        // Its referrers index (and every manifest it lists) likewise.
+        let rk = referrers_key(&up, &repo, &top);
+        if let Some(o) = store.get(&rk) {
+            if let Ok(r) = o
+                .read_small(crate::registry::MAX_LIST as u64)
+                .map_err(|e| e.to_string())
+                .and_then(|b| manifest_refs(&b))
+            {
+                queue.extend(r.manifests);
+            }
+            keys.push(rk);
         }
         let mut ok = true;
         while let Some(d) = queue.pop() {

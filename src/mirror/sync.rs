@@ -18,7 +18,7 @@ use super::progress::{Meter, Total};
 use crate::error::Result;
 use crate::fill::{FetchError, FillHandle, Joined};
 use crate::imagecache::{ImageCache, ImageError, ImageKey};
-use crate::registry::layout::{blob_key, manifest_key, manifest_refs, tag_key};
+use crate::registry::layout::{blob_key, manifest_key, manifest_refs, referrers_key, tag_key};
 use crate::registry::{Blob, Digest, Reference, Registry, UpstreamId};
 use crate::store::Store;
 use crate::upstream::Upstream;
@@ -414,7 +414,37 @@ async fn sync_signed(
     )
     .await?;
     let top = sync_oci(ctx, up, repo, reference, counts, meter).await?;
-    super::signatures::after(checked, &top)
+    super::signatures::after(checked, &top)?;
+    sync_referrers(ctx, up, repo, &top, counts, meter).await
+}
+
+/// The OCI 1.1 referrers of `top` (signatures, SBOMs, attestations
+/// attached with `subject`): the index the upstream answers, or the empty
+/// one when it has no referrers API, kept pinned under `referrers_key`, and
+/// every manifest it lists synced (and pinned) like an item, so `serve
+/// --offline` answers `/v2/<repo>/referrers/<digest>` and each referrer.
+/// The key also records, for a digest-only image, that its registry is
+/// held (`Registry::held_hosts`).
+async fn sync_referrers(
+    ctx: &Ctx,
+    up: &UpstreamId,
+    repo: &str,
+    top: &Digest,
+    counts: &Counts,
+    meter: &Meter,
+) -> std::result::Result<(), String> {
+    let (index, _) = ctx
+        .registry
+        .referrers_index(up, repo, top, true)
+        .await
+        .map_err(|e| format!("referrers of {repo}@{top}: {}", e.message))?;
+    let refs = manifest_refs(&index).map_err(|e| format!("referrers of {repo}@{top}: {e}"))?;
+    for d in refs.manifests {
+        sync_oci(ctx, up, repo, d.as_str(), counts, meter)
+            .await
+            .map_err(|e| format!("referrer {d} of {repo}@{top}: {e}"))?;
+    }
+    pin(&ctx.store, &referrers_key(up, repo, top)).await
 }
 
 /// Follow a fill to its end, moving the meter as bytes arrive.

@@ -7,7 +7,14 @@
 //!   sent it, with the upstream's media type as content type;
 //! - `oci/blob/sha256:<hex>`: a blob;
 //! - `oci/tag/<upstream>/<repo>:<tag>`: a link to the manifest a tag named
-//!   when last asked (the entry's fetch time drives revalidation).
+//!   when last asked (the entry's fetch time drives revalidation);
+//! - `oci/referrers/<upstream>/<repo>@sha256:<hex>`: the referrers index
+//!   (OCI 1.1) of that manifest as last answered (the upstream's, or the
+//!   empty index `mirror sync` kept for an upstream without the API).
+//!
+//! `<upstream>` is [`UpstreamId::key_name`]: `installer`, or `ns=<host>`.
+//! The registries a store holds objects for are read off these keys
+//! ([`held_host`]): nothing else records them.
 
 use super::names::{Digest, UpstreamId};
 
@@ -24,6 +31,26 @@ pub fn blob_key(d: &Digest) -> String {
 /// The store key of a tag mapping.
 pub fn tag_key(up: &UpstreamId, repo: &str, tag: &str) -> String {
     format!("oci/tag/{}/{repo}:{tag}", up.key_name())
+}
+
+/// The store key of a manifest's referrers index.
+pub fn referrers_key(up: &UpstreamId, repo: &str, d: &Digest) -> String {
+    format!("oci/referrers/{}/{repo}@{d}", up.key_name())
+}
+
+/// The prefix of every tag key of `repo` (the tag follows it).
+pub fn tag_prefix(up: &UpstreamId, repo: &str) -> String {
+    format!("oci/tag/{}/{repo}:", up.key_name())
+}
+
+/// Prefixes of the keys that name an `ns` registry ([`held_host`]).
+pub const HELD_PREFIXES: [&str; 2] = ["oci/tag/ns=", "oci/referrers/ns="];
+
+/// The `ns` registry host a tag or referrers key was stored for
+/// (`oci/tag/ns=ghcr.io/siderolabs/kubelet:v1` -> `ghcr.io`).
+pub fn held_host(key: &str) -> Option<&str> {
+    let rest = HELD_PREFIXES.iter().find_map(|p| key.strip_prefix(p))?;
+    rest.split_once('/').map(|(host, _)| host)
 }
 
 /// What a manifest points at: what a pull of it fetches from the registry.
@@ -150,5 +177,17 @@ mod tests {
             tag_key(&UpstreamId::Installer, "installer/x", "v1.13.6"),
             "oci/tag/installer/installer/x:v1.13.6"
         );
+        let up = UpstreamId::Mirror("ghcr.io".into());
+        assert_eq!(
+            referrers_key(&up, "a/b", &d),
+            format!("oci/referrers/ns=ghcr.io/a/b@{}", digest('a'))
+        );
+        let tag = tag_key(&up, "a/b", "v1");
+        assert!(tag.starts_with(&tag_prefix(&up, "a/b")));
+        assert!(!tag_key(&up, "a/b/c", "v1").starts_with(&tag_prefix(&up, "a/b")));
+        assert_eq!(held_host(&tag), Some("ghcr.io"));
+        assert_eq!(held_host(&referrers_key(&up, "a", &d)), Some("ghcr.io"));
+        assert_eq!(held_host("oci/tag/installer/installer/x:v1"), None);
+        assert_eq!(held_host(&manifest_key(&d)), None);
     }
 }

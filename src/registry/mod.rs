@@ -11,19 +11,24 @@
 //!
 //! Files: `names` (the grammar, the mirror table), `client` (the upstream
 //! client), `layout` (store keys, the manifest walk), `service` (the
-//! [`Registry`], routing, blobs), `manifest` (manifest fetch, verify,
-//! commit, tags), `error` ([`OciError`] and its mappings), `locks`
-//! (one upstream fetch per key).
+//! [`Registry`], routing, the registries the store holds, blobs),
+//! `manifest` (manifest fetch, verify, commit, tags), `listing` (tag lists
+//! and OCI 1.1 referrers, online and from the store), `error`
+//! ([`OciError`] and its mappings), `locks` (one upstream fetch per key).
 
 pub mod client;
 mod error;
 pub mod layout;
+mod listing;
 mod locks;
 mod manifest;
 pub mod names;
 mod service;
 
 pub use error::OciError;
+pub use listing::{
+    INDEX_MEDIA_TYPE, MAX_LIST, Referrers, ReferrersSource, TagList, TagQuery, empty_index,
+};
 pub use manifest::{MAX_MANIFEST, Manifest, TAG_REVALIDATE};
 pub use names::{Digest, MirrorTable, NameError, Reference, UpstreamId};
 pub use service::{BLOB_FILL_TIMEOUT, Blob, Registry};

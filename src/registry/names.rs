@@ -294,9 +294,12 @@ pub fn url_host(url: &str) -> Option<String> {
 
 /// Decide which upstream serves `repo`, given the request's `ns`.
 /// - no `ns`: installer repositories only, from `--registry-url`;
+/// - `ns=factory.talos.dev` (the host Talos and Cozystack name installers
+///   by) or the `--registry-url` host itself (a Talos worker whose mirror
+///   for the factory points here): installer repositories, from
+///   `--registry-url` whatever host that is, even when a
+///   `--mirror-upstream` names the same `ns`;
 /// - `ns` configured with `--mirror-upstream`: any valid repository;
-/// - `ns` naming the `--registry-url` host itself (a Talos worker whose
-///   mirror for the factory points here): installer repositories;
 /// - anything else is denied and never proxied.
 pub fn route(
     repo: &str,
@@ -327,10 +330,11 @@ pub fn route(
                     truncate(ns)
                 )));
             }
-            if mirrors.get(ns).is_some() {
-                Ok(UpstreamId::Mirror(ns.to_string()))
-            } else if installer_host == Some(ns) && is_installer_repository(repo) {
+            let installer_ns = ns == crate::images::FACTORY_HOST || installer_host == Some(ns);
+            if installer_ns && is_installer_repository(repo) {
                 Ok(UpstreamId::Installer)
+            } else if mirrors.get(ns).is_some() {
+                Ok(UpstreamId::Mirror(ns.to_string()))
             } else {
                 Err(NameError::Denied(format!(
                     "ns {ns:?} is not a configured mirror upstream (--mirror-upstream {ns}=URL)"
@@ -573,5 +577,29 @@ mod tests {
             Ok(UpstreamId::Installer)
         );
         assert!(route("a/../b", None, &t, None).is_err());
+        // factory.talos.dev is the installer registry whatever --registry-url is...
+        assert_eq!(
+            route(&inst, Some("factory.talos.dev"), &t, Some("10.0.0.5:5000")),
+            Ok(UpstreamId::Installer)
+        );
+        assert_eq!(
+            route(&inst, Some("factory.talos.dev"), &t, None),
+            Ok(UpstreamId::Installer)
+        );
+        // ...also when a --mirror-upstream names it too; other repositories
+        // there go to that mirror, or nowhere.
+        let t2 = MirrorTable::parse(&["factory.talos.dev=http://127.0.0.1:1".into()]).unwrap();
+        assert_eq!(
+            route(&inst, Some("factory.talos.dev"), &t2, Some("127.0.0.1:2")),
+            Ok(UpstreamId::Installer)
+        );
+        assert_eq!(
+            route("siderolabs/x", Some("factory.talos.dev"), &t2, None),
+            Ok(UpstreamId::Mirror("factory.talos.dev".into()))
+        );
+        assert!(matches!(
+            route("siderolabs/x", Some("factory.talos.dev"), &t, None),
+            Err(NameError::Denied(_))
+        ));
     }
 }

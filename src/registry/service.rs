@@ -3,7 +3,8 @@
 //! `--mirror-upstream`, the installer's `--registry-url`), and blobs through
 //! the fill.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::header::HeaderMap;
@@ -11,7 +12,7 @@ use reqwest::{Method, StatusCode};
 
 use super::client::RegistryClient;
 use super::error::{OciError, blob_unknown, check_status, fetch_error, fill_error};
-use super::layout::blob_key;
+use super::layout::{self, blob_key};
 use super::locks::KeyedLocks;
 use super::manifest::TAG_REVALIDATE;
 use super::names::{self, Digest, MirrorTable, NameError, UpstreamId};
@@ -39,6 +40,8 @@ pub struct Registry {
     direct: bool,
     pub(super) revalidate: Duration,
     pub(super) locks: KeyedLocks,
+    /// The last reading of [`Registry::held_hosts`].
+    held: Mutex<BTreeSet<String>>,
 }
 
 impl Registry {
@@ -71,6 +74,7 @@ impl Registry {
             direct: false,
             revalidate: TAG_REVALIDATE,
             locks: KeyedLocks::default(),
+            held: Mutex::default(),
         })
     }
 
@@ -82,18 +86,60 @@ impl Registry {
 
     /// Which upstream serves `repo` for this `ns` (or why none does).
     ///
-    /// With `--offline` no upstream is ever contacted, so any valid `ns` is
-    /// answered from what the store holds for it (what `mirror sync` put
-    /// there for `extraImages`); unknown content is 404.
+    /// With `--offline` no upstream is ever contacted, so no
+    /// `--mirror-upstream` is needed: an `ns` the store holds objects for
+    /// ([`Registry::held_hosts`]: what `mirror sync` put there for
+    /// `extraImages` and `workers:`) is answered from the store, any other
+    /// is 404 `NAME_UNKNOWN`; unknown content of a held one is 404 too.
     pub fn route(&self, repo: &str, ns: Option<&str>) -> Result<UpstreamId, OciError> {
         match names::route(repo, ns, &self.mirrors, self.installer_host.as_deref()) {
             Err(NameError::Denied(_))
-                if self.offline && ns.is_some_and(names::is_registry_host) =>
+                if self.offline
+                    && let Some(ns) = ns.filter(|n| names::is_registry_host(n)) =>
             {
-                Ok(UpstreamId::Mirror(ns.unwrap_or_default().to_string()))
+                if self.holds(ns) {
+                    Ok(UpstreamId::Mirror(ns.to_string()))
+                } else {
+                    Err(OciError::new(
+                        404,
+                        "NAME_UNKNOWN",
+                        format!(
+                            "the store holds nothing of registry {ns:?} (serve --offline answers what mirror sync stored)"
+                        ),
+                    ))
+                }
             }
             r => Ok(r?),
         }
+    }
+
+    /// The `ns` registries the store holds objects for, read off its tag
+    /// and referrers keys (`oci/tag/ns=<host>/...`,
+    /// `oci/referrers/ns=<host>/...`, see [`layout::held_host`]): every
+    /// image `mirror sync` or the pull-through stored is reached through
+    /// one of them. Nothing else records them, so an import or a sync on
+    /// the same store is seen without a restart.
+    pub fn held_hosts(&self) -> BTreeSet<String> {
+        let mut hosts = BTreeSet::new();
+        for p in layout::HELD_PREFIXES {
+            for e in self.store.entries_with_prefix(p) {
+                if let Some(h) = layout::held_host(&e.key) {
+                    hosts.insert(h.to_string());
+                }
+            }
+        }
+        hosts
+    }
+
+    /// Whether the store holds objects of registry `ns`: from the last
+    /// reading of [`Registry::held_hosts`], read again when it says no.
+    fn holds(&self, ns: &str) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.contains(ns) {
+            return true;
+        }
+        *held = self.held_hosts();
+        held.contains(ns)
     }
 
     /// Let the registry reach registries that have no

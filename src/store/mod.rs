@@ -443,6 +443,24 @@ impl Store {
         v
     }
 
+    /// The entries whose key starts with `prefix`, sorted by key. Other
+    /// processes' writes (an import, a sync on the same store) are read in
+    /// first when this process's view is older than a second.
+    pub fn entries_with_prefix(&self, prefix: &str) -> Vec<Entry> {
+        let mut st = self.lock();
+        if st.last_refresh.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
+            self.refresh(&mut st);
+        }
+        let mut v: Vec<Entry> = st
+            .keys
+            .values()
+            .filter(|e| e.key.starts_with(prefix))
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.key.cmp(&b.key));
+        v
+    }
+
     /// Open the object for `key` for reading; the returned lease keeps it
     /// from eviction until dropped. Marks it recently used.
     pub fn get(&self, key: &str) -> Option<StoredObject> {

@@ -15,6 +15,8 @@
 //!   published by nginx as the factory ([`factory::Factory`]), Debian's
 //!   docker-registry with factory-shaped images pushed to it ([`registry`]),
 //!   and a misbehaving upstream for what nginx cannot show ([`bad_upstream`]);
+//! - containerd as a worker's image client, `hosts.toml` mirrors, `ctr`
+//!   ([`containerd`]);
 //! - `/proc` readings ([`rss_kib`], [`rss_anon_kib`], [`fd_count`]).
 //!
 //! ```ignore
@@ -27,6 +29,7 @@
 
 pub mod bad_upstream;
 pub mod cli;
+pub mod containerd;
 pub mod curl;
 pub mod factory;
 pub mod nginx;

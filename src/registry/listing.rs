@@ -1,0 +1,479 @@
+//! What a verifying client lists besides manifests and blobs: a
+//! repository's tags (`/v2/<repo>/tags/list`) and a manifest's referrers
+//! (`/v2/<repo>/referrers/<digest>`, OCI distribution 1.1).
+//!
+//! Tags: online the upstream's answer, passed through (its `n`/`last`
+//! pagination and `Link` kept; an upstream that ignores `n` and `last` is
+//! paginated here, lexically); when the upstream cannot answer (5xx,
+//! unreachable, a bound fired) and offline, the tags the store holds for
+//! the repository (its `oci/tag/<upstream>/<repo>:` keys), lexically
+//! sorted and paginated here. A repository with no stored tag is 404
+//! `NAME_UNKNOWN`.
+//!
+//! Referrers: online the upstream's index, checked (an index whose every
+//! descriptor has a sha256 digest) and kept in the store under
+//! [`referrers_key`], so that later and offline it is answered from there.
+//! An upstream without the API (any 4xx but 429: a 1.1 registry never
+//! answers 404 here) gives the stored index, else the empty one; an
+//! upstream that fails (429, 5xx, unreachable) the stored one, else the
+//! error. Offline: the stored index, else the empty one (the API never
+//! answers 404). `artifactType=` filters here, whatever the source, and says
+//! so (`OCI-Filters-Applied`).
+
+use bytes::Bytes;
+use reqwest::header::HeaderMap;
+use reqwest::{Method, StatusCode};
+
+use super::error::{OciError, check_status, fetch_error};
+use super::layout::{manifest_refs, referrers_key, tag_prefix};
+use super::names::{self, Digest, UpstreamId};
+use super::service::{Registry, scope};
+use crate::store::Meta;
+
+/// The media type of a referrers answer.
+pub const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+/// Largest tag list or referrers index read from an upstream.
+pub const MAX_LIST: usize = 4 << 20;
+
+/// The referrers index of a manifest that has none.
+pub fn empty_index() -> Bytes {
+    Bytes::from_static(
+        br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#,
+    )
+}
+
+/// `?n=&last=` of a tag list request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TagQuery {
+    pub n: Option<usize>,
+    pub last: Option<String>,
+}
+
+/// One page of a tag list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagList {
+    pub name: String,
+    pub tags: Vec<String>,
+    /// The query of the next page (`Link: <...?n=..&last=..>; rel="next"`).
+    pub next: Option<TagQuery>,
+}
+
+impl TagList {
+    /// `{"name": ..., "tags": [...]}`.
+    pub fn body(&self) -> String {
+        serde_json::json!({"name": self.name, "tags": self.tags}).to_string()
+    }
+}
+
+/// A referrers answer.
+#[derive(Debug, Clone)]
+pub struct Referrers {
+    /// The image index.
+    pub body: Bytes,
+    /// Whether `artifactType` was applied.
+    pub filtered: bool,
+}
+
+/// Where a referrers index came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReferrersSource {
+    Upstream,
+    Stored,
+    /// Neither the upstream (no API, or offline) nor the store has one.
+    Empty,
+}
+
+impl Registry {
+    /// A page of the tags of `repo` on `up`.
+    pub async fn tags(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        q: &TagQuery,
+    ) -> Result<TagList, OciError> {
+        if let Some(l) = &q.last
+            && !names::is_tag(l)
+        {
+            return Err(OciError::new(
+                400,
+                "UNSUPPORTED",
+                format!(
+                    "last={:?} is not a tag",
+                    l.chars().take(80).collect::<String>()
+                ),
+            ));
+        }
+        if self.offline {
+            return self.stored_tags(up, repo, q);
+        }
+        match self.upstream_tags(up, repo, q).await {
+            Ok(t) => Ok(t),
+            Err(e) if e.status >= 500 => match self.stored_tags(up, repo, q) {
+                Ok(t) => {
+                    tracing::warn!(repo, error = %e.message, "upstream tag list unavailable; answering the stored tags");
+                    Ok(t)
+                }
+                Err(_) => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The tags stored for `repo` (sorted), one page of them.
+    pub fn stored_tags(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        q: &TagQuery,
+    ) -> Result<TagList, OciError> {
+        let prefix = tag_prefix(up, repo);
+        let all: Vec<String> = self
+            .store
+            .entries_with_prefix(&prefix)
+            .into_iter()
+            .filter_map(|e| e.key.strip_prefix(&prefix).map(str::to_string))
+            .collect();
+        if all.is_empty() {
+            return Err(OciError::new(
+                404,
+                "NAME_UNKNOWN",
+                format!("repository {repo} is not known (no tag of it is stored)"),
+            ));
+        }
+        Ok(page(repo, all, q))
+    }
+
+    async fn upstream_tags(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        q: &TagQuery,
+    ) -> Result<TagList, OciError> {
+        let mut url = self.upstream_url(up, repo, "tags", "list")?;
+        let mut sep = '?';
+        if let Some(n) = q.n {
+            url.push_str(&format!("{sep}n={n}"));
+            sep = '&';
+        }
+        if let Some(l) = &q.last {
+            url.push_str(&format!("{sep}last={l}"));
+        }
+        let resp = self
+            .client
+            .send(
+                Method::GET,
+                &url,
+                Some("application/json"),
+                &HeaderMap::new(),
+                &scope(repo),
+            )
+            .await
+            .map_err(fetch_error)?;
+        let st = resp.status();
+        if st == StatusCode::NOT_FOUND {
+            return Err(OciError::new(
+                404,
+                "NAME_UNKNOWN",
+                format!("repository {repo} is not known upstream"),
+            ));
+        }
+        check_status(st, repo, "tags/list")?;
+        let next = resp
+            .headers()
+            .get(reqwest::header::LINK)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| next_page(&url, v));
+        let body = self
+            .client
+            .limits()
+            .read_small(&url, resp, MAX_LIST)
+            .await
+            .map_err(|e| fetch_error(e).context(&format!("the tag list of {repo}")))?;
+        #[derive(serde::Deserialize)]
+        struct Upstream {
+            tags: Option<Vec<String>>,
+        }
+        let u: Upstream = serde_json::from_slice(&body).map_err(|e| {
+            OciError::upstream(format!(
+                "upstream tag list of {repo} is not {{\"name\", \"tags\"}}: {e}"
+            ))
+        })?;
+        let tags = u.tags.unwrap_or_default();
+        if next.is_none() && (q.n.is_some() || q.last.is_some()) {
+            // An upstream that does not paginate (docker-registry 2.8
+            // ignores n and last): the page is cut here, lexically.
+            return Ok(page(repo, tags, q));
+        }
+        Ok(TagList {
+            name: repo.to_string(),
+            tags,
+            next,
+        })
+    }
+
+    /// The referrers of manifest `d` in `repo`, filtered by `artifact_type`.
+    pub async fn referrers(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        d: &Digest,
+        artifact_type: Option<&str>,
+    ) -> Result<Referrers, OciError> {
+        let (body, _) = self.referrers_index(up, repo, d, false).await?;
+        let Some(at) = artifact_type else {
+            return Ok(Referrers {
+                body,
+                filtered: false,
+            });
+        };
+        let mut v: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| OciError::new(500, "UNKNOWN", format!("a stored referrers index: {e}")))?;
+        if let Some(list) = v.get_mut("manifests").and_then(|m| m.as_array_mut()) {
+            list.retain(|m| m.get("artifactType").and_then(|t| t.as_str()) == Some(at));
+        }
+        Ok(Referrers {
+            body: Bytes::from(v.to_string()),
+            filtered: true,
+        })
+    }
+
+    /// The whole referrers index of `d` and where it came from. With
+    /// `keep_empty` (the mirror job) an empty answer is stored too, so the
+    /// store records that the manifest was asked about.
+    pub async fn referrers_index(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        d: &Digest,
+        keep_empty: bool,
+    ) -> Result<(Bytes, ReferrersSource), OciError> {
+        let key = referrers_key(up, repo, d);
+        let stored = || self.stored_index(&key);
+        let fallback = |stored: Option<Bytes>| match stored {
+            Some(b) => (b, ReferrersSource::Stored),
+            None => (empty_index(), ReferrersSource::Empty),
+        };
+        if self.offline {
+            return Ok(fallback(stored()));
+        }
+        let _g = self.locks.lock(&key).await;
+        let answer = match self.upstream_referrers(up, repo, d).await {
+            Ok(Some(body)) => {
+                self.keep_index(&key, &body).await?;
+                return Ok((body, ReferrersSource::Upstream));
+            }
+            // No API upstream.
+            Ok(None) => fallback(stored()),
+            Err(e) => match stored() {
+                Some(b) => {
+                    tracing::warn!(repo, %d, error = %e.message, "upstream referrers unavailable; answering the stored index");
+                    (b, ReferrersSource::Stored)
+                }
+                None => return Err(e),
+            },
+        };
+        if keep_empty && answer.1 == ReferrersSource::Empty {
+            self.keep_index(&key, &answer.0).await?;
+        }
+        Ok(answer)
+    }
+
+    /// `Ok(None)`: the upstream has no referrers API (a 4xx but 429).
+    async fn upstream_referrers(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        d: &Digest,
+    ) -> Result<Option<Bytes>, OciError> {
+        let url = self.upstream_url(up, repo, "referrers", d.as_str())?;
+        let resp = self
+            .client
+            .send(
+                Method::GET,
+                &url,
+                Some(INDEX_MEDIA_TYPE),
+                &HeaderMap::new(),
+                &scope(repo),
+            )
+            .await
+            .map_err(fetch_error)?;
+        let st = resp.status();
+        if st.is_client_error() && st != StatusCode::TOO_MANY_REQUESTS {
+            return Ok(None);
+        }
+        check_status(st, repo, &format!("referrers/{d}"))?;
+        let body = self
+            .client
+            .limits()
+            .read_small(&url, resp, MAX_LIST)
+            .await
+            .map_err(|e| fetch_error(e).context(&format!("the referrers of {repo}@{d}")))?;
+        check_index(&body)
+            .map_err(|e| OciError::upstream(format!("upstream referrers of {repo}@{d}: {e}")))?;
+        Ok(Some(Bytes::from(body)))
+    }
+
+    fn stored_index(&self, key: &str) -> Option<Bytes> {
+        let obj = self.store.get(key)?;
+        match obj.read_small(MAX_LIST as u64) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::warn!(key, error = %e, "reading a stored referrers index");
+                None
+            }
+        }
+    }
+
+    /// Store `body` under `key` unless it holds those bytes already; a
+    /// pinned (mirrored) key stays pinned.
+    async fn keep_index(&self, key: &str, body: &[u8]) -> Result<(), OciError> {
+        let old = self.store.entry(key);
+        if old
+            .as_ref()
+            .is_some_and(|e| e.digest == Digest::of(body).hex())
+        {
+            return Ok(());
+        }
+        let mut tmp = self.store.temp()?;
+        tmp.write_all(body).await?;
+        let meta = Meta {
+            content_type: Some(INDEX_MEDIA_TYPE.into()),
+            pinned: old.is_some_and(|e| e.pinned),
+            ..Meta::default()
+        };
+        self.store.commit(tmp, key, meta).await?;
+        Ok(())
+    }
+}
+
+/// An image index whose every descriptor has a sha256 digest.
+fn check_index(body: &[u8]) -> Result<(), String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| format!("not an image index: {e}"))?;
+    if !v.get("manifests").is_some_and(|m| m.is_array()) {
+        return Err("not an image index: no manifests list".into());
+    }
+    manifest_refs(body).map(drop)
+}
+
+/// One page of `all` (sorted here): the tags after `last`, at most `n`.
+fn page(repo: &str, mut all: Vec<String>, q: &TagQuery) -> TagList {
+    all.sort();
+    all.dedup();
+    if let Some(l) = &q.last {
+        all.retain(|t| t.as_str() > l.as_str());
+    }
+    let mut next = None;
+    if let Some(n) = q.n
+        && all.len() > n
+    {
+        all.truncate(n);
+        next = all.last().map(|l| TagQuery {
+            n: Some(n),
+            last: Some(l.clone()),
+        });
+    }
+    TagList {
+        name: repo.to_string(),
+        tags: all,
+        next,
+    }
+}
+
+/// The next page an upstream's `Link: <URL>; rel="next"` names, as a query.
+fn next_page(base: &str, link: &str) -> Option<TagQuery> {
+    let (target, params) = link.trim().strip_prefix('<')?.split_once('>')?;
+    if !params.contains("rel=\"next\"") && !params.contains("rel=next") {
+        return None;
+    }
+    let url = reqwest::Url::parse(base).ok()?.join(target).ok()?;
+    let mut q = TagQuery::default();
+    for (k, v) in url.query_pairs() {
+        match k.as_ref() {
+            "n" => q.n = v.parse().ok(),
+            "last" if names::is_tag(&v) => q.last = Some(v.into_owned()),
+            _ => {}
+        }
+    }
+    q.last.is_some().then_some(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tags(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn pages() {
+        let all = tags(&["v2", "v1", "sha256-x.sig", "v3"]);
+        let p = page("a", all.clone(), &TagQuery::default());
+        assert_eq!(p.tags, tags(&["sha256-x.sig", "v1", "v2", "v3"]));
+        assert_eq!(p.next, None);
+        let q = TagQuery {
+            n: Some(2),
+            last: None,
+        };
+        let p = page("a", all.clone(), &q);
+        assert_eq!(p.tags, tags(&["sha256-x.sig", "v1"]));
+        let next = p.next.unwrap();
+        assert_eq!(next.last.as_deref(), Some("v1"));
+        let p = page("a", all.clone(), &next);
+        assert_eq!(p.tags, tags(&["v2", "v3"]));
+        assert_eq!(p.next, None);
+        assert_eq!(
+            page(
+                "a",
+                all,
+                &TagQuery {
+                    n: Some(0),
+                    last: None
+                }
+            )
+            .tags,
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            TagList {
+                name: "a/b".into(),
+                tags: tags(&["v1"]),
+                next: None
+            }
+            .body(),
+            r#"{"name":"a/b","tags":["v1"]}"#
+        );
+    }
+
+    #[test]
+    fn links() {
+        let base = "http://r/v2/a/tags/list?n=2";
+        assert_eq!(
+            next_page(base, r#"</v2/a/tags/list?last=v2&n=2>; rel="next""#),
+            Some(TagQuery {
+                n: Some(2),
+                last: Some("v2".into())
+            })
+        );
+        assert_eq!(
+            next_page(base, r#"</v2/a/tags/list?last=v2>; rel="prev""#),
+            None
+        );
+        assert_eq!(next_page(base, "garbage"), None);
+        assert_eq!(next_page(base, r#"</x?last=../..>; rel="next""#), None);
+    }
+
+    #[test]
+    fn indexes() {
+        let d = format!("sha256:{}", "a".repeat(64));
+        assert!(check_index(&empty_index()).is_ok());
+        let ok = format!(
+            r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"{d}","size":3,"artifactType":"x"}}]}}"#
+        );
+        assert!(check_index(ok.as_bytes()).is_ok());
+        assert!(check_index(b"{}").is_err());
+        assert!(check_index(b"<html>").is_err());
+        assert!(check_index(br#"{"manifests":[{"digest":"md5:x"}]}"#).is_err());
+    }
+}
