@@ -183,18 +183,21 @@ impl Registry {
         }
     }
 
-    /// `HEAD` the manifest: its `Docker-Content-Digest`, if the upstream gives one.
-    async fn head_manifest_digest(
+    /// Ask the upstream for the manifest `reference` of `repo` (every
+    /// manifest type accepted); the URL asked and the answer, whatever its
+    /// status.
+    async fn ask_manifest(
         &self,
+        method: Method,
         up: &UpstreamId,
         repo: &str,
-        tag: &str,
-    ) -> Result<Option<Digest>, OciError> {
-        let url = self.upstream_url(up, repo, "manifests", tag)?;
+        reference: &str,
+    ) -> Result<(String, reqwest::Response), OciError> {
+        let url = self.upstream_url(up, repo, "manifests", reference)?;
         let resp = self
             .client
             .send(
-                Method::HEAD,
+                method,
                 &url,
                 Some(MANIFEST_ACCEPT),
                 &HeaderMap::new(),
@@ -202,6 +205,17 @@ impl Registry {
             )
             .await
             .map_err(fetch_error)?;
+        Ok((url, resp))
+    }
+
+    /// `HEAD` the manifest: its `Docker-Content-Digest`, if the upstream gives one.
+    async fn head_manifest_digest(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        tag: &str,
+    ) -> Result<Option<Digest>, OciError> {
+        let (_, resp) = self.ask_manifest(Method::HEAD, up, repo, tag).await?;
         let st = resp.status();
         if st.is_server_error() {
             return Err(OciError::upstream(format!(
@@ -226,19 +240,8 @@ impl Registry {
         reference: &str,
         expect: Option<&Digest>,
     ) -> Result<Option<Manifest>, OciError> {
-        let url = self.upstream_url(up, repo, "manifests", reference)?;
         let t0 = std::time::Instant::now();
-        let resp = self
-            .client
-            .send(
-                Method::GET,
-                &url,
-                Some(MANIFEST_ACCEPT),
-                &HeaderMap::new(),
-                &scope(repo),
-            )
-            .await
-            .map_err(fetch_error)?;
+        let (url, resp) = self.ask_manifest(Method::GET, up, repo, reference).await?;
         let st = resp.status();
         if st == StatusCode::NOT_FOUND {
             return Ok(None);
