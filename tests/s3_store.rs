@@ -243,7 +243,7 @@ fn the_bucket_down_and_back() {
 fn a_burst_over_two_replicas_and_a_replica_killed_mid_download() {
     let Some(g) = cluster() else { return };
     let t = Instant::now();
-    let f = Factory::new(8, 8, &[A], Some("8m"));
+    let f = Factory::new(24, 8, &[A], Some("16m"));
     let one = replica(&f, &g, 0, "one", &[]);
     let two = replica(&f, &g, 1, "two", &[]);
     let urls = [
