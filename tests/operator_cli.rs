@@ -540,10 +540,17 @@ fn option_block(options: &[&str], long: &str) -> Option<String> {
     };
     let i = options.iter().position(|l| starts(l.trim_start()))?;
     let mut block = options[i].trim().to_string();
+    // The block runs to the next flag or section; long help (a flag with
+    // possible values) puts blank lines and `- value:` lines inside it.
     for l in &options[i + 1..] {
         let t = l.trim();
-        if t.is_empty() || t.starts_with('-') {
+        let next_flag =
+            t.starts_with("--") || (t.len() > 2 && t.starts_with('-') && t.as_bytes()[2] == b',');
+        if next_flag || (!t.is_empty() && !l.starts_with(' ')) {
             break;
+        }
+        if t.is_empty() {
+            continue;
         }
         block.push(' ');
         block.push_str(t);
@@ -649,10 +656,13 @@ fn help_describes_every_flag() {
                 "upstream-timeout",
                 "upstream-min-rate",
                 "log-format",
+                "store",
+                "s3-endpoint",
+                "s3-region",
             ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
-            assert_eq!(checked.len(), 18, "{checked:?}");
+            assert_eq!(checked.len(), 22, "{checked:?}");
         }
     }
     // The upstream bounds, on both commands that have them.

@@ -171,7 +171,10 @@ fn replicas_share_the_bucket() {
         &format!("/{}?uploads", g.bucket),
     );
     let text = String::from_utf8_lossy(&uploads.stdout);
-    assert!(!text.contains("<Upload>"), "no multipart upload left: {text}");
+    assert!(
+        !text.contains("<Upload>"),
+        "no multipart upload left: {text}"
+    );
     eprintln!("s3: whole test {:?}", t.elapsed());
 }
 
@@ -196,13 +199,20 @@ fn the_bucket_down_and_back() {
     let r = curl(&["--max-time", "60", &url]);
     assert_eq!((r.exit, r.status), (0, 200), "{}", svc.log_text());
     assert!(r.body == f.xz);
-    let r = curl(&["--max-time", "60", &format!("{}{}", svc.url(), image_path(A2))]);
+    let r = curl(&[
+        "--max-time",
+        "60",
+        &format!("{}{}", svc.url(), image_path(A2)),
+    ]);
     assert_eq!((r.exit, r.status), (0, 200), "{}", svc.log_text());
     wait_for("a commit with a node down", Duration::from_secs(60), || {
         g.list(0, &format!("{PREFIX}/index/")).len() >= 2
     });
     assert_eq!(f.gets(A), 1);
-    eprintln!("s3: one node down: served and committed at {:?}", t.elapsed());
+    eprintln!(
+        "s3: one node down: served and committed at {:?}",
+        t.elapsed()
+    );
 
     // Every node down.
     g.stop_node(0);

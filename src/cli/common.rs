@@ -61,14 +61,9 @@ pub struct StoreArgs {
     /// The S3 endpoint, http(s)://HOST[:PORT] (default: AWS S3 of --s3-region).
     #[arg(long, env = "TALOS_GEN_S3_ENDPOINT", value_name = "URL", value_parser = endpoint_flag)]
     pub s3_endpoint: Option<String>,
-    /// The S3 region the requests are signed for.
-    #[arg(
-        long,
-        env = "TALOS_GEN_S3_REGION",
-        default_value = "us-east-1",
-        value_name = "REGION"
-    )]
-    pub s3_region: String,
+    /// The S3 region the requests are signed for (default: us-east-1).
+    #[arg(long, env = "TALOS_GEN_S3_REGION", value_name = "REGION")]
+    pub s3_region: Option<String>,
 }
 
 impl StoreArgs {
@@ -86,7 +81,11 @@ impl StoreArgs {
                 bucket: bucket.clone(),
                 prefix: prefix.clone(),
                 endpoint: self.s3_endpoint.clone(),
-                region: self.s3_region.clone(),
+                region: self
+                    .s3_region
+                    .clone()
+                    .filter(|r| !r.trim().is_empty())
+                    .unwrap_or_else(|| DEFAULT_S3_REGION.into()),
                 timeout,
                 spool: cache_dir
                     .map(Into::into)
@@ -101,6 +100,9 @@ impl StoreArgs {
         }
     }
 }
+
+/// `--s3-region` when not given.
+pub const DEFAULT_S3_REGION: &str = "us-east-1";
 
 fn store_flag(s: &str) -> Result<(String, String), String> {
     crate::store::S3Config::parse_url(s.trim())

@@ -46,8 +46,9 @@ pub enum MirrorCommand {
         /// The mirror config (YAML: schematics, talosVersions, images, installers, extraImages).
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: String,
-        /// The store directory `serve --cache-dir` reads (with --store: the
-        /// local spool).
+        /// The store directory `serve --cache-dir` reads; required without
+        /// --store, with it the local spool (default: talos-gen-spool in the
+        /// system's temp directory).
         #[arg(
             long,
             env = "TALOS_GEN_CACHE_DIR",
@@ -115,7 +116,8 @@ pub enum MirrorCommand {
     },
     /// Re-hash every stored object against its digest.
     Verify {
-        /// The store directory (with --store: the local spool).
+        /// The store directory; required without --store, with it the local
+        /// spool (default: talos-gen-spool in the system's temp directory).
         #[arg(
             long,
             env = "TALOS_GEN_CACHE_DIR",
@@ -131,7 +133,8 @@ pub enum MirrorCommand {
     /// one tar file for `mirror import`, a static HTTP tree, or an OCI image layout.
     #[command(after_help = EXPORT_EXAMPLES)]
     Export {
-        /// The store directory (with --store: the local spool).
+        /// The store directory; required without --store, with it the local
+        /// spool (default: talos-gen-spool in the system's temp directory).
         #[arg(
             long,
             env = "TALOS_GEN_CACHE_DIR",
@@ -167,7 +170,8 @@ pub enum MirrorCommand {
         /// A tar file written by `talos-gen mirror export`.
         #[arg(value_name = "FILE.tar")]
         file: String,
-        /// The store directory (with --store: the local spool).
+        /// The store directory; required without --store, with it the local
+        /// spool (default: talos-gen-spool in the system's temp directory).
         #[arg(
             long,
             env = "TALOS_GEN_CACHE_DIR",
@@ -324,12 +328,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 .transpose()?;
             let loc = store.location(cache_dir.as_deref(), STORE_TIMEOUT)?;
             if format != mirror::Format::Tar {
-                let r = mirror::export_tree(
-                    &loc,
-                    Path::new(&output),
-                    cfg.as_ref(),
-                    format,
-                )?;
+                let r = mirror::export_tree(&loc, Path::new(&output), cfg.as_ref(), format)?;
                 for l in &r.left_out {
                     eprintln!("talos-gen: mirror export: {l}");
                 }

@@ -59,13 +59,16 @@ pub fn watch_store(store: crate::store::Store) {
 /// does not answer (the probes, metrics and the status page still do).
 pub async fn store_gate(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    let exempt = matches!(path, "/" | "/healthz" | "/readyz" | "/metrics")
-        || path.starts_with("/api/");
+    let exempt =
+        matches!(path, "/" | "/healthz" | "/readyz" | "/metrics") || path.starts_with("/api/");
     if !exempt && !st.store.available() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             [("retry-after", "5")],
-            format!("the store {} does not answer; try again\n", st.store.describe()),
+            format!(
+                "the store {} does not answer; try again\n",
+                st.store.describe()
+            ),
         )
             .into_response();
     }

@@ -80,10 +80,7 @@ pub async fn write(store: &Store, status: &SyncStatus) -> Result<()> {
 }
 
 /// Open the store at `cache_dir` and write the result of a sync there.
-pub async fn write_to(
-    loc: impl Into<crate::store::Location>,
-    status: &SyncStatus,
-) -> Result<()> {
+pub async fn write_to(loc: impl Into<crate::store::Location>, status: &SyncStatus) -> Result<()> {
     let loc = loc.into();
     let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, None))
         .await

@@ -67,9 +67,9 @@ mod temp;
 
 pub use backend::{Backend, ObjectRead};
 pub use local::LocalDir;
-pub use s3::{S3Backend, S3Config};
 use local::{index_name, is_hex64};
 pub use read::{Lease, StoredObject};
+pub use s3::{S3Backend, S3Config};
 use sums::Sums;
 pub use temp::TempObject;
 

@@ -102,7 +102,9 @@ impl S3Config {
             .split('/')
             .any(|p| p == "." || p == ".." || (p.is_empty() && !prefix.is_empty()))
         {
-            return Err(format!("{url:?}: the prefix {prefix:?} has an empty or dot part"));
+            return Err(format!(
+                "{url:?}: the prefix {prefix:?} has an empty or dot part"
+            ));
         }
         Ok((bucket.to_string(), prefix.to_string()))
     }
@@ -390,7 +392,10 @@ impl S3Backend {
     pub fn probe(&self, limit: Duration) -> io::Result<()> {
         let s3 = self.s3.clone();
         let p = self.path("lock");
-        match self.call_for(limit.min(self.cfg.timeout), async move { s3.head(&p).await }) {
+        match self.call_for(
+            limit.min(self.cfg.timeout),
+            async move { s3.head(&p).await },
+        ) {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
@@ -431,7 +436,8 @@ impl S3Backend {
                 }
                 let part = up.put_part(PutPayload::from(body));
                 let limit = self.cfg.timeout;
-                inflight.push_back(rt.spawn(async move { tokio::time::timeout(limit, part).await }));
+                inflight
+                    .push_back(rt.spawn(async move { tokio::time::timeout(limit, part).await }));
             }
             for h in inflight {
                 wait_part(h)?;
@@ -444,7 +450,9 @@ impl S3Backend {
         let ok = res.is_ok();
         rt.spawn(async move {
             let r = if ok {
-                tokio::time::timeout(limit, up.complete()).await.map(|r| r.map(drop))
+                tokio::time::timeout(limit, up.complete())
+                    .await
+                    .map(|r| r.map(drop))
             } else {
                 tokio::time::timeout(limit, up.abort()).await
             };
@@ -736,14 +744,17 @@ impl Backend for S3Backend {
     fn object_len(&self, digest: &str) -> Option<u64> {
         let s3 = self.s3.clone();
         let p = self.object_path(digest);
-        self.call(async move { s3.head(&p).await }).ok().map(|m| m.size)
+        self.call(async move { s3.head(&p).await })
+            .ok()
+            .map(|m| m.size)
     }
 
     fn object_age(&self, digest: &str) -> Option<Duration> {
         let s3 = self.s3.clone();
         let p = self.object_path(digest);
         let m = self.call(async move { s3.head(&p).await }).ok()?;
-        let t = UNIX_EPOCH + Duration::from_millis(m.last_modified.timestamp_millis().max(0) as u64);
+        let t =
+            UNIX_EPOCH + Duration::from_millis(m.last_modified.timestamp_millis().max(0) as u64);
         Some(t.elapsed().unwrap_or_default())
     }
 
@@ -784,7 +795,10 @@ impl Backend for S3Backend {
     }
 
     fn delete_object(&self, digest: &str) {
-        for p in [self.object_path(digest), self.path(&format!("sums/{digest}"))] {
+        for p in [
+            self.object_path(digest),
+            self.path(&format!("sums/{digest}")),
+        ] {
             let s3 = self.s3.clone();
             if let Err(e) = self.call(async move { s3.delete(&p).await })
                 && e.kind() != io::ErrorKind::NotFound
@@ -799,7 +813,11 @@ impl Backend for S3Backend {
         for m in self.list("index")? {
             match self.leaf("index", &m) {
                 Some(name) if is_index_name(&name) => v.push(Listed {
-                    token: token(m.e_tag.as_deref(), m.last_modified.timestamp_millis(), m.size),
+                    token: token(
+                        m.e_tag.as_deref(),
+                        m.last_modified.timestamp_millis(),
+                        m.size,
+                    ),
                     name,
                 }),
                 _ => tracing::warn!(location = %m.location, "not written by talos-gen: left alone"),
@@ -826,9 +844,7 @@ impl Backend for S3Backend {
         match etag {
             Some(t) => Ok(token(Some(&t), 0, 0)),
             // No ETag: the token is what a listing will say.
-            None => Ok(self
-                .get_bytes(self.path(&format!("index/{name}")))?
-                .1),
+            None => Ok(self.get_bytes(self.path(&format!("index/{name}")))?.1),
         }
     }
 

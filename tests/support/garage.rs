@@ -207,14 +207,25 @@ api_bind_addr = "127.0.0.1:{s3_port}"
             }
             let out = self.curl(i, &empty, &["--fail-with-body"], &q);
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            assert!(out.status.success(), "list {prefix}: {text}{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "list {prefix}: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             for part in text.split("<Key>").skip(1) {
                 keys.push(part.split("</Key>").next().unwrap_or("").to_string());
             }
             match text.split_once("<NextContinuationToken>") {
                 Some((_, rest)) => {
-                    token = rest.split("</NextContinuationToken>").next().unwrap_or("").to_string();
-                    token = token.replace('+', "%2B").replace('/', "%2F").replace('=', "%3D");
+                    token = rest
+                        .split("</NextContinuationToken>")
+                        .next()
+                        .unwrap_or("")
+                        .to_string();
+                    token = token
+                        .replace('+', "%2B")
+                        .replace('/', "%2F")
+                        .replace('=', "%3D");
                 }
                 None => return keys,
             }
@@ -224,8 +235,17 @@ api_bind_addr = "127.0.0.1:{s3_port}"
     /// The object `key` of the bucket, through node `i`.
     pub fn get(&self, i: usize, key: &str) -> Vec<u8> {
         let empty = hex::encode(sha2::Sha256::digest(b""));
-        let out = self.curl(i, &empty, &["--fail-with-body"], &format!("/{}/{key}", self.bucket));
-        assert!(out.status.success(), "GET {key}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = self.curl(
+            i,
+            &empty,
+            &["--fail-with-body"],
+            &format!("/{}/{key}", self.bucket),
+        );
+        assert!(
+            out.status.success(),
+            "GET {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out.stdout
     }
 
@@ -242,7 +262,12 @@ api_bind_addr = "127.0.0.1:{s3_port}"
             &format!("/{}/{key}", self.bucket),
         );
         let _ = std::fs::remove_file(&f);
-        assert!(out.status.success(), "PUT {key}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "PUT {key}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Every node's S3 endpoint.
@@ -415,7 +440,11 @@ api_bind_addr = "127.0.0.1:{s3_port}"
 fn rand_name() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    format!("{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// The value after `label` on its line of `garage key create`'s table.
