@@ -381,7 +381,7 @@ impl S3Backend {
     }
 
     /// The name after `rel/` of a listed location (`None`: deeper or other).
-    fn leaf<'a>(&self, rel: &str, m: &'a object_store::ObjectMeta) -> Option<String> {
+    fn leaf(&self, rel: &str, m: &object_store::ObjectMeta) -> Option<String> {
         let full = m.location.as_ref();
         let base = self.path(rel);
         let rest = full.strip_prefix(base.as_ref())?.strip_prefix('/')?;
