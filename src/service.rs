@@ -14,13 +14,14 @@ use crate::imagecache::ImageCache;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::schematics;
-use crate::store::Store;
+use crate::store::{Location, Store};
 use crate::upstream::{Limits, Upstream, UpstreamConfig};
 
 /// What the service is built from (parsed and checked at the CLI edge).
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
-    pub cache_dir: PathBuf,
+    /// The store: a local directory or an S3 bucket.
+    pub store: Location,
     /// Evict down to this many bytes (`None`: no limit).
     pub cache_max_size: Option<u64>,
     pub factory_url: String,
@@ -42,10 +43,10 @@ pub struct ServiceConfig {
 }
 
 impl ServiceConfig {
-    /// Defaults for everything but the store directory.
-    pub fn new(cache_dir: impl Into<PathBuf>) -> ServiceConfig {
+    /// Defaults for everything but the store (a directory or a bucket).
+    pub fn new(store: impl Into<Location>) -> ServiceConfig {
         ServiceConfig {
-            cache_dir: cache_dir.into(),
+            store: store.into(),
             cache_max_size: None,
             factory_url: "https://factory.talos.dev".into(),
             registry_url: None,
@@ -85,9 +86,9 @@ impl Service {
             crate::registry::names::check_base_url(u)
                 .map_err(|e| Error::bad_input(format!("--registry-url: {e}")))?;
         }
-        let dir = cfg.cache_dir.clone();
+        let loc = cfg.store.clone();
         let max = cfg.cache_max_size;
-        let store = tokio::task::spawn_blocking(move || Store::open(dir, max))
+        let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, max))
             .await
             .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
         let metrics = Metrics::new();

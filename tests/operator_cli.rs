@@ -552,6 +552,9 @@ fn option_block(options: &[&str], long: &str) -> Option<String> {
         if next_option {
             break;
         }
+        if t.is_empty() {
+            continue;
+        }
         block.push(' ');
         block.push_str(t);
     }
@@ -657,10 +660,13 @@ fn help_describes_every_flag() {
                 "upstream-min-rate",
                 "log-format",
                 "metadata-ttl",
+                "store",
+                "s3-endpoint",
+                "s3-region",
             ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
-            assert_eq!(checked.len(), 19, "{checked:?}");
+            assert_eq!(checked.len(), 22, "{checked:?}");
         }
     }
     // The upstream bounds, on both commands that have them.

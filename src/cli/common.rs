@@ -41,6 +41,87 @@ impl UpstreamArgs {
     }
 }
 
+/// Where the store is (`serve`, `mirror sync|verify|export|import`):
+/// without `--store`, the `--cache-dir` directory as before; with
+/// `--store s3://BUCKET[/PREFIX]`, a bucket, `--cache-dir` only its local
+/// spool. Credentials from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// Keep the store in an S3 bucket, s3://BUCKET[/PREFIX] (path-style;
+    /// credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), with
+    /// --cache-dir only the local spool of fills in progress (default: the
+    /// store is the --cache-dir directory).
+    #[arg(
+        long,
+        env = "TALOS_GEN_STORE",
+        value_name = "s3://BUCKET[/PREFIX]",
+        value_parser = store_flag
+    )]
+    pub store: Option<(String, String)>,
+    /// The S3 endpoint, http(s)://HOST[:PORT] (default: AWS S3 of --s3-region).
+    #[arg(long, env = "TALOS_GEN_S3_ENDPOINT", value_name = "URL", value_parser = endpoint_flag)]
+    pub s3_endpoint: Option<String>,
+    /// The S3 region the requests are signed for (default: us-east-1).
+    #[arg(long, env = "TALOS_GEN_S3_REGION", value_name = "REGION")]
+    pub s3_region: Option<String>,
+}
+
+impl StoreArgs {
+    /// The store's location: the bucket (spooling in `cache_dir`, or a
+    /// directory under the system's temp dir), else the directory
+    /// `cache_dir`. `timeout` bounds every S3 call.
+    pub fn location(
+        &self,
+        cache_dir: Option<&str>,
+        timeout: Duration,
+    ) -> crate::Result<crate::store::Location> {
+        use crate::store::{Location, S3Config};
+        match &self.store {
+            Some((bucket, prefix)) => Ok(Location::S3(S3Config {
+                bucket: bucket.clone(),
+                prefix: prefix.clone(),
+                endpoint: self.s3_endpoint.clone(),
+                region: self
+                    .s3_region
+                    .clone()
+                    .filter(|r| !r.trim().is_empty())
+                    .unwrap_or_else(|| DEFAULT_S3_REGION.into()),
+                timeout,
+                spool: cache_dir
+                    .map(Into::into)
+                    .unwrap_or_else(|| std::env::temp_dir().join("talos-gen-spool")),
+            })),
+            None => match cache_dir {
+                Some(d) => Ok(Location::Dir(d.into())),
+                None => Err(crate::Error::bad_input(
+                    "give --cache-dir DIR (the store directory) or --store s3://BUCKET[/PREFIX]",
+                )),
+            },
+        }
+    }
+}
+
+/// `--s3-region` when not given.
+pub const DEFAULT_S3_REGION: &str = "us-east-1";
+
+fn store_flag(s: &str) -> Result<(String, String), String> {
+    crate::store::S3Config::parse_url(s.trim())
+}
+
+fn endpoint_flag(s: &str) -> Result<String, String> {
+    let t = s.trim().trim_end_matches('/');
+    let rest = t
+        .strip_prefix("http://")
+        .or_else(|| t.strip_prefix("https://"))
+        .ok_or_else(|| format!("{s:?} is not an http:// or https:// URL"))?;
+    if rest.is_empty() || rest.contains('/') {
+        return Err(format!(
+            "{s:?}: give the endpoint only, http(s)://HOST[:PORT] (the bucket goes in --store)"
+        ));
+    }
+    Ok(t.to_string())
+}
+
 /// A boolean flag's value, from the command line (`--offline=false`) or its
 /// `TALOS_GEN_*` variable: `true`/`false`, `1`/`0`, any case (clap's
 /// boolish words `yes`/`no`, `on`/`off` too). Anything else, the empty
@@ -158,5 +239,16 @@ mod tests {
         assert!(parse_size("10X").is_err());
         assert!(cache_dir_flag("  ").is_err());
         assert_eq!(cache_dir_flag("/var/cache/x"), Ok("/var/cache/x".into()));
+        assert_eq!(
+            store_flag("s3://talos-gen/store"),
+            Ok(("talos-gen".into(), "store".into()))
+        );
+        assert!(store_flag("/var/cache").is_err());
+        assert_eq!(
+            endpoint_flag("http://127.0.0.1:3900/"),
+            Ok("http://127.0.0.1:3900".into())
+        );
+        assert!(endpoint_flag("127.0.0.1:3900").is_err());
+        assert!(endpoint_flag("http://h/bucket").is_err());
     }
 }

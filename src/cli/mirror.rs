@@ -46,9 +46,19 @@ pub enum MirrorCommand {
         /// The mirror config (YAML: schematics, talosVersions, images, installers, extraImages).
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: String,
-        /// The store directory `serve --cache-dir` reads.
-        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
-        cache_dir: String,
+        /// The store directory `serve --cache-dir` reads; required without
+        /// --store, with it the local spool (default: talos-gen-spool in the
+        /// system's temp directory).
+        #[arg(
+            long,
+            env = "TALOS_GEN_CACHE_DIR",
+            value_name = "DIR",
+            value_parser = super::common::cache_dir_flag,
+            required_unless_present = "store"
+        )]
+        cache_dir: Option<String>,
+        #[command(flatten)]
+        store: super::common::StoreArgs,
         /// The upstream Image Factory.
         #[arg(
             long,
@@ -106,17 +116,35 @@ pub enum MirrorCommand {
     },
     /// Re-hash every stored object against its digest.
     Verify {
-        /// The store directory.
-        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
-        cache_dir: String,
+        /// The store directory; required without --store, with it the local
+        /// spool (default: talos-gen-spool in the system's temp directory).
+        #[arg(
+            long,
+            env = "TALOS_GEN_CACHE_DIR",
+            value_name = "DIR",
+            value_parser = super::common::cache_dir_flag,
+            required_unless_present = "store"
+        )]
+        cache_dir: Option<String>,
+        #[command(flatten)]
+        store: super::common::StoreArgs,
     },
     /// Write the store (or what a config names) for the other side of an air gap:
     /// one tar file for `mirror import`, a static HTTP tree, or an OCI image layout.
     #[command(after_help = EXPORT_EXAMPLES)]
     Export {
-        /// The store directory.
-        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
-        cache_dir: String,
+        /// The store directory; required without --store, with it the local
+        /// spool (default: talos-gen-spool in the system's temp directory).
+        #[arg(
+            long,
+            env = "TALOS_GEN_CACHE_DIR",
+            value_name = "DIR",
+            value_parser = super::common::cache_dir_flag,
+            required_unless_present = "store"
+        )]
+        cache_dir: Option<String>,
+        #[command(flatten)]
+        store: super::common::StoreArgs,
         /// Where to write: the tar file (`tar`), or a directory (`http`, `oci`)
         /// that is absent, empty, or a previous export of that format.
         #[arg(long, value_name = "PATH")]
@@ -142,11 +170,24 @@ pub enum MirrorCommand {
         /// A tar file written by `talos-gen mirror export`.
         #[arg(value_name = "FILE.tar")]
         file: String,
-        /// The store directory.
-        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
-        cache_dir: String,
+        /// The store directory; required without --store, with it the local
+        /// spool (default: talos-gen-spool in the system's temp directory).
+        #[arg(
+            long,
+            env = "TALOS_GEN_CACHE_DIR",
+            value_name = "DIR",
+            value_parser = super::common::cache_dir_flag,
+            required_unless_present = "store"
+        )]
+        cache_dir: Option<String>,
+        #[command(flatten)]
+        store: super::common::StoreArgs,
     },
 }
+
+/// The bound on every S3 call of verify, export and import (sync and
+/// serve take `--upstream-timeout`).
+const STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The config (with `--matrix` for `workers:`); its notes go to stderr.
 fn load_config(path: &str, matrix: Option<&str>) -> crate::Result<crate::mirror::Config> {
@@ -175,6 +216,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
         MirrorCommand::Sync {
             config,
             cache_dir,
+            store,
             factory_url,
             registry_url,
             mirror_upstream,
@@ -207,12 +249,13 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 output: mirror::Output::auto(),
                 limits: upstream.limits(),
             };
+            let loc = store.location(cache_dir.as_deref(), upstream.upstream_timeout)?;
             let rt = rt()?;
-            let report = rt.block_on(mirror::sync(&cfg, Path::new(&cache_dir), &opts))?;
+            let report = rt.block_on(mirror::sync(&cfg, &loc, &opts))?;
             // Kept in the store for serve's status page; a failure here
             // does not undo the sync.
             let status = mirror::report::SyncStatus::from_report(&report);
-            if let Err(e) = rt.block_on(mirror::report::write_to(Path::new(&cache_dir), &status)) {
+            if let Err(e) = rt.block_on(mirror::report::write_to(&loc, &status)) {
                 eprintln!("talos-gen: mirror sync: keeping the result for the status page: {e}");
             }
             println!("{}", report.summary());
@@ -243,8 +286,9 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             }
             Ok(0)
         }
-        MirrorCommand::Verify { cache_dir } => {
-            let r = mirror::verify(Path::new(&cache_dir))?;
+        MirrorCommand::Verify { cache_dir, store } => {
+            let loc = store.location(cache_dir.as_deref(), STORE_TIMEOUT)?;
+            let r = mirror::verify(&loc)?;
             println!(
                 "mirror verify: {} objects ({}) checked, {} bad, {} entries dropped on open{}",
                 r.objects,
@@ -274,6 +318,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
         }
         MirrorCommand::Export {
             cache_dir,
+            store,
             output,
             format,
             config,
@@ -282,13 +327,9 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 .as_deref()
                 .map(|c| mirror::Config::load(Path::new(c)))
                 .transpose()?;
+            let loc = store.location(cache_dir.as_deref(), STORE_TIMEOUT)?;
             if format != mirror::Format::Tar {
-                let r = mirror::export_tree(
-                    Path::new(&cache_dir),
-                    Path::new(&output),
-                    cfg.as_ref(),
-                    format,
-                )?;
+                let r = mirror::export_tree(&loc, Path::new(&output), cfg.as_ref(), format)?;
                 for l in &r.left_out {
                     eprintln!("talos-gen: mirror export: {l}");
                 }
@@ -309,7 +350,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 );
                 return Ok(0);
             }
-            let r = mirror::export(Path::new(&cache_dir), Path::new(&output), cfg.as_ref())?;
+            let r = mirror::export(&loc, Path::new(&output), cfg.as_ref())?;
             println!(
                 "mirror export: {} keys, {} objects ({}) written to {output}",
                 r.keys,
@@ -318,8 +359,13 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             );
             Ok(0)
         }
-        MirrorCommand::Import { file, cache_dir } => {
-            let r = rt()?.block_on(mirror::import(Path::new(&file), Path::new(&cache_dir)))?;
+        MirrorCommand::Import {
+            file,
+            cache_dir,
+            store,
+        } => {
+            let loc = store.location(cache_dir.as_deref(), STORE_TIMEOUT)?;
+            let r = rt()?.block_on(mirror::import(Path::new(&file), &loc))?;
             println!(
                 "mirror import: {} keys, {} objects ({}) imported; {} keys already present",
                 r.keys,

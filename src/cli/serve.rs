@@ -15,6 +15,10 @@ Examples:
   # Air-gapped: answer only from a mirrored store, never contact an upstream
   talos-gen serve --offline --cache-dir /var/cache/talos-gen --mirror-upstream ghcr.io=https://ghcr.io
 
+  # Replicas sharing one S3 bucket (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)
+  talos-gen serve --store s3://talos-gen/store --s3-endpoint http://s3.internal:3900 \\
+    --cache-dir /var/cache/talos-gen
+
   # The same from the environment (every flag has a TALOS_GEN_* variable)
   TALOS_GEN_OFFLINE=true TALOS_GEN_CACHE_DIR=/data talos-gen serve
 
@@ -31,7 +35,8 @@ pub struct ServeArgs {
         value_name = "ADDR"
     )]
     pub listen: String,
-    /// The store (cache) directory, created when missing.
+    /// The store (cache) directory, created when missing; with --store, only
+    /// the local spool of fills in progress.
     #[arg(
         long,
         env = "TALOS_GEN_CACHE_DIR",
@@ -140,6 +145,8 @@ pub struct ServeArgs {
     )]
     pub max_concurrent_fills: u64,
     #[command(flatten)]
+    pub store: super::common::StoreArgs,
+    #[command(flatten)]
     pub upstream: super::common::UpstreamArgs,
     /// Log format on stderr (one access log line per request at info).
     #[arg(
@@ -153,9 +160,12 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> crate::Result<i32> {
     init_tracing(&args.log_format);
+    let store = args
+        .store
+        .location(Some(&args.cache_dir), args.upstream.upstream_timeout)?;
     let cfg = ServeConfig {
         listen: args.listen,
-        cache_dir: args.cache_dir.into(),
+        store,
         factory_url: args.factory_url.trim_end_matches('/').to_string(),
         registry_url: args
             .registry_url

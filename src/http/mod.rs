@@ -32,7 +32,8 @@ pub mod status;
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub listen: String,
-    pub cache_dir: PathBuf,
+    /// The store: a local directory (`--cache-dir`) or an S3 bucket.
+    pub store: crate::store::Location,
     pub factory_url: String,
     pub registry_url: Option<String>,
     pub offline: bool,
@@ -63,7 +64,7 @@ impl ServeConfig {
     pub fn new(listen: impl Into<String>, cache_dir: impl Into<PathBuf>) -> ServeConfig {
         ServeConfig {
             listen: listen.into(),
-            cache_dir: cache_dir.into(),
+            store: crate::store::Location::Dir(cache_dir.into()),
             factory_url: "https://factory.talos.dev".into(),
             registry_url: None,
             offline: false,
@@ -154,6 +155,10 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             limits::require_token,
+        ))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            ops::store_gate,
         ))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

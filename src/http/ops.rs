@@ -1,11 +1,76 @@
-//! Operations routes: probes (and later metrics and the status page).
+//! Operations routes: probes, and the gate that answers 503 while the
+//! store (an S3 bucket) does not answer.
 
+use std::time::Duration;
+
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+
+/// How long `/readyz` and the store watch wait for the bucket.
+pub const STORE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often a remote store is probed in the background.
+const STORE_PROBE_EVERY: Duration = Duration::from_secs(2);
 
 pub async fn healthz() -> (StatusCode, &'static str) {
     (StatusCode::OK, "ok\n")
 }
 
-pub async fn readyz() -> (StatusCode, &'static str) {
-    (StatusCode::OK, "ready\n")
+/// Ready when the store answers: always for a local directory; for a
+/// bucket, a HEAD within [`STORE_PROBE_TIMEOUT`].
+pub async fn readyz(State(st): State<AppState>) -> (StatusCode, String) {
+    if !st.store.is_remote() {
+        return (StatusCode::OK, "ready\n".into());
+    }
+    let store = st.store.clone();
+    match tokio::task::spawn_blocking(move || store.check(STORE_PROBE_TIMEOUT)).await {
+        Ok(Ok(())) => (StatusCode::OK, "ready\n".into()),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")),
+    }
+}
+
+/// Probe a remote store every [`STORE_PROBE_EVERY`] so [`store_gate`]
+/// knows when it is down and when it is back (no restart needed).
+pub fn watch_store(store: crate::store::Store) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(STORE_PROBE_EVERY).await;
+            let s = store.clone();
+            let was = s.available();
+            let ok = tokio::task::spawn_blocking(move || s.check(STORE_PROBE_TIMEOUT).is_ok())
+                .await
+                .unwrap_or(false);
+            if ok != was {
+                if ok {
+                    tracing::info!(store = %store.describe(), "the store answers again");
+                } else {
+                    tracing::error!(store = %store.describe(), "the store does not answer; answering 503");
+                }
+            }
+        }
+    });
+}
+
+/// Routes that read or write the store answer 503 at once while the store
+/// does not answer (the probes, metrics and the status page still do).
+pub async fn store_gate(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let exempt =
+        matches!(path, "/" | "/healthz" | "/readyz" | "/metrics") || path.starts_with("/api/");
+    if !exempt && !st.store.available() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [("retry-after", "5")],
+            format!(
+                "the store {} does not answer; try again\n",
+                st.store.describe()
+            ),
+        )
+            .into_response();
+    }
+    next.run(req).await
 }

@@ -47,7 +47,7 @@ impl AppState {
             .map(limits::ApiToken::from_file)
             .transpose()?;
         let svc = crate::service::Service::build(&crate::service::ServiceConfig {
-            cache_dir: cfg.cache_dir.clone(),
+            store: cfg.store.clone(),
             cache_max_size: cfg.cache_max_size,
             factory_url: cfg.factory_url.clone(),
             registry_url: cfg.registry_url.clone(),
@@ -71,6 +71,9 @@ impl AppState {
             ..
         } = svc;
         images.metadata_ttl = cfg.metadata_ttl;
+        if store.is_remote() {
+            super::ops::watch_store(store.clone());
+        }
         Ok(AppState(Arc::new(Shared {
             cfg,
             matrix,

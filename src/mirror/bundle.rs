@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Config;
 use crate::error::{Error, Result};
-use crate::store::{Entry, Meta, Store};
+use crate::store::{Entry, Location, Meta, Store};
 
 const INDEX_NAME: &str = "talos-gen-mirror.json";
 const FORMAT: u32 = 1;
@@ -34,15 +34,18 @@ pub struct ExportReport {
     pub bytes: u64,
 }
 
-/// The store at `cache_dir`, which must be one (an export never creates it).
-pub(super) fn open_store(cache_dir: &Path) -> Result<Store> {
-    if !cache_dir.join("index").is_dir() {
+/// The store at `loc`, which must be one (an export never creates a
+/// local store; a bucket is opened as it is).
+pub(super) fn open_store(loc: &Location) -> Result<Store> {
+    if let Some(dir) = loc.dir()
+        && !dir.join("index").is_dir()
+    {
         return Err(Error::bad_input(format!(
             "--cache-dir {}: not a talos-gen store",
-            cache_dir.display()
+            dir.display()
         )));
     }
-    Store::open(cache_dir, None)
+    Store::open_at(loc, None)
 }
 
 /// The entries an export carries: all, or what `cfg` reaches. Items of
@@ -65,8 +68,12 @@ pub(super) fn selected_entries(store: &Store, cfg: Option<&Config>) -> Result<Ve
 
 /// Write the store at `cache_dir` (all of it, or what `cfg` reaches) to `output`.
 /// Items of `cfg` that are not (fully) stored refuse the export, named.
-pub fn export(cache_dir: &Path, output: &Path, cfg: Option<&Config>) -> Result<ExportReport> {
-    let store = open_store(cache_dir)?;
+pub fn export(
+    store: impl Into<Location>,
+    output: &Path,
+    cfg: Option<&Config>,
+) -> Result<ExportReport> {
+    let store = open_store(&store.into())?;
     let entries = selected_entries(&store, cfg)?;
     // One key per object, to open it through the store (chunk-checked).
     let mut objects: BTreeMap<String, (u64, String)> = BTreeMap::new();
@@ -156,12 +163,12 @@ pub struct ImportReport {
     pub present: usize,
 }
 
-/// Import `file` into the store at `cache_dir`.
-pub async fn import(file: &Path, cache_dir: &Path) -> Result<ImportReport> {
+/// Import `file` into the store at `loc`.
+pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportReport> {
     let f = std::fs::File::open(file)
         .map_err(|e| Error::bad_input(format!("{}: {e}", file.display())))?;
-    let dir = cache_dir.to_path_buf();
-    let store = tokio::task::spawn_blocking(move || Store::open(dir, None))
+    let loc = loc.into();
+    let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, None))
         .await
         .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
     let what = file.display().to_string();

@@ -112,12 +112,12 @@ struct Planned {
 /// Export the store at `cache_dir` (all of it, or what `cfg` reaches) to
 /// the directory `output` as `format` (`Http` or `Oci`).
 pub fn export_tree(
-    cache_dir: &Path,
+    store: impl Into<crate::store::Location>,
     output: &Path,
     cfg: Option<&Config>,
     format: Format,
 ) -> Result<TreeReport> {
-    let store = super::bundle::open_store(cache_dir)?;
+    let store = super::bundle::open_store(&store.into())?;
     let entries = super::bundle::selected_entries(&store, cfg)?;
     let mut report = TreeReport::default();
     let plan = match format {

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -150,7 +149,11 @@ struct Ctx {
 }
 
 /// Sync `cfg` into the store at `cache_dir`.
-pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<SyncReport> {
+pub async fn sync(
+    cfg: &Config,
+    store: impl Into<crate::store::Location>,
+    opts: &SyncOptions,
+) -> Result<SyncReport> {
     let t0 = Instant::now();
     let svc = crate::service::Service::build(&crate::service::ServiceConfig {
         factory_url: opts.factory_url.clone(),
@@ -161,7 +164,7 @@ pub async fn sync(cfg: &Config, cache_dir: &Path, opts: &SyncOptions) -> Result<
         limits: opts.limits,
         // extraImages hosts without --mirror-upstream are reached at https://<host>.
         direct_upstreams: true,
-        ..crate::service::ServiceConfig::new(cache_dir)
+        ..crate::service::ServiceConfig::new(store)
     })
     .await?;
     let crate::service::Service {

@@ -6,7 +6,6 @@
 //! by an older talos-gen) get them, from bytes just proven whole.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -39,14 +38,17 @@ impl VerifyReport {
 }
 
 /// Re-hash every object of the store at `cache_dir` (several threads).
-pub fn verify(cache_dir: &Path) -> Result<VerifyReport> {
-    if !cache_dir.is_dir() {
+pub fn verify(loc: impl Into<crate::store::Location>) -> Result<VerifyReport> {
+    let loc = loc.into();
+    if let Some(dir) = loc.dir()
+        && !dir.is_dir()
+    {
         return Err(Error::bad_input(format!(
             "--cache-dir {}: not a directory",
-            cache_dir.display()
+            dir.display()
         )));
     }
-    let store = Store::open(cache_dir, None)?;
+    let store = Store::open_at(&loc, None)?;
     let mut by_digest: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
     for e in store.entries() {
         let v = by_digest

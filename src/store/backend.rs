@@ -89,4 +89,18 @@ pub trait Backend: Send + Sync + 'static {
 
     fn read_sums(&self, digest: &str) -> Option<Vec<u8>>;
     fn write_sums(&self, digest: &str, body: &[u8]) -> io::Result<()>;
+
+    /// Is the backend reachable, answered within `limit` (`/readyz`)? A
+    /// local directory always is.
+    fn check(&self, _limit: Duration) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Is `put_object` slow enough (an upload) that the store should call
+    /// it before taking the store lock, and only check under the lock that
+    /// the object is still there? (A local rename is not: it stays under
+    /// the lock.)
+    fn upload_outside_lock(&self) -> bool {
+        false
+    }
 }

@@ -108,20 +108,7 @@ impl Backend for LocalDir {
     }
 
     fn clean_spool(&self) {
-        // Leftovers of interrupted writes: removed only when no process
-        // (of any PID namespace) holds their lock.
-        for e in read_dir(&self.layout.tmp()).unwrap_or_default() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !TEMP_PREFIXES.iter().any(|p| name.starts_with(p)) || !regular(&e) {
-                stranger(&e);
-                continue;
-            }
-            if let Ok(f) = open_regular(&e.path())
-                && f.try_lock().is_ok()
-            {
-                let _ = fs::remove_file(e.path());
-            }
-        }
+        clean_temp(&self.layout);
     }
 
     fn list_objects(&self) -> io::Result<HashMap<String, u64>> {
@@ -219,6 +206,24 @@ impl Backend for LocalDir {
 
     fn write_sums(&self, digest: &str, body: &[u8]) -> io::Result<()> {
         write_atomic(&self.layout, "sums-", &self.layout.sums_file(digest), body).map(drop)
+    }
+}
+
+/// Remove the leftovers of interrupted writes in `layout`'s `tmp/`: only
+/// names the store writes, only when no process (of any PID namespace)
+/// holds their lock.
+pub(super) fn clean_temp(layout: &Layout) {
+    for e in read_dir(&layout.tmp()).unwrap_or_default() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !TEMP_PREFIXES.iter().any(|p| name.starts_with(p)) || !regular(&e) {
+            stranger(&e);
+            continue;
+        }
+        if let Ok(f) = open_regular(&e.path())
+            && f.try_lock().is_ok()
+        {
+            let _ = fs::remove_file(e.path());
+        }
     }
 }
 

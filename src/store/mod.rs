@@ -61,6 +61,7 @@ use crate::error::{Error, Result};
 pub mod backend;
 pub mod local;
 mod read;
+pub mod s3;
 pub mod sums;
 mod temp;
 
@@ -68,6 +69,7 @@ pub use backend::{Backend, ObjectRead};
 pub use local::LocalDir;
 use local::{index_name, is_hex64};
 pub use read::{Lease, StoredObject};
+pub use s3::{S3Backend, S3Config};
 use sums::Sums;
 pub use temp::TempObject;
 
@@ -108,6 +110,50 @@ pub struct Meta {
     pub meta: BTreeMap<String, String>,
 }
 
+/// Where a store is: a local directory (`--cache-dir`) or an S3 bucket
+/// (`--store s3://...`, with `--cache-dir` its local spool).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    Dir(PathBuf),
+    S3(S3Config),
+}
+
+impl Location {
+    /// For messages: the directory or `s3://bucket/prefix`.
+    pub fn describe(&self) -> String {
+        match self {
+            Location::Dir(d) => d.display().to_string(),
+            Location::S3(c) => c.url(),
+        }
+    }
+
+    /// The local directory, when the store is one.
+    pub fn dir(&self) -> Option<&Path> {
+        match self {
+            Location::Dir(d) => Some(d),
+            Location::S3(_) => None,
+        }
+    }
+}
+
+impl From<PathBuf> for Location {
+    fn from(p: PathBuf) -> Location {
+        Location::Dir(p)
+    }
+}
+
+impl From<&Location> for Location {
+    fn from(l: &Location) -> Location {
+        l.clone()
+    }
+}
+
+impl From<&Path> for Location {
+    fn from(p: &Path) -> Location {
+        Location::Dir(p.to_path_buf())
+    }
+}
+
 /// A handle to the store; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -122,8 +168,12 @@ struct Inner {
     corrupt: AtomicU64,
     /// An eviction is scheduled or running.
     evicting: AtomicBool,
+    /// A reader left while an eviction ran: run another round.
+    evict_again: AtomicBool,
     /// What [`Store::open`] found wrong and dropped.
     dropped_at_open: Vec<String>,
+    /// The backend answered its last call or probe (an S3 outage clears it).
+    available: AtomicBool,
 }
 
 #[derive(Default)]
@@ -257,6 +307,24 @@ impl Store {
         Store::with_backend(Box::new(backend), max_size)
     }
 
+    /// Open the store at `loc` (blocking: the S3 backend connects and
+    /// lists the bucket).
+    pub fn open_at(loc: &Location, max_size: Option<u64>) -> Result<Store> {
+        match loc {
+            Location::Dir(d) => Store::open(d.clone(), max_size),
+            Location::S3(c) => {
+                let backend = S3Backend::open(c.clone()).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::InvalidInput {
+                        Error::bad_input(format!("--store {}: {e}", c.url()))
+                    } else {
+                        Error::io(format!("opening the store {}", c.url()), e)
+                    }
+                })?;
+                Store::with_backend(Box::new(backend), max_size)
+            }
+        }
+    }
+
     /// Open a store on any backend (the same checks as [`Store::open`]).
     pub fn with_backend(backend: Box<dyn Backend>, max_size: Option<u64>) -> Result<Store> {
         let mut store = Store {
@@ -266,7 +334,9 @@ impl Store {
                 state: Mutex::new(State::default()),
                 corrupt: AtomicU64::new(0),
                 evicting: AtomicBool::new(false),
+                evict_again: AtomicBool::new(false),
                 dropped_at_open: Vec::new(),
+                available: AtomicBool::new(true),
             }),
         };
         let (state, dropped) = {
@@ -369,6 +439,24 @@ impl Store {
             .unwrap_or(0);
         state.last_refresh = Some(Instant::now());
         Ok((state, dropped))
+    }
+
+    /// Is the backend reachable (within `limit`)? Updates
+    /// [`Store::available`]. Blocking.
+    pub fn check(&self, limit: Duration) -> Result<()> {
+        let r = self.backend().check(limit);
+        self.inner.available.store(r.is_ok(), Ordering::Relaxed);
+        r.map_err(|e| Error::io(format!("the store {}", self.describe()), e))
+    }
+
+    /// Did the backend answer its last call or [`Store::check`]?
+    pub fn available(&self) -> bool {
+        self.inner.available.load(Ordering::Relaxed)
+    }
+
+    /// Is the store somewhere other than a local directory (a bucket)?
+    pub fn is_remote(&self) -> bool {
+        self.backend().local_dir().is_none()
     }
 
     /// The local directory, when the store is one (for the status page).
@@ -476,7 +564,17 @@ impl Store {
             }
         };
         let object = match self.backend().open_object(&entry.digest) {
-            Ok(o) => o,
+            Ok(o) => {
+                self.inner.available.store(true, Ordering::Relaxed);
+                o
+            }
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                // The backend did not answer (an S3 outage): the entry
+                // stays; the request fails rather than refetching.
+                tracing::warn!(key, error = %e, "the store did not answer");
+                self.inner.available.store(false, Ordering::Relaxed);
+                return None;
+            }
             Err(e) => {
                 tracing::warn!(key, error = %e, "object missing; dropping its entry");
                 drop(st);
@@ -619,16 +717,35 @@ impl Store {
     }
 
     fn commit_blocking(&self, file: File, src: &Path, entry: Entry, sums: &Sums) -> Result<()> {
+        let put = |file: File| {
+            self.backend()
+                .put_object(src, file, &entry.digest, &sums.encode())
+                .map_err(|e| {
+                    Error::io(
+                        format!("storing sha256:{} in {}", entry.digest, self.describe()),
+                        e,
+                    )
+                })
+        };
+        // An upload (S3) runs before the lock, so replicas do not wait on
+        // each other's uploads; under the lock the object is checked again
+        // (another replica may have deleted it meanwhile) and uploaded
+        // again if it went.
+        let early = if self.backend().upload_outside_lock() {
+            let f = file
+                .try_clone()
+                .map_err(|e| Error::io("reopening a fill", e))?;
+            Some(put(f)?)
+        } else {
+            None
+        };
         let lock = self.lock_store()?;
-        let existed = self
-            .backend()
-            .put_object(src, file, &entry.digest, &sums.encode())
-            .map_err(|e| {
-                Error::io(
-                    format!("storing sha256:{} in {}", entry.digest, self.describe()),
-                    e,
-                )
-            })?;
+        let existed = match early {
+            Some(existed) if self.backend().object_len(&entry.digest) == Some(entry.size) => {
+                existed
+            }
+            _ => put(file)?,
+        };
         if let Err(e) = self.put_entry_locked(&lock, entry.clone()) {
             // No index entry: the object must not stay behind as an orphan
             // (unless another key, here or in another process, names it).
@@ -807,12 +924,28 @@ impl Store {
             }
             self.inner.max_size.is_some_and(|m| st.total > m)
         };
-        // A burst's objects become evictable as their readers leave.
-        if over && !self.inner.evicting.swap(true, Ordering::AcqRel) {
+        // A burst's objects become evictable as their readers leave. One
+        // eviction runs at a time; a release during it asks for another
+        // round, so the last reader to leave is never missed.
+        if !over {
+            return;
+        }
+        self.inner.evict_again.store(true, Ordering::Release);
+        if !self.inner.evicting.swap(true, Ordering::AcqRel) {
             let store = self.clone();
             let run = move || {
-                store.evict(None);
-                store.inner.evicting.store(false, Ordering::Release);
+                loop {
+                    store.inner.evict_again.store(false, Ordering::Release);
+                    store.evict(None);
+                    store.inner.evicting.store(false, Ordering::Release);
+                    // A release between the round and the flag: go again
+                    // unless that release started its own round.
+                    if !store.inner.evict_again.load(Ordering::Acquire)
+                        || store.inner.evicting.swap(true, Ordering::AcqRel)
+                    {
+                        break;
+                    }
+                }
             };
             match tokio::runtime::Handle::try_current() {
                 Ok(h) => {
@@ -1249,7 +1382,7 @@ mod tests {
         }
         assert_eq!(store.total_size(), 24, "every object has a reader");
         drop(held);
-        for _ in 0..200 {
+        for _ in 0..1000 {
             if store.total_size() <= 13 {
                 break;
             }

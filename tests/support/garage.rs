@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use sha2::Digest;
+
 use super::{Proc, free_port, optional_tool};
 
 /// The `garage` binary, or `None` (SKIP) unless `TALOS_GEN_REQUIRE_REFERENCE=1`.
@@ -167,6 +169,105 @@ api_bind_addr = "127.0.0.1:{s3_port}"
     /// The S3 endpoint of node `i` (path-style: `{endpoint}/{bucket}/{key}`).
     pub fn endpoint(&self, i: usize) -> String {
         format!("http://127.0.0.1:{}", self.nodes[i].s3_port)
+    }
+
+    /// curl through node `i` with SigV4 for the cluster's key (`-sS`,
+    /// `--max-time 30`); `payload` is the body's SHA-256 (hex), which S3
+    /// wants in `x-amz-content-sha256` (curl signs it with the other
+    /// headers). `path` is `/<bucket>/<key>` or `/<bucket>?query`.
+    pub fn curl(&self, i: usize, payload: &str, args: &[&str], path: &str) -> Output {
+        Command::new(super::require_tool("curl"))
+            .args(["-sS", "--max-time", "30"])
+            .arg("-H")
+            .arg(format!("x-amz-content-sha256: {payload}"))
+            .arg("--aws-sigv4")
+            .arg(format!("aws:amz:{}:s3", self.region))
+            .arg("--user")
+            .arg(format!("{}:{}", self.key_id, self.secret))
+            .args(args)
+            .arg(format!("{}{path}", self.endpoint(i)))
+            .stdin(Stdio::null())
+            .output()
+            .expect("running curl")
+    }
+
+    /// The keys under `prefix` in the bucket (ListObjectsV2 through node `i`).
+    pub fn list(&self, i: usize, prefix: &str) -> Vec<String> {
+        let empty = hex::encode(sha2::Sha256::digest(b""));
+        let mut keys = Vec::new();
+        let mut token = String::new();
+        loop {
+            let mut q = format!(
+                "/{}?list-type=2&prefix={}",
+                self.bucket,
+                prefix.replace('/', "%2F")
+            );
+            if !token.is_empty() {
+                q.push_str(&format!("&continuation-token={token}"));
+            }
+            let out = self.curl(i, &empty, &["--fail-with-body"], &q);
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "list {prefix}: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            for part in text.split("<Key>").skip(1) {
+                keys.push(part.split("</Key>").next().unwrap_or("").to_string());
+            }
+            match text.split_once("<NextContinuationToken>") {
+                Some((_, rest)) => {
+                    token = rest
+                        .split("</NextContinuationToken>")
+                        .next()
+                        .unwrap_or("")
+                        .to_string();
+                    token = token
+                        .replace('+', "%2B")
+                        .replace('/', "%2F")
+                        .replace('=', "%3D");
+                }
+                None => return keys,
+            }
+        }
+    }
+
+    /// The object `key` of the bucket, through node `i`.
+    pub fn get(&self, i: usize, key: &str) -> Vec<u8> {
+        let empty = hex::encode(sha2::Sha256::digest(b""));
+        let out = self.curl(
+            i,
+            &empty,
+            &["--fail-with-body"],
+            &format!("/{}/{key}", self.bucket),
+        );
+        assert!(
+            out.status.success(),
+            "GET {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// Write `body` as the object `key` (a plain PUT through node `i`).
+    pub fn put(&self, i: usize, key: &str, body: &[u8]) {
+        let f = self.dir.path().join(format!("put-{}", rand_name()));
+        std::fs::write(&f, body).unwrap();
+        let sha = hex::encode(sha2::Sha256::digest(body));
+        let data = format!("@{}", f.display());
+        let out = self.curl(
+            i,
+            &sha,
+            &["--fail-with-body", "-X", "PUT", "--data-binary", &data],
+            &format!("/{}/{key}", self.bucket),
+        );
+        let _ = std::fs::remove_file(&f);
+        assert!(
+            out.status.success(),
+            "PUT {key}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Every node's S3 endpoint.
@@ -334,6 +435,16 @@ api_bind_addr = "127.0.0.1:{s3_port}"
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+fn rand_name() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// The value after `label` on its line of `garage key create`'s table.

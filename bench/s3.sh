@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Benchmark of the S3 store backend, side by side, in one run, on loopback,
+# against a one-node Garage (replication factor 1: the bench measures
+# talos-gen, not Garage's replication):
+#   1. cached serving: whole GETs of a stored artifact through talos-gen
+#      (`serve --store s3://...`, every 1 MiB chunk a ranged GET, checked)
+#      vs a direct ranged GET (`-r 0-`) of the same object from Garage
+#      (curl --aws-sigv4);
+#   2. a cold burst of 16 clients spread over two replicas on one bucket,
+#      behind a rate-limited upstream (nginx limit_rate), vs one plain
+#      download from that upstream; upstream transfers counted;
+#   3. anonymous memory (RssAnon, peak of 10 samples a second) per replica
+#      during the burst (the bound: under 64 MiB).
+# Prints ratios. Needs: garage (cargo install garage), nginx, curl, xz; a
+# release build (cargo build --release; TALOS_GEN_BIN for another binary).
+# Usage: bench/s3.sh [SIZE_MIB] [RATE]   (defaults 64, 25m)
+set -euo pipefail
+
+SIZE_MIB=${1:-64}
+RATE=${2:-25m}
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${TALOS_GEN_BIN:-$HERE/target/release/talos-gen}
+GARAGE=${GARAGE:-$(command -v garage || echo "$HOME/.cargo/bin/garage")}
+for t in nginx curl xz "$GARAGE"; do
+  command -v "$t" >/dev/null || { echo "missing tool: $t" >&2; exit 2; }
+done
+[ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN)" >&2; exit 2; }
+
+. "$HERE/bench/lib.sh"
+W=$WORK
+
+S=376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba
+V=v1.13.6
+A=openstack-amd64.raw.xz
+P=/image/$S/$V/$A
+
+echo "# generating a ${SIZE_MIB} MiB artifact (xz of random data)"
+mkdir -p "$W/root/image/$S/$V"
+head -c $((SIZE_MIB << 20)) /dev/urandom | xz -0 -T2 -c > "$W/root$P"
+LEN=$(stat -c %s "$W/root$P")
+SHA=$(sha256sum "$W/root$P" | cut -d' ' -f1)
+
+echo "# garage: one node"
+GP=$(free_port); GS=$(free_port)
+mkdir -p "$W/garage/meta" "$W/garage/data"
+cat > "$W/garage/garage.toml" <<EOF
+metadata_dir = "$W/garage/meta"
+data_dir = "$W/garage/data"
+db_engine = "lmdb"
+replication_factor = 1
+rpc_bind_addr = "127.0.0.1:$GP"
+rpc_public_addr = "127.0.0.1:$GP"
+rpc_secret = "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+[s3_api]
+s3_region = "us-east-1"
+api_bind_addr = "127.0.0.1:$GS"
+EOF
+g() { RUST_LOG=warn "$GARAGE" -c "$W/garage/garage.toml" "$@"; }
+RUST_LOG=warn "$GARAGE" -c "$W/garage/garage.toml" server > "$W/garage/log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 200); do g node id -q >/dev/null 2>&1 && break; sleep 0.1; done
+ID=$(g node id -q | cut -d@ -f1)
+g layout assign -z z0 -c 1G "$ID" >/dev/null
+g layout apply --version 1 >/dev/null
+for _ in $(seq 100); do g bucket create talos-gen >/dev/null 2>&1 && break; sleep 0.2; done
+KEY=$(g key create bench)
+export AWS_ACCESS_KEY_ID=$(awk '/Key ID:/{print $3}' <<<"$KEY")
+export AWS_SECRET_ACCESS_KEY=$(awk '/Secret key:/{print $3}' <<<"$KEY")
+g bucket allow --read --write --owner talos-gen --key bench >/dev/null
+EP=http://127.0.0.1:$GS
+
+echo "# nginx as the factory (limit_rate $RATE)"
+NP=$(free_port)
+mkdir -p "$W/nginx"
+cat > "$W/nginx/nginx.conf" <<EOF
+daemon off;
+worker_processes 1;
+user root;
+error_log $W/nginx/error.log;
+pid $W/nginx/nginx.pid;
+events { worker_connections 1024; }
+http {
+  access_log $W/nginx/access.log;
+  client_body_temp_path $W/nginx/body;
+  server { listen 127.0.0.1:$NP; root $W/root; limit_rate $RATE; }
+}
+EOF
+nginx -c "$W/nginx/nginx.conf" -p "$W/nginx" &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$NP/"
+
+replica() { # name -> port
+  local port; port=$(free_port)
+  mkdir -p "$W/$1"
+  "$BIN" serve --listen "127.0.0.1:$port" --cache-dir "$W/$1" \
+    --factory-url "http://127.0.0.1:$NP" --store s3://talos-gen/store --s3-endpoint "$EP" \
+    > "$W/$1.log" 2>&1 &
+  PIDS+=($!)
+  eval "PID_$1=$!"
+  wait_http "http://127.0.0.1:$port/healthz"
+  echo "$port"
+}
+R1=$(replica one); R2=$(replica two)
+PID1=$(pgrep -f -- "--cache-dir $W/one" | head -1); PID2=$(pgrep -f -- "--cache-dir $W/two" | head -1)
+
+secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", b-a}'; }
+now() { date +%s.%N; }
+
+echo "# cold: one plain download from the upstream"
+t0=$(now); curl -sf -o /dev/null "http://127.0.0.1:$NP$P"; t1=$(now)
+PLAIN=$(secs "$t0" "$t1")
+: > "$W/nginx/access.log"
+
+echo "# cold: 16 clients over two replicas"
+peak() { local p=$1 m=0 v; while kill -0 "$p" 2>/dev/null && [ ! -e "$W/done" ]; do
+  v=$(status_kib "$p" RssAnon); [ "${v:-0}" -gt "$m" ] && m=$v; sleep 0.1; done; echo "$m"; }
+peak "$PID1" > "$W/peak1" & MON1=$!
+peak "$PID2" > "$W/peak2" & MON2=$!
+t0=$(now)
+CL=()
+for i in $(seq 16); do
+  port=$R1; [ $((i % 2)) -eq 0 ] && port=$R2
+  curl -sf -o "$W/c$i" "http://127.0.0.1:$port$P" & CL+=($!)
+done
+for p in "${CL[@]}"; do wait "$p"; done
+t1=$(now)
+touch "$W/done"; wait $MON1 $MON2
+BURST=$(secs "$t0" "$t1")
+for i in $(seq 16); do [ "$(sha256sum < "$W/c$i" | cut -d' ' -f1)" = "$SHA" ] || { echo "client $i: wrong bytes" >&2; exit 1; }; done
+TRANSFERS=$(grep -c "GET $P" "$W/nginx/access.log" || true)
+rm -f "$W"/c*
+
+echo "# cached: whole GETs through talos-gen vs direct ranged GETs from Garage (5 each)"
+for _ in $(seq 100); do  # the commit follows the last byte
+  curl -s -o /dev/null -w '%{http_code}' --aws-sigv4 aws:amz:us-east-1:s3 \
+    --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+    -H "x-amz-content-sha256: $(printf '' | sha256sum | cut -d' ' -f1)" \
+    -I "$EP/talos-gen/store/objects/sha256/$SHA" | grep -q 200 && break; sleep 0.1
+done
+best() { sort -n | head -1; }
+TG=$(for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$R2$P"; done | best)
+GA=$(for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' -r 0- --aws-sigv4 aws:amz:us-east-1:s3 \
+  --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+  -H "x-amz-content-sha256: $(printf '' | sha256sum | cut -d' ' -f1)" \
+  "$EP/talos-gen/store/objects/sha256/$SHA"; done | best)
+
+echo
+echo "artifact $LEN bytes; upstream limit_rate $RATE"
+awk -v tg="$TG" -v ga="$GA" -v n="$LEN" 'BEGIN{printf "cached: talos-gen from the bucket %.1f MiB/s, direct ranged GET from Garage %.1f MiB/s, ratio %.3f\n", n/tg/1048576, n/ga/1048576, ga/tg}'
+awk -v b="$BURST" -v p="$PLAIN" -v t="$TRANSFERS" 'BEGIN{printf "cold burst: 16 clients over 2 replicas done in %.3fs, one plain download %.3fs, ratio %.3f; upstream transfers %d (at most one per replica)\n", b, p, b/p, t}'
+echo "memory during the burst: RssAnon peak replica one $(cat "$W/peak1") KiB, replica two $(cat "$W/peak2") KiB (bound 65536 KiB)"
