@@ -38,6 +38,22 @@ Examples:
 A directory is written in place (each file renamed into place; unchanged files kept);
 a non-empty one without talos-gen-export.json is refused (exit 1).";
 
+const CERT_EXAMPLES: &str = "\
+Validity: the CA 3650 days (ten years), the server certificate 825 days; both ECDSA P-256.
+The keys are written mode 0600.
+
+Examples:
+  # a CA and a certificate for the name and address the workers use
+  talos-gen mirror cert --output-dir tls --name talos-gen.example --name 10.0.0.10
+  talos-gen serve --listen :8443 --tls-cert tls/tls.crt --tls-key tls/tls.key
+
+  # renew the server certificate from the same CA (the workers keep trusting ca.crt)
+  mv tls/tls.crt tls/tls.crt.old; mv tls/tls.key tls/tls.key.old
+  talos-gen mirror cert --output-dir tls --name talos-gen.example --name 10.0.0.10
+
+  # the workers trust it
+  talos-gen machineconfig ... --air-gap-mirror https://talos-gen.example:8443 --mirror-ca tls/ca.crt";
+
 #[derive(Debug, Subcommand)]
 pub enum MirrorCommand {
     /// Fetch everything the config names into the store.
@@ -136,6 +152,20 @@ pub enum MirrorCommand {
         /// Export only what this mirror config names (default: everything stored).
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: Option<String>,
+    },
+    /// Write a CA and a server certificate for `serve --tls-cert/--tls-key`.
+    #[command(after_help = CERT_EXAMPLES)]
+    Cert {
+        /// Where ca.crt, ca.key, tls.crt and tls.key go (created when missing).
+        /// With ca.crt and ca.key already there, only a new tls.crt/tls.key
+        /// is issued from that CA; an existing tls.crt or tls.key is refused
+        /// (exit 1): no file is ever overwritten.
+        #[arg(long, value_name = "DIR")]
+        output_dir: String,
+        /// A host name or IP address the mirror is reached at (a subject
+        /// alternative name of tls.crt); repeatable or comma-separated.
+        #[arg(long, value_name = "HOST_OR_IP", required = true, value_delimiter = ',')]
+        name: Vec<String>,
     },
     /// Verify and add the objects of an exported tar file.
     Import {
@@ -314,6 +344,28 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 r.keys,
                 r.objects,
                 mirror::sync::human(r.bytes)
+            );
+            Ok(0)
+        }
+        MirrorCommand::Cert { output_dir, name } => {
+            let r = mirror::cert::issue(Path::new(&output_dir), &name)?;
+            let until = r
+                .not_after
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default();
+            println!(
+                "mirror cert: {} for {} (valid until {until}){}",
+                r.written
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                name.join(", "),
+                if r.reused_ca {
+                    format!(", issued by the CA already in {output_dir}")
+                } else {
+                    String::new()
+                }
             );
             Ok(0)
         }

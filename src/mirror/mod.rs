@@ -10,6 +10,7 @@
 
 pub mod bundle;
 pub mod carriers;
+pub mod cert;
 pub mod config;
 pub mod progress;
 pub mod report;
