@@ -38,6 +38,20 @@ Examples:
 A directory is written in place (each file renamed into place; unchanged files kept);
 a non-empty one without talos-gen-export.json is refused (exit 1).";
 
+const PRUNE_EXAMPLES: &str = "\
+Only what the mirror job pinned (disk images, talosctl binaries, installers and images with
+their signatures, the factory's documents) is removed; serve's own cache is left to
+--cache-max-size, schematics stay. A blob another kept image still names stays. Refused
+(exit 1, nothing removed) while the store does not hold everything the config names.
+
+Examples:
+  # a Talos release dropped from mirror.yaml: what would go, then remove it
+  talos-gen mirror prune --config mirror.yaml --cache-dir /var/cache/talos-gen --dry-run
+  talos-gen mirror prune --config mirror.yaml --cache-dir /var/cache/talos-gen
+
+  # nightly: sync, then prune only when the sync succeeded
+  talos-gen mirror sync --config mirror.yaml --cache-dir /var/cache/talos-gen --prune";
+
 const CERT_EXAMPLES: &str = "\
 Validity: the CA 3650 days (ten years), the server certificate 825 days; both ECDSA P-256.
 The keys are written mode 0600.
@@ -104,6 +118,30 @@ pub enum MirrorCommand {
             value_delimiter = ' '
         )]
         cosign_key: Vec<String>,
+        /// Support-matrix data file for `workers:` (default: the embedded one).
+        #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
+        matrix: Option<String>,
+        /// After a sync with no failure, remove what the mirror job stored
+        /// and the config no longer names (as `mirror prune`); a failed
+        /// sync never prunes (default: false).
+        #[arg(long, env = "TALOS_GEN_PRUNE")]
+        prune: bool,
+        /// With --prune: list what would go, remove nothing.
+        #[arg(long, requires = "prune")]
+        dry_run: bool,
+    },
+    /// Remove what the mirror job stored and the config no longer names.
+    #[command(after_help = PRUNE_EXAMPLES)]
+    Prune {
+        /// The mirror config whose items are kept.
+        #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
+        config: String,
+        /// The store directory.
+        #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
+        cache_dir: String,
+        /// List what would go and how many bytes; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
         /// Support-matrix data file for `workers:` (default: the embedded one).
         #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
         matrix: Option<String>,
@@ -178,6 +216,24 @@ pub enum MirrorCommand {
     },
 }
 
+/// One line per key that goes (or would), then the total.
+fn print_prune(r: &crate::mirror::PruneReport) {
+    let human = crate::mirror::sync::human;
+    let verb = if r.dry_run { "would remove" } else { "removed" };
+    for (k, size) in &r.keys {
+        println!("{verb} {k} ({})", human(*size));
+    }
+    println!(
+        "mirror prune{}: {} keys {verb}, {} objects ({}) {}; {} mirrored keys kept",
+        if r.dry_run { " --dry-run" } else { "" },
+        r.keys.len(),
+        r.objects,
+        human(r.bytes),
+        if r.dry_run { "would be freed" } else { "freed" },
+        r.kept
+    );
+}
+
 /// The config (with `--matrix` for `workers:`); its notes go to stderr.
 fn load_config(path: &str, matrix: Option<&str>) -> crate::Result<crate::mirror::Config> {
     let m = crate::matrix::Matrix::load(matrix.map(std::path::Path::new))?;
@@ -212,6 +268,8 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             upstream,
             cosign_key,
             matrix,
+            prune,
+            dry_run,
         } => {
             if concurrency == 0 {
                 return Err(crate::Error::bad_input("--concurrency: must be at least 1"));
@@ -238,12 +296,6 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             };
             let rt = rt()?;
             let report = rt.block_on(mirror::sync(&cfg, Path::new(&cache_dir), &opts))?;
-            // Kept in the store for serve's status page; a failure here
-            // does not undo the sync.
-            let status = mirror::report::SyncStatus::from_report(&report);
-            if let Err(e) = rt.block_on(mirror::report::write_to(Path::new(&cache_dir), &status)) {
-                eprintln!("talos-gen: mirror sync: keeping the result for the status page: {e}");
-            }
             println!("{}", report.summary());
             let failed = report.failed();
             // Each failed item was printed once, with its reason, as it ended.
@@ -254,7 +306,44 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                     report.items.len() + report.factory.len()
                 );
             }
+            let store = mirror::bundle::open_store(Path::new(&cache_dir))?;
+            let mut pruned = Ok(());
+            if prune && failed.is_empty() {
+                pruned = rt
+                    .block_on(mirror::prune(&store, &cfg, dry_run))
+                    .map(|r| print_prune(&r));
+            } else if prune {
+                eprintln!("talos-gen: mirror sync: --prune: the sync failed; nothing pruned");
+            }
+            // Kept in the store for serve's status page; a failure here
+            // does not undo the sync.
+            let mut status = mirror::report::SyncStatus::from_report(&report);
+            status.releases = mirror::holdings(&store, &cfg);
+            if let Err(e) = rt.block_on(mirror::report::write(&store, &status)) {
+                eprintln!("talos-gen: mirror sync: keeping the result for the status page: {e}");
+            }
+            pruned?;
             Ok(if failed.is_empty() { 0 } else { 1 })
+        }
+        MirrorCommand::Prune {
+            config,
+            cache_dir,
+            dry_run,
+            matrix,
+        } => {
+            let cfg = load_config(&config, matrix.as_deref())?;
+            let store = mirror::bundle::open_store(Path::new(&cache_dir))?;
+            let rt = rt()?;
+            let r = rt.block_on(mirror::prune(&store, &cfg, dry_run))?;
+            print_prune(&r);
+            // The status page's per-release holdings follow.
+            if !dry_run && let Some(mut status) = mirror::report::read(&store) {
+                status.releases = mirror::holdings(&store, &cfg);
+                if let Err(e) = rt.block_on(mirror::report::write(&store, &status)) {
+                    eprintln!("talos-gen: mirror prune: updating the status page's holdings: {e}");
+                }
+            }
+            Ok(0)
         }
         MirrorCommand::Plan {
             config,

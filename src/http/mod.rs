@@ -135,6 +135,16 @@ pub fn routes() -> Vec<(&'static str, &'static [u16], MethodRouter<AppState>)> {
             get(image::get_image),
         ),
         (
+            "/talosctl/{version}/{path}",
+            &[200, 206],
+            get(image::get_talosctl),
+        ),
+        (
+            "/pxe/{schematic}/{version}/{path}",
+            &[200],
+            get(factory::pxe),
+        ),
+        (
             "/api/v1/machineconfig",
             &[200],
             post(machineconfig::generate),

@@ -35,7 +35,7 @@ pub struct ExportReport {
 }
 
 /// The store at `cache_dir`, which must be one (an export never creates it).
-pub(super) fn open_store(cache_dir: &Path) -> Result<Store> {
+pub fn open_store(cache_dir: &Path) -> Result<Store> {
     if !cache_dir.join("index").is_dir() {
         return Err(Error::bad_input(format!(
             "--cache-dir {}: not a talos-gen store",
