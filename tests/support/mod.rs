@@ -27,6 +27,7 @@
 
 pub mod bad_upstream;
 pub mod cli;
+pub mod containerd;
 pub mod curl;
 pub mod factory;
 pub mod nginx;

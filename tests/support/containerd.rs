@@ -1,0 +1,73 @@
+//! Debian's containerd with a private root, state and socket, and its
+//! `ctr` client (the same start-up `tests/registry_containerd.rs` uses);
+//! `None` with a SKIP line when it is absent or cannot start here.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::Proc;
+
+pub struct Containerd {
+    pub sock: String,
+    _proc: Proc,
+}
+
+pub fn start(dir: &Path) -> Option<Containerd> {
+    if Command::new("containerd").arg("--version").output().is_err()
+        || Command::new("ctr").arg("--version").output().is_err()
+    {
+        eprintln!("SKIP: containerd/ctr not installed (apt-get install -y containerd)");
+        return None;
+    }
+    let sock = dir.join("containerd.sock").display().to_string();
+    let cfg = format!(
+        "version = 2\nroot = \"{r}/root\"\nstate = \"{r}/state\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{r}/ttrpc.sock\"\n[debug]\n  address = \"{r}/debug.sock\"\n",
+        r = dir.display()
+    );
+    let cfg_path = dir.join("config.toml");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
+    let mut cmd = Command::new("containerd");
+    cmd.arg("--config").arg(&cfg_path).stdout(Stdio::null()).stderr(log);
+    let c = Containerd {
+        sock,
+        _proc: Proc::try_spawn("containerd", cmd).ok()?,
+    };
+    let start = Instant::now();
+    loop {
+        if c.ctr(&["version"]).status.success() {
+            return Some(c);
+        }
+        if start.elapsed() > Duration::from_secs(15) {
+            eprintln!(
+                "SKIP: containerd did not start here: {}",
+                std::fs::read_to_string(dir.join("containerd.log")).unwrap_or_default()
+            );
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl Containerd {
+    pub fn ctr(&self, args: &[&str]) -> std::process::Output {
+        Command::new("ctr")
+            .args(["--address", &self.sock])
+            .args(args)
+            .output()
+            .expect("run ctr")
+    }
+}
+
+/// `DIR/<registry>/hosts.toml` naming `mirror` as server and host, with
+/// `extra` lines in its host table (e.g. `ca = "/path/ca.crt"`).
+pub fn hosts_toml(dir: &Path, registry: &str, mirror: &str, extra: &str) {
+    let d = dir.join(registry);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("hosts.toml"),
+        format!("server = \"{mirror}\"\n\n[host.\"{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n{extra}"),
+    )
+    .unwrap();
+}
