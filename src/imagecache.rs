@@ -776,7 +776,13 @@ mod tests {
         assert_eq!(k.store_key(), "talosctl/v1.11.0/talosctl-linux-amd64");
         let k = TalosctlKey::from_platform("v1.11.0", "windows-amd64").unwrap();
         assert_eq!(k.path(), "/talosctl/v1.11.0/talosctl-windows-amd64.exe");
-        for bad in ["talosctl", "talosctl-linux", "linux-amd64", "talosctl-../x", "talosctl-Linux-amd64"] {
+        for bad in [
+            "talosctl",
+            "talosctl-linux",
+            "linux-amd64",
+            "talosctl-../x",
+            "talosctl-Linux-amd64",
+        ] {
             assert!(TalosctlKey::parse("v1.11.0", bad).is_err(), "{bad}");
         }
     }
@@ -784,15 +790,24 @@ mod tests {
     #[test]
     fn pxe_documents_and_rewrites() {
         let d = FactoryDoc::pxe(S, "1.13.6", "metal-amd64").unwrap();
-        assert_eq!(d.store_key(), format!("factory/pxe/{S}/v1.13.6/metal-amd64"));
+        assert_eq!(
+            d.store_key(),
+            format!("factory/pxe/{S}/v1.13.6/metal-amd64")
+        );
         assert!(d.is_pxe());
         assert!(d.check(b"#!ipxe\nboot\n").is_ok());
         assert!(d.check(b"<html>").is_err());
         for bad in ["metal", "metal-amd64.iso", "../x", "metal-x86"] {
             assert!(FactoryDoc::pxe(S, "v1.13.6", bad).is_err(), "{bad}");
         }
-        assert_eq!(pxe_assets("metal-arm64"), ["kernel-arm64", "initramfs-arm64.xz"]);
-        assert_eq!(pxe_assets("metal-amd64-secureboot"), ["metal-amd64-secureboot-uki.efi"]);
+        assert_eq!(
+            pxe_assets("metal-arm64"),
+            ["kernel-arm64", "initramfs-arm64.xz"]
+        );
+        assert_eq!(
+            pxe_assets("metal-amd64-secureboot"),
+            ["metal-amd64-secureboot-uki.efi"]
+        );
         let script = "#!ipxe\n\nimgfree\nkernel https://pxe.factory.talos.dev/image/x/v1/kernel-amd64 talos.platform=metal https://other/keep\ninitrd https://pxe.factory.talos.dev/image/x/v1/initramfs-amd64.xz\nboot\n";
         assert_eq!(
             rewrite_pxe(script, "https://m.example:8443/base"),

@@ -454,8 +454,7 @@ fn mirror_ca_is_schema_valid_in_both_forms() {
         req.install_image = None;
         req.schematic = Some(schematic.into());
         req.air_gap_mirror = Some("https://talos-gen.example:8443".into());
-        req.registry_mirror =
-            vec!["ghcr.io=https://ghcr.example/v2,http://10.0.0.1:5000".into()];
+        req.registry_mirror = vec!["ghcr.io=https://ghcr.example/v2,http://10.0.0.1:5000".into()];
         req.mirror_ca = Some(ca.clone());
         let out = machineconfig::generate(&req).unwrap_or_else(|e| panic!("v1.{minor}: {e}"));
         schemas.check(minor, &out.config, &format!("mirror ca v1.{minor}"));
@@ -463,9 +462,14 @@ fn mirror_ca_is_schema_valid_in_both_forms() {
         let indented: String = ca.lines().map(|l| format!("    {l}\n")).collect();
         if minor >= 12 {
             // One document per https endpoint host, after the mirrors, by name.
-            let tls = |host: &str| format!("kind: RegistryTLSConfig\nname: {host}\nca: |\n{indented}");
-            let a = c.find(&tls("ghcr.example")).unwrap_or_else(|| panic!("v1.{minor}:\n{c}"));
-            let b = c.find(&tls("talos-gen.example:8443")).unwrap_or_else(|| panic!("v1.{minor}:\n{c}"));
+            let tls =
+                |host: &str| format!("kind: RegistryTLSConfig\nname: {host}\nca: |\n{indented}");
+            let a = c
+                .find(&tls("ghcr.example"))
+                .unwrap_or_else(|| panic!("v1.{minor}:\n{c}"));
+            let b = c
+                .find(&tls("talos-gen.example:8443"))
+                .unwrap_or_else(|| panic!("v1.{minor}:\n{c}"));
             let last_mirror = c.rfind("kind: RegistryMirrorConfig").unwrap();
             assert!(last_mirror < a && a < b, "v1.{minor}: order:\n{c}");
             assert_eq!(c.matches("kind: RegistryTLSConfig").count(), 2, "{c}");
@@ -475,7 +479,9 @@ fn mirror_ca_is_schema_valid_in_both_forms() {
             let b64 = base64::engine::general_purpose::STANDARD.encode(&ca);
             for host in ["ghcr.example", "talos-gen.example:8443"] {
                 assert!(
-                    c.contains(&format!("            {host}:\n                tls:\n                    ca: {b64}\n")),
+                    c.contains(&format!(
+                        "            {host}:\n                tls:\n                    ca: {b64}\n"
+                    )),
                     "v1.{minor} {host}:\n{c}"
                 );
             }

@@ -49,10 +49,22 @@ impl Fx {
                 "#!ipxe\n\nimgfree\nkernel https://pxe.factory.talos.dev/image/{ID}/{v}/kernel-amd64 talos.platform=metal console=tty0\ninitrd https://pxe.factory.talos.dev/image/{ID}/{v}/initramfs-amd64.xz\nboot\n"
             );
             for (path, body) in [
-                (format!("image/{ID}/{v}/metal-amd64.iso"), random_bytes(MIB + 11, s + 1)),
-                (format!("image/{ID}/{v}/kernel-amd64"), random_bytes(MIB / 2, s + 2)),
-                (format!("image/{ID}/{v}/initramfs-amd64.xz"), xz(&random_bytes(MIB, s + 3))),
-                (format!("talosctl/{v}/talosctl-linux-amd64"), random_bytes(MIB + 5, s + 4)),
+                (
+                    format!("image/{ID}/{v}/metal-amd64.iso"),
+                    random_bytes(MIB + 11, s + 1),
+                ),
+                (
+                    format!("image/{ID}/{v}/kernel-amd64"),
+                    random_bytes(MIB / 2, s + 2),
+                ),
+                (
+                    format!("image/{ID}/{v}/initramfs-amd64.xz"),
+                    xz(&random_bytes(MIB, s + 3)),
+                ),
+                (
+                    format!("talosctl/{v}/talosctl-linux-amd64"),
+                    random_bytes(MIB + 5, s + 4),
+                ),
                 (format!("pxe/{ID}/{v}/metal-amd64"), pxe.into_bytes()),
             ] {
                 let p = root.join(&path);
@@ -153,11 +165,19 @@ async fn dropping_a_release_prunes_only_what_it_alone_named() {
 
     // The old release dropped. A sync that fails (an asset the factory
     // does not have) never prunes, whatever --prune says.
-    let failing = fx.config("failing.yaml", &[NEW], &["metal-amd64.iso", "openstack-amd64.raw.xz"]);
+    let failing = fx.config(
+        "failing.yaml",
+        &[NEW],
+        &["metal-amd64.iso", "openstack-amd64.raw.xz"],
+    );
     let keys = fx.key_count();
     let o = fx.talos_gen(&["sync", "--prune"], &failing);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(text(&o).contains("the sync failed; nothing pruned"), "{}", text(&o));
+    assert!(
+        text(&o).contains("the sync failed; nothing pruned"),
+        "{}",
+        text(&o)
+    );
     assert!(fx.key_count() >= keys, "nothing removed");
     // Nor does prune while the store lacks part of the config.
     let o = fx.talos_gen(&["prune"], &failing);
@@ -183,9 +203,17 @@ async fn dropping_a_release_prunes_only_what_it_alone_named() {
             "{key}:\n{out}"
         );
     }
-    assert!(out.contains(&format!("would remove oci/tag/installer/installer/{ID}:{OLD}")), "{out}");
+    assert!(
+        out.contains(&format!(
+            "would remove oci/tag/installer/installer/{ID}:{OLD}"
+        )),
+        "{out}"
+    );
     for d in &old_only {
-        assert!(out.contains(&format!("would remove oci/blob/{d}")), "{d}:\n{out}");
+        assert!(
+            out.contains(&format!("would remove oci/blob/{d}")),
+            "{d}:\n{out}"
+        );
     }
     for d in &shared {
         assert!(!out.contains(d), "shared blob {d} must stay:\n{out}");
@@ -207,12 +235,19 @@ async fn dropping_a_release_prunes_only_what_it_alone_named() {
     let summary = out.lines().last().unwrap().to_string();
     assert!(summary.starts_with("mirror prune --dry-run: "), "{summary}");
     let human = indicatif::HumanBytes(old_bytes as u64).to_string();
-    assert!(summary.contains(&format!("({human}) would be freed")), "{summary} vs {human}");
+    assert!(
+        summary.contains(&format!("({human}) would be freed")),
+        "{summary} vs {human}"
+    );
 
     // Now for real, through sync --prune (the sync succeeds first).
     let o = fx.talos_gen(&["sync", "--prune"], &new_cfg);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains(&format!("({human}) freed")), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("({human}) freed")),
+        "{}",
+        text(&o)
+    );
     for d in &old_only {
         assert!(!fx.has_object(d), "{d} removed");
     }
@@ -226,7 +261,11 @@ async fn dropping_a_release_prunes_only_what_it_alone_named() {
     // Again: nothing left to prune.
     let o = fx.talos_gen(&["prune"], &new_cfg);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("mirror prune: 0 keys removed"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("mirror prune: 0 keys removed"),
+        "{}",
+        text(&o)
+    );
 
     // verify is clean.
     let o = Command::new(env!("CARGO_BIN_EXE_talos-gen"))
@@ -235,7 +274,11 @@ async fn dropping_a_release_prunes_only_what_it_alone_named() {
         .output()
         .unwrap();
     assert!(o.status.success(), "verify: {}", text(&o));
-    assert!(text(&o).contains(" 0 bad, 0 entries dropped"), "{}", text(&o));
+    assert!(
+        text(&o).contains(" 0 bad, 0 entries dropped"),
+        "{}",
+        text(&o)
+    );
 
     // The kept release serves offline; the dropped one is gone.
     let svc = Service::builder()
@@ -260,21 +303,50 @@ async fn dropping_a_release_prunes_only_what_it_alone_named() {
     assert_eq!(r.status, 200);
     let script = String::from_utf8_lossy(&r.body);
     assert!(
-        script.contains(&format!("kernel {}/image/{ID}/{NEW}/kernel-amd64 talos.platform=metal", svc.url())),
+        script.contains(&format!(
+            "kernel {}/image/{ID}/{NEW}/kernel-amd64 talos.platform=metal",
+            svc.url()
+        )),
         "{script}"
     );
     assert!(!script.contains("pxe.factory.talos.dev"), "{script}");
-    let r = curl(&["-H", "X-Forwarded-Proto: https", "-H", "X-Forwarded-Host: talos-gen.example", &pxe]);
+    let r = curl(&[
+        "-H",
+        "X-Forwarded-Proto: https",
+        "-H",
+        "X-Forwarded-Host: talos-gen.example",
+        &pxe,
+    ]);
     let script = String::from_utf8_lossy(&r.body);
-    assert!(script.contains(&format!("initrd https://talos-gen.example/image/{ID}/{NEW}/initramfs-amd64.xz\n")), "{script}");
+    assert!(
+        script.contains(&format!(
+            "initrd https://talos-gen.example/image/{ID}/{NEW}/initramfs-amd64.xz\n"
+        )),
+        "{script}"
+    );
     // HEAD of a talosctl binary; ?filename= names an image download.
-    let r = curl(&["-I", &format!("{}/talosctl/{NEW}/talosctl-linux-amd64", svc.url())]);
+    let r = curl(&[
+        "-I",
+        &format!("{}/talosctl/{NEW}/talosctl-linux-amd64", svc.url()),
+    ]);
     assert_eq!(r.status, 200);
-    assert_eq!(r.header("content-length").as_deref(), Some(&*(MIB + 5).to_string()));
-    let r = curl(&[&format!("{}/image/{ID}/{NEW}/metal-amd64.iso?filename=talos.iso", svc.url())]);
+    assert_eq!(
+        r.header("content-length").as_deref(),
+        Some(&*(MIB + 5).to_string())
+    );
+    let r = curl(&[&format!(
+        "{}/image/{ID}/{NEW}/metal-amd64.iso?filename=talos.iso",
+        svc.url()
+    )]);
     assert_eq!(r.status, 200);
-    assert_eq!(r.header("content-disposition").as_deref(), Some("attachment; filename=\"talos.iso\""));
-    let r = curl(&[&format!("{}/image/{ID}/{NEW}/metal-amd64.iso?filename=a%22b", svc.url())]);
+    assert_eq!(
+        r.header("content-disposition").as_deref(),
+        Some("attachment; filename=\"talos.iso\"")
+    );
+    let r = curl(&[&format!(
+        "{}/image/{ID}/{NEW}/metal-amd64.iso?filename=a%22b",
+        svc.url()
+    )]);
     assert_eq!(r.status, 400);
     // The installer of the kept release, every platform, through skopeo.
     let dest = fx.path("skopeo");
@@ -282,14 +354,25 @@ async fn dropping_a_release_prunes_only_what_it_alone_named() {
     assert!(o.status.success(), "skopeo: {}", text(&o));
     let got = dir_contents(&dest);
     for b in &new_inst.blobs {
-        assert_eq!(got.get(b.digest.trim_start_matches("sha256:")), Some(&b.data));
+        assert_eq!(
+            got.get(b.digest.trim_start_matches("sha256:")),
+            Some(&b.data)
+        );
     }
-    let o = skopeo_copy(&svc.host(), &format!("installer/{ID}"), OLD, &fx.path("skopeo-old"));
+    let o = skopeo_copy(
+        &svc.host(),
+        &format!("installer/{ID}"),
+        OLD,
+        &fx.path("skopeo-old"),
+    );
     assert!(!o.status.success(), "the dropped installer is gone");
     // The status page: per release what is held.
     let r = curl(&[&format!("{}/", svc.url())]);
     let page = String::from_utf8_lossy(&r.body);
     assert!(page.contains("id=\"mirror-releases\""), "{page}");
-    assert!(page.contains(&format!("<td><code>{NEW}</code></td><td>5 of 5 items</td>")), "{page}");
+    assert!(
+        page.contains(&format!("<td><code>{NEW}</code></td><td>5 of 5 items</td>")),
+        "{page}"
+    );
     assert!(!page.contains(&format!("<code>{OLD}</code>")), "{page}");
 }

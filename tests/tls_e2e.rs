@@ -20,10 +20,23 @@ const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f27983329792
 fn cert(dir: &Path) {
     let d = dir.display().to_string();
     let o = run(
-        &["mirror", "cert", "--output-dir", &d, "--name", "127.0.0.1", "--name", "localhost"],
+        &[
+            "mirror",
+            "cert",
+            "--output-dir",
+            &d,
+            "--name",
+            "127.0.0.1",
+            "--name",
+            "localhost",
+        ],
         None,
     );
-    assert!(o.status.success(), "mirror cert: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "mirror cert: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// curl's exit code and body for `url` trusting `ca` (none: the system roots).
@@ -47,10 +60,22 @@ async fn curl_skopeo_and_ctr_pull_over_tls_and_a_renewed_pair_is_picked_up() {
     // Issued again into the same directory: refused, nothing replaced.
     let before = std::fs::read(tls.join("tls.crt")).unwrap();
     let o = run(
-        &["mirror", "cert", "--output-dir", &tls.display().to_string(), "--name", "x.example"],
+        &[
+            "mirror",
+            "cert",
+            "--output-dir",
+            &tls.display().to_string(),
+            "--name",
+            "x.example",
+        ],
         None,
     );
-    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(std::fs::read(tls.join("tls.crt")).unwrap(), before);
 
     // The factory (nginx) with one artifact, and a registry.
@@ -99,7 +124,11 @@ async fn curl_skopeo_and_ctr_pull_over_tls_and_a_renewed_pair_is_picked_up() {
         .arg(format!("dir:{}", dest.display()))
         .output()
         .unwrap();
-    assert!(o.status.success(), "skopeo: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "skopeo: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let got = dir_contents(&dest);
     for b in &installer.blobs {
         let name = b.digest.trim_start_matches("sha256:");
@@ -133,7 +162,11 @@ async fn curl_skopeo_and_ctr_pull_over_tls_and_a_renewed_pair_is_picked_up() {
         );
         for b in &kubelet.blobs {
             let o = cd.ctr(&["content", "get", &b.digest]);
-            assert!(o.stdout == b.data, "{} differs in containerd's store", b.digest);
+            assert!(
+                o.stdout == b.data,
+                "{} differs in containerd's store",
+                b.digest
+            );
         }
     }
 
@@ -155,9 +188,17 @@ async fn curl_skopeo_and_ctr_pull_over_tls_and_a_renewed_pair_is_picked_up() {
         std::thread::sleep(Duration::from_millis(200));
     }
     eprintln!("renewed pair served after {:?}", t0.elapsed());
-    assert_eq!(curl_tls(&health, Some(&ca)).0, 60, "the old CA no longer verifies it");
+    assert_eq!(
+        curl_tls(&health, Some(&ca)).0,
+        60,
+        "the old CA no longer verifies it"
+    );
     assert_eq!(svc.pid(), pid);
-    assert!(svc.log_text().contains("tls certificate reloaded"), "{}", svc.log_text());
+    assert!(
+        svc.log_text().contains("tls certificate reloaded"),
+        "{}",
+        svc.log_text()
+    );
 
     // A broken pair (a key of another certificate) keeps the one in use.
     let tls3 = work.path().join("tls3");
@@ -181,18 +222,38 @@ fn bad_tls_flags_are_one_line_and_exit_2() {
     let cakey = tls.join("ca.key").display().to_string();
     // The CA's key does not go with the server certificate.
     let o = run(
-        &["serve", "--listen", "127.0.0.1:0", "--cache-dir", &cache, "--tls-cert", &crt, "--tls-key", &cakey],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--cache-dir",
+            &cache,
+            "--tls-cert",
+            &crt,
+            "--tls-key",
+            &cakey,
+        ],
         None,
     );
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--tls-key") && err.contains("does not go with"), "{err}");
+    assert!(
+        err.contains("--tls-key") && err.contains("does not go with"),
+        "{err}"
+    );
     // One without the other: clap says so.
     let o = run(&["serve", "--cache-dir", &cache, "--tls-cert", &crt], None);
     assert_eq!(o.status.code(), Some(2));
     // --name that is no host: exit 2 naming it.
     let o = run(
-        &["mirror", "cert", "--output-dir", &work.path().join("x").display().to_string(), "--name", "a b"],
+        &[
+            "mirror",
+            "cert",
+            "--output-dir",
+            &work.path().join("x").display().to_string(),
+            "--name",
+            "a b",
+        ],
         None,
     );
     assert_eq!(o.status.code(), Some(2));

@@ -202,7 +202,12 @@ pub enum MirrorCommand {
         output_dir: String,
         /// A host name or IP address the mirror is reached at (a subject
         /// alternative name of tls.crt); repeatable or comma-separated.
-        #[arg(long, value_name = "HOST_OR_IP", required = true, value_delimiter = ',')]
+        #[arg(
+            long,
+            value_name = "HOST_OR_IP",
+            required = true,
+            value_delimiter = ','
+        )]
         name: Vec<String>,
     },
     /// Verify and add the objects of an exported tar file.

@@ -75,7 +75,10 @@ pub async fn pxe(
     }
     let (parts, body) = r.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, 1 << 20).await else {
-        return text(StatusCode::INTERNAL_SERVER_ERROR, "reading the stored script");
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "reading the stored script",
+        );
     };
     let base = base_url(&state, &headers);
     let script = crate::imagecache::rewrite_pxe(&String::from_utf8_lossy(&bytes), &base);

@@ -30,7 +30,9 @@ pub struct ImageQuery {
 fn check_filename(f: &str) -> crate::Result<()> {
     let ok = !f.is_empty()
         && f.len() <= 255
-        && !f.chars().any(|c| c.is_control() || matches!(c, '"' | '\\' | '/'));
+        && !f
+            .chars()
+            .any(|c| c.is_control() || matches!(c, '"' | '\\' | '/'));
     if ok {
         Ok(())
     } else {
@@ -91,7 +93,16 @@ pub async fn get_talosctl(
     let resp = match cache.open_talosctl(&key).await {
         Err(e) => e.into_response(),
         // The factory names the download after the path.
-        Ok(obj) => artifact(cache, obj, method == Method::HEAD, &headers, Some(&key.file)).await,
+        Ok(obj) => {
+            artifact(
+                cache,
+                obj,
+                method == Method::HEAD,
+                &headers,
+                Some(&key.file),
+            )
+            .await
+        }
     };
     cache.metrics().response("image", resp.status().as_u16());
     resp

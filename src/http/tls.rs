@@ -144,7 +144,12 @@ pub struct Reloading {
 
 impl ResolvesServerCert for Reloading {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.read().unwrap_or_else(|e| e.into_inner()).clone())
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        )
     }
 }
 

@@ -792,7 +792,9 @@ fn mirror_ca(req: &Request, inp: &mut generate::Input) -> Result<()> {
             )));
         }
         x509_parser::parse_x509_certificate(b.contents()).map_err(|e| {
-            Error::bad_input(format!("--mirror-ca: a CERTIFICATE that does not parse: {e}"))
+            Error::bad_input(format!(
+                "--mirror-ca: a CERTIFICATE that does not parse: {e}"
+            ))
         })?;
     }
     // Talos writes the PEM as given; one trailing newline, as ca.crt has.

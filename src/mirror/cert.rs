@@ -83,7 +83,10 @@ pub fn issue(dir: &Path, names: &[String]) -> Result<CertReport> {
         }
     }
     let (ca_crt, ca_key) = (at("ca.crt"), at("ca.key"));
-    let reuse = match (ca_crt.symlink_metadata().is_ok(), ca_key.symlink_metadata().is_ok()) {
+    let reuse = match (
+        ca_crt.symlink_metadata().is_ok(),
+        ca_key.symlink_metadata().is_ok(),
+    ) {
         (true, true) => true,
         (false, false) => false,
         (has_crt, _) => {
@@ -151,11 +154,11 @@ pub fn issue(dir: &Path, names: &[String]) -> Result<CertReport> {
 
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
         .map_err(err("generating the server key"))?;
-    let mut p = CertificateParams::new(names.to_vec()).map_err(|e| {
-        Error::bad_input(format!("--name: {e}"))
-    })?;
+    let mut p = CertificateParams::new(names.to_vec())
+        .map_err(|e| Error::bad_input(format!("--name: {e}")))?;
     p.distinguished_name = rcgen::DistinguishedName::new();
-    p.distinguished_name.push(DnType::CommonName, names[0].as_str());
+    p.distinguished_name
+        .push(DnType::CommonName, names[0].as_str());
     p.is_ca = IsCa::ExplicitNoCa;
     p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
@@ -212,7 +215,13 @@ mod tests {
 
     #[test]
     fn names_are_checked() {
-        for ok in ["mirror.example", "10.0.0.1", "::1", "*.svc.example", "a-b.c"] {
+        for ok in [
+            "mirror.example",
+            "10.0.0.1",
+            "::1",
+            "*.svc.example",
+            "a-b.c",
+        ] {
             check_name(ok).unwrap();
         }
         for bad in ["", "a..b", "-a.b", "a b", "http://x", "x_y.example"] {

@@ -22,8 +22,8 @@ pub mod verify;
 pub use bundle::{ExportReport, ImportReport, export, import};
 pub use carriers::{Format, TreeReport, export_tree};
 pub use config::{Config, ExtraImage, Item, Signature, Worker};
-pub use sync::{Output, SyncOptions, SyncReport, sync};
 pub use prune::{PruneReport, ReleaseHolding, holdings, prune};
+pub use sync::{Output, SyncOptions, SyncReport, sync};
 pub use verify::{VerifyReport, verify};
 
 use crate::registry::layout::{blob_key, manifest_key, manifest_refs, tag_key};

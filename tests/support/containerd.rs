@@ -14,7 +14,10 @@ pub struct Containerd {
 }
 
 pub fn start(dir: &Path) -> Option<Containerd> {
-    if Command::new("containerd").arg("--version").output().is_err()
+    if Command::new("containerd")
+        .arg("--version")
+        .output()
+        .is_err()
         || Command::new("ctr").arg("--version").output().is_err()
     {
         eprintln!("SKIP: containerd/ctr not installed (apt-get install -y containerd)");
@@ -29,7 +32,10 @@ pub fn start(dir: &Path) -> Option<Containerd> {
     std::fs::write(&cfg_path, cfg).unwrap();
     let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
     let mut cmd = Command::new("containerd");
-    cmd.arg("--config").arg(&cfg_path).stdout(Stdio::null()).stderr(log);
+    cmd.arg("--config")
+        .arg(&cfg_path)
+        .stdout(Stdio::null())
+        .stderr(log);
     let c = Containerd {
         sock,
         _proc: Proc::try_spawn("containerd", cmd).ok()?,

@@ -190,7 +190,16 @@ impl Service {
             return http_status(self.port, "/healthz");
         };
         let o = Command::new("curl")
-            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "--cacert"])
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "5",
+                "--cacert",
+            ])
             .arg(ca)
             .arg(format!("{}/healthz", self.url()))
             .output()
@@ -221,7 +230,11 @@ impl Service {
     }
 
     pub fn url(&self) -> String {
-        let scheme = if self.tls_ca.is_some() { "https" } else { "http" };
+        let scheme = if self.tls_ca.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
