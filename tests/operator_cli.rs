@@ -561,6 +561,8 @@ fn help_describes_every_flag() {
         &["serve"],
         &["mirror", "sync"],
         &["mirror", "verify"],
+        &["mirror", "prune"],
+        &["mirror", "cert"],
         &["mirror", "export"],
         &["mirror", "import"],
         &["matrix"],
@@ -648,11 +650,14 @@ fn help_describes_every_flag() {
                 "offline",
                 "upstream-timeout",
                 "upstream-min-rate",
+                "tls-cert",
+                "tls-key",
+                "public-url",
                 "log-format",
             ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
-            assert_eq!(checked.len(), 18, "{checked:?}");
+            assert_eq!(checked.len(), 22, "{checked:?}");
         }
     }
     // The upstream bounds, on both commands that have them.

@@ -126,7 +126,7 @@ pub enum MirrorCommand {
         /// sync never prunes (default: false).
         #[arg(long, env = "TALOS_GEN_PRUNE")]
         prune: bool,
-        /// With --prune: list what would go, remove nothing.
+        /// With --prune: list what would go, remove nothing (default: false).
         #[arg(long, requires = "prune")]
         dry_run: bool,
     },
@@ -139,7 +139,7 @@ pub enum MirrorCommand {
         /// The store directory.
         #[arg(long, env = "TALOS_GEN_CACHE_DIR", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
         cache_dir: String,
-        /// List what would go and how many bytes; remove nothing.
+        /// List what would go and how many bytes; remove nothing (default: false).
         #[arg(long)]
         dry_run: bool,
         /// Support-matrix data file for `workers:` (default: the embedded one).
@@ -194,7 +194,7 @@ pub enum MirrorCommand {
     /// Write a CA and a server certificate for `serve --tls-cert/--tls-key`.
     #[command(after_help = CERT_EXAMPLES)]
     Cert {
-        /// Where ca.crt, ca.key, tls.crt and tls.key go (created when missing).
+        /// Where ca.crt, ca.key, tls.crt and tls.key go, created when missing (required).
         /// With ca.crt and ca.key already there, only a new tls.crt/tls.key
         /// is issued from that CA; an existing tls.crt or tls.key is refused
         /// (exit 1): no file is ever overwritten.

@@ -155,7 +155,7 @@ pub struct ServeArgs {
         requires = "tls_key"
     )]
     pub tls_cert: Option<String>,
-    /// The PEM private key of --tls-cert.
+    /// The PEM private key of --tls-cert (default: none, plain HTTP).
     #[arg(
         long,
         env = "TALOS_GEN_TLS_KEY",
