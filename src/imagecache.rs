@@ -238,9 +238,50 @@ impl ImageCache {
 
     /// The stored artifact, or the fill that is fetching it.
     pub fn lookup(&self, key: &ImageKey) -> Result<Joined, ImageError> {
-        let skey = key.store_key();
+        let schematic = self
+            .schematics
+            .canonical(&key.schematic)
+            .map(|c| (key.schematic.clone(), c));
+        self.lookup_at(
+            &key.store_key(),
+            &key.path(),
+            schematic,
+            key.content_type(),
+            || verifier_for(&key.asset),
+        )
+    }
+
+    /// A talosctl binary as a reader sees it (the same fill as an image).
+    pub async fn open_talosctl(&self, key: &TalosctlKey) -> Result<Object, ImageError> {
+        self.lookup_talosctl(key)?
+            .object()
+            .await
+            .map_err(ImageError::Fetch)
+    }
+
+    /// The stored talosctl binary, or the fill that is fetching it.
+    pub fn lookup_talosctl(&self, key: &TalosctlKey) -> Result<Joined, ImageError> {
+        self.lookup_at(
+            &key.store_key(),
+            &key.path(),
+            None,
+            "application/octet-stream",
+            || None,
+        )
+    }
+
+    /// `path` on the factory, kept at `skey`; a 404 naming the schematic
+    /// teaches the factory `schematic` (`(id, canonical)`) and asks again.
+    fn lookup_at(
+        &self,
+        skey: &str,
+        path: &str,
+        schematic: Option<(String, Vec<u8>)>,
+        default_ct: &'static str,
+        verifier: impl FnOnce() -> Option<Box<dyn crate::fill::Verifier>>,
+    ) -> Result<Joined, ImageError> {
         let Some((up, base)) = &self.upstream else {
-            return match self.fills.store().get(&skey) {
+            return match self.fills.store().get(skey) {
                 Some(o) => {
                     self.metrics.hit("image");
                     Ok(Joined::Stored(o))
@@ -248,24 +289,20 @@ impl ImageCache {
                 None => {
                     self.metrics.offline_miss("image");
                     Err(ImageError::NotCached(format!(
-                        "{} is not in the cache and the service is offline",
-                        key.path()
+                        "{path} is not in the cache and the service is offline"
                     )))
                 }
             };
         };
-        let joined = self.fills.join(&skey, || {
-            let url = format!("{base}{}", key.path());
+        let joined = self.fills.join(skey, || {
+            let url = format!("{base}{path}");
             let post_url = format!("{base}/schematics");
             let up = up.clone();
             let idle = up.limits().timeout + Duration::from_secs(5);
-            let schematic = self.schematics.canonical(&key.schematic);
-            let id = key.schematic.clone();
-            let default_ct = key.content_type();
             let mut spec = FillSpec::new(move || {
-                Box::pin(open_image(up, url, post_url, id, schematic, default_ct))
+                Box::pin(open_image(up, url, post_url, schematic, default_ct))
             });
-            spec.verifier = verifier_for(&key.asset);
+            spec.verifier = verifier();
             spec.timeout = self.fill_timeout;
             // The upstream's own bounds fire first; this is the backstop.
             spec.idle_timeout = idle;
@@ -277,6 +314,100 @@ impl ImageCache {
             Joined::Filling(_) => self.metrics.miss("image"),
         }
         Ok(joined)
+    }
+}
+
+/// The image assets the factory's iPXE script for `path` boots (its
+/// templates: the UKI for `-secureboot`, else the kernel and initramfs).
+pub fn pxe_assets(path: &str) -> Vec<String> {
+    match path.strip_suffix("-secureboot") {
+        Some(pa) => vec![format!("{pa}-secureboot-uki.efi")],
+        None => {
+            let arch = path.rsplit('-').next().unwrap_or(path);
+            vec![format!("kernel-{arch}"), format!("initramfs-{arch}.xz")]
+        }
+    }
+}
+
+/// The iPXE script with every URL of an image (`http(s)://.../image/...`)
+/// pointed at `base` instead of the factory's PXE host.
+pub fn rewrite_pxe(script: &str, base: &str) -> String {
+    let mut out = String::with_capacity(script.len());
+    for (i, line) in script.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let words: Vec<String> = line
+            .split(' ')
+            .map(|w| {
+                let url = w.starts_with("http://") || w.starts_with("https://");
+                match w.find("/image/") {
+                    Some(at) if url => format!("{base}{}", &w[at..]),
+                    _ => w.to_string(),
+                }
+            })
+            .collect();
+        out.push_str(&words.join(" "));
+    }
+    out
+}
+
+/// A validated `/talosctl/{version}/{file}` address (`talosctl-<os>-<arch>`,
+/// `.exe` on Windows, as the factory names them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TalosctlKey {
+    /// Normalised with a leading `v`.
+    pub version: String,
+    pub file: String,
+}
+
+impl TalosctlKey {
+    /// Validate both segments (HTTP 400 naming the segment).
+    pub fn parse(version: &str, file: &str) -> crate::Result<TalosctlKey> {
+        let v = Version::parse_named(version, "version")?;
+        let ok = file
+            .strip_prefix("talosctl-")
+            .map(|r| r.strip_suffix(".exe").unwrap_or(r))
+            .and_then(|r| r.split_once('-'))
+            .is_some_and(|(os, arch)| {
+                let word = |w: &str| {
+                    !w.is_empty()
+                        && w.len() <= 16
+                        && w.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                };
+                word(os) && word(arch)
+            });
+        if !ok {
+            let shown: String = file.chars().take(64).collect();
+            return Err(crate::Error::bad_input(format!(
+                "path: {shown:?} is not a talosctl binary name (e.g. talosctl-linux-amd64, talosctl-windows-amd64.exe)"
+            )));
+        }
+        Ok(TalosctlKey {
+            version: v.to_string(),
+            file: file.to_string(),
+        })
+    }
+
+    /// A mirror config entry, `linux-amd64` (or the whole file name).
+    pub fn from_platform(version: &str, platform: &str) -> crate::Result<TalosctlKey> {
+        let file = if platform.starts_with("talosctl-") {
+            platform.to_string()
+        } else if platform.starts_with("windows-") && !platform.ends_with(".exe") {
+            format!("talosctl-{platform}.exe")
+        } else {
+            format!("talosctl-{platform}")
+        };
+        TalosctlKey::parse(version, &file)
+    }
+
+    pub fn store_key(&self) -> String {
+        format!("talosctl/{}/{}", self.version, self.file)
+    }
+
+    pub fn path(&self) -> String {
+        format!("/talosctl/{}/{}", self.version, self.file)
     }
 }
 
@@ -296,6 +427,8 @@ enum DocKind {
     List,
     /// PEM with this block label.
     Pem(&'static str),
+    /// An iPXE script (`#!ipxe` first).
+    Ipxe,
 }
 
 /// A small document of the factory that a verifying or browsing client
@@ -353,6 +486,27 @@ impl FactoryDoc {
         })
     }
 
+    /// `GET /pxe/{schematic}/{version}/{path}`: the iPXE script booting
+    /// `<platform>-<arch>[-secureboot]` (the factory's own grammar: `path`
+    /// is a `cmdline-` asset without its prefix).
+    pub fn pxe(schematic: &str, version: &str, path: &str) -> crate::Result<FactoryDoc> {
+        let k = ImageKey::parse(schematic, version, &format!("cmdline-{path}")).map_err(|_| {
+            crate::Error::bad_input(format!(
+                "path: {:?} is not <platform>-<arch>[-secureboot] (e.g. metal-amd64)",
+                path.chars().take(64).collect::<String>()
+            ))
+        })?;
+        Ok(FactoryDoc {
+            path: format!("/pxe/{}/{}/{path}", k.schematic, k.version),
+            kind: DocKind::Ipxe,
+        })
+    }
+
+    /// Is this an iPXE script (a 404 for it is a failure, not a note)?
+    pub fn is_pxe(&self) -> bool {
+        self.kind == DocKind::Ipxe
+    }
+
     /// What `mirror sync` keeps for a set of Talos releases: `/versions`,
     /// the two signing documents, then each release's extension and
     /// overlay lists. Nothing for no release.
@@ -387,6 +541,7 @@ impl FactoryDoc {
     fn default_content_type(&self) -> &'static str {
         match self.kind {
             DocKind::Pem(_) => "application/x-pem-file",
+            DocKind::Ipxe => "text/plain; charset=utf-8",
             _ => "application/json",
         }
     }
@@ -401,6 +556,13 @@ impl FactoryDoc {
             DocKind::List => serde_json::from_slice::<Vec<serde_json::Value>>(body)
                 .map(drop)
                 .map_err(|e| format!("not a JSON list: {e}")),
+            DocKind::Ipxe => {
+                if body.starts_with(b"#!ipxe") {
+                    Ok(())
+                } else {
+                    Err("not an iPXE script (no #!ipxe line)".into())
+                }
+            }
             DocKind::Pem(label) => match pem::parse_many(body) {
                 Ok(blocks) if blocks.first().is_some_and(|b| b.tag() == label) => Ok(()),
                 _ => Err(format!("not a PEM {}", label.to_lowercase())),
@@ -537,14 +699,13 @@ async fn open_image(
     up: Upstream,
     url: String,
     post_url: String,
-    id: String,
-    schematic: Option<Vec<u8>>,
+    schematic: Option<(String, Vec<u8>)>,
     default_ct: &'static str,
 ) -> Result<Opened, FetchError> {
     let keep = ["content-disposition"];
     let resp = up.get(&url, &[]).await?;
     let resp = if resp.status() == reqwest::StatusCode::NOT_FOUND
-        && let Some(body) = schematic
+        && let Some((id, body)) = schematic
     {
         let first = small_body(resp, up.limits()).await;
         let text = String::from_utf8_lossy(&first);
@@ -608,6 +769,51 @@ mod tests {
     use super::*;
 
     const S: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
+
+    #[test]
+    fn talosctl_keys() {
+        let k = TalosctlKey::from_platform("1.11.0", "linux-amd64").unwrap();
+        assert_eq!(k.store_key(), "talosctl/v1.11.0/talosctl-linux-amd64");
+        let k = TalosctlKey::from_platform("v1.11.0", "windows-amd64").unwrap();
+        assert_eq!(k.path(), "/talosctl/v1.11.0/talosctl-windows-amd64.exe");
+        for bad in [
+            "talosctl",
+            "talosctl-linux",
+            "linux-amd64",
+            "talosctl-../x",
+            "talosctl-Linux-amd64",
+        ] {
+            assert!(TalosctlKey::parse("v1.11.0", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn pxe_documents_and_rewrites() {
+        let d = FactoryDoc::pxe(S, "1.13.6", "metal-amd64").unwrap();
+        assert_eq!(
+            d.store_key(),
+            format!("factory/pxe/{S}/v1.13.6/metal-amd64")
+        );
+        assert!(d.is_pxe());
+        assert!(d.check(b"#!ipxe\nboot\n").is_ok());
+        assert!(d.check(b"<html>").is_err());
+        for bad in ["metal", "metal-amd64.iso", "../x", "metal-x86"] {
+            assert!(FactoryDoc::pxe(S, "v1.13.6", bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            pxe_assets("metal-arm64"),
+            ["kernel-arm64", "initramfs-arm64.xz"]
+        );
+        assert_eq!(
+            pxe_assets("metal-amd64-secureboot"),
+            ["metal-amd64-secureboot-uki.efi"]
+        );
+        let script = "#!ipxe\n\nimgfree\nkernel https://pxe.factory.talos.dev/image/x/v1/kernel-amd64 talos.platform=metal https://other/keep\ninitrd https://pxe.factory.talos.dev/image/x/v1/initramfs-amd64.xz\nboot\n";
+        assert_eq!(
+            rewrite_pxe(script, "https://m.example:8443/base"),
+            "#!ipxe\n\nimgfree\nkernel https://m.example:8443/base/image/x/v1/kernel-amd64 talos.platform=metal https://other/keep\ninitrd https://m.example:8443/base/image/x/v1/initramfs-amd64.xz\nboot\n"
+        );
+    }
 
     #[test]
     fn assets() {

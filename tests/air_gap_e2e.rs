@@ -116,7 +116,7 @@ impl Site {
                     ("factory.talos.dev".to_string(), repo.clone(), tag.clone())
                 }
                 Item::Extra(x) => (x.host.clone(), x.repo.clone(), x.reference.clone()),
-                Item::Image(_) => unreachable!(),
+                Item::Image(_) | Item::Talosctl(_) => unreachable!(),
             })
             .collect();
         assert_eq!(

@@ -430,3 +430,74 @@ fn air_gap_mirror_and_image_verification_are_schema_valid() {
     assert_eq!(e.exit_code(), 2);
     assert!(e.to_string().contains("v1.12"), "{e}");
 }
+
+/// A fresh CA certificate (PEM), as `talos-gen mirror cert` writes ca.crt.
+fn ca_pem() -> String {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    p.self_signed(&key).unwrap().pem()
+}
+
+#[test]
+fn mirror_ca_is_schema_valid_in_both_forms() {
+    use base64::Engine;
+    let Some(shared) = support::reference_dir() else {
+        return;
+    };
+    let mut schemas = Schemas::new(&shared);
+    let ca = ca_pem();
+    let schematic = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+    for minor in 8..=14u64 {
+        let mut req = base(&shared, minor);
+        req.kubernetes_version = Some(if minor == 14 { "1.37.0" } else { "1.31.4" }.into());
+        req.install_image = None;
+        req.schematic = Some(schematic.into());
+        req.air_gap_mirror = Some("https://talos-gen.example:8443".into());
+        req.registry_mirror = vec!["ghcr.io=https://ghcr.example/v2,http://10.0.0.1:5000".into()];
+        req.mirror_ca = Some(ca.clone());
+        let out = machineconfig::generate(&req).unwrap_or_else(|e| panic!("v1.{minor}: {e}"));
+        schemas.check(minor, &out.config, &format!("mirror ca v1.{minor}"));
+        let c = &out.config;
+        let indented: String = ca.lines().map(|l| format!("    {l}\n")).collect();
+        if minor >= 12 {
+            // One document per https endpoint host, after the mirrors, by name.
+            let tls =
+                |host: &str| format!("kind: RegistryTLSConfig\nname: {host}\nca: |\n{indented}");
+            let a = c
+                .find(&tls("ghcr.example"))
+                .unwrap_or_else(|| panic!("v1.{minor}:\n{c}"));
+            let b = c
+                .find(&tls("talos-gen.example:8443"))
+                .unwrap_or_else(|| panic!("v1.{minor}:\n{c}"));
+            let last_mirror = c.rfind("kind: RegistryMirrorConfig").unwrap();
+            assert!(last_mirror < a && a < b, "v1.{minor}: order:\n{c}");
+            assert_eq!(c.matches("kind: RegistryTLSConfig").count(), 2, "{c}");
+            assert!(!c.contains("name: 10.0.0.1:5000\nca"), "{c}");
+            assert!(!c.contains("    config:\n"), "{c}");
+        } else {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(&ca);
+            for host in ["ghcr.example", "talos-gen.example:8443"] {
+                assert!(
+                    c.contains(&format!(
+                        "            {host}:\n                tls:\n                    ca: {b64}\n"
+                    )),
+                    "v1.{minor} {host}:\n{c}"
+                );
+            }
+            assert!(!c.contains("kind: RegistryTLSConfig"), "{c}");
+        }
+    }
+    // Only http:// endpoints: nothing to trust it for, bad input; so is a key.
+    let mut req = base(&shared, 13);
+    req.air_gap_mirror = Some("http://10.0.0.5:8080".into());
+    req.mirror_ca = Some(ca);
+    let e = machineconfig::generate(&req).unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+    assert!(e.to_string().starts_with("--mirror-ca: "), "{e}");
+    req.air_gap_mirror = Some("https://m.example".into());
+    req.mirror_ca = Some(public_key_pem());
+    let e = machineconfig::generate(&req).unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+    assert!(e.to_string().contains("PUBLIC KEY"), "{e}");
+}

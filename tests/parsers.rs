@@ -3,7 +3,8 @@
 //! `/image` parser and the `/v2/` blob one), versions, schematics, the
 //! machineconfig request body with its values file, secrets bundle and
 //! patches, OCI names/digests/references, `--mirror-upstream` tables and
-//! image references (the mirror config's `extraImages`). Each must return a
+//! image references (the mirror config's `extraImages`), `/talosctl` and
+//! `/pxe` paths and the iPXE rewrite. Each must return a
 //! value or an error, never panic, and what it accepts must satisfy the
 //! obvious invariants; a parsed schematic's canonical form is stable.
 //!
@@ -127,6 +128,31 @@ proptest! {
             prop_assert!(!key.contains('\\') && !key.contains('\0') && !key.contains('%'), "{key}");
             prop_assert_eq!(key.split('/').count(), 4, "{}", key);
         }
+    }
+
+    #[test]
+    fn talosctl_and_pxe_paths(v in path_segment(), a in prop_oneof![
+        path_segment(),
+        "talosctl-[a-z0-9./-]{0,20}(\\.exe)?",
+        "[a-z0-9]{1,10}-(amd64|arm64|x86)(-secureboot)?",
+    ]) {
+        // No segment that walks (`export --format http` makes paths of keys).
+        let walks = |k: &str| k.split('/').any(|p| p.is_empty() || p == "." || p == "..")
+            || k.contains('%') || k.contains('\\') || k.contains('\0');
+        if let Ok(k) = talos_gen::imagecache::TalosctlKey::parse(&v, &a) {
+            let key = k.store_key();
+            prop_assert!(!walks(&key), "{key}");
+            prop_assert_eq!(key.split('/').count(), 3, "{}", key);
+        }
+        let id = "0".repeat(64);
+        if let Ok(d) = talos_gen::imagecache::FactoryDoc::pxe(&id, &v, &a) {
+            let key = d.store_key();
+            prop_assert!(!walks(&key), "{key}");
+            prop_assert_eq!(key.split('/').count(), 5, "{}", key);
+        }
+        // The rewrite never panics and keeps every line.
+        let out = talos_gen::imagecache::rewrite_pxe(&a, "https://m.example");
+        prop_assert_eq!(out.lines().count(), a.lines().count());
     }
 
     #[test]

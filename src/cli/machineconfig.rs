@@ -142,6 +142,12 @@ pub struct AirGapArgs {
     /// (default: none, no ImageVerificationConfig).
     #[arg(long, value_name = "FILE")]
     pub image_verification_key: Option<String>,
+    /// A PEM CA certificate (`ca.crt` of `talos-gen mirror cert`) trusted
+    /// for every https:// mirror endpoint the config writes: a
+    /// RegistryTLSConfig document per endpoint host from Talos 1.12,
+    /// machine.registries.config.<host>.tls.ca before (default: none).
+    #[arg(long, value_name = "FILE")]
+    pub mirror_ca: Option<String>,
 }
 
 const RESERVATIONS_EXAMPLES: &str = "\
@@ -297,6 +303,12 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
             .image_verification_key
             .as_deref()
             .map(|p| super::read_input(p, "--image-verification-key"))
+            .transpose()?,
+        mirror_ca: args
+            .air_gap
+            .mirror_ca
+            .as_deref()
+            .map(|p| super::read_input(p, "--mirror-ca"))
             .transpose()?,
     };
     let output = args.output.as_deref().filter(|p| *p != "-");

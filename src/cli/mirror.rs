@@ -38,6 +38,36 @@ Examples:
 A directory is written in place (each file renamed into place; unchanged files kept);
 a non-empty one without talos-gen-export.json is refused (exit 1).";
 
+const PRUNE_EXAMPLES: &str = "\
+Only what the mirror job pinned (disk images, talosctl binaries, installers and images with
+their signatures, the factory's documents) is removed; serve's own cache is left to
+--cache-max-size, schematics stay. A blob another kept image still names stays. Refused
+(exit 1, nothing removed) while the store does not hold everything the config names.
+
+Examples:
+  # a Talos release dropped from mirror.yaml: what would go, then remove it
+  talos-gen mirror prune --config mirror.yaml --cache-dir /var/cache/talos-gen --dry-run
+  talos-gen mirror prune --config mirror.yaml --cache-dir /var/cache/talos-gen
+
+  # nightly: sync, then prune only when the sync succeeded
+  talos-gen mirror sync --config mirror.yaml --cache-dir /var/cache/talos-gen --prune";
+
+const CERT_EXAMPLES: &str = "\
+Validity: the CA 3650 days (ten years), the server certificate 825 days; both ECDSA P-256.
+The keys are written mode 0600.
+
+Examples:
+  # a CA and a certificate for the name and address the workers use
+  talos-gen mirror cert --output-dir tls --name talos-gen.example --name 10.0.0.10
+  talos-gen serve --listen :8443 --tls-cert tls/tls.crt --tls-key tls/tls.key
+
+  # renew the server certificate from the same CA (the workers keep trusting ca.crt)
+  mv tls/tls.crt tls/tls.crt.old; mv tls/tls.key tls/tls.key.old
+  talos-gen mirror cert --output-dir tls --name talos-gen.example --name 10.0.0.10
+
+  # the workers trust it
+  talos-gen machineconfig ... --air-gap-mirror https://talos-gen.example:8443 --mirror-ca tls/ca.crt";
+
 #[derive(Debug, Subcommand)]
 pub enum MirrorCommand {
     /// Fetch everything the config names into the store.
@@ -98,6 +128,39 @@ pub enum MirrorCommand {
             value_delimiter = ' '
         )]
         cosign_key: Vec<String>,
+        /// Support-matrix data file for `workers:` (default: the embedded one).
+        #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
+        matrix: Option<String>,
+        /// After a sync with no failure, remove what the mirror job stored
+        /// and the config no longer names (as `mirror prune`); a failed
+        /// sync never prunes (default: false).
+        #[arg(long, env = "TALOS_GEN_PRUNE")]
+        prune: bool,
+        /// With --prune: list what would go, remove nothing (default: false).
+        #[arg(long, requires = "prune")]
+        dry_run: bool,
+    },
+    /// Remove what the mirror job stored and the config no longer names.
+    #[command(after_help = PRUNE_EXAMPLES)]
+    Prune {
+        /// The mirror config whose items are kept.
+        #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
+        config: String,
+        /// The store directory; required without --store, with it the local
+        /// spool (default: talos-gen-spool in the system's temp directory).
+        #[arg(
+            long,
+            env = "TALOS_GEN_CACHE_DIR",
+            value_name = "DIR",
+            value_parser = super::common::cache_dir_flag,
+            required_unless_present = "store"
+        )]
+        cache_dir: Option<String>,
+        #[command(flatten)]
+        store: super::common::StoreArgs,
+        /// List what would go and how many bytes; remove nothing (default: false).
+        #[arg(long)]
+        dry_run: bool,
         /// Support-matrix data file for `workers:` (default: the embedded one).
         #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
         matrix: Option<String>,
@@ -165,6 +228,25 @@ pub enum MirrorCommand {
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: Option<String>,
     },
+    /// Write a CA and a server certificate for `serve --tls-cert/--tls-key`.
+    #[command(after_help = CERT_EXAMPLES)]
+    Cert {
+        /// Where ca.crt, ca.key, tls.crt and tls.key go, created when missing (required).
+        /// With ca.crt and ca.key already there, only a new tls.crt/tls.key
+        /// is issued from that CA; an existing tls.crt or tls.key is refused
+        /// (exit 1): no file is ever overwritten.
+        #[arg(long, value_name = "DIR")]
+        output_dir: String,
+        /// A host name or IP address the mirror is reached at (a subject
+        /// alternative name of tls.crt); repeatable or comma-separated.
+        #[arg(
+            long,
+            value_name = "HOST_OR_IP",
+            required = true,
+            value_delimiter = ','
+        )]
+        name: Vec<String>,
+    },
     /// Verify and add the objects of an exported tar file.
     Import {
         /// A tar file written by `talos-gen mirror export`.
@@ -188,6 +270,24 @@ pub enum MirrorCommand {
 /// The bound on every S3 call of verify, export and import (sync and
 /// serve take `--upstream-timeout`).
 const STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// One line per key that goes (or would), then the total.
+fn print_prune(r: &crate::mirror::PruneReport) {
+    let human = crate::mirror::sync::human;
+    let verb = if r.dry_run { "would remove" } else { "removed" };
+    for (k, size) in &r.keys {
+        println!("{verb} {k} ({})", human(*size));
+    }
+    println!(
+        "mirror prune{}: {} keys {verb}, {} objects ({}) {}; {} mirrored keys kept",
+        if r.dry_run { " --dry-run" } else { "" },
+        r.keys.len(),
+        r.objects,
+        human(r.bytes),
+        if r.dry_run { "would be freed" } else { "freed" },
+        r.kept
+    );
+}
 
 /// The config (with `--matrix` for `workers:`); its notes go to stderr.
 fn load_config(path: &str, matrix: Option<&str>) -> crate::Result<crate::mirror::Config> {
@@ -224,6 +324,8 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             upstream,
             cosign_key,
             matrix,
+            prune,
+            dry_run,
         } => {
             if concurrency == 0 {
                 return Err(crate::Error::bad_input("--concurrency: must be at least 1"));
@@ -252,12 +354,6 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             let loc = store.location(cache_dir.as_deref(), upstream.upstream_timeout)?;
             let rt = rt()?;
             let report = rt.block_on(mirror::sync(&cfg, &loc, &opts))?;
-            // Kept in the store for serve's status page; a failure here
-            // does not undo the sync.
-            let status = mirror::report::SyncStatus::from_report(&report);
-            if let Err(e) = rt.block_on(mirror::report::write_to(&loc, &status)) {
-                eprintln!("talos-gen: mirror sync: keeping the result for the status page: {e}");
-            }
             println!("{}", report.summary());
             let failed = report.failed();
             // Each failed item was printed once, with its reason, as it ended.
@@ -268,7 +364,46 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                     report.items.len() + report.factory.len()
                 );
             }
+            let store = mirror::bundle::open_store(&loc)?;
+            let mut pruned = Ok(());
+            if prune && failed.is_empty() {
+                pruned = rt
+                    .block_on(mirror::prune(&store, &cfg, dry_run))
+                    .map(|r| print_prune(&r));
+            } else if prune {
+                eprintln!("talos-gen: mirror sync: --prune: the sync failed; nothing pruned");
+            }
+            // Kept in the store for serve's status page; a failure here
+            // does not undo the sync.
+            let mut status = mirror::report::SyncStatus::from_report(&report);
+            status.releases = mirror::holdings(&store, &cfg);
+            if let Err(e) = rt.block_on(mirror::report::write(&store, &status)) {
+                eprintln!("talos-gen: mirror sync: keeping the result for the status page: {e}");
+            }
+            pruned?;
             Ok(if failed.is_empty() { 0 } else { 1 })
+        }
+        MirrorCommand::Prune {
+            config,
+            cache_dir,
+            store,
+            dry_run,
+            matrix,
+        } => {
+            let cfg = load_config(&config, matrix.as_deref())?;
+            let loc = store.location(cache_dir.as_deref(), STORE_TIMEOUT)?;
+            let store = mirror::bundle::open_store(&loc)?;
+            let rt = rt()?;
+            let r = rt.block_on(mirror::prune(&store, &cfg, dry_run))?;
+            print_prune(&r);
+            // The status page's per-release holdings follow.
+            if !dry_run && let Some(mut status) = mirror::report::read(&store) {
+                status.releases = mirror::holdings(&store, &cfg);
+                if let Err(e) = rt.block_on(mirror::report::write(&store, &status)) {
+                    eprintln!("talos-gen: mirror prune: updating the status page's holdings: {e}");
+                }
+            }
+            Ok(0)
         }
         MirrorCommand::Plan {
             config,
@@ -359,6 +494,29 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             );
             Ok(0)
         }
+        MirrorCommand::Cert { output_dir, name } => {
+            let r = mirror::cert::issue(Path::new(&output_dir), &name)?;
+            let until = r
+                .not_after
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default();
+            println!(
+                "mirror cert: {} for {} (valid until {until}){}",
+                r.written
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                name.join(", "),
+                if r.reused_ca {
+                    format!(", issued by the CA already in {output_dir}")
+                } else {
+                    String::new()
+                }
+            );
+            Ok(0)
+        }
+
         MirrorCommand::Import {
             file,
             cache_dir,

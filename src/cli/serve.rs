@@ -22,6 +22,9 @@ Examples:
   # The same from the environment (every flag has a TALOS_GEN_* variable)
   TALOS_GEN_OFFLINE=true TALOS_GEN_CACHE_DIR=/data talos-gen serve
 
+  # HTTPS with a certificate from `talos-gen mirror cert` (renewed files are picked up)
+  talos-gen serve --listen :8443 --tls-cert tls/tls.crt --tls-key tls/tls.key
+
 Status page: http://ADDR/ ; metrics: /metrics ; probes: /healthz, /readyz.";
 
 #[derive(Debug, Args)]
@@ -148,6 +151,32 @@ pub struct ServeArgs {
     pub store: super::common::StoreArgs,
     #[command(flatten)]
     pub upstream: super::common::UpstreamArgs,
+    /// Serve HTTPS on --listen with this PEM certificate (chain); with
+    /// --tls-key. Both files are looked at every 2 s and a renewed pair (a
+    /// Secret updated in place) is used for new connections without a
+    /// restart. `talos-gen mirror cert` writes one (default: plain HTTP).
+    #[arg(
+        long,
+        env = "TALOS_GEN_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<String>,
+    /// The PEM private key of --tls-cert (default: none, plain HTTP).
+    #[arg(
+        long,
+        env = "TALOS_GEN_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<String>,
+    /// The base URL clients reach this service at (e.g.
+    /// https://talos-gen.example:8443), written into answers that carry
+    /// URLs (the iPXE script of /pxe/). Default: each request's
+    /// X-Forwarded-Proto and X-Forwarded-Host, else its Host header and
+    /// this listener's scheme.
+    #[arg(long, env = "TALOS_GEN_PUBLIC_URL", value_name = "URL")]
+    pub public_url: Option<String>,
     /// Log format on stderr (one access log line per request at info).
     #[arg(
         long,
@@ -184,6 +213,17 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         max_concurrent_fills: args.max_concurrent_fills as usize,
         upstream_limits: args.upstream.limits(),
         metadata_ttl: Duration::from_secs(args.metadata_ttl),
+        tls: match (args.tls_cert, args.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::http::tls::TlsFiles {
+                cert: cert.into(),
+                key: key.into(),
+            }),
+            _ => None,
+        },
+        public_url: match args.public_url {
+            Some(u) => Some(public_url(&u)?),
+            None => None,
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -191,6 +231,20 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         .map_err(|e| crate::Error::io("starting the runtime", e))?;
     rt.block_on(crate::http::serve(cfg))?;
     Ok(0)
+}
+
+/// `--public-url`: http(s)://HOST[:PORT][/PATH], kept without a trailing `/`.
+fn public_url(u: &str) -> crate::Result<String> {
+    let bad = |why: &str| crate::Error::bad_input(format!("--public-url {u:?}: {why}"));
+    let rest = u
+        .strip_prefix("https://")
+        .or_else(|| u.strip_prefix("http://"))
+        .ok_or_else(|| bad("must start with http:// or https://"))?;
+    let host = rest.split('/').next().unwrap_or("");
+    if host.is_empty() || host.contains(['?', '#', '@', ' ']) || u.contains(['?', '#']) {
+        return Err(bad("expected http(s)://HOST[:PORT][/PATH]"));
+    }
+    Ok(u.trim_end_matches('/').to_string())
 }
 
 /// Structured logs on stderr; `RUST_LOG` filters (default `info`).

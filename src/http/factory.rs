@@ -7,9 +7,10 @@
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::error::text;
 use super::state::AppState;
 use crate::imagecache::FactoryDoc;
 
@@ -28,6 +29,69 @@ async fn answer(state: &AppState, doc: crate::Result<FactoryDoc>) -> Response {
         }
         Err(e) => e.into_response(),
     }
+}
+
+/// `GET /pxe/{schematic}/{version}/{path}`: the factory's iPXE script
+/// (kept like its other documents), its image URLs pointed back at this
+/// service ([`base_url`]) so the kernel and initramfs come through it too.
+pub async fn pxe(
+    State(state): State<AppState>,
+    Path((schematic, version, path)): Path<(String, String, String)>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let doc = match FactoryDoc::pxe(&schematic, &version, &path) {
+        Ok(d) => d,
+        Err(e) => return e.into_response(),
+    };
+    let r = answer(&state, Ok(doc)).await;
+    if r.status() != StatusCode::OK {
+        return r;
+    }
+    let (parts, body) = r.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 1 << 20).await else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "reading the stored script",
+        );
+    };
+    let base = base_url(&state, &headers);
+    let script = crate::imagecache::rewrite_pxe(&String::from_utf8_lossy(&bytes), &base);
+    let mut r = Response::from_parts(parts, Body::from(script));
+    r.headers_mut().remove(header::CONTENT_LENGTH);
+    r
+}
+
+/// The base URL a client reached this service at: `--public-url`, else
+/// the request's `X-Forwarded-Proto` + `X-Forwarded-Host` (a proxy or
+/// ingress in front), else its `Host` with this listener's scheme.
+pub fn base_url(state: &AppState, headers: &axum::http::HeaderMap) -> String {
+    if let Some(u) = &state.cfg.public_url {
+        return u.clone();
+    }
+    let h = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .map(str::trim)
+            .filter(|v| {
+                !v.is_empty()
+                    && v.bytes().all(|b| {
+                        b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']')
+                    })
+            })
+            .map(str::to_string)
+    };
+    let scheme = match h("x-forwarded-proto").as_deref() {
+        Some("https") => "https",
+        Some("http") => "http",
+        _ if state.cfg.tls.is_some() => "https",
+        _ => "http",
+    };
+    let host = h("x-forwarded-host")
+        .or_else(|| h("host"))
+        .unwrap_or_else(|| state.cfg.listen.clone());
+    format!("{scheme}://{host}")
 }
 
 /// `GET /oci/cosign/signing-key.pub`.

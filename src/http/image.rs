@@ -5,7 +5,7 @@
 //! compressed. Thin: validate the key, open the object, answer.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 
@@ -17,11 +17,38 @@ use crate::imagecache::{ImageCache, ImageKey};
 
 pub use super::ranges::{ByteRange, RangeAsk, parse_range};
 
+/// The query the factory reads on `/image`: `?filename=` names the
+/// download (`Content-Disposition`, and the name in a `.sha256` line).
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct ImageQuery {
+    #[serde(default)]
+    filename: Option<String>,
+}
+
+/// A `?filename=` the answer can carry: a plain name, no quotes, controls
+/// or path separators (400 otherwise, naming it).
+fn check_filename(f: &str) -> crate::Result<()> {
+    let ok = !f.is_empty()
+        && f.len() <= 255
+        && !f
+            .chars()
+            .any(|c| c.is_control() || matches!(c, '"' | '\\' | '/'));
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::Error::bad_input(format!(
+            "filename: {:?} is not a plain file name",
+            f.chars().take(64).collect::<String>()
+        )))
+    }
+}
+
 /// The route handler for GET and HEAD.
 pub async fn get_image(
     State(state): State<AppState>,
     method: Method,
     Path((schematic, version, asset)): Path<(String, String, String)>,
+    Query(query): Query<ImageQuery>,
     headers: HeaderMap,
 ) -> Response {
     let cache = &state.images;
@@ -33,11 +60,49 @@ pub async fn get_image(
         Ok(k) => k,
         Err(e) => return e.into_response(),
     };
+    let filename = query.filename.filter(|f| !f.is_empty());
+    if let Some(f) = &filename
+        && let Err(e) = check_filename(f)
+    {
+        return e.into_response();
+    }
     let head_only = method == Method::HEAD;
+    let name = filename.as_deref().unwrap_or(&key.asset);
     let resp = match cache.open(&key).await {
         Err(e) => e.into_response(),
-        Ok(obj) if sha => sha256_answer(obj, &key, head_only).await,
-        Ok(obj) => artifact(cache, obj, head_only, &headers).await,
+        Ok(obj) if sha => sha256_answer(obj, name, head_only).await,
+        Ok(obj) => artifact(cache, obj, head_only, &headers, filename.as_deref()).await,
+    };
+    cache.metrics().response("image", resp.status().as_u16());
+    resp
+}
+
+/// `GET, HEAD /talosctl/{version}/{path}`: a talosctl binary of the
+/// factory, through the same fill and answer as an image.
+pub async fn get_talosctl(
+    State(state): State<AppState>,
+    method: Method,
+    Path((version, path)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let cache = &state.images;
+    let key = match crate::imagecache::TalosctlKey::parse(&version, &path) {
+        Ok(k) => k,
+        Err(e) => return e.into_response(),
+    };
+    let resp = match cache.open_talosctl(&key).await {
+        Err(e) => e.into_response(),
+        // The factory names the download after the path.
+        Ok(obj) => {
+            artifact(
+                cache,
+                obj,
+                method == Method::HEAD,
+                &headers,
+                Some(&key.file),
+            )
+            .await
+        }
     };
     cache.metrics().response("image", resp.status().as_u16());
     resp
@@ -58,12 +123,12 @@ pub async fn versions(State(state): State<AppState>) -> Response {
 }
 
 /// `<sha256>  <asset>`: known once the artifact is stored.
-async fn sha256_answer(obj: Object, key: &ImageKey, head_only: bool) -> Response {
+async fn sha256_answer(obj: Object, name: &str, head_only: bool) -> Response {
     let stored = match obj.complete().await {
         Ok(o) => o,
         Err(e) => return e.into_response(),
     };
-    let body = format!("{}  {}\n", stored.entry.digest, key.asset);
+    let body = format!("{}  {name}\n", stored.entry.digest);
     let etag = format!("\"{}.sha256\"", stored.entry.digest);
     let mut r = text(axum::http::StatusCode::OK, body.clone());
     if head_only {
@@ -79,7 +144,13 @@ async fn sha256_answer(obj: Object, key: &ImageKey, head_only: bool) -> Response
 
 /// The artifact: the factory's content type and disposition, validators
 /// once stored (a growing one has none: `If-Range` cannot match it).
-async fn artifact(cache: &ImageCache, obj: Object, head_only: bool, req: &HeaderMap) -> Response {
+async fn artifact(
+    cache: &ImageCache,
+    obj: Object,
+    head_only: bool,
+    req: &HeaderMap,
+    filename: Option<&str>,
+) -> Response {
     // No length from the upstream: answer once stored (with validators).
     let obj = match obj.len() {
         Some(_) => obj,
@@ -96,9 +167,10 @@ async fn artifact(cache: &ImageCache, obj: Object, head_only: bool, req: &Header
         .and_then(|c| HeaderValue::from_str(c).ok())
         .unwrap_or(HeaderValue::from_static("application/octet-stream"));
     base.insert(header::CONTENT_TYPE, ct);
-    if let Some(cd) = head
-        .meta
-        .get("content-disposition")
+    let named = filename.map(|f| format!("attachment; filename=\"{f}\""));
+    if let Some(cd) = named
+        .as_deref()
+        .or(head.meta.get("content-disposition").map(String::as_str))
         .and_then(|c| HeaderValue::from_str(c).ok())
     {
         base.insert(header::CONTENT_DISPOSITION, cd);

@@ -27,6 +27,7 @@ pub mod ops;
 pub mod registry;
 pub mod schematics;
 pub mod status;
+pub mod tls;
 
 /// Everything `serve` was told, already parsed by the CLI edge.
 #[derive(Debug, Clone)]
@@ -57,6 +58,12 @@ pub struct ServeConfig {
     /// and certificate, the extension and overlay lists) is answered
     /// without asking the factory (`--metadata-ttl`).
     pub metadata_ttl: Duration,
+    /// Serve HTTPS with this certificate and key (re-read when they change).
+    pub tls: Option<tls::TlsFiles>,
+    /// The base URL clients reach the service at (`--public-url`), for the
+    /// URLs written into answers (the iPXE script); `None`: from each
+    /// request's `X-Forwarded-Proto`/`X-Forwarded-Host`, else its `Host`.
+    pub public_url: Option<String>,
 }
 
 impl ServeConfig {
@@ -80,6 +87,8 @@ impl ServeConfig {
             max_concurrent_fills: 16,
             upstream_limits: crate::upstream::Limits::default(),
             metadata_ttl: crate::imagecache::DEFAULT_METADATA_TTL,
+            tls: None,
+            public_url: None,
         }
     }
 }
@@ -125,6 +134,16 @@ pub fn routes() -> Vec<(&'static str, &'static [u16], MethodRouter<AppState>)> {
             "/image/{schematic}/{version}/{asset}",
             &[200, 206],
             get(image::get_image),
+        ),
+        (
+            "/talosctl/{version}/{path}",
+            &[200, 206],
+            get(image::get_talosctl),
+        ),
+        (
+            "/pxe/{schematic}/{version}/{path}",
+            &[200],
+            get(factory::pxe),
         ),
         (
             "/api/v1/machineconfig",
@@ -183,6 +202,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let addr: SocketAddr = listen
         .parse()
         .map_err(|e| Error::bad_input(format!("--listen: {:?}: {e}", cfg.listen)))?;
+    // A certificate that does not load stops here, before anything listens.
+    let tls = match &cfg.tls {
+        Some(files) => Some(tls::Reloading::new(files.clone())?),
+        None => None,
+    };
     let state = AppState::new(cfg).await?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -190,7 +214,14 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let local = listener
         .local_addr()
         .map_err(|e| Error::io("listener address", e))?;
-    tracing::info!(%local, offline = state.cfg.offline, "listening");
+    let acceptor = tls.as_ref().map(|t| t.acceptor()).transpose()?;
+    let _reload = tls.as_ref().map(|t| AbortOnDrop(t.watch(tls::POLL)));
+    tracing::info!(
+        %local,
+        offline = state.cfg.offline,
+        tls = acceptor.is_some(),
+        "listening"
+    );
     let app = router(state.clone());
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
@@ -207,7 +238,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
             a = listener.accept() => a,
             _ = &mut stop => break,
         };
-        let (tcp, _peer) = match accepted {
+        let (tcp, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 // Out of file descriptors and the like: back off, keep serving.
@@ -217,11 +248,36 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
             }
         };
         let _ = tcp.set_nodelay(true);
-        let io = hyper_util::rt::TokioIo::new(limits::WriteGuard::new(tcp, write_timeout));
+        let guarded = limits::WriteGuard::new(tcp, write_timeout);
         let svc = hyper_util::service::TowerToHyperService::new(app.clone());
-        let conn = graceful.watch(http.serve_connection(io, svc));
+        let Some(acceptor) = &acceptor else {
+            let io = hyper_util::rt::TokioIo::new(guarded);
+            let conn = graceful.watch(http.serve_connection(io, svc));
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "connection ended");
+                }
+            });
+            continue;
+        };
+        // The handshake runs in the connection's task, bounded like a
+        // request head; the connection is drained on stop like any other.
+        let (acceptor, http, watcher) = (acceptor.clone(), http.clone(), graceful.watcher());
+        let handshake_limit = state.cfg.header_read_timeout;
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let tls = match tokio::time::timeout(handshake_limit, acceptor.accept(guarded)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(peer = %peer, error = %e, "tls handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(peer = %peer, "tls handshake timed out");
+                    return;
+                }
+            };
+            let io = hyper_util::rt::TokioIo::new(tls);
+            if let Err(e) = watcher.watch(http.serve_connection(io, svc)).await {
                 tracing::debug!(error = %e, "connection ended");
             }
         });
@@ -242,6 +298,15 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         ),
     }
     Ok(())
+}
+
+/// Aborts the task when dropped (the certificate poll ends with `serve`).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

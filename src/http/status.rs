@@ -99,6 +99,15 @@ struct SyncRow {
     ok: bool,
     summary: String,
     failed: Vec<crate::mirror::report::FailedItem>,
+    releases: Vec<ReleaseRow>,
+}
+
+#[derive(Serialize)]
+struct ReleaseRow {
+    release: String,
+    stored: String,
+    size: String,
+    what: String,
 }
 
 /// `3d 4h`, `5m 12s`, `40s`.
@@ -423,6 +432,20 @@ pub async fn render(st: &AppState) -> Result<String, String> {
         ok: s.ok,
         summary: s.summary,
         failed: s.failed,
+        releases: s
+            .releases
+            .into_iter()
+            .map(|r| ReleaseRow {
+                stored: format!("{} of {} items", r.stored, r.items),
+                size: format!(
+                    "{} ({} objects)",
+                    crate::mirror::sync::human(r.bytes),
+                    r.objects
+                ),
+                what: r.what,
+                release: r.release,
+            })
+            .collect(),
     });
     let uptime = SystemTime::now()
         .duration_since(st.started)

@@ -50,6 +50,10 @@ pub struct Input {
     /// An ImageVerificationConfig: image patterns, each with a `publicKey`
     /// rule for this PEM public key (`--image-verification-key`).
     pub image_verification: Option<(Vec<String>, String)>,
+    /// `(endpoint host[:port], PEM CA)`, sorted by host: `RegistryTLSConfig`
+    /// documents from 1.12, `machine.registries.config.<host>.tls.ca`
+    /// (base64) before (`--mirror-ca`).
+    pub registry_cas: Vec<(String, String)>,
 }
 
 impl Input {
@@ -76,6 +80,7 @@ impl Input {
             search_domains: Vec::new(),
             extra_hosts: Vec::new(),
             image_verification: None,
+            registry_cas: Vec::new(),
         }
     }
 
@@ -206,7 +211,28 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
                 })
                 .collect(),
         );
-        machine.push("registries", Map::new().field("mirrors", mirrors));
+        let mut registries = Map::new().field("mirrors", mirrors);
+        if !inp.registry_cas.is_empty() {
+            use base64::Engine;
+            let b64 = base64::engine::general_purpose::STANDARD;
+            registries.push(
+                "config",
+                Node::Map(
+                    inp.registry_cas
+                        .iter()
+                        .map(|(host, ca)| {
+                            (
+                                host.clone(),
+                                Map::new()
+                                    .field("tls", Map::new().field("ca", b64.encode(ca)))
+                                    .into(),
+                            )
+                        })
+                        .collect(),
+                ),
+            );
+        }
+        machine.push("registries", registries);
     }
 
     let mut features = Map::new();
@@ -417,6 +443,18 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
                         ),
                     )
                     .some("skipFallback", m.skip_fallback)
+                    .into(),
+            ));
+        }
+        // Talos sorts these documents by kind, then name: the mirrors,
+        // then the TLS configs (Go field order: name, clientIdentity, ca,
+        // insecureSkipVerify).
+        for (host, ca) in &inp.registry_cas {
+            docs.push(Doc::other(
+                "RegistryTLSConfig",
+                Map::new()
+                    .field("name", host.as_str())
+                    .field("ca", ca.as_str())
                     .into(),
             ));
         }

@@ -73,6 +73,9 @@ pub struct Request {
     pub air_gap_mirror: Option<String>,
     /// `--image-verification-key`: the PEM public key text.
     pub image_verification_key: Option<String>,
+    /// `--mirror-ca`: the PEM CA certificate(s) every https mirror
+    /// endpoint the config writes is trusted with.
+    pub mirror_ca: Option<String>,
 }
 
 /// What `generate` produced.
@@ -660,6 +663,7 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
         inp.mirrors.push(m);
     }
     air_gap(req, matrix, &talos, &mut inp)?;
+    mirror_ca(req, &mut inp)?;
     for ns in &req.nameserver {
         if ns.parse::<std::net::IpAddr>().is_err() {
             return Err(Error::bad_input(format!(
@@ -762,6 +766,57 @@ fn air_gap(
         }
         inp.image_verification = Some((patterns, k.pem().to_string()));
     }
+    Ok(())
+}
+
+/// `--mirror-ca`: the CA for every https endpoint of every mirror the
+/// config writes (`--registry-mirror`, `talos.registryMirrors`,
+/// `--air-gap-mirror`), named by the endpoint's `host[:port]` as Talos
+/// matches it.
+fn mirror_ca(req: &Request, inp: &mut generate::Input) -> Result<()> {
+    let Some(text) = nonempty(&req.mirror_ca) else {
+        return Ok(());
+    };
+    let blocks = pem::parse_many(text)
+        .map_err(|e| Error::bad_input(format!("--mirror-ca: not PEM: {e}")))?;
+    if blocks.is_empty() {
+        return Err(Error::bad_input(
+            "--mirror-ca: no CERTIFICATE block in it (expected a PEM CA certificate, e.g. ca.crt of `talos-gen mirror cert`)",
+        ));
+    }
+    for b in &blocks {
+        if b.tag() != "CERTIFICATE" {
+            return Err(Error::bad_input(format!(
+                "--mirror-ca: a {} block; expected CERTIFICATE blocks only",
+                b.tag()
+            )));
+        }
+        x509_parser::parse_x509_certificate(b.contents()).map_err(|e| {
+            Error::bad_input(format!(
+                "--mirror-ca: a CERTIFICATE that does not parse: {e}"
+            ))
+        })?;
+    }
+    // Talos writes the PEM as given; one trailing newline, as ca.crt has.
+    let ca = format!("{}\n", text.trim());
+    let mut hosts: Vec<String> = Vec::new();
+    for m in &inp.mirrors {
+        for e in &m.endpoints {
+            if let Some(rest) = e.strip_prefix("https://") {
+                let host = rest.split('/').next().unwrap_or(rest).to_string();
+                if !host.is_empty() && !hosts.contains(&host) {
+                    hosts.push(host);
+                }
+            }
+        }
+    }
+    if hosts.is_empty() {
+        return Err(Error::bad_input(
+            "--mirror-ca: the config writes no https:// mirror endpoint to trust it for (give --air-gap-mirror https://... or --registry-mirror host=https://...)",
+        ));
+    }
+    hosts.sort();
+    inp.registry_cas = hosts.into_iter().map(|h| (h, ca.clone())).collect();
     Ok(())
 }
 

@@ -36,7 +36,7 @@ pub struct ExportReport {
 
 /// The store at `loc`, which must be one (an export never creates a
 /// local store; a bucket is opened as it is).
-pub(super) fn open_store(loc: &Location) -> Result<Store> {
+pub fn open_store(loc: &Location) -> Result<Store> {
     if let Some(dir) = loc.dir()
         && !dir.join("index").is_dir()
     {

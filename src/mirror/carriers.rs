@@ -174,6 +174,17 @@ fn plan_http(
             );
             plan.insert(rel, object(e));
             report.items += 1;
+        } else if let Some(rest) = e.key.strip_prefix("talosctl/") {
+            let Some((v, f)) = rest.split_once('/') else {
+                continue;
+            };
+            let Ok(k) = crate::imagecache::TalosctlKey::parse(v, f) else {
+                continue;
+            };
+            if k.store_key() == e.key {
+                plan.insert(k.store_key(), object(e));
+                report.items += 1;
+            }
         } else if let Some(id) = e.key.strip_prefix("schematic/") {
             if crate::schematic::is_valid_id(id) {
                 plan.insert(format!("schematics/{id}"), object(e));
@@ -190,7 +201,7 @@ fn plan_http(
         oci = cfg
             .items()
             .iter()
-            .filter(|i| !matches!(i, Item::Image(_)))
+            .filter(|i| !matches!(i, Item::Image(_) | Item::Talosctl(_)))
             .count();
     }
     if oci > 0 {
@@ -207,6 +218,11 @@ fn factory_doc(path: &str) -> Option<FactoryDoc> {
         "/versions" => FactoryDoc::versions(),
         p if p == FactoryDoc::cosign_key().path => FactoryDoc::cosign_key(),
         p if p == FactoryDoc::secureboot_cert().path => FactoryDoc::secureboot_cert(),
+        p if p.starts_with("/pxe/") => {
+            let mut it = p["/pxe/".len()..].splitn(3, '/');
+            let (s, v, a) = (it.next()?, it.next()?, it.next()?);
+            FactoryDoc::pxe(s, v, a).ok()?
+        }
         p => {
             let rest = p.strip_prefix("/version/")?;
             let (v, what) = rest.split_once('/')?;
@@ -243,7 +259,7 @@ fn oci_refs(store: &Store, cfg: Option<&Config>) -> Vec<OciRef> {
         Some(cfg) => {
             for item in cfg.items() {
                 let (up, repo, reference) = match item {
-                    Item::Image(_) => continue,
+                    Item::Image(_) | Item::Talosctl(_) => continue,
                     Item::Installer { repo, tag } => (UpstreamId::Installer, repo, tag),
                     Item::Extra(x) => (UpstreamId::Mirror(x.host.clone()), x.repo, x.reference),
                 };

@@ -23,6 +23,13 @@ struct Raw {
     extra_images: Vec<String>,
     #[serde(default)]
     workers: Vec<RawWorker>,
+    /// talosctl binaries per `talosVersions` entry: `linux-amd64`, ...
+    #[serde(default)]
+    talosctl: Vec<String>,
+    /// iPXE scripts per schematic and `talosVersions` entry: `metal-amd64`,
+    /// ... (with the kernel and initramfs, or the UKI, they boot).
+    #[serde(default)]
+    pxe: Vec<String>,
 }
 
 /// A `workers:` entry: one worker pool, everything its nodes pull.
@@ -154,6 +161,10 @@ pub struct Config {
     /// `mirror sync --cosign-key`: every installer and image must carry a
     /// cosign signature one of these keys verifies (see `signatures`).
     pub cosign_keys: Vec<crate::cosign::PublicKey>,
+    /// `talosctl:` entries (`linux-amd64`, ...), checked.
+    pub talosctl: Vec<String>,
+    /// `pxe:` entries (`metal-amd64`, ...), checked.
+    pub pxe: Vec<String>,
 }
 
 /// Default platform and architecture of a `workers:` entry.
@@ -229,6 +240,8 @@ pub enum Item {
     Installer { repo: String, tag: String },
     /// An `extraImages` entry through its registry.
     Extra(ExtraImage),
+    /// `/talosctl/<version>/<file>` of the factory.
+    Talosctl(crate::imagecache::TalosctlKey),
 }
 
 impl Item {
@@ -238,6 +251,7 @@ impl Item {
             Item::Image(k) => format!("image {}", k.path()),
             Item::Installer { repo, tag } => format!("installer {repo}:{tag}"),
             Item::Extra(x) => format!("image {}", x.display()),
+            Item::Talosctl(t) => format!("talosctl {}", t.path()),
         }
     }
 }
@@ -340,10 +354,34 @@ impl Config {
                 cfg.extra_images.push(x);
             }
         }
-        let needs_pairs = !cfg.images.is_empty() || !cfg.installers.is_empty();
+        let probe_version = "v1.11.0";
+        for (i, t) in raw.talosctl.iter().enumerate() {
+            crate::imagecache::TalosctlKey::from_platform(probe_version, t).map_err(|e| {
+                Error::bad_input(format!(
+                    "{what}: talosctl[{i}]: {t:?}: expected <os>-<arch> such as linux-amd64 ({e})"
+                ))
+            })?;
+            if !cfg.talosctl.contains(t) {
+                cfg.talosctl.push(t.clone());
+            }
+        }
+        if !cfg.talosctl.is_empty() && cfg.versions.is_empty() {
+            return Err(Error::bad_input(format!(
+                "{what}: talosctl needs at least one talosVersions entry"
+            )));
+        }
+        for (i, p) in raw.pxe.iter().enumerate() {
+            crate::imagecache::FactoryDoc::pxe(&probe, probe_version, p)
+                .map_err(|e| Error::bad_input(format!("{what}: pxe[{i}]: {e}")))?;
+            if !cfg.pxe.contains(p) {
+                cfg.pxe.push(p.clone());
+            }
+        }
+        let needs_pairs =
+            !cfg.images.is_empty() || !cfg.installers.is_empty() || !cfg.pxe.is_empty();
         if needs_pairs && (cfg.schematics.is_empty() || cfg.versions.is_empty()) {
             return Err(Error::bad_input(format!(
-                "{what}: images and installers need at least one schematic and one talosVersions entry"
+                "{what}: images, installers and pxe need at least one schematic and one talosVersions entry"
             )));
         }
         for (i, w) in raw.workers.into_iter().enumerate() {
@@ -450,7 +488,7 @@ impl Config {
     /// `--cosign-key`, every installer and image (and it must verify);
     /// without, the OCI items of `workers:` (where the upstream has one).
     pub fn wants_signature(&self, item: &Item) -> Signature {
-        if matches!(item, Item::Image(_)) {
+        if matches!(item, Item::Image(_) | Item::Talosctl(_)) {
             return Signature::No;
         }
         if !self.cosign_keys.is_empty() {
@@ -461,6 +499,23 @@ impl Config {
         } else {
             Signature::No
         }
+    }
+
+    /// The factory documents `mirror sync` keeps: the keys and lists of
+    /// every release, and the iPXE script of each `pxe:` entry per
+    /// schematic and `talosVersions` entry.
+    pub fn factory_docs(&self) -> Vec<crate::imagecache::FactoryDoc> {
+        let mut out = crate::imagecache::FactoryDoc::for_releases(&self.talos_versions());
+        for s in &self.schematics {
+            for v in &self.versions {
+                for p in &self.pxe {
+                    if let Ok(d) = crate::imagecache::FactoryDoc::pxe(&s.id, v, p) {
+                        out.push(d);
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Every Talos release of the config (`talosVersions`, then those of
@@ -490,6 +545,24 @@ impl Config {
                         repo: format!("{r}/{}", s.id),
                         tag: v.clone(),
                     });
+                }
+                // What each iPXE script boots.
+                for p in &self.pxe {
+                    for a in crate::imagecache::pxe_assets(p) {
+                        if let Ok(k) = ImageKey::parse(&s.id, v, &a) {
+                            let item = Item::Image(k);
+                            if !out.contains(&item) {
+                                out.push(item);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for v in &self.versions {
+            for t in &self.talosctl {
+                if let Ok(k) = crate::imagecache::TalosctlKey::from_platform(v, t) {
+                    out.push(Item::Talosctl(k));
                 }
             }
         }
@@ -556,7 +629,7 @@ impl Config {
                 sig_line(&mut out, item);
             }
         }
-        let docs = crate::imagecache::FactoryDoc::for_releases(&self.talos_versions());
+        let docs = self.factory_docs();
         if !docs.is_empty() {
             out.push_str("factory documents (each kept where the factory offers it):\n");
             for d in &docs {
@@ -584,6 +657,7 @@ impl Config {
                     format!("{}/{repo}:{tag}", crate::images::FACTORY_HOST),
                 ),
                 Item::Extra(x) => ("oci", x.display()),
+                Item::Talosctl(t) => ("talosctl", t.path()),
             };
             json!({"kind": kind, "name": i.name(), "reference": reference, "signature": sig(i)})
         };
@@ -606,7 +680,7 @@ impl Config {
             })).collect::<Vec<_>>(),
             "workers": workers,
             "items": self.items().iter().map(item).collect::<Vec<_>>(),
-            "factoryDocuments": crate::imagecache::FactoryDoc::for_releases(&self.talos_versions())
+            "factoryDocuments": self.factory_docs()
                 .iter()
                 .map(|d| d.path.clone())
                 .collect::<Vec<_>>(),
@@ -620,6 +694,7 @@ fn item_repository(item: &Item) -> String {
         Item::Image(k) => k.path(),
         Item::Installer { repo, .. } => format!("{}/{repo}", crate::images::FACTORY_HOST),
         Item::Extra(x) => format!("{}/{}", x.host, x.repo),
+        Item::Talosctl(t) => t.path(),
     }
 }
 

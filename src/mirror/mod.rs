@@ -11,8 +11,10 @@
 
 pub mod bundle;
 pub mod carriers;
+pub mod cert;
 pub mod config;
 pub mod progress;
+pub mod prune;
 pub mod report;
 pub mod signatures;
 pub mod sync;
@@ -21,6 +23,7 @@ pub mod verify;
 pub use bundle::{ExportReport, ImportReport, export, import};
 pub use carriers::{Format, TreeReport, export_tree};
 pub use config::{Config, ExtraImage, Item, Signature, Worker};
+pub use prune::{PruneReport, ReleaseHolding, holdings, prune};
 pub use sync::{Output, SyncOptions, SyncReport, sync};
 pub use verify::{VerifyReport, verify};
 
@@ -45,97 +48,117 @@ pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>
     }
     // The factory's keys and lists of its releases travel when stored
     // (the factory may offer none: never missing).
-    for doc in crate::imagecache::FactoryDoc::for_releases(&cfg.talos_versions()) {
+    for doc in cfg.factory_docs() {
         let key = doc.store_key();
         if store.entry(&key).is_some() {
             keys.push(key);
         }
     }
     for item in cfg.items() {
-        let (up, repo, reference) = match &item {
-            Item::Image(k) => {
-                let key = k.store_key();
-                if store.entry(&key).is_some() {
-                    keys.push(key);
-                } else {
-                    missing.push(item.name());
-                }
-                continue;
-            }
-            Item::Installer { repo, tag } => (UpstreamId::Installer, repo.clone(), tag.clone()),
-            Item::Extra(x) => (
-                UpstreamId::Mirror(x.host.clone()),
-                x.repo.clone(),
-                x.reference.clone(),
-            ),
-        };
-        let top = if let Some(d) = reference.strip_prefix("sha256:").and_then(Digest::from_hex) {
-            Some(d)
-        } else {
-            let k = tag_key(&up, &repo, &reference);
-            store.entry(&k).and_then(|e| {
-                keys.push(k);
-                Digest::from_hex(&e.digest)
-            })
-        };
-        let Some(top) = top else {
-            missing.push(item.name());
-            continue;
-        };
-        let mut queue = vec![top.clone()];
-        // Its cosign signature (`sha256-<hex>.sig`) travels with it when stored.
-        let sig = tag_key(&up, &repo, &crate::cosign::signature_tag(top.as_str()));
-        if let Some(d) = store.entry(&sig).and_then(|e| Digest::from_hex(&e.digest)) {
-            keys.push(sig);
-            queue.push(d);
-        }
-        // Its referrers index (and every manifest it lists) likewise.
-        let rk = referrers_key(&up, &repo, &top);
-        if let Some(o) = store.get(&rk) {
-            if let Ok(r) = o
-                .read_small(crate::registry::MAX_LIST as u64)
-                .map_err(|e| e.to_string())
-                .and_then(|b| manifest_refs(&b))
-            {
-                queue.extend(r.manifests);
-            }
-            keys.push(rk);
-        }
-        let mut ok = true;
-        while let Some(d) = queue.pop() {
-            let mk = manifest_key(&d);
-            if keys.contains(&mk) {
-                continue;
-            }
-            let Some(o) = store.get(&mk) else {
-                ok = false;
-                continue;
-            };
-            let Ok(body) = o.read_small(crate::registry::MAX_MANIFEST as u64) else {
-                ok = false;
-                continue;
-            };
-            keys.push(mk);
-            match manifest_refs(&body) {
-                Ok(r) => {
-                    queue.extend(r.manifests);
-                    for (b, _) in r.blobs {
-                        let bk = blob_key(&b);
-                        if store.entry(&bk).is_some() {
-                            if !keys.contains(&bk) {
-                                keys.push(bk);
-                            }
-                        } else {
-                            ok = false;
-                        }
-                    }
-                }
-                Err(_) => ok = false,
-            }
-        }
-        if !ok {
+        if !item_keys(store, &item, &mut keys) {
             missing.push(item.name());
         }
     }
     (keys, missing)
+}
+
+/// Add the store keys `item` reaches to `keys` (each once); `false` when
+/// the item is not (fully) stored.
+pub fn item_keys(store: &crate::store::Store, item: &Item, keys: &mut Vec<String>) -> bool {
+    let (up, repo, reference) = match item {
+        Item::Image(_) | Item::Talosctl(_) => {
+            let key = match item {
+                Item::Image(k) => k.store_key(),
+                Item::Talosctl(k) => k.store_key(),
+                _ => unreachable!(),
+            };
+            if store.entry(&key).is_some() {
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+                return true;
+            }
+            return false;
+        }
+        Item::Installer { repo, tag } => (UpstreamId::Installer, repo.clone(), tag.clone()),
+        Item::Extra(x) => (
+            UpstreamId::Mirror(x.host.clone()),
+            x.repo.clone(),
+            x.reference.clone(),
+        ),
+    };
+    let top = if let Some(d) = reference.strip_prefix("sha256:").and_then(Digest::from_hex) {
+        Some(d)
+    } else {
+        let k = tag_key(&up, &repo, &reference);
+        store.entry(&k).and_then(|e| {
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+            Digest::from_hex(&e.digest)
+        })
+    };
+    let Some(top) = top else {
+        return false;
+    };
+    let mut queue = vec![top.clone()];
+    // Its cosign signature (`sha256-<hex>.sig`) travels with it when stored.
+    let sig = tag_key(&up, &repo, &crate::cosign::signature_tag(top.as_str()));
+    if let Some(d) = store.entry(&sig).and_then(|e| Digest::from_hex(&e.digest)) {
+        if !keys.contains(&sig) {
+            keys.push(sig);
+        }
+        queue.push(d);
+    }
+    // Its referrers index (and every manifest it lists) likewise.
+    let rk = referrers_key(&up, &repo, &top);
+    if let Some(o) = store.get(&rk) {
+        if let Ok(r) = o
+            .read_small(crate::registry::MAX_LIST as u64)
+            .map_err(|e| e.to_string())
+            .and_then(|b| manifest_refs(&b))
+        {
+            queue.extend(r.manifests);
+        }
+        if !keys.contains(&rk) {
+            keys.push(rk);
+        }
+    }
+    let mut ok = true;
+    let mut seen: Vec<Digest> = Vec::new();
+    while let Some(d) = queue.pop() {
+        if seen.contains(&d) {
+            continue;
+        }
+        seen.push(d.clone());
+        let mk = manifest_key(&d);
+        let Some(o) = store.get(&mk) else {
+            ok = false;
+            continue;
+        };
+        let Ok(body) = o.read_small(crate::registry::MAX_MANIFEST as u64) else {
+            ok = false;
+            continue;
+        };
+        if !keys.contains(&mk) {
+            keys.push(mk);
+        }
+        match manifest_refs(&body) {
+            Ok(r) => {
+                queue.extend(r.manifests);
+                for (b, _) in r.blobs {
+                    let bk = blob_key(&b);
+                    if store.entry(&bk).is_some() {
+                        if !keys.contains(&bk) {
+                            keys.push(bk);
+                        }
+                    } else {
+                        ok = false;
+                    }
+                }
+            }
+            Err(_) => ok = false,
+        }
+    }
+    ok
 }

@@ -34,6 +34,10 @@ pub struct SyncStatus {
     pub elapsed_secs: f64,
     /// The summary line the job printed.
     pub summary: String,
+    /// Per Talos release of the config, what the store holds (after the
+    /// prune, when there was one).
+    #[serde(default)]
+    pub releases: Vec<super::prune::ReleaseHolding>,
 }
 
 impl SyncStatus {
@@ -60,6 +64,7 @@ impl SyncStatus {
             stored_bytes: r.items.iter().map(|i| i.stored_bytes).sum(),
             elapsed_secs: r.elapsed.as_secs_f64(),
             summary: r.summary(),
+            releases: Vec::new(),
         }
     }
 }

@@ -16,7 +16,7 @@ use super::config::{Config, Item};
 use super::progress::{Meter, Total};
 use crate::error::Result;
 use crate::fill::{FetchError, FillHandle, Joined};
-use crate::imagecache::{ImageCache, ImageError, ImageKey};
+use crate::imagecache::{ImageCache, ImageError};
 use crate::registry::layout::{blob_key, manifest_key, manifest_refs, referrers_key, tag_key};
 use crate::registry::{Blob, Digest, Reference, Registry, UpstreamId};
 use crate::store::Store;
@@ -268,7 +268,7 @@ pub async fn sync(
     }
     // The factory's keys and lists of the config's releases, as a
     // verifying or browsing client asks for them; a 404 is noted.
-    let docs = crate::imagecache::FactoryDoc::for_releases(&cfg.talos_versions());
+    let docs = cfg.factory_docs();
     let mut factory_reports = Vec::new();
     let mut results = futures::stream::iter(docs.iter().map(|d| sync_document(&ctx, d)))
         .buffer_unordered(concurrency);
@@ -308,7 +308,7 @@ async fn sync_document(ctx: &Ctx, doc: &crate::imagecache::FactoryDoc) -> ItemRe
                 Err(e) => rep.error = Some(format!("keeping it: {e}")),
             }
         }
-        Err(FetchError::Status { status: 404, .. }) => {
+        Err(FetchError::Status { status: 404, .. }) if !doc.is_pxe() => {
             rep.note = Some("the factory does not offer it (404); noted, nothing kept".into());
         }
         Err(e) => rep.error = Some(e.to_string()),
@@ -381,7 +381,16 @@ async fn sync_item(
     meter: &Meter,
 ) -> std::result::Result<(), String> {
     match item {
-        Item::Image(k) => sync_image(ctx, k, counts, meter).await,
+        Item::Image(k) => {
+            let _permit = meter.slot(&ctx.sem).await.map_err(|e| e.to_string())?;
+            let joined = ctx.images.lookup(k);
+            sync_artifact(ctx, joined, &k.store_key(), counts, meter).await
+        }
+        Item::Talosctl(k) => {
+            let _permit = meter.slot(&ctx.sem).await.map_err(|e| e.to_string())?;
+            let joined = ctx.images.lookup_talosctl(k);
+            sync_artifact(ctx, joined, &k.store_key(), counts, meter).await
+        }
         Item::Installer { repo, tag } => {
             let up = UpstreamId::Installer;
             sync_signed(ctx, item, &up, repo, tag, counts, meter).await
@@ -484,14 +493,15 @@ async fn pin(store: &Store, key: &str) -> std::result::Result<(), String> {
         .map_err(|e| format!("pinning {key}: {e}"))
 }
 
-async fn sync_image(
+/// A disk image or talosctl binary: stored, or followed to the end of its fill; then pinned.
+async fn sync_artifact(
     ctx: &Ctx,
-    key: &ImageKey,
+    joined: std::result::Result<Joined, ImageError>,
+    store_key: &str,
     counts: &Counts,
     meter: &Meter,
 ) -> std::result::Result<(), String> {
-    let _permit = meter.slot(&ctx.sem).await.map_err(|e| e.to_string())?;
-    match ctx.images.lookup(key) {
+    match joined {
         Err(ImageError::NotCached(m)) => return Err(m),
         Err(ImageError::Fetch(e)) => return Err(e.to_string()),
         Ok(Joined::Stored(o)) => {
@@ -516,7 +526,7 @@ async fn sync_image(
             counts.fetched_bytes.fetch_add(e.size, Ordering::Relaxed);
         }
     }
-    pin(&ctx.store, &key.store_key()).await
+    pin(&ctx.store, store_key).await
 }
 
 async fn sync_oci(

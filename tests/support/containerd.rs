@@ -72,11 +72,16 @@ impl Containerd {
 /// `dir/<registry>/hosts.toml` naming `mirror` as the one host (pull and
 /// resolve) for `registry`, as Talos writes it for a registry mirror.
 pub fn hosts_toml(dir: &Path, registry: &str, mirror: &str) {
+    hosts_toml_with(dir, registry, mirror, "");
+}
+
+/// The same, with `extra` lines in its host table (e.g. `ca = "/path/ca.crt"`).
+pub fn hosts_toml_with(dir: &Path, registry: &str, mirror: &str, extra: &str) {
     let d = dir.join(registry);
     std::fs::create_dir_all(&d).unwrap();
     std::fs::write(
         d.join("hosts.toml"),
-        format!("server = \"{mirror}\"\n\n[host.\"{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"),
+        format!("server = \"{mirror}\"\n\n[host.\"{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n{extra}"),
     )
     .unwrap();
 }

@@ -30,6 +30,8 @@ pub struct ServiceBuilder {
     wrapper: Vec<String>,
     rust_log: String,
     listen: Listen,
+    /// Served over TLS: the CA certificate that checks it.
+    tls_ca: Option<PathBuf>,
 }
 
 /// `talos-gen serve` on a loopback port, its stderr in a log file of its
@@ -39,6 +41,8 @@ pub struct Service {
     pub port: u16,
     pub proc: Proc,
     pub log: PathBuf,
+    /// `Some(CA)`: the service answers HTTPS (see [`ServiceBuilder::tls`]).
+    pub tls_ca: Option<PathBuf>,
     _logdir: tempfile::TempDir,
 }
 
@@ -92,6 +96,18 @@ impl ServiceBuilder {
         self
     }
 
+    /// Serve HTTPS with `DIR/tls.crt` and `DIR/tls.key` (as `talos-gen
+    /// mirror cert` writes them, for 127.0.0.1); `/healthz` is then
+    /// checked with curl and `DIR/ca.crt`, and [`Service::url`] is https.
+    pub fn tls(mut self, dir: &std::path::Path) -> Self {
+        self.args.push("--tls-cert".into());
+        self.args.push(dir.join("tls.crt").into());
+        self.args.push("--tls-key".into());
+        self.args.push(dir.join("tls.key").into());
+        self.tls_ca = Some(dir.join("ca.crt"));
+        self
+    }
+
     /// Start it and wait until `/healthz` answers 200 (a panic with its log
     /// if it exits first or takes more than 20 s).
     pub fn start(self) -> Service {
@@ -126,6 +142,7 @@ impl ServiceBuilder {
             port,
             proc: Proc::spawn("talos-gen serve", cmd),
             log,
+            tls_ca: self.tls_ca.clone(),
             _logdir: logdir,
         };
         let start = Instant::now();
@@ -138,7 +155,7 @@ impl ServiceBuilder {
                 svc.check_starting(start, timeout);
             };
         }
-        while http_status(svc.port, "/healthz") != Some(200) {
+        while svc.healthz() != Some(200) {
             svc.check_starting(start, timeout);
         }
         svc
@@ -163,7 +180,31 @@ impl Service {
             wrapper: Vec::new(),
             rust_log: "info".into(),
             listen: Listen::Port("127.0.0.1:".into()),
+            tls_ca: None,
         }
+    }
+
+    /// `GET /healthz`'s status (over TLS with curl when it is served so).
+    fn healthz(&self) -> Option<u16> {
+        let Some(ca) = &self.tls_ca else {
+            return http_status(self.port, "/healthz");
+        };
+        let o = Command::new("curl")
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "5",
+                "--cacert",
+            ])
+            .arg(ca)
+            .arg(format!("{}/healthz", self.url()))
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&o.stdout).trim().parse().ok()
     }
 
     /// Start with `args` after `serve --listen 127.0.0.1:<port>`; waits for `/healthz`.
@@ -189,7 +230,12 @@ impl Service {
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.tls_ca.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// `127.0.0.1:<port>`, as registry clients name it.

@@ -1,0 +1,191 @@
+//! Retention that follows the config: `mirror prune --config` and `mirror
+//! sync --prune` remove what the mirror job pinned and the config no longer
+//! names (a Talos release dropped from it), and [`holdings`] says per
+//! release what the store holds for it (the status page shows it).
+//!
+//! A key is a candidate only when it is **pinned** and of a family the
+//! mirror job writes: `image/`, `talosctl/`, `oci/` (tags, manifests,
+//! blobs, signatures) and `factory/` (the factory's documents). `serve`'s
+//! own cache is never pinned (eviction's business, `--cache-max-size`),
+//! and `schematic/` keys stay whoever stored them (a POSTed schematic is
+//! pinned too, and costs a few hundred bytes). Everything the config still
+//! reaches ([`super::reachable_keys`]) is kept, so a blob shared by a
+//! kept and a dropped image stays; [`crate::store::Store::remove`] deletes
+//! an object only when no key names it any more.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::config::{Config, Item};
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+/// The key families the mirror job pins.
+const MIRROR_FAMILIES: &[&str] = &["image/", "talosctl/", "oci/", "factory/"];
+
+/// Whether `key` is one the mirror job writes (and prune may remove).
+pub fn is_mirror_key(key: &str) -> bool {
+    MIRROR_FAMILIES.iter().any(|f| key.starts_with(f))
+}
+
+/// What a prune removed (or, dry, would remove).
+#[derive(Debug, Clone, Default)]
+pub struct PruneReport {
+    pub dry_run: bool,
+    /// `(key, size of its object)`, sorted by key.
+    pub keys: Vec<(String, u64)>,
+    /// Objects no key names afterwards, and their bytes: what the disk gets back.
+    pub objects: usize,
+    pub bytes: u64,
+    /// Pinned mirror keys the config still names.
+    pub kept: usize,
+}
+
+/// Remove the pinned mirror keys `cfg` does not reach. Refused (nothing
+/// removed) when some item of `cfg` is not fully stored: a partial store
+/// is no picture of what the config needs (sync it first).
+pub async fn prune(store: &Store, cfg: &Config, dry_run: bool) -> Result<PruneReport> {
+    let (reach, missing) = super::reachable_keys(store, cfg);
+    if !missing.is_empty() {
+        return Err(Error::refused(format!(
+            "mirror prune: the store does not hold all the config names ({}{}); run mirror sync first, nothing pruned",
+            missing[..missing.len().min(3)].join(", "),
+            if missing.len() > 3 {
+                format!(" and {} more", missing.len() - 3)
+            } else {
+                String::new()
+            }
+        )));
+    }
+    let reach: BTreeSet<String> = reach.into_iter().collect();
+    let entries = store.entries();
+    let mut keys_of: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &entries {
+        *keys_of.entry(e.digest.as_str()).or_default() += 1;
+    }
+    let mut report = PruneReport {
+        dry_run,
+        ..Default::default()
+    };
+    let mut gone: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    for e in &entries {
+        if !e.pinned || !is_mirror_key(&e.key) {
+            continue;
+        }
+        if reach.contains(&e.key) {
+            report.kept += 1;
+            continue;
+        }
+        report.keys.push((e.key.clone(), e.size));
+        let g = gone.entry(e.digest.as_str()).or_insert((0, e.size));
+        g.0 += 1;
+    }
+    report.keys.sort();
+    for (digest, (n, size)) in &gone {
+        if keys_of.get(digest).copied().unwrap_or(0) == *n {
+            report.objects += 1;
+            report.bytes += size;
+        }
+    }
+    if !dry_run {
+        for (k, _) in &report.keys {
+            // Unpinned first: were the removal cut short, eviction may take it.
+            let _ = store.set_pinned(k, false).await;
+            store.remove(k);
+        }
+    }
+    Ok(report)
+}
+
+/// What the store holds for one Talos release of the config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseHolding {
+    pub release: String,
+    /// Items of the release (disk images, installers, talosctl binaries,
+    /// its workers' images) and how many of them are stored whole.
+    pub items: usize,
+    pub stored: usize,
+    /// Distinct objects and their bytes (an object shared with another
+    /// release counts in both).
+    pub objects: usize,
+    pub bytes: u64,
+    /// `disk images 2, installers 1, ...`
+    pub what: String,
+}
+
+/// The items of `cfg` that belong to `release`.
+fn release_items(cfg: &Config, release: &str) -> Vec<Item> {
+    let mut out: Vec<Item> = Vec::new();
+    for item in cfg.items() {
+        let of = match &item {
+            Item::Image(k) => k.version == release,
+            Item::Installer { tag, .. } => tag == release,
+            Item::Talosctl(t) => t.version == release,
+            Item::Extra(_) => false,
+        };
+        if of && !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    // A worker's kubelet and pause belong to its release.
+    for w in &cfg.workers {
+        if w.disk.version == release {
+            for item in w.items() {
+                if !out.contains(&item) {
+                    out.push(item);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Per Talos release of `cfg`, what the store holds of it.
+pub fn holdings(store: &Store, cfg: &Config) -> Vec<ReleaseHolding> {
+    let mut out = Vec::new();
+    for release in cfg.talos_versions() {
+        let items = release_items(cfg, &release);
+        let mut keys = Vec::new();
+        let mut stored = 0;
+        let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+        for item in &items {
+            if super::item_keys(store, item, &mut keys) {
+                stored += 1;
+            }
+            let kind = match item {
+                Item::Image(_) => "disk images",
+                Item::Installer { .. } => "installers",
+                Item::Talosctl(_) => "talosctl binaries",
+                Item::Extra(_) => "images",
+            };
+            *kinds.entry(kind).or_default() += 1;
+        }
+        for doc in crate::imagecache::FactoryDoc::for_releases(std::slice::from_ref(&release)) {
+            let k = doc.store_key();
+            if doc.path.starts_with("/version/") && store.entry(&k).is_some() {
+                keys.push(k);
+                *kinds.entry("factory documents").or_default() += 1;
+            }
+        }
+        let mut digests: BTreeMap<String, u64> = BTreeMap::new();
+        for k in &keys {
+            if let Some(e) = store.entry(k) {
+                digests.insert(e.digest, e.size);
+            }
+        }
+        out.push(ReleaseHolding {
+            release,
+            items: items.len(),
+            stored,
+            objects: digests.len(),
+            bytes: digests.values().sum(),
+            what: kinds
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    out
+}
