@@ -671,7 +671,7 @@ fn help_describes_every_flag() {
             ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
-            assert_eq!(checked.len(), 22, "{checked:?}");
+            assert_eq!(checked.len(), 25, "{checked:?}");
         }
     }
     // The upstream bounds, on both commands that have them.

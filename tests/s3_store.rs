@@ -297,3 +297,131 @@ fn a_burst_over_two_replicas_and_a_replica_killed_mid_download() {
     assert_eq!(f.gets(A), transfers, "no upstream request for the resume");
     eprintln!("s3: whole test {:?}", t.elapsed());
 }
+
+/// `talos-gen mirror <cmd>` with the bucket as the store (`--store`,
+/// `--s3-endpoint`, the credentials from the environment).
+fn mirror_cmd(
+    g: &Garage,
+    prefix: &str,
+    spool: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+        .arg("mirror")
+        .args(args)
+        .args(["--store", &format!("s3://{}/{prefix}", g.bucket)])
+        .args(["--s3-endpoint", &g.endpoint(0)])
+        .arg("--cache-dir")
+        .arg(spool)
+        .env("AWS_ACCESS_KEY_ID", &g.key_id)
+        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
+        .output()
+        .unwrap()
+}
+
+/// The mirror job on the bucket: `sync` fills it, `verify` checks it (and
+/// names and drops an object rotten in the bucket), `export` carries it to
+/// a tar that `import` loads into a local directory and into another
+/// prefix of the bucket, each then served offline.
+#[test]
+fn mirror_sync_verify_export_import_on_the_bucket() {
+    use support::factory::{S, V};
+    let Some(g) = cluster() else { return };
+    let f = Factory::new(2, 1, &[A], None);
+    let cfg = f.dir.path().join("mirror.yaml");
+    std::fs::write(
+        &cfg,
+        format!("schematics: [{S}]\ntalosVersions: [{V}]\nimages: [{A}]\ninstallers: []\n"),
+    )
+    .unwrap();
+    let spool = f.dir.path().join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    let cfg_s = cfg.to_str().unwrap();
+    let ok = |o: &std::process::Output, what: &str| {
+        assert!(
+            o.status.success(),
+            "{what}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let o = mirror_cmd(
+        &g,
+        "m",
+        &spool,
+        &["sync", "--config", cfg_s, "--factory-url", &f.nginx.url()],
+    );
+    ok(&o, "sync");
+    let obj = format!("m/objects/sha256/{}", sha256_hex(&f.xz));
+    assert!(
+        g.list(1, "m/objects/").contains(&obj),
+        "synced into the bucket"
+    );
+    let v = ok(&mirror_cmd(&g, "m", &spool, &["verify"]), "verify");
+    assert!(v.contains("0 bad"), "{v}");
+    // rot in the bucket: verify names it, drops it, exits 1; sync fetches it again
+    let mut rotten = g.get(1, &obj);
+    rotten[1000] ^= 0x10;
+    g.put(1, &obj, &rotten);
+    let o = mirror_cmd(&g, "m", &spool, &["verify"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&sha256_hex(&f.xz)), "{err}");
+    assert!(
+        !g.list(1, "m/objects/").contains(&obj),
+        "dropped from the bucket"
+    );
+    ok(
+        &mirror_cmd(
+            &g,
+            "m",
+            &spool,
+            &["sync", "--config", cfg_s, "--factory-url", &f.nginx.url()],
+        ),
+        "sync again",
+    );
+    assert_eq!(g.get(1, &obj), f.xz);
+    // export from the bucket, import into a directory and into another prefix
+    let tar = f.dir.path().join("m.tar");
+    ok(
+        &mirror_cmd(
+            &g,
+            "m",
+            &spool,
+            &["export", "--output", tar.to_str().unwrap()],
+        ),
+        "export",
+    );
+    let local = f.dir.path().join("local");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+        .args(["mirror", "import", tar.to_str().unwrap(), "--cache-dir"])
+        .arg(&local)
+        .output()
+        .unwrap();
+    ok(&o, "import into a directory");
+    ok(
+        &mirror_cmd(&g, "other", &spool, &["import", tar.to_str().unwrap()]),
+        "import into the bucket",
+    );
+    let off = Service::start(&["--offline", "--cache-dir", local.to_str().unwrap()]);
+    let r = curl(&[&format!("{}{}", off.url(), image_path(A))]);
+    assert_eq!((r.status, r.body == f.xz), (200, true));
+    let spool2 = f.dir.path().join("spool2");
+    std::fs::create_dir_all(&spool2).unwrap();
+    let off2 = Service::builder()
+        .arg("--offline")
+        .arg("--cache-dir")
+        .arg(&spool2)
+        .args(["--store", &format!("s3://{}/other", g.bucket)])
+        .args(["--s3-endpoint", &g.endpoint(2)])
+        .env("AWS_ACCESS_KEY_ID", &g.key_id)
+        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
+        .start();
+    let r = curl(&[&format!("{}{}", off2.url(), image_path(A))]);
+    assert_eq!(
+        (r.status, r.body == f.xz),
+        (200, true),
+        "from the other prefix"
+    );
+}
