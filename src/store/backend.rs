@@ -36,6 +36,12 @@ pub trait ObjectRead: Send + Sync {
 
     /// `len` bytes at `pos` (within the object).
     fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes>;
+
+    /// Chunks a stream may fetch ahead of the one it sends (a remote
+    /// store hides its round trips this way; a local map needs none).
+    fn read_ahead(&self) -> usize {
+        1
+    }
 }
 
 /// One index entry as listed: its name and change token.

@@ -82,37 +82,52 @@ impl StoredObject {
             sums,
             lease,
         } = self;
+        use futures::StreamExt;
         let object: Arc<dyn ObjectRead> = Arc::from(object);
         let size = entry.size;
         let end = end.min(size);
-        futures::stream::unfold((start, Some(lease)), move |(pos, lease)| {
+        let ahead = object.read_ahead().max(1);
+        let lease = Arc::new(lease);
+        let first = start / CHUNK as u64;
+        let last = if end > start {
+            (end - 1) / CHUNK as u64 + 1
+        } else {
+            first
+        };
+        // One future per chunk, `ahead` of them in flight, in order; the
+        // lease lives as long as the stream (every future holds it).
+        let fetches = futures::stream::iter(first..last).map(move |chunk| {
             let object = object.clone();
             let sums = sums.clone();
+            let lease = lease.clone();
             async move {
-                let lease = lease?;
-                if pos >= end {
-                    return None;
-                }
-                let chunk = pos / CHUNK as u64;
                 let cstart = chunk * CHUNK as u64;
                 let store = lease.store.clone();
                 let digest = lease.digest.clone();
-                let res = tokio::task::spawn_blocking(move || {
+                let b = tokio::task::spawn_blocking(move || {
                     checked_chunk(&store, &digest, &*object, sums.as_deref(), chunk, size)
                 })
                 .await
                 .map_err(io::Error::other)
-                .and_then(|r| r);
-                match res {
-                    Ok(b) => {
-                        let upto = end.min(cstart + b.len() as u64);
-                        let part = b.slice((pos - cstart) as usize..(upto - cstart) as usize);
-                        Some((Ok(part), (upto, Some(lease))))
-                    }
-                    Err(e) => Some((Err(e), (end, None))),
-                }
+                .and_then(|r| r)?;
+                drop(lease);
+                let from = start.max(cstart);
+                let upto = end.min(cstart + b.len() as u64);
+                Ok(b.slice((from - cstart) as usize..(upto - cstart) as usize))
             }
-        })
+        });
+        // The stream ends after its first error (the response is cut there).
+        fetches
+            .buffered(ahead)
+            .scan(false, |failed, r: io::Result<Bytes>| {
+                let item = if *failed {
+                    None
+                } else {
+                    *failed = r.is_err();
+                    Some(r)
+                };
+                futures::future::ready(item)
+            })
     }
 
     /// A blocking reader of the whole object, chunk-checked like
