@@ -8,8 +8,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
+use super::STREAM_CHUNK;
 use super::backend::ObjectRead;
-use super::sums::{CHUNK, Sums};
+use super::sums::Sums;
 use super::{Entry, Store};
 use crate::error::{Error, Result};
 
@@ -33,24 +34,59 @@ pub struct StoredObject {
     pub(super) lease: Lease,
 }
 
-/// Chunk `i` of an object of `size` bytes, checked (blocking).
-fn checked_chunk(
+/// The windows a read of `start..end` (of an object of `size` bytes)
+/// goes through: at most [`STREAM_CHUNK`] each, on the stream grid, their
+/// ends widened to whole checksum blocks of `unit` bytes (so each window
+/// can be checked) and no further (a range reads little beyond itself).
+fn windows(start: u64, end: u64, size: u64, unit: u64) -> Vec<(u64, u64)> {
+    let stream = STREAM_CHUNK as u64;
+    let end = end.min(size);
+    let mut v = Vec::new();
+    if start >= end {
+        return v;
+    }
+    let mut pos = start - start % unit;
+    let last = end.div_ceil(unit).saturating_mul(unit).min(size);
+    while pos < last {
+        let grid = (pos - pos % stream).saturating_add(stream);
+        let wend = grid.min(last);
+        v.push((pos, wend));
+        pos = wend;
+    }
+    v
+}
+
+/// Bytes `from..to` of the object, every checksum block in them checked
+/// (blocking). `from` is block-aligned; `to` is too, or the object's end.
+fn checked_window(
     store: &Store,
     digest: &str,
     object: &dyn ObjectRead,
     sums: Option<&Sums>,
-    chunk: u64,
-    size: u64,
+    from: u64,
+    to: u64,
 ) -> io::Result<Bytes> {
-    let cstart = chunk * CHUNK as u64;
-    let cend = (cstart + CHUNK as u64).min(size);
-    let b = object.read_chunk(cstart, (cend - cstart) as usize)?;
-    if let Some(s) = sums
-        && !s.check(chunk as usize, &b)
-    {
-        store.chunk_mismatch(digest, object, chunk)?;
+    let b = object.read_chunk(from, (to - from) as usize)?;
+    if let Some(s) = sums {
+        let bs = s.chunk() as u64;
+        let mut at = from;
+        while at < to {
+            let n = bs.min(to - at);
+            let block = at / bs;
+            let off = (at - from) as usize;
+            if !s.check(block as usize, &b[off..off + n as usize]) {
+                store.chunk_mismatch(digest, object, block)?;
+            }
+            at += n;
+        }
     }
     Ok(b)
+}
+
+/// The checksum block size reads align to.
+fn unit_of(sums: Option<&Sums>) -> u64 {
+    sums.map_or(super::sums::CHUNK as u64, |s| s.chunk() as u64)
+        .max(1)
 }
 
 impl StoredObject {
@@ -88,32 +124,26 @@ impl StoredObject {
         let end = end.min(size);
         let ahead = object.read_ahead().max(1);
         let lease = Arc::new(lease);
-        let first = start / CHUNK as u64;
-        let last = if end > start {
-            (end - 1) / CHUNK as u64 + 1
-        } else {
-            first
-        };
-        // One future per chunk, `ahead` of them in flight, in order; the
+        let wins = windows(start, end, size, unit_of(sums.as_deref()));
+        // One future per window, `ahead` of them in flight, in order; the
         // lease lives as long as the stream (every future holds it).
-        let fetches = futures::stream::iter(first..last).map(move |chunk| {
+        let fetches = futures::stream::iter(wins).map(move |(from, to)| {
             let object = object.clone();
             let sums = sums.clone();
             let lease = lease.clone();
             async move {
-                let cstart = chunk * CHUNK as u64;
                 let store = lease.store.clone();
                 let digest = lease.digest.clone();
                 let b = tokio::task::spawn_blocking(move || {
-                    checked_chunk(&store, &digest, &*object, sums.as_deref(), chunk, size)
+                    checked_window(&store, &digest, &*object, sums.as_deref(), from, to)
                 })
                 .await
                 .map_err(io::Error::other)
                 .and_then(|r| r)?;
                 drop(lease);
-                let from = start.max(cstart);
-                let upto = end.min(cstart + b.len() as u64);
-                Ok(b.slice((from - cstart) as usize..(upto - cstart) as usize))
+                let a = start.max(from);
+                let z = end.min(to);
+                Ok(b.slice((a - from) as usize..(z - from) as usize))
             }
         });
         // The stream ends after its first error (the response is cut there).
@@ -181,14 +211,14 @@ impl io::Read for ChunkReader {
             if self.pos >= size {
                 return Ok(0);
             }
-            let chunk = self.pos / CHUNK as u64;
-            self.buf = checked_chunk(
+            let (from, to) = windows(self.pos, size, size, unit_of(self.obj.sums.as_deref()))[0];
+            self.buf = checked_window(
                 &self.obj.lease.store,
                 &self.obj.lease.digest,
                 &*self.obj.object,
                 self.obj.sums.as_deref(),
-                chunk,
-                size,
+                from,
+                to,
             )?;
             self.pos += self.buf.len() as u64;
         }
@@ -196,5 +226,39 @@ impl io::Read for ChunkReader {
         out[..n].copy_from_slice(&self.buf[..n]);
         self.buf = self.buf.slice(n..);
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::windows;
+
+    const M: u64 = 1 << 20;
+    const K64: u64 = 64 << 10;
+
+    #[test]
+    fn windows_follow_the_stream_grid_and_cover_only_whole_blocks() {
+        // the whole object: 1 MiB windows on the grid, the last one short
+        assert_eq!(
+            windows(0, 2 * M + 5, 2 * M + 5, K64),
+            [(0, M), (M, 2 * M), (2 * M, 2 * M + 5)]
+        );
+        // a 1 MiB range off the grid: two windows, widened to whole 64 KiB
+        // blocks only, not to whole 1 MiB windows
+        let s = M / 2 + 1000;
+        let w = windows(s, s + M, 4 * M, K64);
+        assert_eq!(w, [(M / 2, M), (M, M + M / 2 + K64)]);
+        let read: u64 = w.iter().map(|(a, b)| b - a).sum();
+        assert!(read <= M + 2 * K64, "{read}");
+        // a byte
+        assert_eq!(windows(10, 11, 4 * M, K64), [(0, K64)]);
+        // at the end of the object the last block is short
+        assert_eq!(
+            windows(3 * M + 10, 4 * M + 3, 4 * M + 3, K64),
+            [(3 * M, 4 * M), (4 * M, 4 * M + 3)]
+        );
+        assert!(windows(5, 5, 10, K64).is_empty());
+        // 1 MiB blocks (an older checksum file): whole windows
+        assert_eq!(windows(s, s + M, 4 * M, M), [(0, M), (M, 2 * M)]);
     }
 }
