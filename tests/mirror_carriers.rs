@@ -22,18 +22,7 @@ const MIB: usize = 1 << 20;
 const SCHEMATIC_YAML: &str = "customization:\n  extraKernelArgs:\n    - carriers-test\n";
 const KUBELET: &str = "ghcr.io/siderolabs/kubelet:v1.35.6";
 
-fn random(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(n);
-    out
-}
+use support::random_bytes as random;
 
 fn xz(data: &[u8]) -> Vec<u8> {
     use std::io::Write;

@@ -16,15 +16,8 @@ use support::bad_upstream::BadUpstream;
 
 const S: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
 
-fn fault(path: &str) -> &'static str {
-    if path.contains("v1.13.1/") {
-        "hang"
-    } else if path.contains("v1.13.2/") {
-        "stall"
-    } else {
-        "good"
-    }
-}
+/// The fault a request gets, by the Talos version in its path.
+use support::bad_upstream::by_version as fault;
 
 /// A tmux server of our own (`-S`, a socket in the test's directory),
 /// killed on drop.

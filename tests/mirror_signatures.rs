@@ -7,7 +7,6 @@ mod support;
 
 use rcgen::{KeyPair, PKCS_ECDSA_P256_SHA256, SigningKey};
 use support::registry::*;
-use talos_gen::mirror::{Output, SyncOptions};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn signatures_are_verified_before_mirroring() {
@@ -42,18 +41,7 @@ async fn signatures_are_verified_before_mirroring() {
         talos_gen::cosign::PublicKey::from_pem(&good_key.public_key_pem(), "--cosign-key good.pub")
             .unwrap(),
     );
-    let opts = SyncOptions {
-        factory_url: up.url(),
-        registry_url: Some(up.url()),
-        mirror_upstreams: talos_gen::registry::MirrorTable::parse(&[format!(
-            "ghcr.io={}",
-            up.url()
-        )])
-        .unwrap(),
-        concurrency: 2,
-        output: Output::Quiet,
-        limits: Default::default(),
-    };
+    let opts = support::registry::sync_options(&up, 2);
     let report = talos_gen::mirror::sync(&cfg, cache.path(), &opts)
         .await
         .unwrap();

@@ -7,32 +7,14 @@ mod support;
 
 use support::registry::*;
 use support::{Service, sha256_digest};
-use talos_gen::mirror::{Output, SyncOptions};
 use talos_gen::registry::{Reference, UpstreamId};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 
-/// The mirror job's options with `up` as the factory, the installer
-/// registry and `ghcr.io`'s `--mirror-upstream`.
-fn sync_options(up: &Registry) -> SyncOptions {
-    SyncOptions {
-        factory_url: up.url(),
-        registry_url: Some(up.url()),
-        mirror_upstreams: talos_gen::registry::MirrorTable::parse(&[format!(
-            "ghcr.io={}",
-            up.url()
-        )])
-        .unwrap(),
-        concurrency: 4,
-        output: Output::Quiet,
-        limits: Default::default(),
-    }
-}
-
 /// `mirror sync` of the config `text` into `cache`, every item synced.
 async fn mirror(text: &str, cache: &std::path::Path, up: &Registry) -> talos_gen::mirror::Config {
     let cfg = talos_gen::mirror::Config::parse(text, cache, "test config").unwrap();
-    let report = talos_gen::mirror::sync(&cfg, cache, &sync_options(up))
+    let report = talos_gen::mirror::sync(&cfg, cache, &sync_options(up, 4))
         .await
         .unwrap();
     assert!(report.failed().is_empty(), "{}", report.summary());
@@ -115,7 +97,7 @@ async fn mirrored_images_are_pinned_and_served_offline() {
     }
     // Idempotent: a second run fetches no blob again.
     let before = up.count_gets("/blobs/");
-    let again = talos_gen::mirror::sync(&cfg, cache.path(), &sync_options(&up))
+    let again = talos_gen::mirror::sync(&cfg, cache.path(), &sync_options(&up, 4))
         .await
         .unwrap();
     assert!(again.failed().is_empty(), "{}", again.summary());

@@ -16,17 +16,7 @@ use support::{Service, curl};
 const S: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
 
 /// The fault a request gets, by the Talos version in its path.
-fn fault(path: &str) -> &'static str {
-    if path.contains("v1.13.1/") {
-        "hang"
-    } else if path.contains("v1.13.2/") {
-        "stall"
-    } else if path.contains("v1.13.3/") {
-        "trickle"
-    } else {
-        "good"
-    }
-}
+use support::bad_upstream::by_version as fault;
 
 fn image(v: &str) -> String {
     format!("/image/{S}/{v}/openstack-amd64.raw.xz")

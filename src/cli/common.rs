@@ -66,6 +66,31 @@ pub struct StoreArgs {
     pub s3_region: Option<String>,
 }
 
+/// Where a mirror command's store is: `--cache-dir` (the store, or with
+/// `--store` only the local spool) and the bucket flags.
+#[derive(Debug, Clone, Args)]
+pub struct MirrorStoreArgs {
+    /// The store directory; required without --store, with it the local
+    /// spool (default: talos-gen-spool in the system's temp directory).
+    #[arg(
+        long,
+        env = "TALOS_GEN_CACHE_DIR",
+        value_name = "DIR",
+        value_parser = cache_dir_flag,
+        required_unless_present = "store"
+    )]
+    pub cache_dir: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+impl MirrorStoreArgs {
+    /// The store's location; `timeout` bounds every S3 call.
+    pub fn location(&self, timeout: Duration) -> crate::Result<crate::store::Location> {
+        self.store.location(self.cache_dir.as_deref(), timeout)
+    }
+}
+
 impl StoreArgs {
     /// The store's location: the bucket (spooling in `cache_dir`, or a
     /// directory under the system's temp dir), else the directory

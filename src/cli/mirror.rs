@@ -76,19 +76,8 @@ pub enum MirrorCommand {
         /// The mirror config (YAML: schematics, talosVersions, images, installers, extraImages).
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: String,
-        /// The store directory `serve --cache-dir` reads; required without
-        /// --store, with it the local spool (default: talos-gen-spool in the
-        /// system's temp directory).
-        #[arg(
-            long,
-            env = "TALOS_GEN_CACHE_DIR",
-            value_name = "DIR",
-            value_parser = super::common::cache_dir_flag,
-            required_unless_present = "store"
-        )]
-        cache_dir: Option<String>,
         #[command(flatten)]
-        store: super::common::StoreArgs,
+        at: super::common::MirrorStoreArgs,
         /// The upstream Image Factory.
         #[arg(
             long,
@@ -146,18 +135,8 @@ pub enum MirrorCommand {
         /// The mirror config whose items are kept.
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: String,
-        /// The store directory; required without --store, with it the local
-        /// spool (default: talos-gen-spool in the system's temp directory).
-        #[arg(
-            long,
-            env = "TALOS_GEN_CACHE_DIR",
-            value_name = "DIR",
-            value_parser = super::common::cache_dir_flag,
-            required_unless_present = "store"
-        )]
-        cache_dir: Option<String>,
         #[command(flatten)]
-        store: super::common::StoreArgs,
+        at: super::common::MirrorStoreArgs,
         /// List what would go and how many bytes; remove nothing (default: false).
         #[arg(long)]
         dry_run: bool,
@@ -179,35 +158,15 @@ pub enum MirrorCommand {
     },
     /// Re-hash every stored object against its digest.
     Verify {
-        /// The store directory; required without --store, with it the local
-        /// spool (default: talos-gen-spool in the system's temp directory).
-        #[arg(
-            long,
-            env = "TALOS_GEN_CACHE_DIR",
-            value_name = "DIR",
-            value_parser = super::common::cache_dir_flag,
-            required_unless_present = "store"
-        )]
-        cache_dir: Option<String>,
         #[command(flatten)]
-        store: super::common::StoreArgs,
+        at: super::common::MirrorStoreArgs,
     },
     /// Write the store (or what a config names) for the other side of an air gap:
     /// one tar file for `mirror import`, a static HTTP tree, or an OCI image layout.
     #[command(after_help = EXPORT_EXAMPLES)]
     Export {
-        /// The store directory; required without --store, with it the local
-        /// spool (default: talos-gen-spool in the system's temp directory).
-        #[arg(
-            long,
-            env = "TALOS_GEN_CACHE_DIR",
-            value_name = "DIR",
-            value_parser = super::common::cache_dir_flag,
-            required_unless_present = "store"
-        )]
-        cache_dir: Option<String>,
         #[command(flatten)]
-        store: super::common::StoreArgs,
+        at: super::common::MirrorStoreArgs,
         /// Where to write: the tar file (`tar`), or a directory (`http`, `oci`)
         /// that is absent, empty, or a previous export of that format.
         #[arg(long, value_name = "PATH")]
@@ -252,18 +211,8 @@ pub enum MirrorCommand {
         /// A tar file written by `talos-gen mirror export`.
         #[arg(value_name = "FILE.tar")]
         file: String,
-        /// The store directory; required without --store, with it the local
-        /// spool (default: talos-gen-spool in the system's temp directory).
-        #[arg(
-            long,
-            env = "TALOS_GEN_CACHE_DIR",
-            value_name = "DIR",
-            value_parser = super::common::cache_dir_flag,
-            required_unless_present = "store"
-        )]
-        cache_dir: Option<String>,
         #[command(flatten)]
-        store: super::common::StoreArgs,
+        at: super::common::MirrorStoreArgs,
     },
 }
 
@@ -315,8 +264,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
     match args.command {
         MirrorCommand::Sync {
             config,
-            cache_dir,
-            store,
+            at,
             factory_url,
             registry_url,
             mirror_upstream,
@@ -351,7 +299,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 output: mirror::Output::auto(),
                 limits: upstream.limits(),
             };
-            let loc = store.location(cache_dir.as_deref(), upstream.upstream_timeout)?;
+            let loc = at.location(upstream.upstream_timeout)?;
             let rt = rt()?;
             let report = rt.block_on(mirror::sync(&cfg, &loc, &opts))?;
             println!("{}", report.summary());
@@ -385,13 +333,12 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
         }
         MirrorCommand::Prune {
             config,
-            cache_dir,
-            store,
+            at,
             dry_run,
             matrix,
         } => {
             let cfg = load_config(&config, matrix.as_deref())?;
-            let loc = store.location(cache_dir.as_deref(), STORE_TIMEOUT)?;
+            let loc = at.location(STORE_TIMEOUT)?;
             let store = mirror::bundle::open_store(&loc)?;
             let rt = rt()?;
             let r = rt.block_on(mirror::prune(&store, &cfg, dry_run))?;
@@ -421,8 +368,8 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             }
             Ok(0)
         }
-        MirrorCommand::Verify { cache_dir, store } => {
-            let loc = store.location(cache_dir.as_deref(), STORE_TIMEOUT)?;
+        MirrorCommand::Verify { at } => {
+            let loc = at.location(STORE_TIMEOUT)?;
             let r = mirror::verify(&loc)?;
             println!(
                 "mirror verify: {} objects ({}) checked, {} bad, {} entries dropped on open{}",
@@ -452,8 +399,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             Ok(if r.dropped_anything() { 1 } else { 0 })
         }
         MirrorCommand::Export {
-            cache_dir,
-            store,
+            at,
             output,
             format,
             config,
@@ -462,7 +408,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 .as_deref()
                 .map(|c| mirror::Config::load(Path::new(c)))
                 .transpose()?;
-            let loc = store.location(cache_dir.as_deref(), STORE_TIMEOUT)?;
+            let loc = at.location(STORE_TIMEOUT)?;
             if format != mirror::Format::Tar {
                 let r = mirror::export_tree(&loc, Path::new(&output), cfg.as_ref(), format)?;
                 for l in &r.left_out {
@@ -517,12 +463,8 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             Ok(0)
         }
 
-        MirrorCommand::Import {
-            file,
-            cache_dir,
-            store,
-        } => {
-            let loc = store.location(cache_dir.as_deref(), STORE_TIMEOUT)?;
+        MirrorCommand::Import { file, at } => {
+            let loc = at.location(STORE_TIMEOUT)?;
             let r = rt()?.block_on(mirror::import(Path::new(&file), &loc))?;
             println!(
                 "mirror import: {} keys, {} objects ({}) imported; {} keys already present",

@@ -19,6 +19,21 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// The fault a request gets by the Talos version in its path, as the
+/// tests use it: `v1.13.1` hangs, `v1.13.2` stalls, `v1.13.3` trickles,
+/// any other is good.
+pub fn by_version(path: &str) -> &'static str {
+    if path.contains("v1.13.1/") {
+        "hang"
+    } else if path.contains("v1.13.2/") {
+        "stall"
+    } else if path.contains("v1.13.3/") {
+        "trickle"
+    } else {
+        "good"
+    }
+}
+
 pub struct BadUpstream {
     pub port: u16,
     stop: Arc<AtomicBool>,

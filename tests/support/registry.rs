@@ -339,3 +339,20 @@ pub async fn push_cosign_signature(
     .await;
     tag
 }
+
+/// The mirror job's options (as a library call) with `up` as the factory,
+/// the installer registry and `ghcr.io`'s `--mirror-upstream`, quiet.
+pub fn sync_options(up: &Registry, concurrency: usize) -> talos_gen::mirror::SyncOptions {
+    talos_gen::mirror::SyncOptions {
+        factory_url: up.url(),
+        registry_url: Some(up.url()),
+        mirror_upstreams: talos_gen::registry::MirrorTable::parse(&[format!(
+            "ghcr.io={}",
+            up.url()
+        )])
+        .unwrap(),
+        concurrency,
+        output: talos_gen::mirror::Output::Quiet,
+        limits: Default::default(),
+    }
+}
