@@ -564,6 +564,21 @@ impl Store {
                 st.keys.get(key)?.clone()
             }
         };
+        // Take the reader's lease first (nothing evicts the object from
+        // here on), then open it with the state unlocked: a remote backend
+        // answers over the network, and no other caller of the store may
+        // wait behind that round trip.
+        let t = st.tick();
+        let o = st.objects.get_mut(&entry.digest)?;
+        o.readers += 1;
+        o.last_used = t;
+        let known_sums = o.sums.clone();
+        st.used_at.insert(entry.digest.clone(), now_secs());
+        drop(st);
+        let lease = Lease {
+            store: self.clone(),
+            digest: entry.digest.clone(),
+        };
         let object = match self.backend().open_object(&entry.digest) {
             Ok(o) => {
                 self.inner.available.store(true, Ordering::Relaxed);
@@ -578,30 +593,23 @@ impl Store {
             }
             Err(e) => {
                 tracing::warn!(key, error = %e, "object missing; dropping its entry");
-                drop(st);
+                drop(lease);
                 self.remove(key);
                 return None;
             }
         };
-        let t = st.tick();
-        let o = st.objects.get_mut(&entry.digest)?;
-        o.readers += 1;
-        o.last_used = t;
-        let sums = match &o.sums {
-            Some(s) => s.clone(),
+        let sums = match known_sums {
+            Some(s) => s,
             None => {
                 let s = self.load_sums(&entry.digest, entry.size);
-                o.sums = Some(s.clone());
+                if let Some(o) = self.lock().objects.get_mut(&entry.digest) {
+                    o.sums = Some(s.clone());
+                }
                 s
             }
         };
-        st.used_at.insert(entry.digest.clone(), now_secs());
-        drop(st);
         Some(StoredObject {
-            lease: Lease {
-                store: self.clone(),
-                digest: entry.digest.clone(),
-            },
+            lease,
             object,
             sums,
             entry,
