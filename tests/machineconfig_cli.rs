@@ -6,14 +6,51 @@ mod support;
 
 use std::path::Path;
 
-fn secrets(shared: &Path) -> String {
-    shared
-        .join("talos-golden/secrets.yaml")
-        .to_str()
-        .unwrap()
-        .to_string()
+/// The golden secrets bundle and the Cozystack chart's values file of the
+/// reference data, and the argument lists built on them.
+struct Golden {
+    secrets: String,
+    values: String,
 }
 
+impl Golden {
+    fn new(shared: &Path) -> Golden {
+        let s = |p: &str| shared.join(p).to_str().unwrap().to_string();
+        Golden {
+            secrets: s("talos-golden/secrets.yaml"),
+            values: s("cozystack/kubernetes-nodes.values.yaml"),
+        }
+    }
+
+    /// `--with-secrets <golden bundle>`, then `extra`.
+    fn with<'a>(&'a self, extra: &[&'a str]) -> Vec<&'a str> {
+        let mut args = vec!["--with-secrets", self.secrets.as_str()];
+        args.extend_from_slice(extra);
+        args
+    }
+
+    /// [`Golden::with`] `--talos-version <talos>`, then `extra`.
+    fn talos<'a>(&'a self, talos: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+        let mut args = self.with(&["--talos-version", talos]);
+        args.extend_from_slice(extra);
+        args
+    }
+
+    /// [`Golden::with`] `--profile cozystack -f <values>` (`-`: stdin), then `extra`.
+    fn profile<'a>(&'a self, values: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+        let mut args = self.with(&["--profile", "cozystack", "-f", values]);
+        args.extend_from_slice(extra);
+        args
+    }
+
+    /// [`Golden::profile`] with the chart's values file.
+    fn cozy<'a>(&'a self, extra: &[&'a str]) -> Vec<&'a str> {
+        self.profile(&self.values, extra)
+    }
+}
+
+/// `talos-gen machineconfig --cluster-name c1 --endpoint ... <extra>`:
+/// (exit code, stdout, stderr).
 fn mc(extra: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
     let mut args = vec![
         "machineconfig",
@@ -23,12 +60,7 @@ fn mc(extra: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
         "https://c1.ns.svc:6443",
     ];
     args.extend_from_slice(extra);
-    let out = support::run(&args, stdin);
-    (
-        out.status.code().unwrap_or(-1),
-        support::stdout(&out),
-        support::stderr(&out),
-    )
+    support::run_text(&args, stdin)
 }
 
 #[test]
@@ -36,167 +68,63 @@ fn bad_input_and_refusals() {
     let Some(shared) = support::reference_dir() else {
         return;
     };
-    let s = secrets(&shared);
-    let values = shared.join("cozystack/kubernetes-nodes.values.yaml");
-    let v = values.to_str().unwrap();
+    let g = Golden::new(&shared);
+    let patch = |p| g.talos("v1.13", &["--config-patch", p]);
+    let memory = "must be less than effective node memory (4Gi)";
+    let window = "Supported versions: v1.31, v1.32, v1.33, v1.34, v1.35, v1.36";
+    let table = "Kubernetes v1.30 is not supported by the Cozystack profile (its kubelet table). Supported versions: v1.31, v1.32, v1.33, v1.34, v1.35";
     let cases: Vec<(Vec<&str>, i32, &str)> = vec![
         (
-            vec![
-                "--with-secrets",
-                &s,
-                "--profile",
-                "cozystack",
-                "-f",
-                v,
-                "--instance-type",
-                "u9.huge",
-            ],
+            g.cozy(&["--instance-type", "u9.huge"]),
             2,
             "instanceType \"u9.huge\" not found",
         ),
         (
-            vec![
-                "--with-secrets",
-                &s,
-                "--profile",
-                "cozystack",
-                "-f",
-                v,
-                "--memory",
-                "4 Gi",
-                "--cpu",
-                "1",
-            ],
+            g.cozy(&["--memory", "4 Gi", "--cpu", "1"]),
             2,
             "invalid --memory value \"4 Gi\"",
         ),
         (
-            vec![
-                "--with-secrets",
-                &s,
-                "--profile",
-                "cozystack",
-                "-f",
-                v,
-                "--kube-reserved-cpu",
-                "lots",
-            ],
+            g.cozy(&["--kube-reserved-cpu", "lots"]),
             2,
             "invalid --kube-reserved-cpu value \"lots\"",
         ),
+        (g.cozy(&["--system-reserved-memory", "3.5Gi"]), 1, memory),
+        (patch("machine: [unclosed"), 2, "--config-patch #1"),
         (
-            vec![
-                "--with-secrets",
-                &s,
-                "--profile",
-                "cozystack",
-                "-f",
-                v,
-                "--system-reserved-memory",
-                "3.5Gi",
-            ],
-            1,
-            "must be less than effective node memory (4Gi)",
-        ),
-        (
-            vec![
-                "--with-secrets",
-                &s,
-                "--talos-version",
-                "v1.13",
-                "--config-patch",
-                "machine: [unclosed",
-            ],
-            2,
-            "--config-patch #1",
-        ),
-        (
-            vec![
-                "--with-secrets",
-                &s,
-                "--talos-version",
-                "v1.13",
-                "--config-patch",
-                "machine:\n  kubelet:\n    nope: 1\n",
-            ],
+            patch("machine:\n  kubelet:\n    nope: 1\n"),
             2,
             "unknown field \"machine.kubelet.nope\"",
         ),
         (
-            vec![
-                "--with-secrets",
-                &s,
-                "--talos-version",
-                "v1.13",
-                "--config-patch",
-                "machine:\n  install:\n    wipe: maybe\n",
-            ],
+            patch("machine:\n  install:\n    wipe: maybe\n"),
             2,
             "machine.install.wipe: expected true or false",
         ),
         (
-            vec![
-                "--with-secrets",
-                &s,
-                "--talos-version",
-                "v1.13",
-                "--config-patch",
-                "apiVersion: v1alpha1\nkind: NoSuchConfig\n",
-            ],
+            patch("apiVersion: v1alpha1\nkind: NoSuchConfig\n"),
             2,
             "unknown document kind \"NoSuchConfig\"",
         ),
         (
-            vec![
-                "--with-secrets",
-                &s,
-                "--talos-version",
-                "v1.13",
-                "--kubernetes-version",
-                "1.28.0",
-            ],
+            g.talos("v1.13", &["--kubernetes-version", "1.28.0"]),
             1,
-            "Supported versions: v1.31, v1.32, v1.33, v1.34, v1.35, v1.36",
+            window,
         ),
+        (g.talos("v1.99", &[]), 1, "--talos-version"),
+        (g.talos("1.x", &[]), 2, "--talos-version"),
         (
-            vec!["--with-secrets", &s, "--talos-version", "v1.99"],
-            1,
-            "--talos-version",
-        ),
-        (
-            vec!["--with-secrets", &s, "--talos-version", "1.x"],
-            2,
-            "--talos-version",
-        ),
-        (
-            vec!["--with-secrets", &s, "--registry-mirror", "ghcr.io"],
+            g.with(&["--registry-mirror", "ghcr.io"]),
             2,
             "--registry-mirror",
         ),
-        (
-            vec!["--with-secrets", &s, "--nameserver", "not-an-ip"],
-            2,
-            "--nameserver",
-        ),
+        (g.with(&["--nameserver", "not-an-ip"]), 2, "--nameserver"),
         (
             vec!["--with-secrets", "/nonexistent/secrets.yaml"],
             2,
             "--with-secrets",
         ),
-        (
-            vec![
-                "--with-secrets",
-                &s,
-                "--profile",
-                "cozystack",
-                "-f",
-                v,
-                "--kubernetes-version",
-                "v1.30",
-            ],
-            1,
-            "Kubernetes v1.30 is not supported by the Cozystack profile (its kubelet table). Supported versions: v1.31, v1.32, v1.33, v1.34, v1.35",
-        ),
+        (g.cozy(&["--kubernetes-version", "v1.30"]), 1, table),
     ];
     for (args, want, msg) in cases {
         let (code, out, err) = mc(&args, None);
@@ -211,7 +139,7 @@ fn values_file_unknown_keys() {
     let Some(shared) = support::reference_dir() else {
         return;
     };
-    let s = secrets(&shared);
+    let g = Golden::new(&shared);
     for (text, want, msg) in [
         ("somethingNew: 1\nversion: v1.34\n", 0, ""),
         ("talos:\n  versionn: v1.13.6\n", 2, "versionn"),
@@ -226,10 +154,7 @@ fn values_file_unknown_keys() {
             "talos.registryMirrors.ghcr.io",
         ),
     ] {
-        let (code, out, err) = mc(
-            &["--with-secrets", &s, "--profile", "cozystack", "-f", "-"],
-            Some(text.as_bytes()),
-        );
+        let (code, out, err) = mc(&g.profile("-", &[]), Some(text.as_bytes()));
         assert_eq!(code, want, "{text}: {err}");
         assert!(err.contains(msg), "{text}: {err}");
         if want == 0 {
@@ -243,42 +168,18 @@ fn the_chart_guard_refuses_and_force_writes() {
     let Some(shared) = support::reference_dir() else {
         return;
     };
-    let s = secrets(&shared);
-    let values = "version: v1.35\ntalos:\n  version: v1.13.6\n";
+    let g = Golden::new(&shared);
+    let values = Some("version: v1.35\ntalos:\n  version: v1.13.6\n".as_bytes());
     // v1.13 runs v1.31..v1.36; v1.30 is not in the versions table either,
     // so use the talos version to move out of the window instead.
-    let (code, _, err) = mc(
-        &[
-            "--with-secrets",
-            &s,
-            "--profile",
-            "cozystack",
-            "-f",
-            "-",
-            "--talos-version",
-            "v1.11.3",
-        ],
-        Some(values.as_bytes()),
-    );
+    let old_talos = g.profile("-", &["--talos-version", "v1.11.3"]);
+    let (code, _, err) = mc(&old_talos, values);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("Kubernetes v1.35.6 is not supported by Talos v1.11.3"),
         "{err}"
     );
-    let (code, out, err) = mc(
-        &[
-            "--with-secrets",
-            &s,
-            "--profile",
-            "cozystack",
-            "-f",
-            "-",
-            "--talos-version",
-            "v1.11.3",
-            "--force",
-        ],
-        Some(values.as_bytes()),
-    );
+    let (code, out, err) = mc(&[&old_talos[..], &["--force"]].concat(), values);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("warning:"), "{err}");
     assert!(out.contains("registries") || out.contains("kubelet:v1.35.6"));
@@ -289,16 +190,9 @@ fn real_values_file_renders_the_chart_worker() {
     let Some(shared) = support::reference_dir() else {
         return;
     };
-    let s = secrets(&shared);
-    let v = shared.join("cozystack/kubernetes-nodes.values.yaml");
+    let g = Golden::new(&shared);
     let (code, out, err) = mc(
-        &[
-            "--with-secrets",
-            &s,
-            "--profile",
-            "cozystack",
-            "-f",
-            v.to_str().unwrap(),
+        &g.cozy(&[
             "--talos-version",
             "v1.11.6",
             "--kubernetes-version",
@@ -311,7 +205,7 @@ fn real_values_file_renders_the_chart_worker() {
             "cozy.local",
             "--extra-host-entry",
             "10.95.3.4=c1.ns.svc,c1.ns.svc.cluster.local",
-        ],
+        ]),
         None,
     );
     assert_eq!(code, 0, "{err}");
@@ -336,7 +230,7 @@ fn patches_beyond_the_goldens() {
     let Some(shared) = support::reference_dir() else {
         return;
     };
-    let s = secrets(&shared);
+    let g = Golden::new(&shared);
     // Fields in Go struct order whatever order the patch uses; maps sorted;
     // extraArgs replaced per key; mirrors merged by name (endpoints append).
     let patch = "\
@@ -361,18 +255,17 @@ endpoints:
   - url: https://second.example
 ";
     let (code, out, err) = mc(
-        &[
-            "--with-secrets",
-            &s,
-            "--talos-version",
+        &g.talos(
             "v1.12",
-            "--kubernetes-version",
-            "1.34.0",
-            "--registry-mirror",
-            "ghcr.io=https://first.example",
-            "--config-patch",
-            patch,
-        ],
+            &[
+                "--kubernetes-version",
+                "1.34.0",
+                "--registry-mirror",
+                "ghcr.io=https://first.example",
+                "--config-patch",
+                patch,
+            ],
+        ),
         None,
     );
     assert_eq!(code, 0, "{err}");
@@ -396,15 +289,8 @@ fn delete_directives_through_the_cli() {
     let Some(shared) = support::reference_dir() else {
         return;
     };
-    let s = secrets(&shared);
-    let base = [
-        "--with-secrets",
-        s.as_str(),
-        "--talos-version",
-        "v1.13",
-        "--kubernetes-version",
-        "1.35.0",
-    ];
+    let g = Golden::new(&shared);
+    let base = g.talos("v1.13", &["--kubernetes-version", "1.35.0"]);
     let (code, plain, err) = mc(&base, None);
     assert_eq!(code, 0, "{err}");
     let mut args = base.to_vec();
@@ -443,21 +329,10 @@ fn json6902_patches() {
     let Some(shared) = support::reference_dir() else {
         return;
     };
-    let s = secrets(&shared);
+    let g = Golden::new(&shared);
     let with = |talos: &str, patch: &str| {
-        mc(
-            &[
-                "--with-secrets",
-                &s,
-                "--talos-version",
-                talos,
-                "--kubernetes-version",
-                "1.33.0",
-                "--config-patch",
-                patch,
-            ],
-            None,
-        )
+        let k8s = ["--kubernetes-version", "1.33.0", "--config-patch", patch];
+        mc(&g.talos(talos, &k8s), None)
     };
     let strategic = "machine:\n  install:\n    extraKernelArgs: [foo=bar]\n  sysctls: {foo: bar}\n  network:\n    hostname: worker1\ncluster:\n  network:\n    cni: {name: custom, urls: [https://example.com/cni.yaml]}\n";
     let json = r#"[

@@ -34,3 +34,31 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// [`run`], as `(exit code, stdout, stderr)` (-1 when killed by a signal).
+pub fn run_text(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
+    let out = run(args, stdin);
+    (out.status.code().unwrap_or(-1), stdout(&out), stderr(&out))
+}
+
+/// `talos-gen args...` with `RUST_LOG=warn` and no stdin; the output.
+pub fn talos_gen(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run talos-gen")
+}
+
+/// Assert that `o` (a step named `what`) exited 0, showing its exit code,
+/// stdout and stderr if not; `(stdout, stderr)`.
+pub fn ok(o: &Output, what: &str) -> (String, String) {
+    let (out, err) = (stdout(o), stderr(o));
+    assert!(
+        o.status.success(),
+        "{what} failed ({:?}): {out}\n{err}",
+        o.status.code()
+    );
+    (out, err)
+}

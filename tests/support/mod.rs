@@ -32,13 +32,15 @@ pub mod cli;
 pub mod containerd;
 pub mod curl;
 pub mod factory;
+pub mod http;
 pub mod nginx;
 pub mod reference;
 pub mod registry;
 pub mod service;
 
-pub use cli::{bin, run, stderr, stdout};
+pub use cli::{bin, ok, run, run_text, stderr, stdout, talos_gen};
 pub use curl::{Curl, CurlChild, chromium, curl, curl_spawn, raw_request};
+pub use http::{Answer, send};
 pub use nginx::{Nginx, NginxOpts};
 pub use reference::reference_dir;
 pub use service::{Service, ServiceBuilder};
@@ -119,6 +121,35 @@ pub fn xz_disk(dir: &Path, random_mib: usize, zero_mib: usize) -> (Vec<u8>, Vec<
         .unwrap();
     assert!(out.status.success(), "xz failed");
     (raw, out.stdout)
+}
+
+/// `data` compressed as xz (preset 0), in memory.
+pub fn xz_bytes(data: &[u8]) -> Vec<u8> {
+    let mut e = xz2::write::XzEncoder::new(Vec::new(), 0);
+    e.write_all(data).expect("xz in memory");
+    e.finish().expect("xz in memory")
+}
+
+/// XOR the byte at offset `at` of the file at `path` with `mask`, in place
+/// (same length: rot a checksum or a digest cannot see from the size).
+pub fn flip_byte(path: &Path, at: u64, mask: u8) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("opening {} to flip a byte: {e}", path.display()));
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, at)
+        .expect("reading the byte to flip");
+    f.write_all_at(&[b[0] ^ mask], at)
+        .expect("writing the flipped byte");
+}
+
+/// [`flip_byte`] at the middle of the file.
+pub fn flip_middle_byte(path: &Path, mask: u8) {
+    let len = std::fs::metadata(path).expect("file to flip").len();
+    flip_byte(path, len / 2, mask);
 }
 
 /// A tool a test needs that the test command installs (`scripts/test`) but a
