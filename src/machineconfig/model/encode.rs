@@ -3,13 +3,13 @@
 
 use crate::goyaml::{self, Node};
 
-use super::{CONFIG, Doc, StructDef, Ty, get};
+use super::{Doc, StructDef, Ty, config, get};
 
 impl Doc {
     /// The document as yaml.v3 writes it.
     pub fn encode(&self) -> Node {
         match self {
-            Doc::V1Alpha1(body) => encode_struct(body, &CONFIG),
+            Doc::V1Alpha1(body) => encode_struct(body, config()),
             Doc::Other {
                 kind,
                 api_version,

@@ -10,7 +10,7 @@
 //! struct: Go field order, `omitempty` applied with yaml.v3's zero rules,
 //! Go maps sorted in yaml.v3's key order.
 //!
-//! Files: `tables` (the Go struct tables and [`KINDS`]), `encode` (the
+//! Files: `tables` (the Go struct tables, loaded from `structs.txt`, and [`kinds`]), `encode` (the
 //! tree as yaml.v3 writes it); this file has the shapes, documents and
 //! tree helpers.
 
@@ -87,7 +87,7 @@ pub struct Kind {
 }
 
 pub fn kind_named(name: &str) -> Option<&'static Kind> {
-    KINDS.iter().find(|k| k.kind == name)
+    kinds().iter().find(|k| k.kind == name)
 }
 
 /// One document of a config.

@@ -17,7 +17,7 @@ pub(super) fn decode_doc(mut m: crate::yaml::Mapping, what: &str) -> Result<Doc>
             if api_version.is_some() {
                 return Err(Error::bad_input(format!("{what}: apiVersion without kind")));
             }
-            let body = decode_struct(&Value::Mapping(m), &model::CONFIG, what, "")?;
+            let body = decode_struct(&Value::Mapping(m), model::config(), what, "")?;
             Ok(Doc::V1Alpha1(body))
         }
         Some(Value::String(k)) => {

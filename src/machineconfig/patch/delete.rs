@@ -309,7 +309,7 @@ pub(super) fn apply_delete(config: &mut Vec<Doc>, d: Delete, what: &str) -> Resu
         return Ok(());
     }
     let (body, ty) = match &mut config[i] {
-        Doc::V1Alpha1(b) => (b, Ty::Struct(&model::CONFIG)),
+        Doc::V1Alpha1(b) => (b, Ty::Struct(model::config())),
         Doc::Other { kind, body, .. } => (body, Ty::Struct(kind.def)),
     };
     let shown = d.path.join(".");

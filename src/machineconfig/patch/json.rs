@@ -40,7 +40,7 @@ pub(super) fn apply_json6902(
             "{what}: the JSON patch turned the v1alpha1 document into another kind"
         )));
     }
-    let body = decode_struct(&Value::Mapping(m), &model::CONFIG, what, "")?;
+    let body = decode_struct(&Value::Mapping(m), model::config(), what, "")?;
     *doc = Doc::V1Alpha1(body);
     Ok(())
 }

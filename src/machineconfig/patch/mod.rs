@@ -116,7 +116,7 @@ pub fn apply(config: &mut Vec<Doc>, patch: Vec<PatchDoc>, what: &str) -> Result<
         if let Some(left) = config.iter_mut().find(|d| d.identity() == id) {
             match (left, right) {
                 (Doc::V1Alpha1(l), Doc::V1Alpha1(r)) => {
-                    merge_struct(l, r, &model::CONFIG, what, "")?
+                    merge_struct(l, r, model::config(), what, "")?
                 }
                 (Doc::Other { kind, body: l, .. }, Doc::Other { body: r, .. }) => {
                     let def = kind.def;
