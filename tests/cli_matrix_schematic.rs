@@ -8,6 +8,16 @@ use support::{run, stderr, stdout};
 const VANILLA: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
 const COZYSTACK: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 
+/// `talos-gen [before...] matrix check --talos <talos> --kubernetes <k8s> [after...]`,
+/// `before` going between `matrix` and `check` (the parent command's flags).
+fn check(before: &[&str], talos: &str, k8s: &str, after: &[&str]) -> std::process::Output {
+    let mut args = vec!["matrix"];
+    args.extend_from_slice(before);
+    args.extend(["check", "--talos", talos, "--kubernetes", k8s]);
+    args.extend_from_slice(after);
+    run(&args, None)
+}
+
 fn repo(path: &str) -> String {
     format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
 }
@@ -73,31 +83,11 @@ fn schematic_bad_input_exits_2_naming_the_problem() {
 
 #[test]
 fn matrix_check_answers() {
-    let o = run(
-        &[
-            "matrix",
-            "check",
-            "--talos",
-            "v1.13.6",
-            "--kubernetes",
-            "v1.35",
-        ],
-        None,
-    );
+    let o = check(&[], "v1.13.6", "v1.35", &[]);
     assert_eq!(o.status.code(), Some(0));
     assert!(stdout(&o).starts_with("ok: "), "{}", stdout(&o));
 
-    let o = run(
-        &[
-            "matrix",
-            "check",
-            "--talos",
-            "v1.13.6",
-            "--kubernetes",
-            "v1.30",
-        ],
-        None,
-    );
+    let o = check(&[], "v1.13.6", "v1.30", &[]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains(
         "Kubernetes v1.30 is not supported by Talos v1.13.6. Supported versions: v1.31, v1.32, v1.33, v1.34, v1.35, v1.36"
@@ -112,38 +102,17 @@ fn matrix_check_answers() {
         ("1.x", "1.35", 2),
         ("1.13", "banana", 2),
     ] {
-        let o = run(&["matrix", "check", "--talos", t, "--kubernetes", k], None);
+        let o = check(&[], t, k, &[]);
         assert_eq!(o.status.code(), Some(code), "{t} {k}: {}", stderr(&o));
     }
-    let o = run(
-        &[
-            "matrix",
-            "check",
-            "--talos",
-            "1.15.0",
-            "--kubernetes",
-            "1.35",
-        ],
-        None,
-    );
+    let o = check(&[], "1.15.0", "1.35", &[]);
     assert!(
         stderr(&o).contains("does not know Talos v1.15.0"),
         "{}",
         stderr(&o)
     );
 
-    let o = run(
-        &[
-            "matrix",
-            "check",
-            "--talos",
-            "1.13",
-            "--kubernetes",
-            "1.30",
-            "--json",
-        ],
-        None,
-    );
+    let o = check(&[], "1.13", "1.30", &["--json"]);
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["supported"], false);
@@ -167,33 +136,10 @@ fn matrix_table_json_and_replacement_file() {
     )
     .unwrap();
     let fs = f.to_str().unwrap();
-    let o = run(
-        &[
-            "matrix",
-            "--matrix",
-            fs,
-            "check",
-            "--talos",
-            "1.13",
-            "--kubernetes",
-            "1.30",
-        ],
-        None,
-    );
+    let o = check(&["--matrix", fs], "1.13", "1.30", &[]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let o = run(
-        &[
-            "matrix",
-            "check",
-            "--matrix",
-            fs,
-            "--talos",
-            "1.12",
-            "--kubernetes",
-            "1.30",
-        ],
-        None,
-    );
+    // `--matrix` after `check` too.
+    let o = check(&[], "1.12", "1.30", &["--matrix", fs]);
     assert_eq!(o.status.code(), Some(1));
     std::fs::write(&f, "talos: [\n").unwrap();
     let o = run(&["matrix", "--matrix", fs], None);

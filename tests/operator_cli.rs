@@ -8,12 +8,7 @@ mod support;
 use std::path::Path;
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = support::run(args, None);
-    (
-        out.status.code().unwrap_or(-1),
-        support::stdout(&out),
-        support::stderr(&out),
-    )
+    support::run_text(args, None)
 }
 
 fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
@@ -45,6 +40,25 @@ fn mc(shared: &Path, extra: &[&str]) -> (i32, String, String) {
     run(&args)
 }
 
+/// [`mc`] with `--talos-version <talos> --kubernetes-version <k8s>`, then `extra`.
+fn mc_versions(shared: &Path, talos: &str, k8s: &str, extra: &[&str]) -> (i32, String, String) {
+    let versions = ["--talos-version", talos, "--kubernetes-version", k8s];
+    mc(shared, &[&versions[..], extra].concat())
+}
+
+/// [`mc`] with `--profile cozystack -f <values>`, then `extra`.
+fn mc_cozy(shared: &Path, values: &str, extra: &[&str]) -> (i32, String, String) {
+    mc(
+        shared,
+        &[&["--profile", "cozystack", "-f", values][..], extra].concat(),
+    )
+}
+
+/// `talos-gen matrix check --talos <talos> --kubernetes <k8s>`.
+fn matrix_check(talos: &str, k8s: &str) -> (i32, String, String) {
+    run(&["matrix", "check", "--talos", talos, "--kubernetes", k8s])
+}
+
 const VANILLA: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
 const COZY: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 
@@ -57,17 +71,7 @@ fn versions_never_tag_an_image_with_a_bare_minor() {
     let values = shared.join("cozystack/kubernetes-nodes.values.yaml");
     let v = values.to_str().unwrap();
     // The values' release of that minor.
-    let (code, out, err) = mc(
-        &shared,
-        &[
-            "--talos-version",
-            "v1.13",
-            "--profile",
-            "cozystack",
-            "-f",
-            v,
-        ],
-    );
+    let (code, out, err) = mc_cozy(&shared, v, &["--talos-version", "v1.13"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains(&format!(
@@ -122,14 +126,7 @@ fn versions_never_tag_an_image_with_a_bare_minor() {
     let (code, _, err) = mc(&shared, &["--talos-version", "v1.13.6+build"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("\"v1.13.6+build\""), "{err}");
-    let (code, out, _) = run(&[
-        "matrix",
-        "check",
-        "--talos",
-        "v1.13.6+build",
-        "--kubernetes",
-        "v1.30",
-    ]);
+    let (code, out, _) = matrix_check("v1.13.6+build", "v1.30");
     assert_eq!(code, 1);
     let _ = out;
 }
@@ -142,34 +139,9 @@ fn version_refusals_are_worded_one_way() {
     };
     let values = shared.join("cozystack/kubernetes-nodes.values.yaml");
     let v = values.to_str().unwrap();
-    let (c1, _, matrix) = run(&[
-        "matrix",
-        "check",
-        "--talos",
-        "v1.13.6",
-        "--kubernetes",
-        "v1.30",
-    ]);
-    let (c2, _, table) = mc(
-        &shared,
-        &[
-            "--profile",
-            "cozystack",
-            "-f",
-            v,
-            "--kubernetes-version",
-            "v1.30",
-        ],
-    );
-    let (c3, _, pair) = mc(
-        &shared,
-        &[
-            "--talos-version",
-            "v1.13.6",
-            "--kubernetes-version",
-            "1.30.0",
-        ],
-    );
+    let (c1, _, matrix) = matrix_check("v1.13.6", "v1.30");
+    let (c2, _, table) = mc_cozy(&shared, v, &["--kubernetes-version", "v1.30"]);
+    let (c3, _, pair) = mc_versions(&shared, "v1.13.6", "1.30.0", &[]);
     assert_eq!((c1, c2, c3), (1, 1, 1), "{matrix}{table}{pair}");
     for e in [&matrix, &table, &pair] {
         assert!(e.contains("Supported versions: v1.31, v1.32"), "{e}");
@@ -178,36 +150,14 @@ fn version_refusals_are_worded_one_way() {
         assert_eq!(e.lines().count(), 1, "{e}");
     }
     // --force cannot pick a kubelet for a minor the table lacks: it says so...
-    let (code, _, err) = mc(
-        &shared,
-        &[
-            "--profile",
-            "cozystack",
-            "-f",
-            v,
-            "--kubernetes-version",
-            "v1.30",
-            "--force",
-        ],
-    );
+    let (code, _, err) = mc_cozy(&shared, v, &["--kubernetes-version", "v1.30", "--force"]);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("--force cannot pick a kubelet release"),
         "{err}"
     );
     // ...and a full version with --force writes it.
-    let (code, out, err) = mc(
-        &shared,
-        &[
-            "--profile",
-            "cozystack",
-            "-f",
-            v,
-            "--kubernetes-version",
-            "v1.30.14",
-            "--force",
-        ],
-    );
+    let (code, out, err) = mc_cozy(&shared, v, &["--kubernetes-version", "v1.30.14", "--force"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("kubelet:v1.30.14"), "{out}");
 }
@@ -264,18 +214,10 @@ fn errors_name_what_was_typed() {
     };
     let values = shared.join("cozystack/kubernetes-nodes.values.yaml");
     let v = values.to_str().unwrap();
+    let cozy = ["--profile", "cozystack", "-f", v];
     let cases: Vec<(Vec<&str>, i32, &str)> = vec![
         (
-            vec![
-                "--profile",
-                "cozystack",
-                "-f",
-                v,
-                "--memory",
-                "8GB",
-                "--cpu",
-                "2",
-            ],
+            [&cozy[..], &["--memory", "8GB", "--cpu", "2"]].concat(),
             2,
             "invalid --memory value \"8GB\"",
         ),
@@ -731,15 +673,7 @@ fn named_schematics_version_and_defaults() {
         return;
     };
     // talosctl gen config's defaults: /dev/sda, its installer per release.
-    let (code, out, err) = mc(
-        &shared,
-        &[
-            "--talos-version",
-            "v1.13.6",
-            "--kubernetes-version",
-            "1.35.0",
-        ],
-    );
+    let (code, out, err) = mc_versions(&shared, "v1.13.6", "1.35.0", &[]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains(
@@ -747,15 +681,7 @@ fn named_schematics_version_and_defaults() {
         ),
         "{out}"
     );
-    let (code, out, err) = mc(
-        &shared,
-        &[
-            "--talos-version",
-            "v1.14.0",
-            "--kubernetes-version",
-            "1.35.0",
-        ],
-    );
+    let (code, out, err) = mc_versions(&shared, "v1.14.0", "1.35.0", &[]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains(&format!(
