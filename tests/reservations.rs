@@ -15,91 +15,51 @@ fn reservations(args: &[&str]) -> (i32, Value, String) {
     (code, json, support::stderr(&out))
 }
 
-/// (args, sys/kube memory, sys/kube cpu, hard, soft, capacity memory, capacity cpu)
-#[allow(clippy::type_complexity)]
-const CASES: &[(&[&str], &str, &str, &str, &str, &str, &str)] = &[
+/// (args, then what it answers: sys/kube memory, sys/kube cpu, hard and soft
+/// eviction, capacity memory, capacity cpu)
+const CASES: &[(&[&str], &str)] = &[
     // The worked example: 4096Mi * 5% = 204 -> 256 floor; 1000m * 5% = 50.
     // 4Gi - 512Mi - 7% of 4Gi = 3297.28Mi -> 3297Mi; 1000 - 100 = 900m.
     (
         &["--instance-type", "u1.medium"],
-        "256Mi",
-        "50m",
-        "7%",
-        "10%",
-        "3297Mi",
-        "900m",
+        "256Mi 50m 7% 10% 3297Mi 900m",
     ),
     // 1Gi: 1024 - 512 - 71.68 = 440.32 -> 440Mi.
     (
         &["--instance-type", "u1.micro"],
-        "256Mi",
-        "50m",
-        "7%",
-        "10%",
-        "440Mi",
-        "900m",
+        "256Mi 50m 7% 10% 440Mi 900m",
     ),
     // 16Gi: 16384 * 5% = 819.2 -> 819Mi; 4000m -> 200m.
     // 16384 - 1638 - 1146.88 = 13599.12 -> 13599Mi; 4000 - 400 = 3600m.
     (
         &["--instance-type", "u1.xlarge"],
-        "819Mi",
-        "200m",
-        "7%",
-        "10%",
-        "13599Mi",
-        "3600m",
+        "819Mi 200m 7% 10% 13599Mi 3600m",
     ),
     // Same memory, 8 vCPU: 400m each, 8000 - 800.
     (
         &["--instance-type", "cx1.2xlarge"],
-        "819Mi",
-        "400m",
-        "7%",
-        "10%",
-        "13599Mi",
-        "7200m",
+        "819Mi 400m 7% 10% 13599Mi 7200m",
     ),
     (
         &["--instance-type", "cx1.2xlarge1gi"],
-        "819Mi",
-        "400m",
-        "7%",
-        "10%",
-        "13599Mi",
-        "7200m",
+        "819Mi 400m 7% 10% 13599Mi 7200m",
     ),
     // 256Gi, 32 vCPU: both clamp (1024Mi, 500m).
     // 262144 - 2048 - 18350.08 = 241745.92 -> 241745Mi; 32000 - 1000.
     (
         &["--instance-type", "m1.8xlarge"],
-        "1024Mi",
-        "500m",
-        "7%",
-        "10%",
-        "241745Mi",
-        "31000m",
+        "1024Mi 500m 7% 10% 241745Mi 31000m",
     ),
     // 128Gi, 64 vCPU: 131072 - 2048 - 9175.04 = 119848.96 -> 119848Mi.
     (
         &["--instance-type", "n1.8xlarge"],
-        "1024Mi",
-        "500m",
-        "7%",
-        "10%",
-        "119848Mi",
-        "63000m",
+        "1024Mi 500m 7% 10% 119848Mi 63000m",
     ),
     // 20Gi is where the 1Gi ceiling starts: 20480 * 5% = 1024.
     // 20480 - 2048 - 1433.6 = 16998.4 -> 16998Mi; 1.5 cores -> 75m.
     (
         &["--memory", "20Gi", "--cpu", "1.5"],
-        "1024Mi",
-        "75m",
-        "7%",
-        "10%",
-        "16998Mi",
-        "1350m",
+        "1024Mi 75m 7% 10% 16998Mi 1350m",
     ),
     // The seed's override example on u1.large (2 vCPU, 8Gi):
     // 8192 - 256 - 256 - 500 = 7180Mi; 2000m -> 100m each, 1800m left.
@@ -116,12 +76,7 @@ const CASES: &[(&[&str], &str, &str, &str, &str, &str, &str)] = &[
             "--eviction-soft-memory",
             "1Gi",
         ],
-        "256Mi",
-        "100m",
-        "500Mi",
-        "1Gi",
-        "7180Mi",
-        "1800m",
+        "256Mi 100m 500Mi 1Gi 7180Mi 1800m",
     ),
     // Explicit resources win over the instance type: 6Gi -> 307Mi, 1500m -> 75m.
     // 6144 - 614 - 430.08 = 5099.92 -> 5099Mi.
@@ -134,31 +89,30 @@ const CASES: &[(&[&str], &str, &str, &str, &str, &str, &str)] = &[
             "--cpu",
             "1500m",
         ],
-        "307Mi",
-        "75m",
-        "7%",
-        "10%",
-        "5099Mi",
-        "1350m",
+        "307Mi 75m 7% 10% 5099Mi 1350m",
     ),
 ];
 
 #[test]
 fn hand_computed_cases() {
-    for (args, mem, cpu, hard, soft, cap_mem, cap_cpu) in CASES {
+    for (args, want) in CASES {
+        let want: Vec<&str> = want.split_whitespace().collect();
+        let [mem, cpu, hard, soft, cap_mem, cap_cpu] = want[..] else {
+            panic!("{args:?}: six answers, not {want:?}");
+        };
         let (code, j, err) = reservations(args);
         assert_eq!(code, 0, "{args:?}: {err}");
         let f = |k: &str| j[k].as_str().unwrap_or("<missing>").to_string();
-        assert_eq!(f("systemReservedMemory"), *mem, "{args:?}");
+        assert_eq!(f("systemReservedMemory"), mem, "{args:?}");
         if !args.contains(&"--kube-reserved-memory") {
-            assert_eq!(f("kubeReservedMemory"), *mem, "{args:?}");
+            assert_eq!(f("kubeReservedMemory"), mem, "{args:?}");
         }
-        assert_eq!(f("systemReservedCpu"), *cpu, "{args:?}");
-        assert_eq!(f("kubeReservedCpu"), *cpu, "{args:?}");
-        assert_eq!(f("evictionHardMemory"), *hard, "{args:?}");
-        assert_eq!(f("evictionSoftMemory"), *soft, "{args:?}");
-        assert_eq!(f("capacityMemory"), *cap_mem, "{args:?}");
-        assert_eq!(f("capacityCpu"), *cap_cpu, "{args:?}");
+        assert_eq!(f("systemReservedCpu"), cpu, "{args:?}");
+        assert_eq!(f("kubeReservedCpu"), cpu, "{args:?}");
+        assert_eq!(f("evictionHardMemory"), hard, "{args:?}");
+        assert_eq!(f("evictionSoftMemory"), soft, "{args:?}");
+        assert_eq!(f("capacityMemory"), cap_mem, "{args:?}");
+        assert_eq!(f("capacityCpu"), cap_cpu, "{args:?}");
     }
 }
 
