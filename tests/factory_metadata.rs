@@ -11,10 +11,10 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
-use support::{Nginx, NginxOpts, Service, curl};
+use support::{Nginx, NginxOpts, Service, curl, talos_gen, xz_bytes};
 
 const S: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
 const V: &str = "v1.13.6";
@@ -181,21 +181,6 @@ fn serve_answers_them_within_the_ttl_asks_again_after_and_falls_back_to_the_stor
     );
 }
 
-fn talos_gen(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_talos-gen"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap()
-}
-
-fn xz(data: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = xz2::write::XzEncoder::new(Vec::new(), 0);
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
-}
-
 #[test]
 fn mirror_sync_keeps_them_per_release_notes_a_404_and_export_carries_them() {
     let d = docs();
@@ -206,7 +191,7 @@ fn mirror_sync_keeps_them_per_release_notes_a_404_and_export_carries_them() {
     write(&root, "/versions", d.versions.as_bytes());
     write(&root, &ext_path(V), d.extensions.as_bytes());
     // No overlays list for the release: a 404.
-    let disk = xz(&[7u8; 4096]);
+    let disk = xz_bytes(&[7u8; 4096]);
     write(
         &root,
         &format!("/image/{S}/{V}/openstack-amd64.raw.xz"),

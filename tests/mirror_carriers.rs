@@ -11,120 +11,44 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-use support::registry::{PushedImage, Registry, dir_contents, push_factory_image};
-use support::{Nginx, NginxOpts, Service, curl, require_tool, sha256_hex};
+use support::mirror_site::{KUBELET, MirrorSite, SiteSpec, V};
+use support::registry::{Registry, dir_contents};
+use support::{Nginx, NginxOpts, Service, curl, ok, require_tool, sha256_hex};
 
-const V: &str = "v1.13.6";
 const MIB: usize = 1 << 20;
 const SCHEMATIC_YAML: &str = "customization:\n  extraKernelArgs:\n    - carriers-test\n";
-const KUBELET: &str = "ghcr.io/siderolabs/kubelet:v1.35.6";
 
-use support::random_bytes as random;
+/// The mirror site, synced into `cache`.
+struct Fixture(MirrorSite);
 
-fn xz(data: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = xz2::write::XzEncoder::new(Vec::new(), 0);
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
-}
-
-struct Fixture {
-    dir: tempfile::TempDir,
-    id: String,
-    assets: Vec<(String, Vec<u8>)>,
-    _nginx: Nginx,
-    _reg: Registry,
-    installer: PushedImage,
-    kubelet: PushedImage,
+impl std::ops::Deref for Fixture {
+    type Target = MirrorSite;
+    fn deref(&self) -> &MirrorSite {
+        &self.0
+    }
 }
 
 impl Fixture {
     /// A synced store (`cache`) of two disk images, a two-platform
     /// installer, a kubelet image and the factory's `/versions`.
     async fn synced() -> Fixture {
-        for t in ["curl", "skopeo", "docker-registry", "sha256sum"] {
-            require_tool(t);
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let (id, _) = talos_gen::schematic::id_and_canonical(SCHEMATIC_YAML).unwrap();
-        let assets = vec![
-            (
-                "openstack-amd64.raw.xz".to_string(),
-                xz(&random(2 * MIB, 3)),
-            ),
-            ("metal-amd64.iso".to_string(), random(MIB + 77, 4)),
-        ];
-        let root = dir.path().join("factory");
-        let d = root.join(format!("image/{id}/{V}"));
-        std::fs::create_dir_all(&d).unwrap();
-        for (a, b) in &assets {
-            std::fs::write(d.join(a), b).unwrap();
-        }
-        std::fs::write(root.join("versions"), format!("[\"{V}\"]")).unwrap();
-        std::fs::write(dir.path().join("schematic.yaml"), SCHEMATIC_YAML).unwrap();
-        let nginx = Nginx::start(
-            &root,
-            NginxOpts {
-                server_extra: format!(
-                    "location = /schematics {{ default_type application/json; return 201 '{{\"id\":\"{id}\"}}'; }}"
-                ),
-                ..Default::default()
-            },
-        );
-        let reg = Registry::start();
-        let installer = push_factory_image(
-            &reg.url(),
-            &format!("installer/{id}"),
-            V,
-            &[MIB, MIB / 2],
-            5,
-        )
+        require_tool("sha256sum");
+        let site = MirrorSite::start(SiteSpec {
+            xz_len: 2 * MIB,
+            iso_len: MIB + 77,
+            installer_layers: vec![MIB, MIB / 2],
+            seeds: [3, 4, 5, 6],
+            versions: true,
+            ..SiteSpec::new(SCHEMATIC_YAML)
+        })
         .await;
-        let kubelet =
-            push_factory_image(&reg.url(), "siderolabs/kubelet", "v1.35.6", &[MIB], 6).await;
-        let fx = Fixture {
-            dir,
-            id,
-            assets,
-            _nginx: nginx,
-            _reg: reg,
-            installer,
-            kubelet,
-        };
-        let names: Vec<String> = fx.assets.iter().map(|a| a.0.clone()).collect();
-        let cfg = fx.config("mirror.yaml", &names);
-        let o = Command::new(env!("CARGO_BIN_EXE_talos-gen"))
-            .args(["mirror", "sync", "--config"])
-            .arg(&cfg)
-            .arg("--cache-dir")
-            .arg(fx.path("cache"))
-            .args(["--factory-url", &fx._nginx.url()])
-            .args(["--registry-url", &fx._reg.url()])
-            .args(["--mirror-upstream", &format!("ghcr.io={}", fx._reg.url())])
-            .output()
-            .unwrap();
+        let cfg = site.config("mirror.yaml", &site.asset_names());
+        let o = site.sync_cmd(&cfg, &site.path("cache")).output().unwrap();
         ok(&o, "mirror sync");
-        fx
-    }
-
-    fn config(&self, name: &str, images: &[String]) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(
-            &p,
-            format!(
-                "schematics:\n  - file: schematic.yaml\ntalosVersions: [{V}]\nimages: [{}]\ninstallers: [installer]\nextraImages: [{KUBELET}]\n",
-                images.join(", ")
-            ),
-        )
-        .unwrap();
-        p
-    }
-
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
+        Fixture(site)
     }
 
     fn export(&self, format: &str, config: Option<&Path>, out: &Path) -> Output {
@@ -138,21 +62,6 @@ impl Fixture {
         }
         c.env("RUST_LOG", "warn").output().unwrap()
     }
-
-    fn installer_ref(&self) -> String {
-        format!("factory.talos.dev/{}:{V}", self.installer.repo)
-    }
-}
-
-fn ok(o: &Output, what: &str) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(
-        o.status.success(),
-        "{what} failed ({:?}): {}\n{err}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// Every file under `dir`, relative path -> bytes.
@@ -179,7 +88,7 @@ async fn http_tree_serves_the_artifacts_with_their_sha256_and_is_updated_in_plac
     let out = fx.path("www");
     let all = fx.path("mirror.yaml");
     let o = fx.export("http", Some(&all), &out);
-    let stdout = ok(&o, "export --format http");
+    let (stdout, _) = ok(&o, "export --format http");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
         stdout.contains("mirror export --format http: 2 artifacts, "),
@@ -244,14 +153,14 @@ async fn http_tree_serves_the_artifacts_with_their_sha256_and_is_updated_in_plac
     assert_eq!(v.body, format!("[\"{V}\"]").into_bytes());
 
     // Again: nothing copied but the marker.
-    let stdout = ok(&fx.export("http", Some(&all), &out), "second export");
+    let (stdout, _) = ok(&fx.export("http", Some(&all), &out), "second export");
     assert!(stdout.contains("; 0 copied (0 B), "), "{stdout}");
 
     // A config naming one artifact: the other (and its .sha256) removed,
     // a file the export did not write left alone.
     std::fs::write(out.join("README.site"), "ours").unwrap();
     let one = fx.config("one.yaml", &[fx.assets[0].0.clone()]);
-    let stdout = ok(&fx.export("http", Some(&one), &out), "smaller export");
+    let (stdout, _) = ok(&fx.export("http", Some(&one), &out), "smaller export");
     assert!(stdout.contains(", 2 removed"), "{stdout}");
     let files = tree(&out);
     assert!(files.contains_key(&format!("image/{}/{V}/{}", fx.id, fx.assets[0].0)));
@@ -297,7 +206,7 @@ async fn oci_layout_is_read_by_skopeo_byte_for_byte_and_loads_into_a_registry() 
     let fx = Fixture::synced().await;
     let out = fx.path("layout");
     let o = fx.export("oci", Some(&fx.path("mirror.yaml")), &out);
-    let stdout = ok(&o, "export --format oci");
+    let (stdout, _) = ok(&o, "export --format oci");
     assert!(
         stdout.contains("mirror export --format oci: 2 image references, "),
         "{stdout}"
@@ -346,16 +255,7 @@ async fn oci_layout_is_read_by_skopeo_byte_for_byte_and_loads_into_a_registry() 
             &format!("dir:{}", dest.path().display()),
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let files = dir_contents(dest.path());
-        assert_eq!(files.get("manifest.json"), Some(&img.index));
-        for (arch, m, d) in &img.manifests {
-            let h = d.trim_start_matches("sha256:");
-            assert_eq!(files.get(&format!("{h}.manifest.json")), Some(m), "{arch}");
-        }
-        for b in &img.blobs {
-            let h = b.digest.trim_start_matches("sha256:");
-            assert!(files.get(h) == Some(&b.data), "blob {}", b.digest);
-        }
+        img.assert_copied(&dir_contents(dest.path()), &reference);
     }
 
     // A site's own registry loads it with its tools; the digests hold.
@@ -383,7 +283,7 @@ async fn oci_layout_is_read_by_skopeo_byte_for_byte_and_loads_into_a_registry() 
     assert_eq!(got.stdout, fx.kubelet.index);
 
     // Again: nothing copied.
-    let stdout = ok(
+    let (stdout, _) = ok(
         &fx.export("oci", Some(&fx.path("mirror.yaml")), &out),
         "second export",
     );
@@ -391,6 +291,6 @@ async fn oci_layout_is_read_by_skopeo_byte_for_byte_and_loads_into_a_registry() 
 
     // Without --config: every complete tag of the store.
     let all = fx.path("layout-all");
-    let stdout = ok(&fx.export("oci", None, &all), "export all");
+    let (stdout, _) = ok(&fx.export("oci", None, &all), "export all");
     assert!(stdout.contains(": 2 image references, "), "{stdout}");
 }

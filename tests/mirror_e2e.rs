@@ -9,29 +9,27 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::registry::{PushedImage, Registry, dir_contents, push_factory_image, skopeo_copy};
-use support::{Nginx, NginxOpts, Service, random_bytes, require_tool};
+use support::mirror_site::{MirrorSite, SiteSpec, V};
+use support::registry::skopeo_copy_ok;
+use support::{Service, ok, talos_gen};
 
-const V: &str = "v1.13.6";
 const MIB: usize = 1 << 20;
 const SCHEMATIC_YAML: &str = "customization:\n  extraKernelArgs:\n    - mirror-test\n";
 
-struct Fixture {
-    dir: tempfile::TempDir,
-    id: String,
-    /// asset name -> bytes published by nginx.
-    assets: Vec<(String, Vec<u8>)>,
-    nginx: Nginx,
-    reg: Registry,
-    installer: PushedImage,
-    kubelet: PushedImage,
+/// The mirror site, with `mirror.yaml` naming all of it.
+struct Fixture(MirrorSite);
+
+impl std::ops::Deref for Fixture {
+    type Target = MirrorSite;
+    fn deref(&self) -> &MirrorSite {
+        &self.0
+    }
 }
 
-fn xz(data: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = xz2::write::XzEncoder::new(Vec::new(), 0);
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
+impl std::ops::DerefMut for Fixture {
+    fn deref_mut(&mut self) -> &mut MirrorSite {
+        &mut self.0
+    }
 }
 
 impl Fixture {
@@ -39,90 +37,22 @@ impl Fixture {
     /// an ISO), optionally rate-limited; a registry with a two-platform
     /// installer and a `siderolabs/kubelet` image.
     async fn new(xz_mib: usize, rate: Option<&str>) -> Fixture {
-        require_tool("curl");
-        require_tool("skopeo");
-        require_tool("docker-registry");
-        let dir = tempfile::tempdir().unwrap();
-        let (id, _) = talos_gen::schematic::id_and_canonical(SCHEMATIC_YAML).unwrap();
-        let assets = vec![
-            (
-                "openstack-amd64.raw.xz".to_string(),
-                xz(&random_bytes(xz_mib * MIB, 7)),
-            ),
-            ("metal-amd64.iso".to_string(), random_bytes(MIB + 123, 9)),
-        ];
-        let root = dir.path().join("root");
-        let d = root.join(format!("image/{id}/{V}"));
-        std::fs::create_dir_all(&d).unwrap();
-        for (a, b) in &assets {
-            std::fs::write(d.join(a), b).unwrap();
-        }
-        std::fs::write(dir.path().join("schematic.yaml"), SCHEMATIC_YAML).unwrap();
-        let nginx = Nginx::start(
-            &root,
-            NginxOpts {
-                limit_rate: rate.map(str::to_string),
-                server_extra: format!(
-                    "location = /schematics {{ default_type application/json; return 201 '{{\"id\":\"{id}\"}}'; }}"
-                ),
-                ..Default::default()
-            },
-        );
-        let reg = Registry::start();
-        let installer = push_factory_image(
-            &reg.url(),
-            &format!("installer/{id}"),
-            V,
-            &[2 * MIB, MIB],
-            1,
-        )
+        let site = MirrorSite::start(SiteSpec {
+            xz_len: xz_mib * MIB,
+            iso_len: MIB + 123,
+            installer_layers: vec![2 * MIB, MIB],
+            seeds: [7, 9, 1, 2],
+            rate: rate.map(str::to_string),
+            ..SiteSpec::new(SCHEMATIC_YAML)
+        })
         .await;
-        let kubelet =
-            push_factory_image(&reg.url(), "siderolabs/kubelet", "v1.35.6", &[MIB], 2).await;
-        let fx = Fixture {
-            dir,
-            id,
-            assets,
-            nginx,
-            reg,
-            installer,
-            kubelet,
-        };
-        fx.write_config(
-            "mirror.yaml",
-            &fx.assets.iter().map(|a| a.0.clone()).collect::<Vec<_>>(),
-        );
-        fx
-    }
-
-    fn write_config(&self, name: &str, images: &[String]) -> PathBuf {
-        let p = self.dir.path().join(name);
-        std::fs::write(
-            &p,
-            format!(
-                "schematics:\n  - file: schematic.yaml\ntalosVersions: [{V}]\nimages: [{}]\ninstallers: [installer]\nextraImages: [ghcr.io/siderolabs/kubelet:v1.35.6]\n",
-                images.join(", ")
-            ),
-        )
-        .unwrap();
-        p
-    }
-
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
+        site.config("mirror.yaml", &site.asset_names());
+        Fixture(site)
     }
 
     fn sync_cmd(&self, config: &str, cache: &str) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_talos-gen"));
-        c.args(["mirror", "sync", "--config"])
-            .arg(self.path(config))
-            .arg("--cache-dir")
-            .arg(self.path(cache))
-            .args(["--factory-url", &self.nginx.url()])
-            .args(["--registry-url", &self.reg.url()])
-            .args(["--mirror-upstream", &format!("ghcr.io={}", self.reg.url())])
-            .args(["--concurrency", "4"])
-            .env("RUST_LOG", "warn");
+        let mut c = self.0.sync_cmd(&self.path(config), &self.path(cache));
+        c.args(["--concurrency", "4"]).env("RUST_LOG", "warn");
         c
     }
 
@@ -165,31 +95,9 @@ impl Fixture {
         // The installer, every platform, with skopeo.
         let out = tempfile::tempdir().unwrap();
         let dest = out.path().join("installer");
-        let o = skopeo_copy(
-            &format!("127.0.0.1:{}", svc.port),
-            &self.installer.repo,
-            V,
-            &dest,
-        );
-        assert!(
-            o.status.success(),
-            "skopeo: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let files = dir_contents(&dest);
-        assert_eq!(files.get("manifest.json"), Some(&self.installer.index));
-        for (arch, m, d) in &self.installer.manifests {
-            let hexd = d.trim_start_matches("sha256:");
-            assert_eq!(
-                files.get(&format!("{hexd}.manifest.json")),
-                Some(m),
-                "{arch}"
-            );
-        }
-        for b in &self.installer.blobs {
-            let hexd = b.digest.trim_start_matches("sha256:");
-            assert_eq!(files.get(hexd), Some(&b.data), "blob {}", b.digest);
-        }
+        let repo = &self.installer.repo;
+        let files = skopeo_copy_ok(&svc.host(), repo, V, &dest, "the installer");
+        self.installer.assert_copied(&files, "the installer");
         for (k, v) in files {
             answers.push((format!("skopeo {k}"), v));
         }
@@ -227,25 +135,6 @@ fn curl(url: &str) -> Vec<u8> {
     r.body
 }
 
-fn ok(o: &Output, what: &str) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(
-        o.status.success(),
-        "{what} failed ({:?}): {}\n{err}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout)
-    );
-    err
-}
-
-fn talos_gen(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_talos-gen"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap()
-}
-
 fn object_paths(cache: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(cache.join("objects/sha256"))
         .unwrap()
@@ -259,8 +148,7 @@ fn object_paths(cache: &Path) -> Vec<PathBuf> {
 async fn sync_then_offline_serves_everything_and_resync_fetches_nothing() {
     let mut fx = Fixture::new(3, None).await;
     let o = fx.sync("mirror.yaml", "cache");
-    let err = ok(&o, "first sync");
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    let (stdout, err) = ok(&o, "first sync");
     assert!(
         stdout.contains("failed") && stdout.contains(" 0 failed"),
         "{stdout}"
@@ -278,7 +166,7 @@ async fn sync_then_offline_serves_everything_and_resync_fetches_nothing() {
 
     // Second sync: no upstream artifact GET at all.
     let o = fx.sync("mirror.yaml", "cache");
-    let err = ok(&o, "second sync");
+    let (_, err) = ok(&o, "second sync");
     assert_eq!(fx.image_gets(), images, "re-sync fetched an image again");
     assert_eq!(fx.blob_gets(), blobs, "re-sync fetched a blob again");
     assert!(err.contains("already stored"), "{err}");
@@ -304,10 +192,7 @@ async fn verify_catches_a_flipped_byte_and_sync_repairs_it() {
     // Flip one byte in every 3rd object (images and blobs alike).
     let mut flipped = Vec::new();
     for p in object_paths(&cache).iter().step_by(3) {
-        let mut b = std::fs::read(p).unwrap();
-        let i = b.len() / 2;
-        b[i] ^= 0x01;
-        std::fs::write(p, b).unwrap();
+        support::flip_middle_byte(p, 0x01);
         flipped.push(p.file_name().unwrap().to_string_lossy().into_owned());
     }
     let o = talos_gen(&["mirror", "verify", "--cache-dir", c]);
@@ -337,7 +222,7 @@ async fn an_asset_the_upstream_lacks_fails_by_name_after_the_rest_synced() {
     let fx = Fixture::new(1, None).await;
     let mut images: Vec<String> = fx.assets.iter().map(|a| a.0.clone()).collect();
     images.insert(0, "nocloud-arm64.raw.xz".into());
-    fx.write_config("lacking.yaml", &images);
+    fx.config("lacking.yaml", &images);
     let o = fx.sync("lacking.yaml", "cache");
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);

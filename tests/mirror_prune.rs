@@ -11,20 +11,13 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use support::registry::{PushedImage, Registry, dir_contents, push_factory_image, skopeo_copy};
-use support::{Nginx, NginxOpts, Service, curl, random_bytes, require_tool, sha256_hex};
+use support::registry::{PushedImage, Registry, push_factory_image, skopeo_copy, skopeo_copy_ok};
+use support::{Nginx, NginxOpts, Service, curl, random_bytes, require_tool, sha256_hex, xz_bytes};
 
 const OLD: &str = "v1.12.0";
 const NEW: &str = "v1.13.6";
 const ID: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 const MIB: usize = 1 << 20;
-
-fn xz(data: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = xz2::write::XzEncoder::new(Vec::new(), 0);
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
-}
 
 struct Fx {
     dir: tempfile::TempDir,
@@ -59,7 +52,7 @@ impl Fx {
                 ),
                 (
                     format!("image/{ID}/{v}/initramfs-amd64.xz"),
-                    xz(&random_bytes(MIB, s + 3)),
+                    xz_bytes(&random_bytes(MIB, s + 3)),
                 ),
                 (
                     format!("talosctl/{v}/talosctl-linux-amd64"),
@@ -350,21 +343,10 @@ async fn dropping_a_release_prunes_only_what_it_alone_named() {
     assert_eq!(r.status, 400);
     // The installer of the kept release, every platform, through skopeo.
     let dest = fx.path("skopeo");
-    let o = skopeo_copy(&svc.host(), &format!("installer/{ID}"), NEW, &dest);
-    assert!(o.status.success(), "skopeo: {}", text(&o));
-    let got = dir_contents(&dest);
-    for b in &new_inst.blobs {
-        assert_eq!(
-            got.get(b.digest.trim_start_matches("sha256:")),
-            Some(&b.data)
-        );
-    }
-    let o = skopeo_copy(
-        &svc.host(),
-        &format!("installer/{ID}"),
-        OLD,
-        &fx.path("skopeo-old"),
-    );
+    let repo = format!("installer/{ID}");
+    let got = skopeo_copy_ok(&svc.host(), &repo, NEW, &dest, "the kept installer");
+    new_inst.assert_copied(&got, "the kept installer");
+    let o = skopeo_copy(&svc.host(), &repo, OLD, &fx.path("skopeo-old"));
     assert!(!o.status.success(), "the dropped installer is gone");
     // The status page: per release what is held.
     let r = curl(&[&format!("{}/", svc.url())]);

@@ -33,6 +33,7 @@ pub mod containerd;
 pub mod curl;
 pub mod factory;
 pub mod http;
+pub mod mirror_site;
 pub mod nginx;
 pub mod reference;
 pub mod registry;

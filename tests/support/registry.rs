@@ -3,6 +3,7 @@
 //! Factory's installer pushed to it over the plain registry API, cosign
 //! signatures pushed the classic way, and skopeo as the client.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -118,6 +119,46 @@ pub struct PushedImage {
     /// (platform arch, manifest bytes, digest)
     pub manifests: Vec<(String, Vec<u8>, String)>,
     pub blobs: Vec<Blob>,
+}
+
+impl PushedImage {
+    /// Every manifest and blob of the image, the index first: (digest, bytes).
+    pub fn contents(&self) -> Vec<(String, Vec<u8>)> {
+        let mut all = vec![(self.index_digest.clone(), self.index.clone())];
+        all.extend(
+            self.manifests
+                .iter()
+                .map(|(_, m, d)| (d.clone(), m.clone())),
+        );
+        all.extend(
+            self.blobs
+                .iter()
+                .map(|b| (b.digest.clone(), b.data.clone())),
+        );
+        all
+    }
+
+    /// `files` (a `skopeo copy --all ... dir:` directory read with
+    /// [`dir_contents`]) hold the image byte for byte: the index as
+    /// `manifest.json`, each platform's manifest as `<hex>.manifest.json`,
+    /// each blob as `<hex>`; `what` names the copy in a failure.
+    pub fn assert_copied(&self, files: &BTreeMap<String, Vec<u8>>, what: &str) {
+        assert!(
+            files.get("manifest.json") == Some(&self.index),
+            "{what}: manifest.json is not the index"
+        );
+        for (arch, m, d) in &self.manifests {
+            let h = d.trim_start_matches("sha256:");
+            assert!(
+                files.get(&format!("{h}.manifest.json")) == Some(m),
+                "{what}: the {arch} manifest {d} differs"
+            );
+        }
+        for b in &self.blobs {
+            let h = b.digest.trim_start_matches("sha256:");
+            assert!(files.get(h) == Some(&b.data), "{what}: blob {}", b.digest);
+        }
+    }
 }
 
 /// Push one blob to `repo` (monolithic upload); its digest.
@@ -286,9 +327,27 @@ pub fn skopeo_copy(host: &str, repo: &str, reference: &str, dest: &Path) -> std:
         .expect("run skopeo (apt-get install -y skopeo)")
 }
 
+/// [`skopeo_copy`], asserted to succeed (`what` names the copy in the
+/// message); the files it wrote ([`dir_contents`]).
+pub fn skopeo_copy_ok(
+    host: &str,
+    repo: &str,
+    reference: &str,
+    dest: &Path,
+    what: &str,
+) -> BTreeMap<String, Vec<u8>> {
+    let o = skopeo_copy(host, repo, reference, dest);
+    assert!(
+        o.status.success(),
+        "{what}: skopeo copy {host}/{repo} {reference}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    dir_contents(dest)
+}
+
 /// Every file of a directory: name -> bytes (flat; skopeo's dir: is flat).
-pub fn dir_contents(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let mut m = std::collections::BTreeMap::new();
+pub fn dir_contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut m = BTreeMap::new();
     for e in std::fs::read_dir(dir).expect("read dir") {
         let e = e.expect("entry");
         let name = e.file_name().to_string_lossy().into_owned();
