@@ -26,6 +26,28 @@ pub struct ReservationOverrides {
     pub eviction_soft_memory: Option<String>,
 }
 
+impl ReservationOverrides {
+    /// The overrides with the node's size: what both commands compute from.
+    fn sizing(
+        self,
+        instance_type: Option<String>,
+        cpu: Option<String>,
+        memory: Option<String>,
+    ) -> crate::machineconfig::Sizing {
+        crate::machineconfig::Sizing {
+            instance_type,
+            cpu,
+            memory,
+            system_reserved_memory: self.system_reserved_memory,
+            kube_reserved_memory: self.kube_reserved_memory,
+            system_reserved_cpu: self.system_reserved_cpu,
+            kube_reserved_cpu: self.kube_reserved_cpu,
+            eviction_hard_memory: self.eviction_hard_memory,
+            eviction_soft_memory: self.eviction_soft_memory,
+        }
+    }
+}
+
 const MACHINECONFIG_EXAMPLES: &str = "\
 Examples:
   # A Cozystack worker pool, from the chart's values file
@@ -288,15 +310,7 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
         nameserver: args.nameserver,
         search_domain: args.search_domain,
         extra_host_entry: args.extra_host_entry,
-        instance_type: args.instance_type,
-        cpu: args.cpu,
-        memory: args.memory,
-        system_reserved_memory: r.system_reserved_memory,
-        kube_reserved_memory: r.kube_reserved_memory,
-        system_reserved_cpu: r.system_reserved_cpu,
-        kube_reserved_cpu: r.kube_reserved_cpu,
-        eviction_hard_memory: r.eviction_hard_memory,
-        eviction_soft_memory: r.eviction_soft_memory,
+        sizing: r.sizing(args.instance_type, args.cpu, args.memory),
         air_gap_mirror: args.air_gap.air_gap_mirror,
         image_verification_key: args
             .air_gap
@@ -358,19 +372,10 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
 }
 
 pub fn run_reservations(args: ReservationsArgs) -> crate::Result<i32> {
-    let o = args.overrides;
-    let r =
-        crate::machineconfig::kubelet_reservations(&crate::machineconfig::ReservationsRequest {
-            instance_type: args.instance_type,
-            memory: args.memory,
-            cpu: args.cpu,
-            system_reserved_memory: o.system_reserved_memory,
-            kube_reserved_memory: o.kube_reserved_memory,
-            system_reserved_cpu: o.system_reserved_cpu,
-            kube_reserved_cpu: o.kube_reserved_cpu,
-            eviction_hard_memory: o.eviction_hard_memory,
-            eviction_soft_memory: o.eviction_soft_memory,
-        })?;
+    let sizing = args
+        .overrides
+        .sizing(args.instance_type, args.cpu, args.memory);
+    let r = crate::machineconfig::kubelet_reservations(&sizing)?;
     if args.json {
         let text = serde_json::to_string_pretty(&r)
             .map_err(|e| crate::Error::refused(format!("encoding JSON: {e}")))?;

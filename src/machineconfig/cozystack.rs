@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::yaml::{Mapping, Value};
 
 use super::generate::Mirror;
+use super::reservations::Sizing;
 
 pub const DEFAULT_TALOS_VERSION: &str = "v1.13.6";
 pub const DEFAULT_SCHEMATIC: &str =
@@ -82,15 +83,8 @@ pub struct Values {
     pub image_factory_url: String,
     pub installer_repository: String,
     pub registry_mirrors: Vec<Mirror>,
-    pub instance_type: Option<String>,
-    pub cpu: Option<String>,
-    pub memory: Option<String>,
-    pub system_reserved_memory: Option<String>,
-    pub kube_reserved_memory: Option<String>,
-    pub system_reserved_cpu: Option<String>,
-    pub kube_reserved_cpu: Option<String>,
-    pub eviction_hard_memory: Option<String>,
-    pub eviction_soft_memory: Option<String>,
+    /// `instanceType`, `resources` and the `kubelet` overrides.
+    pub sizing: Sizing,
     pub gpu: bool,
     /// Warnings for stderr: top-level keys the chart does not have (typos).
     pub warnings: Vec<String>,
@@ -241,38 +235,44 @@ impl Values {
                 DEFAULT_INSTALLER_REPOSITORY,
             ),
             registry_mirrors: mirrors,
-            instance_type: match &raw.instance_type {
-                None => Some(DEFAULT_INSTANCE_TYPE.to_string()),
-                other => text(other, "instanceType", what)?,
+            sizing: Sizing {
+                instance_type: match &raw.instance_type {
+                    None => Some(DEFAULT_INSTANCE_TYPE.to_string()),
+                    other => text(other, "instanceType", what)?,
+                },
+                cpu: text(&resources.cpu, "resources.cpu", what)?,
+                memory: text(&resources.memory, "resources.memory", what)?,
+                system_reserved_memory: text(
+                    &kubelet.system_reserved_memory,
+                    "kubelet.systemReservedMemory",
+                    what,
+                )?,
+                kube_reserved_memory: text(
+                    &kubelet.kube_reserved_memory,
+                    "kubelet.kubeReservedMemory",
+                    what,
+                )?,
+                system_reserved_cpu: text(
+                    &kubelet.system_reserved_cpu,
+                    "kubelet.systemReservedCpu",
+                    what,
+                )?,
+                kube_reserved_cpu: text(
+                    &kubelet.kube_reserved_cpu,
+                    "kubelet.kubeReservedCpu",
+                    what,
+                )?,
+                eviction_hard_memory: text(
+                    &kubelet.eviction_hard_memory,
+                    "kubelet.evictionHardMemory",
+                    what,
+                )?,
+                eviction_soft_memory: text(
+                    &kubelet.eviction_soft_memory,
+                    "kubelet.evictionSoftMemory",
+                    what,
+                )?,
             },
-            cpu: text(&resources.cpu, "resources.cpu", what)?,
-            memory: text(&resources.memory, "resources.memory", what)?,
-            system_reserved_memory: text(
-                &kubelet.system_reserved_memory,
-                "kubelet.systemReservedMemory",
-                what,
-            )?,
-            kube_reserved_memory: text(
-                &kubelet.kube_reserved_memory,
-                "kubelet.kubeReservedMemory",
-                what,
-            )?,
-            system_reserved_cpu: text(
-                &kubelet.system_reserved_cpu,
-                "kubelet.systemReservedCpu",
-                what,
-            )?,
-            kube_reserved_cpu: text(&kubelet.kube_reserved_cpu, "kubelet.kubeReservedCpu", what)?,
-            eviction_hard_memory: text(
-                &kubelet.eviction_hard_memory,
-                "kubelet.evictionHardMemory",
-                what,
-            )?,
-            eviction_soft_memory: text(
-                &kubelet.eviction_soft_memory,
-                "kubelet.evictionSoftMemory",
-                what,
-            )?,
             gpu: raw.gpus.is_some_and(|g| !g.is_empty()),
             warnings,
         })

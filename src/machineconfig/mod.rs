@@ -21,7 +21,7 @@ pub mod reservations;
 pub mod secrets;
 pub mod support;
 
-pub use reservations::Reservations;
+pub use reservations::{Reservations, Sizing};
 
 /// Everything `talos-gen machineconfig` is told, with files already read.
 /// Field names are the flags' in camelCase (the HTTP body uses them).
@@ -59,15 +59,9 @@ pub struct Request {
     /// `IP=alias[,alias...]`
     #[serde(alias = "extraHostEntries")]
     pub extra_host_entry: Vec<String>,
-    pub instance_type: Option<String>,
-    pub cpu: Option<String>,
-    pub memory: Option<String>,
-    pub system_reserved_memory: Option<String>,
-    pub kube_reserved_memory: Option<String>,
-    pub system_reserved_cpu: Option<String>,
-    pub kube_reserved_cpu: Option<String>,
-    pub eviction_hard_memory: Option<String>,
-    pub eviction_soft_memory: Option<String>,
+    /// `instanceType`, `cpu`, `memory` and the kubelet overrides.
+    #[serde(flatten)]
+    pub sizing: Sizing,
     /// `--air-gap-mirror URL`: a mirror with `skipFallback` for every
     /// registry host of the worker's pull list.
     pub air_gap_mirror: Option<String>,
@@ -513,111 +507,52 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
             inp.node_labels.push(("gpu".into(), "on".into()));
         }
         // A flag wins over the values, and is named as typed.
-        let mut names = reservations::Names::default();
-        let pick = |flag: &Option<String>,
-                    value: &Option<String>,
-                    name: &mut String,
-                    flag_name: &str,
-                    key: &str| {
-            if let Some(f) = nonempty(flag) {
-                *name = flag_name.to_string();
-                Some(f.to_string())
-            } else {
-                *name = key.to_string();
-                value.clone()
-            }
+        let (flags, values) = (req.sizing.fields(), c.sizing.fields());
+        let picked: [(Option<String>, String); 9] =
+            std::array::from_fn(|i| match nonempty(flags[i]) {
+                Some(f) => (Some(f.to_string()), flag_names.fields()[i].clone()),
+                None => {
+                    let key = reservations::KEYS[i];
+                    let name = match key {
+                        "instanceType" => key.to_string(),
+                        "cpu" | "memory" => format!("resources.{key}"),
+                        _ => format!("kubelet.{key}"),
+                    };
+                    (values[i].clone(), name)
+                }
+            });
+        let sized_by_flags =
+            nonempty(&req.sizing.cpu).is_some() || nonempty(&req.sizing.memory).is_some();
+        let mut input = reservations::Input {
+            given: Sizing::from_array(picked.clone().map(|p| p.0)),
+            names: Sizing::from_array(picked.map(|p| p.1)),
         };
-        let cpu = pick(&req.cpu, &c.cpu, &mut names.cpu, "--cpu", "resources.cpu");
-        let memory = pick(
-            &req.memory,
-            &c.memory,
-            &mut names.memory,
-            "--memory",
-            "resources.memory",
-        );
-        let sized_by_flags = nonempty(&req.cpu).is_some() || nonempty(&req.memory).is_some();
         if sized_by_flags {
-            check_sizing((nonempty(&cpu), "--cpu"), (nonempty(&memory), "--memory"))?;
+            check_sizing(
+                (nonempty(&input.given.cpu), "--cpu"),
+                (nonempty(&input.given.memory), "--memory"),
+            )?;
+            // Resources from the flags size the node, not the values'
+            // instance type.
+            if nonempty(&req.sizing.instance_type).is_none() {
+                input.given.instance_type = None;
+            }
         }
-        let input = reservations::Input {
-            instance_type: nonempty(&req.instance_type)
-                .map(str::to_string)
-                .or_else(|| {
-                    if sized_by_flags {
-                        None
-                    } else {
-                        c.instance_type.clone()
-                    }
-                }),
-            cpu,
-            memory,
-            system_reserved_memory: pick(
-                &req.system_reserved_memory,
-                &c.system_reserved_memory,
-                &mut names.system_reserved_memory,
-                &flag_names.system_reserved_memory,
-                "kubelet.systemReservedMemory",
-            ),
-            kube_reserved_memory: pick(
-                &req.kube_reserved_memory,
-                &c.kube_reserved_memory,
-                &mut names.kube_reserved_memory,
-                &flag_names.kube_reserved_memory,
-                "kubelet.kubeReservedMemory",
-            ),
-            system_reserved_cpu: pick(
-                &req.system_reserved_cpu,
-                &c.system_reserved_cpu,
-                &mut names.system_reserved_cpu,
-                &flag_names.system_reserved_cpu,
-                "kubelet.systemReservedCpu",
-            ),
-            kube_reserved_cpu: pick(
-                &req.kube_reserved_cpu,
-                &c.kube_reserved_cpu,
-                &mut names.kube_reserved_cpu,
-                &flag_names.kube_reserved_cpu,
-                "kubelet.kubeReservedCpu",
-            ),
-            eviction_hard_memory: pick(
-                &req.eviction_hard_memory,
-                &c.eviction_hard_memory,
-                &mut names.eviction_hard_memory,
-                &flag_names.eviction_hard_memory,
-                "kubelet.evictionHardMemory",
-            ),
-            eviction_soft_memory: pick(
-                &req.eviction_soft_memory,
-                &c.eviction_soft_memory,
-                &mut names.eviction_soft_memory,
-                &flag_names.eviction_soft_memory,
-                "kubelet.evictionSoftMemory",
-            ),
-            names,
-        };
         let r = reservations::compute(&input, "kubelet: ")?;
         inp.kubelet_extra_config = Some(r.kubelet_extra_config());
     } else {
         inp.install_disk = TALOSCTL_INSTALL_DISK.to_string();
-        let any_reservation = [
-            &req.instance_type,
-            &req.cpu,
-            &req.memory,
-            &req.system_reserved_memory,
-            &req.kube_reserved_memory,
-            &req.system_reserved_cpu,
-            &req.kube_reserved_cpu,
-            &req.eviction_hard_memory,
-            &req.eviction_soft_memory,
-        ]
-        .iter()
-        .any(|v| nonempty(v).is_some());
+        let any_reservation = req.sizing.fields().iter().any(|v| nonempty(v).is_some());
         if any_reservation {
             check_sizing(
-                (nonempty(&req.cpu), "--cpu"),
-                (nonempty(&req.memory), "--memory"),
+                (nonempty(&req.sizing.cpu), "--cpu"),
+                (nonempty(&req.sizing.memory), "--memory"),
             )?;
-            let r = reservations::compute(&flags_input(req_sizing(req), flag_names), "kubelet: ")?;
+            let input = reservations::Input {
+                given: req.sizing.clone(),
+                names: flag_names,
+            };
+            let r = reservations::compute(&input, "kubelet: ")?;
             inp.kubelet_extra_config = Some(r.kubelet_extra_config());
         }
         if let Some(s) = nonempty(&req.schematic) {
@@ -828,49 +763,7 @@ impl Output {
 }
 
 /// The flags/fields of `kubelet-reservations`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct ReservationsRequest {
-    pub instance_type: Option<String>,
-    pub memory: Option<String>,
-    pub cpu: Option<String>,
-    pub system_reserved_memory: Option<String>,
-    pub kube_reserved_memory: Option<String>,
-    pub system_reserved_cpu: Option<String>,
-    pub kube_reserved_cpu: Option<String>,
-    pub eviction_hard_memory: Option<String>,
-    pub eviction_soft_memory: Option<String>,
-}
-
-/// The sizing fields of a request, as a [`ReservationsRequest`].
-fn req_sizing(req: &Request) -> ReservationsRequest {
-    ReservationsRequest {
-        instance_type: req.instance_type.clone(),
-        memory: req.memory.clone(),
-        cpu: req.cpu.clone(),
-        system_reserved_memory: req.system_reserved_memory.clone(),
-        kube_reserved_memory: req.kube_reserved_memory.clone(),
-        system_reserved_cpu: req.system_reserved_cpu.clone(),
-        kube_reserved_cpu: req.kube_reserved_cpu.clone(),
-        eviction_hard_memory: req.eviction_hard_memory.clone(),
-        eviction_soft_memory: req.eviction_soft_memory.clone(),
-    }
-}
-
-fn flags_input(req: ReservationsRequest, names: reservations::Names) -> reservations::Input {
-    reservations::Input {
-        instance_type: req.instance_type,
-        cpu: req.cpu,
-        memory: req.memory,
-        system_reserved_memory: req.system_reserved_memory,
-        kube_reserved_memory: req.kube_reserved_memory,
-        system_reserved_cpu: req.system_reserved_cpu,
-        kube_reserved_cpu: req.kube_reserved_cpu,
-        eviction_hard_memory: req.eviction_hard_memory,
-        eviction_soft_memory: req.eviction_soft_memory,
-        names,
-    }
-}
+pub type ReservationsRequest = Sizing;
 
 /// `talos-gen kubelet-reservations`.
 pub fn kubelet_reservations(req: &ReservationsRequest) -> Result<Reservations> {
@@ -883,5 +776,35 @@ pub fn kubelet_reservations(req: &ReservationsRequest) -> Result<Reservations> {
             "kubelet-reservations: give --instance-type, or both --memory and --cpu",
         ));
     }
-    reservations::compute(&flags_input(req.clone(), reservations::Names::flags()), "")
+    let input = reservations::Input {
+        given: req.clone(),
+        names: reservations::Names::flags(),
+    };
+    reservations::compute(&input, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_with_an_unknown_field_is_refused_by_name() {
+        let req: Request = serde_json::from_str(
+            r#"{"talosVersion":"v1.13.9","cpu":"2","memory":"4Gi","registryMirrors":["a=http://b"]}"#,
+        )
+        .unwrap();
+        assert_eq!(req.sizing.cpu.as_deref(), Some("2"));
+        assert_eq!(req.sizing.memory.as_deref(), Some("4Gi"));
+        assert_eq!(req.registry_mirror, ["a=http://b"]);
+        for body in [r#"{"cpu":"2","cpus":"3"}"#, r#"{"cpus":"3"}"#] {
+            let err = serde_json::from_str::<Request>(body)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("unknown field `cpus`"), "{body}: {err}");
+        }
+        let err = serde_json::from_str::<ReservationsRequest>(r#"{"cpus":"3"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `cpus`"), "{err}");
+    }
 }

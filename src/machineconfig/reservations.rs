@@ -2,7 +2,7 @@
 //! node group, computed exactly as the Cozystack `kubernetes-nodes` chart
 //! does (`templates/nodegroup.yaml`), with its messages.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::goyaml::{Map, Node};
@@ -10,66 +10,129 @@ use crate::goyaml::{Map, Node};
 use super::instancetypes;
 use super::quantity::{cpu_millis_f, cpu_millis_int, go_g, is_cpu, is_memory, to_float};
 
-/// The sizing and overrides of one node group.
-#[derive(Debug, Clone, Default)]
-pub struct Input {
-    pub instance_type: Option<String>,
+/// One node group's sizing: an instance type, its resources and the six
+/// kubelet overrides, each as typed (an empty text counts as not given).
+/// The same shape names each value ([`Names`]). The flags, the HTTP body
+/// (`deny_unknown_fields` holds through `#[serde(flatten)]` too) and the
+/// chart's values all give one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Sizing<T = Option<String>> {
+    pub instance_type: T,
     /// `resources.cpu`
-    pub cpu: Option<String>,
+    pub cpu: T,
     /// `resources.memory`
-    pub memory: Option<String>,
-    pub system_reserved_memory: Option<String>,
-    pub kube_reserved_memory: Option<String>,
-    pub system_reserved_cpu: Option<String>,
-    pub kube_reserved_cpu: Option<String>,
-    pub eviction_hard_memory: Option<String>,
-    pub eviction_soft_memory: Option<String>,
-    /// How each value is named in messages: as the user typed it (a flag)
-    /// or the chart's key.
-    pub names: Names,
+    pub memory: T,
+    pub system_reserved_memory: T,
+    pub kube_reserved_memory: T,
+    pub system_reserved_cpu: T,
+    pub kube_reserved_cpu: T,
+    pub eviction_hard_memory: T,
+    pub eviction_soft_memory: T,
 }
 
-/// The name each input is reported under.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Names {
-    pub cpu: String,
-    pub memory: String,
-    pub system_reserved_memory: String,
-    pub kube_reserved_memory: String,
-    pub system_reserved_cpu: String,
-    pub kube_reserved_cpu: String,
-    pub eviction_hard_memory: String,
-    pub eviction_soft_memory: String,
-}
+/// The chart's keys of a [`Sizing`], in the order of [`Sizing::fields`].
+pub const KEYS: [&str; 9] = [
+    "instanceType",
+    "cpu",
+    "memory",
+    "systemReservedMemory",
+    "kubeReservedMemory",
+    "systemReservedCpu",
+    "kubeReservedCpu",
+    "evictionHardMemory",
+    "evictionSoftMemory",
+];
 
-impl Default for Names {
-    /// The chart's keys (`resources.cpu`, `systemReservedMemory`, ...).
-    fn default() -> Names {
-        Names {
-            cpu: "resources.cpu".into(),
-            memory: "resources.memory".into(),
-            system_reserved_memory: "systemReservedMemory".into(),
-            kube_reserved_memory: "kubeReservedMemory".into(),
-            system_reserved_cpu: "systemReservedCpu".into(),
-            kube_reserved_cpu: "kubeReservedCpu".into(),
-            eviction_hard_memory: "evictionHardMemory".into(),
-            eviction_soft_memory: "evictionSoftMemory".into(),
+impl<T> Sizing<T> {
+    /// One value per field, in [`KEYS`] order.
+    pub fn from_array(a: [T; 9]) -> Sizing<T> {
+        let [
+            instance_type,
+            cpu,
+            memory,
+            system_reserved_memory,
+            kube_reserved_memory,
+            system_reserved_cpu,
+            kube_reserved_cpu,
+            eviction_hard_memory,
+            eviction_soft_memory,
+        ] = a;
+        Sizing {
+            instance_type,
+            cpu,
+            memory,
+            system_reserved_memory,
+            kube_reserved_memory,
+            system_reserved_cpu,
+            kube_reserved_cpu,
+            eviction_hard_memory,
+            eviction_soft_memory,
         }
+    }
+
+    /// Each field from its chart key.
+    pub fn from_keys(f: impl FnMut(&'static str) -> T) -> Sizing<T> {
+        Sizing::from_array(KEYS.map(f))
+    }
+
+    /// The fields, in [`KEYS`] order.
+    pub fn fields(&self) -> [&T; 9] {
+        [
+            &self.instance_type,
+            &self.cpu,
+            &self.memory,
+            &self.system_reserved_memory,
+            &self.kube_reserved_memory,
+            &self.system_reserved_cpu,
+            &self.kube_reserved_cpu,
+            &self.eviction_hard_memory,
+            &self.eviction_soft_memory,
+        ]
     }
 }
 
+/// The name each value is reported under: as the user typed it (a flag) or
+/// the chart's key.
+pub type Names = Sizing<String>;
+
 impl Names {
+    /// The chart's keys (`resources.cpu`, `systemReservedMemory`, ...).
+    pub fn chart() -> Names {
+        Sizing::from_keys(|k| match k {
+            "cpu" | "memory" => format!("resources.{k}"),
+            k => k.to_string(),
+        })
+    }
+
     /// The command-line flags (`--cpu`, `--system-reserved-memory`, ...).
     pub fn flags() -> Names {
-        Names {
-            cpu: "--cpu".into(),
-            memory: "--memory".into(),
-            system_reserved_memory: "--system-reserved-memory".into(),
-            kube_reserved_memory: "--kube-reserved-memory".into(),
-            system_reserved_cpu: "--system-reserved-cpu".into(),
-            kube_reserved_cpu: "--kube-reserved-cpu".into(),
-            eviction_hard_memory: "--eviction-hard-memory".into(),
-            eviction_soft_memory: "--eviction-soft-memory".into(),
+        Sizing::from_keys(|k| {
+            let mut flag = String::from("--");
+            for c in k.chars() {
+                if c.is_ascii_uppercase() {
+                    flag.push('-');
+                }
+                flag.push(c.to_ascii_lowercase());
+            }
+            flag
+        })
+    }
+}
+
+/// What [`compute`] is given: the values and the name of each.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub given: Sizing,
+    pub names: Names,
+}
+
+impl Default for Input {
+    /// Nothing given; named by the chart's keys.
+    fn default() -> Input {
+        Input {
+            given: Sizing::default(),
+            names: Names::chart(),
         }
     }
 }
@@ -114,18 +177,18 @@ fn is_pct_number(s: &str) -> bool {
 pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
     let bad = |m: String| Error::bad_input(format!("{prefix}{m}"));
     let refuse = |m: String| Error::refused(format!("{prefix}{m}"));
-    let n = &input.names;
+    let (g, n) = (&input.given, &input.names);
 
-    let has_cpu = given(&input.cpu).is_some();
-    let has_mem = given(&input.memory).is_some();
-    let itype = given(&input.instance_type);
+    let has_cpu = given(&g.cpu).is_some();
+    let has_mem = given(&g.memory).is_some();
+    let itype = given(&g.instance_type);
     if itype.is_some() && has_cpu != has_mem {
         return Err(bad(format!(
             "set both {} and {}, or neither",
             n.cpu, n.memory
         )));
     }
-    if let Some(c) = given(&input.cpu)
+    if let Some(c) = given(&g.cpu)
         && !is_cpu(c)
     {
         return Err(bad(format!(
@@ -133,12 +196,12 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
             n.cpu
         )));
     }
-    if let Some(c) = given(&input.cpu)
+    if let Some(c) = given(&g.cpu)
         && cpu_millis_f(c) <= 0.0
     {
         return Err(bad(format!("{} must be a positive value, got {c}", n.cpu)));
     }
-    if let Some(m) = given(&input.memory)
+    if let Some(m) = given(&g.memory)
         && !is_memory(m)
     {
         return Err(bad(format!(
@@ -146,7 +209,7 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
             n.memory
         )));
     }
-    if let Some(m) = given(&input.memory)
+    if let Some(m) = given(&g.memory)
         && to_float(m) <= 0.0
     {
         return Err(bad(format!(
@@ -168,10 +231,10 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
             }
         }
     }
-    let effective_memory: Option<String> = given(&input.memory)
+    let effective_memory: Option<String> = given(&g.memory)
         .map(str::to_string)
         .or_else(|| sized.as_ref().map(|(_, m)| m.clone()));
-    let effective_cpu: Option<String> = given(&input.cpu)
+    let effective_cpu: Option<String> = given(&g.cpu)
         .map(str::to_string)
         .or_else(|| sized.as_ref().map(|(c, _)| c.to_string()));
 
@@ -188,34 +251,26 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         auto_millis = five.clamp(50, 500);
     }
 
-    let sys_mem = given(&input.system_reserved_memory)
+    let sys_mem = given(&g.system_reserved_memory)
         .map(str::to_string)
         .unwrap_or(format!("{auto_mi}Mi"));
-    let kube_mem = given(&input.kube_reserved_memory)
+    let kube_mem = given(&g.kube_reserved_memory)
         .map(str::to_string)
         .unwrap_or(format!("{auto_mi}Mi"));
-    let sys_cpu = given(&input.system_reserved_cpu)
+    let sys_cpu = given(&g.system_reserved_cpu)
         .map(str::to_string)
         .unwrap_or(format!("{auto_millis}m"));
-    let kube_cpu = given(&input.kube_reserved_cpu)
+    let kube_cpu = given(&g.kube_reserved_cpu)
         .map(str::to_string)
         .unwrap_or(format!("{auto_millis}m"));
-    let hard = given(&input.eviction_hard_memory)
-        .unwrap_or("7%")
-        .to_string();
-    let soft = given(&input.eviction_soft_memory)
-        .unwrap_or("10%")
-        .to_string();
+    let hard = given(&g.eviction_hard_memory).unwrap_or("7%").to_string();
+    let soft = given(&g.eviction_soft_memory).unwrap_or("10%").to_string();
 
     for (key, value, mem) in [
-        (
-            &n.system_reserved_memory,
-            &input.system_reserved_memory,
-            true,
-        ),
-        (&n.kube_reserved_memory, &input.kube_reserved_memory, true),
-        (&n.system_reserved_cpu, &input.system_reserved_cpu, false),
-        (&n.kube_reserved_cpu, &input.kube_reserved_cpu, false),
+        (&n.system_reserved_memory, &g.system_reserved_memory, true),
+        (&n.kube_reserved_memory, &g.kube_reserved_memory, true),
+        (&n.system_reserved_cpu, &g.system_reserved_cpu, false),
+        (&n.kube_reserved_cpu, &g.kube_reserved_cpu, false),
     ] {
         if let Some(v) = given(value) {
             let ok = if mem { is_memory(v) } else { is_cpu(v) };
@@ -226,8 +281,8 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         }
     }
     for (key, value) in [
-        (&n.system_reserved_memory, &input.system_reserved_memory),
-        (&n.kube_reserved_memory, &input.kube_reserved_memory),
+        (&n.system_reserved_memory, &g.system_reserved_memory),
+        (&n.kube_reserved_memory, &g.kube_reserved_memory),
     ] {
         if let Some(v) = given(value)
             && to_float(v) <= 0.0
@@ -236,8 +291,8 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         }
     }
     for (key, value) in [
-        (&n.system_reserved_cpu, &input.system_reserved_cpu),
-        (&n.kube_reserved_cpu, &input.kube_reserved_cpu),
+        (&n.system_reserved_cpu, &g.system_reserved_cpu),
+        (&n.kube_reserved_cpu, &g.kube_reserved_cpu),
     ] {
         if let Some(v) = given(value)
             && cpu_millis_f(v) <= 0.0
@@ -335,10 +390,10 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
     }
     if effective_memory.is_none()
         && [
-            &input.system_reserved_memory,
-            &input.kube_reserved_memory,
-            &input.eviction_hard_memory,
-            &input.eviction_soft_memory,
+            &g.system_reserved_memory,
+            &g.kube_reserved_memory,
+            &g.eviction_hard_memory,
+            &g.eviction_soft_memory,
         ]
         .iter()
         .any(|v| given(v).is_some())
@@ -348,7 +403,7 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         ));
     }
     if effective_cpu.is_none()
-        && [&input.system_reserved_cpu, &input.kube_reserved_cpu]
+        && [&g.system_reserved_cpu, &g.kube_reserved_cpu]
             .iter()
             .any(|v| given(v).is_some())
     {
@@ -441,10 +496,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn names_follow_the_keys() {
+        let flags = Names::flags();
+        assert_eq!(flags.instance_type, "--instance-type");
+        assert_eq!(flags.cpu, "--cpu");
+        assert_eq!(flags.system_reserved_memory, "--system-reserved-memory");
+        assert_eq!(flags.eviction_soft_memory, "--eviction-soft-memory");
+        let chart = Names::chart();
+        assert_eq!(chart.memory, "resources.memory");
+        assert_eq!(chart.kube_reserved_cpu, "kubeReservedCpu");
+    }
+
+    #[test]
     fn worked_example() {
         let r = compute(
             &Input {
-                instance_type: Some("u1.medium".into()),
+                given: Sizing {
+                    instance_type: Some("u1.medium".into()),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             "",
