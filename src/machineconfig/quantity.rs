@@ -45,13 +45,16 @@ pub fn is_cpu(s: &str) -> bool {
     if let Some(m) = s.strip_suffix('m') {
         return !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit());
     }
-    let (a, b) = match s.split_once('.') {
-        Some((a, b)) => (a, Some(b)),
-        None => (s, None),
-    };
-    !a.is_empty()
-        && a.bytes().all(|c| c.is_ascii_digit())
-        && b.is_none_or(|b| !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()))
+    is_decimal(s)
+}
+
+/// `[0-9]+(\.[0-9]+)?`
+pub fn is_decimal(s: &str) -> bool {
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit());
+    match s.split_once('.') {
+        Some((a, b)) => digits(a) && digits(b),
+        None => digits(s),
+    }
 }
 
 /// Go's `strconv.ParseFloat` for the decimal forms the chart meets; `None`

@@ -8,7 +8,9 @@ use crate::error::{Error, Result};
 use crate::goyaml::{Map, Node};
 
 use super::instancetypes;
-use super::quantity::{cpu_millis_f, cpu_millis_int, go_g, is_cpu, is_memory, to_float};
+use super::quantity::{
+    cpu_millis_f, cpu_millis_int, go_g, is_cpu, is_decimal, is_memory, to_float,
+};
 
 /// One node group's sizing: an instance type, its resources and the six
 /// kubelet overrides, each as typed (an empty text counts as not given).
@@ -162,14 +164,7 @@ const CPU_HINT: &str =
     "a valid Kubernetes CPU quantity (integer millicores like 100m, or decimal cores like 0.5, 1)";
 
 fn is_pct_number(s: &str) -> bool {
-    let s = s.strip_prefix('-').unwrap_or(s);
-    let (a, b) = match s.split_once('.') {
-        Some((a, b)) => (a, Some(b)),
-        None => (s, None),
-    };
-    !a.is_empty()
-        && a.bytes().all(|c| c.is_ascii_digit())
-        && b.is_none_or(|b| !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()))
+    is_decimal(s.strip_prefix('-').unwrap_or(s))
 }
 
 /// Compute the reservations; `prefix` starts every message (the chart
@@ -266,12 +261,15 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
     let hard = given(&g.eviction_hard_memory).unwrap_or("7%").to_string();
     let soft = given(&g.eviction_soft_memory).unwrap_or("10%").to_string();
 
-    for (key, value, mem) in [
+    // The chart's order: every override's form, then that each is above
+    // zero; the eviction thresholds' form, then (percentages) their range.
+    let overrides = [
         (&n.system_reserved_memory, &g.system_reserved_memory, true),
         (&n.kube_reserved_memory, &g.kube_reserved_memory, true),
         (&n.system_reserved_cpu, &g.system_reserved_cpu, false),
         (&n.kube_reserved_cpu, &g.kube_reserved_cpu, false),
-    ] {
+    ];
+    for (key, value, mem) in overrides {
         if let Some(v) = given(value) {
             let ok = if mem { is_memory(v) } else { is_cpu(v) };
             if !ok {
@@ -280,65 +278,44 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
             }
         }
     }
-    for (key, value) in [
-        (&n.system_reserved_memory, &g.system_reserved_memory),
-        (&n.kube_reserved_memory, &g.kube_reserved_memory),
-    ] {
-        if let Some(v) = given(value)
-            && to_float(v) <= 0.0
-        {
-            return Err(bad(format!("{key} must be a positive value, got {v}")));
+    for (key, value, mem) in overrides {
+        if let Some(v) = given(value) {
+            let amount = if mem { to_float(v) } else { cpu_millis_f(v) };
+            if amount <= 0.0 {
+                return Err(bad(format!("{key} must be a positive value, got {v}")));
+            }
         }
     }
-    for (key, value) in [
-        (&n.system_reserved_cpu, &g.system_reserved_cpu),
-        (&n.kube_reserved_cpu, &g.kube_reserved_cpu),
-    ] {
-        if let Some(v) = given(value)
-            && cpu_millis_f(v) <= 0.0
-        {
-            return Err(bad(format!("{key} must be a positive value, got {v}")));
+    let thresholds = [
+        (&hard, &n.eviction_hard_memory, "7%"),
+        (&soft, &n.eviction_soft_memory, "10%"),
+    ];
+    for (value, key, example) in thresholds {
+        if !value.ends_with('%') && !is_memory(value) {
+            return Err(bad(format!(
+                "invalid {key} value {value:?} — must be a percentage (e.g. {example}) or a valid Kubernetes memory quantity (e.g. 500Mi, 1Gi, 1e9)"
+            )));
         }
-    }
-    if !hard.ends_with('%') && !is_memory(&hard) {
-        return Err(bad(format!(
-            "invalid {} value {hard:?} — must be a percentage (e.g. 7%) or a valid Kubernetes memory quantity (e.g. 500Mi, 1Gi, 1e9)",
-            n.eviction_hard_memory
-        )));
-    }
-    if !soft.ends_with('%') && !is_memory(&soft) {
-        return Err(bad(format!(
-            "invalid {} value {soft:?} — must be a percentage (e.g. 10%) or a valid Kubernetes memory quantity (e.g. 500Mi, 1Gi, 1e9)",
-            n.eviction_soft_memory
-        )));
     }
     match (hard.strip_suffix('%'), soft.strip_suffix('%')) {
         (Some(h), Some(s)) => {
-            if !is_pct_number(h) {
-                return Err(bad(format!(
-                    "{} percentage value {h:?} is not a valid number",
-                    n.eviction_hard_memory
-                )));
+            let percents = [(h, &n.eviction_hard_memory), (s, &n.eviction_soft_memory)];
+            for (p, key) in percents {
+                if !is_pct_number(p) {
+                    return Err(bad(format!(
+                        "{key} percentage value {p:?} is not a valid number"
+                    )));
+                }
             }
-            if !is_pct_number(s) {
-                return Err(bad(format!(
-                    "{} percentage value {s:?} is not a valid number",
-                    n.eviction_soft_memory
-                )));
+            for (p, key) in percents {
+                let pct: f64 = p.parse().unwrap_or(0.0);
+                if pct <= 0.0 || pct > 100.0 {
+                    return Err(bad(format!(
+                        "{key}: the eviction threshold must be a percentage in (0, 100], got {p}%"
+                    )));
+                }
             }
             let (hp, sp): (f64, f64) = (h.parse().unwrap_or(0.0), s.parse().unwrap_or(0.0));
-            if hp <= 0.0 || hp > 100.0 {
-                return Err(bad(format!(
-                    "{}: the eviction threshold must be a percentage in (0, 100], got {h}%",
-                    n.eviction_hard_memory
-                )));
-            }
-            if sp <= 0.0 || sp > 100.0 {
-                return Err(bad(format!(
-                    "{}: the eviction threshold must be a percentage in (0, 100], got {s}%",
-                    n.eviction_soft_memory
-                )));
-            }
             if hp >= sp {
                 return Err(refuse(format!(
                     "evictionHardMemory ({hard}) must be strictly less than evictionSoftMemory ({soft})"
