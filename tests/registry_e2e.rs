@@ -6,7 +6,7 @@
 mod support;
 
 use support::registry::*;
-use support::{Service, sha256_digest};
+use support::{Service, send, sha256_digest};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 const MIB: usize = 1024 * 1024;
@@ -21,18 +21,13 @@ async fn harness_upstream_serves_factory_shaped_image_to_skopeo() {
     let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[3 * MIB, MIB], 1).await;
     let out = tempfile::tempdir().unwrap();
     let dest = out.path().join("direct");
-    let o = skopeo_copy(&up.host(), &repo(), "v1.13.6", &dest);
-    assert!(
-        o.status.success(),
-        "skopeo: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let files = dir_contents(&dest);
-    assert_eq!(files.get("manifest.json"), Some(&img.index));
-    for b in &img.blobs {
-        let hexd = b.digest.trim_start_matches("sha256:");
-        assert_eq!(files.get(hexd), Some(&b.data), "blob {}", b.digest);
-    }
+    let files = skopeo_copy_ok(&up.host(), &repo(), "v1.13.6", &dest, "direct");
+    img.assert_copied(&files, "direct");
+}
+
+/// `<svc>/v2/<installer repo>/<path>`.
+fn installer_url(svc: &Service, path: &str) -> String {
+    format!("{}/v2/{}/{path}", svc.url(), repo())
 }
 
 fn service(up: &Registry, cache: &std::path::Path, extra: &[&str]) -> Service {
@@ -58,9 +53,9 @@ fn assert_same_dir(a: &std::path::Path, b: &std::path::Path) {
 
 /// GET `url`: its status and the code of its OCI error body.
 async fn oci_error(http: &reqwest::Client, url: &str) -> (u16, String) {
-    let r = http.get(url).send().await.unwrap();
-    let status = r.status().as_u16();
-    let body = r.bytes().await.unwrap();
+    let r = send(http.get(url)).await;
+    let status = r.status.as_u16();
+    let body = r.body;
     let v: serde_json::Value = serde_json::from_slice(&body).expect("OCI error body is JSON");
     let code = v["errors"][0]["code"]
         .as_str()
@@ -88,19 +83,9 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
 
     // The direct copy and the copy through the service are the same files.
     let direct = out.path().join("direct");
-    let o = skopeo_copy(&up.host(), &repo(), "v1.13.6", &direct);
-    assert!(
-        o.status.success(),
-        "direct skopeo: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    skopeo_copy_ok(&up.host(), &repo(), "v1.13.6", &direct, "direct");
     let via = out.path().join("via");
-    let o = skopeo_copy(&svc.host(), &repo(), "v1.13.6", &via);
-    assert!(
-        o.status.success(),
-        "skopeo via service: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    skopeo_copy_ok(&svc.host(), &repo(), "v1.13.6", &via, "via the service");
     assert_same_dir(&direct, &via);
 
     // skopeo inspect --raw through the service hashes to the index digest.
@@ -118,39 +103,31 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
 
     let http = reqwest::Client::new();
     // HEAD on the tag: digest and media type.
-    let r = http
-        .head(format!("{}/v2/{}/manifests/v1.13.6", svc.url(), repo()))
-        .header("accept", ACCEPT_ALL)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let r = send(
+        http.head(installer_url(&svc, "manifests/v1.13.6"))
+            .header("accept", ACCEPT_ALL),
+    )
+    .await;
+    assert_eq!(r.status, 200);
     assert_eq!(
-        r.headers()["docker-content-digest"],
+        r.headers["docker-content-digest"],
         img.index_digest.as_str()
     );
-    assert_eq!(r.headers()["content-type"], INDEX_TYPE);
+    assert_eq!(r.headers["content-type"], INDEX_TYPE);
     assert_eq!(
-        r.headers()["content-length"],
+        r.headers["content-length"],
         img.index.len().to_string().as_str()
     );
     // A per-arch manifest by digest: Docker schema 2, byte for byte.
     let (_, mbytes, mdigest) = &img.manifests[1];
-    let r = http
-        .get(format!("{}/v2/{}/manifests/{mdigest}", svc.url(), repo()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["content-type"], DOCKER_MANIFEST);
-    assert_eq!(r.bytes().await.unwrap(), mbytes.as_slice());
+    let r = send(http.get(installer_url(&svc, &format!("manifests/{mdigest}")))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["content-type"], DOCKER_MANIFEST);
+    assert_eq!(r.body, mbytes.as_slice());
     // GET /v2/
-    let r = http.get(format!("{}/v2/", svc.url())).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(
-        r.headers()["docker-distribution-api-version"],
-        "registry/2.0"
-    );
+    let r = send(http.get(format!("{}/v2/", svc.url()))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["docker-distribution-api-version"], "registry/2.0");
 
     // Blob ranges.
     let b = &img.blobs[0];
@@ -160,26 +137,24 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
         ("bytes=-10", b.data.len() - 10, b.data.len() - 1),
         ("bytes=5000000-", 5_000_000, b.data.len() - 1),
     ] {
-        let r = http
-            .get(format!("{}/v2/{}/blobs/{}", svc.url(), repo(), b.digest))
-            .header("range", range)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 206, "{range}");
+        let r = send(
+            http.get(installer_url(&svc, &format!("blobs/{}", b.digest)))
+                .header("range", range),
+        )
+        .await;
+        assert_eq!(r.status, 206, "{range}");
         assert_eq!(
-            r.headers()["content-range"],
+            r.headers["content-range"],
             format!("bytes {lo}-{hi}/{}", b.data.len()).as_str()
         );
-        assert_eq!(r.bytes().await.unwrap(), &b.data[lo..=hi], "{range}");
+        assert_eq!(r.body, &b.data[lo..=hi], "{range}");
     }
-    let r = http
-        .get(format!("{}/v2/{}/blobs/{}", svc.url(), repo(), b.digest))
-        .header("range", format!("bytes={}-", b.data.len()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 416);
+    let r = send(
+        http.get(installer_url(&svc, &format!("blobs/{}", b.digest)))
+            .header("range", format!("bytes={}-", b.data.len())),
+    )
+    .await;
+    assert_eq!(r.status, 416);
 
     // Unknown tag and blob: 404 with OCI error bodies.
     let missing = format!("sha256:{}", "0".repeat(64));
@@ -188,7 +163,7 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
         (format!("blobs/{missing}"), "BLOB_UNKNOWN"),
         (format!("manifests/{missing}"), "MANIFEST_UNKNOWN"),
     ] {
-        let url = format!("{}/v2/{}/{what}", svc.url(), repo());
+        let url = installer_url(&svc, &what);
         assert_eq!(
             oci_error(&http, &url).await,
             (404, code.to_string()),
@@ -201,21 +176,12 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
     up.stop();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let offline = out.path().join("offline");
-    let o = skopeo_copy(&svc.host(), &repo(), "v1.13.6", &offline);
-    assert!(
-        o.status.success(),
-        "skopeo with upstream down: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    skopeo_copy_ok(&svc.host(), &repo(), "v1.13.6", &offline, "upstream down");
     assert_same_dir(&direct, &offline);
     // Unknown things with the upstream down fail fast with 5xx, not 404 lies.
     let t0 = std::time::Instant::now();
-    let r = http
-        .get(format!("{}/v2/{}/manifests/v0.0.1", svc.url(), repo()))
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_server_error(), "{}", r.status());
+    let r = send(http.get(installer_url(&svc, "manifests/v0.0.1"))).await;
+    assert!(r.status.is_server_error(), "{}", r.status);
     assert!(t0.elapsed() < std::time::Duration::from_secs(10));
 }
 
@@ -236,62 +202,38 @@ async fn ns_mirror_served_only_for_configured_registries() {
         "{}/v2/siderolabs/kubelet/manifests/v1.35.6?ns=ghcr.io",
         svc.url()
     );
-    let r = http
-        .head(&url)
-        .header("accept", ACCEPT_ALL)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let r = send(http.head(&url).header("accept", ACCEPT_ALL)).await;
+    assert_eq!(r.status, 200);
     assert_eq!(
-        r.headers()["docker-content-digest"],
+        r.headers["docker-content-digest"],
         img.index_digest.as_str()
     );
-    let r = http
-        .get(&url)
-        .header("accept", ACCEPT_ALL)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["content-type"], INDEX_TYPE);
-    assert_eq!(r.bytes().await.unwrap(), img.index.as_slice());
-    let b = &img.blobs[0];
-    let r = http
-        .get(format!(
-            "{}/v2/siderolabs/kubelet/blobs/{}?ns=ghcr.io",
-            svc.url(),
-            b.digest
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(r.bytes().await.unwrap(), b.data.as_slice());
+    let r = send(http.get(&url).header("accept", ACCEPT_ALL)).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["content-type"], INDEX_TYPE);
+    assert_eq!(r.body, img.index.as_slice());
+    let kubelet = "siderolabs/kubelet";
+    assert_ns_blob(&http, &svc.url(), kubelet, "ghcr.io", &img.blobs[0]).await;
     // A cold blob: HEAD gives its size; a range is served from the fill.
     let cold = &img.blobs[2];
-    let burl = format!(
-        "{}/v2/siderolabs/kubelet/blobs/{}?ns=ghcr.io",
-        svc.url(),
-        cold.digest
+    let burl = ns_url(
+        &svc.url(),
+        kubelet,
+        &format!("blobs/{}", cold.digest),
+        "ghcr.io",
     );
-    let r = http.head(&burl).send().await.unwrap();
-    assert_eq!(r.status(), 200);
+    let r = send(http.head(&burl)).await;
+    assert_eq!(r.status, 200);
     assert_eq!(
-        r.headers()["content-length"],
+        r.headers["content-length"],
         cold.data.len().to_string().as_str()
     );
-    assert_eq!(r.headers()["docker-content-digest"], cold.digest.as_str());
-    let r = http
-        .get(&burl)
-        .header("range", "bytes=1000-2999")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 206);
-    assert_eq!(r.bytes().await.unwrap(), &cold.data[1000..3000]);
-    let r = http.get(&burl).send().await.unwrap();
-    assert_eq!(r.bytes().await.unwrap(), cold.data.as_slice());
+    assert_eq!(r.headers["docker-content-digest"], cold.digest.as_str());
+    let r = send(http.get(&burl).header("range", "bytes=1000-2999")).await;
+    assert_eq!(r.status, 206);
+    assert_eq!(r.body, &cold.data[1000..3000]);
+    let r = send(http.get(&burl)).await;
+    assert_eq!(r.body, cold.data.as_slice());
     assert_eq!(up.count_gets(&format!("/blobs/{}", cold.digest)), 1);
     let served = up.count_gets("siderolabs/kubelet");
     assert!(served > before);
@@ -430,12 +372,7 @@ async fn concurrent_cold_copies_fetch_each_blob_once() {
         let dest = out.path().join(format!("c{i}"));
         let host = host.clone();
         handles.push(std::thread::spawn(move || {
-            let o = skopeo_copy(&host, &repo(), "v1.13.6", &dest);
-            assert!(
-                o.status.success(),
-                "copy {i}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
+            skopeo_copy_ok(&host, &repo(), "v1.13.6", &dest, &format!("copy {i}"));
             dest
         }));
     }
@@ -482,10 +419,7 @@ fn corrupt_upstream_object(up: &Registry, digest: &str) {
         .join(&hex[..2])
         .join(hex)
         .join("data");
-    let mut data = std::fs::read(&p).expect("upstream object");
-    let i = data.len() / 2;
-    data[i] ^= 0x20;
-    std::fs::write(&p, data).unwrap();
+    support::flip_middle_byte(&p, 0x20);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -517,12 +451,8 @@ async fn corrupted_upstream_bytes_are_never_served_whole_or_stored() {
         } else {
             assert!(r.status().is_server_error(), "{}", r.status());
         }
-        let r = http
-            .get(format!("{}/v2/{}/manifests/{mdigest}", svc.url(), repo()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 502);
+        let r = send(http.get(installer_url(&svc, &format!("manifests/{mdigest}")))).await;
+        assert_eq!(r.status, 502);
     }
     let objects = cache.path().join("objects/sha256");
     for d in [&layer.digest, &mdigest] {
@@ -545,20 +475,15 @@ async fn moving_tags_are_revalidated_and_offline_serves_the_store() {
     let head = |url: String| {
         let http = http.clone();
         async move {
-            let r = http
-                .head(url)
-                .header("accept", ACCEPT_ALL)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 200);
-            r.headers()["docker-content-digest"]
+            let r = send(http.head(url).header("accept", ACCEPT_ALL)).await;
+            assert_eq!(r.status, 200);
+            r.headers["docker-content-digest"]
                 .to_str()
                 .unwrap()
                 .to_string()
         }
     };
-    let url = format!("{}/v2/{}/manifests/latest", svc.url(), repo());
+    let url = installer_url(&svc, "manifests/latest");
     assert_eq!(head(url.clone()).await, a.index_digest);
     // `latest` moves upstream: the old mapping holds within the interval,
     // the new one is served after it.
@@ -569,8 +494,7 @@ async fn moving_tags_are_revalidated_and_offline_serves_the_store() {
     assert_eq!(head(url.clone()).await, b.index_digest);
     let out = tempfile::tempdir().unwrap();
     let first = out.path().join("first");
-    let o = skopeo_copy(&svc.host(), &repo(), "latest", &first);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    skopeo_copy_ok(&svc.host(), &repo(), "latest", &first, "first");
     // A fill hands out its last byte once verified, then commits durably:
     // wait for the commits before killing the service.
     let index = cache.path().join("index");
@@ -593,19 +517,10 @@ async fn moving_tags_are_revalidated_and_offline_serves_the_store() {
     let gets = up.count_gets("/v2/");
     let svc = service(&up, cache.path(), &["--offline"]);
     let again = out.path().join("again");
-    let o = skopeo_copy(&svc.host(), &repo(), "latest", &again);
-    assert!(
-        o.status.success(),
-        "offline: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    skopeo_copy_ok(&svc.host(), &repo(), "latest", &again, "offline");
     assert_same_dir(&first, &again);
-    let r = http
-        .get(format!("{}/v2/{}/manifests/v0.0.0", svc.url(), repo()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    let r = send(http.get(installer_url(&svc, "manifests/v0.0.0"))).await;
+    assert_eq!(r.status, 404);
     assert_eq!(
         up.count_gets("/v2/"),
         gets,

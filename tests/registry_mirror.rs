@@ -6,7 +6,7 @@
 mod support;
 
 use support::registry::*;
-use support::{Service, sha256_digest};
+use support::{Service, send, sha256_digest};
 use talos_gen::registry::{Reference, UpstreamId};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
@@ -44,8 +44,7 @@ async fn mirrored_images_are_pinned_and_served_offline() {
     let out = tempfile::tempdir().unwrap();
 
     let direct = out.path().join("direct");
-    let o = skopeo_copy(&up.host(), &repo, "v1.13.6", &direct);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    skopeo_copy_ok(&up.host(), &repo, "v1.13.6", &direct, "direct");
     {
         let reg = talos_gen::service::Service::build(&talos_gen::service::ServiceConfig {
             factory_url: up.url(),
@@ -116,47 +115,26 @@ async fn mirrored_images_are_pinned_and_served_offline() {
         .arg("--offline")
         .start();
     let via = out.path().join("offline");
-    let o = skopeo_copy(&svc.host(), &repo, "v1.13.6", &via);
-    assert!(
-        o.status.success(),
-        "offline copy: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    skopeo_copy_ok(&svc.host(), &repo, "v1.13.6", &via, "offline copy");
     assert_eq!(dir_contents(&direct), dir_contents(&via));
     let http = reqwest::Client::new();
-    let r = http
-        .get(format!(
-            "{}/v2/siderolabs/kubelet/manifests/v1.35.6?ns=ghcr.io",
-            svc.url()
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(r.bytes().await.unwrap(), kubelet.index.as_slice());
+    let r = send(http.get(format!(
+        "{}/v2/siderolabs/kubelet/manifests/v1.35.6?ns=ghcr.io",
+        svc.url()
+    )))
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, kubelet.index.as_slice());
     for b in &kubelet.blobs {
-        let r = http
-            .get(format!(
-                "{}/v2/siderolabs/kubelet/blobs/{}?ns=ghcr.io",
-                svc.url(),
-                b.digest
-            ))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        assert_eq!(r.bytes().await.unwrap(), b.data.as_slice());
+        assert_ns_blob(&http, &svc.url(), "siderolabs/kubelet", "ghcr.io", b).await;
     }
     // Offline, something never mirrored is simply unknown.
-    let r = http
-        .get(format!(
-            "{}/v2/library/nginx/manifests/latest?ns=docker.io",
-            svc.url()
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    let r = send(http.get(format!(
+        "{}/v2/library/nginx/manifests/latest?ns=docker.io",
+        svc.url()
+    )))
+    .await;
+    assert_eq!(r.status, 404);
 }
 
 /// A foreign layer (a descriptor with `urls`) is left to its URLs, as

@@ -7,7 +7,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use support::{Service, sha256_hex};
+use support::{Service, send, sha256_hex};
 
 /// `serve --offline` on `cache` with JSON logs, on the port it picks itself
 /// (`--listen 127.0.0.1:0`, read back from its `listening` line).
@@ -25,10 +25,6 @@ fn stop(srv: Service) -> Option<i32> {
     srv.terminate(Duration::from_secs(10))
 }
 
-async fn json(r: reqwest::Response) -> serde_json::Value {
-    serde_json::from_slice(&r.bytes().await.unwrap()).expect("JSON body")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schematics_matrix_limits_and_restart() {
     let tmp = tempfile::tempdir().unwrap();
@@ -38,55 +34,41 @@ async fn schematics_matrix_limits_and_restart() {
     let srv = server(&cache, &[]);
     let base = srv.url();
 
-    let r = http.get(format!("{base}/healthz")).send().await.unwrap();
-    assert_eq!(r.status(), 200);
+    let r = send(http.get(format!("{base}/healthz"))).await;
+    assert_eq!(r.status, 200);
 
     // The embedded named schematics are known without any POST.
     let cozy = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
-    let r = http
-        .get(format!("{base}/schematics/{cozy}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(sha256_hex(&r.bytes().await.unwrap()), cozy);
+    let r = send(http.get(format!("{base}/schematics/{cozy}"))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(sha256_hex(&r.body), cozy);
 
     // POST a new one (JSON body), then read it back.
     let body = r#"{"customization":{"extraKernelArgs":["console=ttyS0"],"systemExtensions":{"officialExtensions":["siderolabs/qemu-guest-agent","siderolabs/iscsi-tools"]}}}"#;
-    let r = http
-        .post(format!("{base}/schematics"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let v: serde_json::Value = json(r).await;
+    let r = send(
+        http.post(format!("{base}/schematics"))
+            .header("content-type", "application/json")
+            .body(body),
+    )
+    .await;
+    assert_eq!(r.status, 201);
+    let v = r.json();
     let id = v["id"].as_str().unwrap().to_string();
     assert_eq!(id.len(), 64);
     assert_eq!(sha256_hex(v["schematic"].as_str().unwrap().as_bytes()), id);
-    let r = http
-        .get(format!("{base}/schematics/{id}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let r = send(http.get(format!("{base}/schematics/{id}"))).await;
+    assert_eq!(r.status, 200);
     assert_eq!(
-        r.headers()["content-type"].to_str().unwrap(),
+        r.headers["content-type"].to_str().unwrap(),
         "application/yaml"
     );
-    assert_eq!(sha256_hex(&r.bytes().await.unwrap()), id);
+    assert_eq!(sha256_hex(&r.body), id);
 
     // The same schematic as YAML gets the same ID.
     let yaml = "customization:\n  systemExtensions:\n    officialExtensions: [siderolabs/qemu-guest-agent, siderolabs/iscsi-tools]\n  extraKernelArgs: [console=ttyS0]\n";
-    let r = http
-        .post(format!("{base}/schematics"))
-        .body(yaml)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let v: serde_json::Value = json(r).await;
+    let r = send(http.post(format!("{base}/schematics")).body(yaml)).await;
+    assert_eq!(r.status, 201);
+    let v = r.json();
     assert_eq!(v["id"], id.as_str());
 
     // Bad schematics: 400 with the reason.
@@ -95,14 +77,9 @@ async fn schematics_matrix_limits_and_restart() {
         ("owner: alice", "owner"),
         ("customization: {meta: [{key: 300, value: x}]}", "0..255"),
     ] {
-        let r = http
-            .post(format!("{base}/schematics"))
-            .body(bad)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 400, "{bad}");
-        let text = r.text().await.unwrap();
+        let r = send(http.post(format!("{base}/schematics")).body(bad)).await;
+        assert_eq!(r.status, 400, "{bad}");
+        let text = r.text();
         assert!(text.contains(word), "{bad}: {text}");
     }
     // Over 1 MiB: 413. The server stops reading and closes the connection,
@@ -134,75 +111,45 @@ async fn schematics_matrix_limits_and_restart() {
     assert_eq!(r.status(), 413);
 
     // Unknown and malformed IDs.
-    let r = http
-        .get(format!("{base}/schematics/{}", "0".repeat(64)))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
-    assert_eq!(r.text().await.unwrap().trim(), "schematic not found");
+    let r = send(http.get(format!("{base}/schematics/{}", "0".repeat(64)))).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.text().trim(), "schematic not found");
     for bad in ["abc", "..%2F..%2Fetc%2Fpasswd", &"A".repeat(64)] {
-        let r = http
-            .get(format!("{base}/schematics/{bad}"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 400, "{bad}");
+        let r = send(http.get(format!("{base}/schematics/{bad}"))).await;
+        assert_eq!(r.status, 400, "{bad}");
     }
 
     // The matrix API.
-    let r = http
-        .get(format!(
-            "{base}/api/v1/matrix/check?talos=v1.13.6&kubernetes=v1.35"
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let v: serde_json::Value = json(r).await;
-    assert_eq!(v["supported"], true);
-    let r = http
-        .get(format!(
-            "{base}/api/v1/matrix/check?talos=v1.13.6&kubernetes=1.30"
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let v: serde_json::Value = json(r).await;
+    let check = |q: &str| send(http.get(format!("{base}/api/v1/matrix/check?{q}")));
+    let r = check("talos=v1.13.6&kubernetes=v1.35").await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()["supported"].as_bool()),
+        (200, Some(true))
+    );
+    let r = check("talos=v1.13.6&kubernetes=1.30").await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
     assert_eq!(v["supported"], false);
     assert_eq!(
         v["message"],
         "Kubernetes v1.30 is not supported by Talos v1.13.6. Supported versions: v1.31, v1.32, v1.33, v1.34, v1.35, v1.36"
     );
     for q in ["talos=v1.x&kubernetes=1.30", "talos=1.13", ""] {
-        let r = http
-            .get(format!("{base}/api/v1/matrix/check?{q}"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 400, "{q}");
+        let r = check(q).await;
+        assert_eq!(r.status, 400, "{q}");
     }
-    let r = http
-        .get(format!("{base}/api/v1/matrix"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let v: serde_json::Value = json(r).await;
+    let r = send(http.get(format!("{base}/api/v1/matrix"))).await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
     assert_eq!(v["talos"].as_array().unwrap().len(), 15);
 
     assert_eq!(stop(srv), Some(0));
 
     // Restart on the same cache dir: the POSTed schematic is still there.
     let srv = server(&cache, &[]);
-    let r = http
-        .get(format!("{}/schematics/{id}", srv.url()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(sha256_hex(&r.bytes().await.unwrap()), id);
+    let r = send(http.get(format!("{}/schematics/{id}", srv.url()))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(sha256_hex(&r.body), id);
     assert_eq!(stop(srv), Some(0));
 }
 
@@ -235,43 +182,27 @@ async fn schematics_dir_and_matrix_file() {
         ],
     );
     let http = reqwest::Client::new();
-    let r = http
-        .get(format!("{}/schematics/{mine}", srv.url()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let r = send(http.get(format!("{}/schematics/{mine}", srv.url()))).await;
+    assert_eq!(r.status, 200);
     // The embedded ones are replaced by the directory.
     let cozy = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
-    let r = http
-        .get(format!("{}/schematics/{cozy}", srv.url()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    let r = send(http.get(format!("{}/schematics/{cozy}", srv.url()))).await;
+    assert_eq!(r.status, 404);
     // Once POSTed, it is known whatever the named set.
-    let r = http
-        .post(format!("{}/schematics", srv.url()))
-        .body(include_str!("../schematics/cozystack.yaml"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let r = http
-        .get(format!("{}/schematics/{cozy}", srv.url()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let v = http
-        .get(format!(
-            "{}/api/v1/matrix/check?talos=1.99.0&kubernetes=1.41",
-            srv.url()
-        ))
-        .send()
-        .await
-        .unwrap();
-    let v = json(v).await;
+    let r = send(
+        http.post(format!("{}/schematics", srv.url()))
+            .body(include_str!("../schematics/cozystack.yaml")),
+    )
+    .await;
+    assert_eq!(r.status, 201);
+    let r = send(http.get(format!("{}/schematics/{cozy}", srv.url()))).await;
+    assert_eq!(r.status, 200);
+    let r = send(http.get(format!(
+        "{}/api/v1/matrix/check?talos=1.99.0&kubernetes=1.41",
+        srv.url()
+    )))
+    .await;
+    let v = r.json();
     assert_eq!(v["supported"], true);
     assert_eq!(stop(srv), Some(0));
 }
@@ -282,30 +213,11 @@ fn bad_matrix_file_or_schematics_dir_exit_2() {
     let bad = tmp.path().join("bad.yaml");
     std::fs::write(&bad, "talos: nope\n").unwrap();
     let cache = tmp.path().join("cache");
-    let o = support::run(
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--matrix",
-            bad.to_str().unwrap(),
-        ],
-        None,
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
-    let o = support::run(
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--schematics-dir",
-            tmp.path().join("missing").to_str().unwrap(),
-        ],
-        None,
-    );
-    assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
+    let missing = tmp.path().join("missing");
+    for (flag, path) in [("--matrix", &bad), ("--schematics-dir", &missing)] {
+        let serve = ["serve", "--listen", "127.0.0.1:0", "--cache-dir"];
+        let (c, p) = (cache.to_str().unwrap(), path.to_str().unwrap());
+        let o = support::run(&[&serve[..], &[c, flag, p]].concat(), None);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {}", support::stderr(&o));
+    }
 }

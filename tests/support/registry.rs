@@ -161,6 +161,19 @@ impl PushedImage {
     }
 }
 
+/// `<base>/v2/<repo>/<path>?ns=<ns>`, as containerd asks a mirror.
+pub fn ns_url(base: &str, repo: &str, path: &str, ns: &str) -> String {
+    format!("{base}/v2/{repo}/{path}?ns={ns}")
+}
+
+/// `GET` [`ns_url`] of `blob` answers 200 with its bytes.
+pub async fn assert_ns_blob(http: &reqwest::Client, base: &str, repo: &str, ns: &str, blob: &Blob) {
+    let url = ns_url(base, repo, &format!("blobs/{}", blob.digest), ns);
+    let r = super::send(http.get(&url)).await;
+    assert_eq!(r.status, 200, "{url}");
+    assert!(r.body == blob.data, "{url}: the bytes differ");
+}
+
 /// Push one blob to `repo` (monolithic upload); its digest.
 pub async fn push_blob(client: &reqwest::Client, base: &str, repo: &str, data: &[u8]) -> String {
     let digest = sha256_digest(data);
