@@ -459,13 +459,7 @@ fn options_node(v: &crate::yaml::Value, at: &str) -> Result<Node> {
         Value::Null => Node::Null,
         Value::Bool(b) => Node::Bool(*b),
         Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                Node::Int(i)
-            } else if let Some(u) = n.as_u64() {
-                Node::UInt(u)
-            } else {
-                Node::Float(n.as_f64().unwrap_or(0.0))
-            }
+            crate::yaml::integer_node(n).unwrap_or_else(|| Node::Float(n.as_f64().unwrap_or(0.0)))
         }
         Value::String(s) => Node::Str(s.clone()),
         Value::Sequence(items) => Node::Seq(

@@ -40,3 +40,12 @@ pub fn documents_from_str(text: &str, what: &str) -> Result<Vec<Value>> {
 pub fn from_value<T: DeserializeOwned>(v: Value, what: &str) -> Result<T> {
     serde_yaml::from_value(v).map_err(|e| Error::bad_input(format!("{what}: {e}")))
 }
+
+/// A whole number as the emitter's node (`Int`, or `UInt` above `i64`);
+/// `None` for a fraction, which each caller refuses or keeps as it must.
+pub fn integer_node(n: &serde_yaml::Number) -> Option<crate::goyaml::Node> {
+    use crate::goyaml::Node;
+    n.as_i64()
+        .map(Node::Int)
+        .or_else(|| n.as_u64().map(Node::UInt))
+}

@@ -58,6 +58,27 @@ pub(super) fn scalar_text(v: &Value) -> Option<String> {
     }
 }
 
+/// A mapping as a tree: each key a scalar, each value made by `value`
+/// (given the value and its path).
+fn map_node(
+    m: &crate::yaml::Mapping,
+    what: &str,
+    path: &str,
+    mut value: impl FnMut(&Value, &str) -> Result<Node>,
+) -> Result<Node> {
+    let mut out = Vec::with_capacity(m.len());
+    for (k, val) in m {
+        let Some(key) = scalar_text(k) else {
+            return Err(Error::bad_input(format!(
+                "{what}: {path}: mapping keys must be strings"
+            )));
+        };
+        let node = value(val, &path_join(path, &key))?;
+        out.push((key, node));
+    }
+    Ok(Node::Map(out))
+}
+
 fn type_err(what: &str, path: &str, want: &str) -> Error {
     Error::bad_input(format!("{what}: {path}: expected {want}"))
 }
@@ -160,23 +181,10 @@ fn decode_value(v: &Value, ty: &Ty, what: &str, path: &str) -> Result<Node> {
             _ => Err(type_err(what, path, "a list")),
         },
         Ty::Map(elem) => match v {
-            Value::Mapping(m) => {
-                let mut out = Vec::new();
-                for (k, val) in m {
-                    let Some(key) = scalar_text(k) else {
-                        return Err(Error::bad_input(format!(
-                            "{what}: {path}: mapping keys must be strings"
-                        )));
-                    };
-                    let p = path_join(path, &key);
-                    if val.is_null() {
-                        out.push((key, Node::Null));
-                        continue;
-                    }
-                    out.push((key, decode_value(val, elem, what, &p)?));
-                }
-                Ok(Node::Map(out))
-            }
+            Value::Mapping(m) => map_node(m, what, path, |val, p| match val {
+                Value::Null => Ok(Node::Null),
+                val => decode_value(val, elem, what, p),
+            }),
             _ => Err(type_err(what, path, "a mapping")),
         },
         Ty::Args => match v {
@@ -229,17 +237,11 @@ pub fn free_from_value(v: &Value, what: &str, path: &str) -> Result<Node> {
     Ok(match v {
         Value::Null => Node::Null,
         Value::Bool(b) => Node::Bool(*b),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                Node::Int(i)
-            } else if let Some(u) = n.as_u64() {
-                Node::UInt(u)
-            } else {
-                return Err(Error::bad_input(format!(
-                    "{what}: {path}: fractional numbers are not supported here; quote the value"
-                )));
-            }
-        }
+        Value::Number(n) => crate::yaml::integer_node(n).ok_or_else(|| {
+            Error::bad_input(format!(
+                "{what}: {path}: fractional numbers are not supported here; quote the value"
+            ))
+        })?,
         Value::String(s) => Node::Str(s.clone()),
         Value::Sequence(items) => {
             let mut out = Vec::new();
@@ -248,19 +250,7 @@ pub fn free_from_value(v: &Value, what: &str, path: &str) -> Result<Node> {
             }
             Node::Seq(out)
         }
-        Value::Mapping(m) => {
-            let mut out = Vec::new();
-            for (k, val) in m {
-                let Some(key) = scalar_text(k) else {
-                    return Err(Error::bad_input(format!(
-                        "{what}: {path}: mapping keys must be strings"
-                    )));
-                };
-                let p = path_join(path, &key);
-                out.push((key, free_from_value(val, what, &p)?));
-            }
-            Node::Map(out)
-        }
+        Value::Mapping(m) => map_node(m, what, path, |val, p| free_from_value(val, what, p))?,
         Value::Tagged(t) => free_from_value(&t.value, what, path)?,
     })
 }

@@ -350,86 +350,16 @@ mod tests {
         Ok(model::render(&docs))
     }
 
-    const BASE: &str = "version: v1alpha1
-machine:
-  network:
-    hostname: hostname1
-    interfaces:
-      - interface: eth0
-        dhcp: true
-      - interface: eth1
-        addresses: [10.3.5.4/32]
----
-apiVersion: v1alpha1
-kind: StaticHostConfig
-name: 10.0.0.1
-hostnames: [a]
----
-apiVersion: v1alpha1
-kind: RegistryMirrorConfig
-name: ghcr.io
-endpoints:
-  - url: https://one
-  - url: https://two
-";
+    const BASE: &str = include_str!("testdata/patchdelete/base.yaml");
 
     /// Talos' own `configpatcher/testdata/patchdelete` case (its v1alpha1
     /// part, with documents of kinds a worker uses): the result is Talos'
     /// expected output byte for byte.
     #[test]
     fn delete_directives_as_talos_applies_them() {
-        let patch = "apiVersion: v1alpha1
-kind: StaticHostConfig
-name: 10.0.0.1
-$patch: delete
----
-apiVersion: v1alpha1
-kind: RegistryMirrorConfig
-name: ghcr.io
-endpoints:
-  - url: https://one
-    $patch: delete
-  - url: https://three
----
-version: v1alpha1
-machine:
-  network:
-    hostname:
-      $patch: delete
-    interfaces:
-      - interface: eth0
-        $patch: delete
-      - interface: eth1
-        addresses: [10.3.5.5/32]
-      - interface: eth0
-        dummy: true
-";
+        let patch = include_str!("testdata/patchdelete/patch.yaml");
         let got = patched(BASE, &[patch]).unwrap();
-        assert_eq!(
-            got,
-            "version: v1alpha1
-machine:
-    type: \"\"
-    token: \"\"
-    certSANs: []
-    network:
-        interfaces:
-            - interface: eth1
-              addresses:
-                - 10.3.5.4/32
-                - 10.3.5.5/32
-            - interface: eth0
-              dummy: true
-cluster: null
----
-apiVersion: v1alpha1
-kind: RegistryMirrorConfig
-name: ghcr.io
-endpoints:
-    - url: https://two
-    - url: https://three
-"
-        );
+        assert_eq!(got, include_str!("testdata/patchdelete/expected.yaml"));
     }
 
     #[test]
