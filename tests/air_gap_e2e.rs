@@ -564,41 +564,10 @@ async fn a_worker_pulls_everything_offline_from_an_imported_mirror() {
     for h in ["factory.talos.dev", "ghcr.io", "registry.k8s.io"] {
         hosts_toml(&hosts, h, &svc.url());
     }
-    let hosts_s = hosts.display().to_string();
     for p in &site.pulls {
         let reference = p.reference();
-        let o = cd.ctr(&[
-            "content",
-            "fetch",
-            "--all-platforms",
-            "--hosts-dir",
-            &hosts_s,
-            &reference,
-        ]);
-        assert!(
-            o.status.success(),
-            "ctr content fetch {reference}: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let mut want: Vec<(String, Vec<u8>)> = p
-            .image
-            .blobs
-            .iter()
-            .map(|b| (b.digest.clone(), b.data.clone()))
-            .collect();
-        want.push((p.image.index_digest.clone(), p.image.index.clone()));
-        for (_, m, d) in &p.image.manifests {
-            want.push((d.clone(), m.clone()));
-        }
-        for (d, data) in want {
-            let o = cd.ctr(&["content", "get", &d]);
-            assert!(o.status.success(), "{reference}: ctr content get {d}");
-            assert!(
-                o.stdout == data,
-                "{reference}: {d} differs in containerd's store"
-            );
-        }
+        cd.fetch_all(&hosts, &reference);
+        cd.assert_holds(&reference, &p.image);
     }
     let log = svc.log_text();
     assert!(!log.contains("ERROR"), "{log}");

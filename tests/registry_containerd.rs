@@ -46,7 +46,6 @@ async fn containerd_pulls_through_the_service_with_hosts_toml() {
     let hosts = work.path().join("hosts");
     hosts_toml(&hosts, "ghcr.io", &svc.url());
     hosts_toml(&hosts, "factory.talos.dev", &svc.url());
-    let hosts_s = hosts.display().to_string();
 
     for (reference, img) in [
         ("ghcr.io/siderolabs/kubelet:v1.35.6".to_string(), &kubelet),
@@ -55,38 +54,9 @@ async fn containerd_pulls_through_the_service_with_hosts_toml() {
             &installer,
         ),
     ] {
-        let o = cd.ctr(&[
-            "content",
-            "fetch",
-            "--all-platforms",
-            "--hosts-dir",
-            &hosts_s,
-            &reference,
-        ]);
-        assert!(
-            o.status.success(),
-            "ctr content fetch {reference}: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
+        cd.fetch_all(&hosts, &reference);
         // Every blob and manifest is in containerd's content store, byte for byte.
-        let mut want: Vec<(String, Vec<u8>)> = img
-            .blobs
-            .iter()
-            .map(|b| (b.digest.clone(), b.data.clone()))
-            .collect();
-        want.push((img.index_digest.clone(), img.index.clone()));
-        for (_, m, d) in &img.manifests {
-            want.push((d.clone(), m.clone()));
-        }
-        for (d, data) in want {
-            let o = cd.ctr(&["content", "get", &d]);
-            assert!(o.status.success(), "ctr content get {d}");
-            assert!(
-                o.stdout == data,
-                "{reference}: {d} differs in containerd's store"
-            );
-        }
+        cd.assert_holds(&reference, img);
         // ... and came through the service: it is in the service's store.
         for b in &img.blobs {
             let obj = cache

@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::Proc;
+use super::registry::PushedImage;
 
 pub struct Containerd {
     pub sock: String,
@@ -66,6 +67,41 @@ impl Containerd {
             .args(args)
             .output()
             .expect("run ctr")
+    }
+}
+
+impl Containerd {
+    /// `ctr content fetch --all-platforms --hosts-dir <hosts> <reference>`,
+    /// asserted to succeed.
+    pub fn fetch_all(&self, hosts: &Path, reference: &str) {
+        let hosts = hosts.display().to_string();
+        let o = self.ctr(&[
+            "content",
+            "fetch",
+            "--all-platforms",
+            "--hosts-dir",
+            &hosts,
+            reference,
+        ]);
+        assert!(
+            o.status.success(),
+            "ctr content fetch {reference}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// Every manifest and blob of `img` (pulled as `reference`) is in
+    /// containerd's content store, byte for byte.
+    pub fn assert_holds(&self, reference: &str, img: &PushedImage) {
+        for (d, data) in img.contents() {
+            let o = self.ctr(&["content", "get", &d]);
+            assert!(o.status.success(), "{reference}: ctr content get {d}");
+            assert!(
+                o.stdout == data,
+                "{reference}: {d} differs in containerd's store"
+            );
+        }
     }
 }
 
