@@ -12,85 +12,57 @@ use super::quantity::{
     cpu_millis_f, cpu_millis_int, go_g, is_cpu, is_decimal, is_memory, to_float,
 };
 
-/// One node group's sizing: an instance type, its resources and the six
-/// kubelet overrides, each as typed (an empty text counts as not given).
-/// The same shape names each value ([`Names`]). The flags, the HTTP body
-/// (`deny_unknown_fields` holds through `#[serde(flatten)]` too) and the
-/// chart's values all give one.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct Sizing<T = Option<String>> {
-    pub instance_type: T,
-    /// `resources.cpu`
-    pub cpu: T,
-    /// `resources.memory`
-    pub memory: T,
-    pub system_reserved_memory: T,
-    pub kube_reserved_memory: T,
-    pub system_reserved_cpu: T,
-    pub kube_reserved_cpu: T,
-    pub eviction_hard_memory: T,
-    pub eviction_soft_memory: T,
+/// Declares [`Sizing`] from one list of its fields: the struct, [`KEYS`],
+/// `from_array` and `fields` can't fall out of step.
+macro_rules! sizing {
+    ($($(#[doc = $doc:literal])* $field:ident: $key:literal,)*) => {
+        /// One node group's sizing: an instance type, its resources and the
+        /// six kubelet overrides, each as typed (an empty text counts as not
+        /// given). The same shape names each value ([`Names`]). The flags,
+        /// the HTTP body (`deny_unknown_fields` holds through
+        /// `#[serde(flatten)]` too) and the chart's values all give one.
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+        #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+        pub struct Sizing<T = Option<String>> {
+            $($(#[doc = $doc])* pub $field: T,)*
+        }
+
+        /// The chart's keys of a [`Sizing`], in the order of [`Sizing::fields`].
+        pub const KEYS: [&str; 9] = [$($key),*];
+
+        impl<T> Sizing<T> {
+            /// One value per field, in [`KEYS`] order.
+            pub fn from_array(a: [T; 9]) -> Sizing<T> {
+                let [$($field),*] = a;
+                Sizing { $($field),* }
+            }
+
+            /// The fields, in [`KEYS`] order.
+            pub fn fields(&self) -> [&T; 9] {
+                [$(&self.$field),*]
+            }
+        }
+    };
 }
 
-/// The chart's keys of a [`Sizing`], in the order of [`Sizing::fields`].
-pub const KEYS: [&str; 9] = [
-    "instanceType",
-    "cpu",
-    "memory",
-    "systemReservedMemory",
-    "kubeReservedMemory",
-    "systemReservedCpu",
-    "kubeReservedCpu",
-    "evictionHardMemory",
-    "evictionSoftMemory",
-];
+sizing! {
+    instance_type: "instanceType",
+    /// `resources.cpu`
+    cpu: "cpu",
+    /// `resources.memory`
+    memory: "memory",
+    system_reserved_memory: "systemReservedMemory",
+    kube_reserved_memory: "kubeReservedMemory",
+    system_reserved_cpu: "systemReservedCpu",
+    kube_reserved_cpu: "kubeReservedCpu",
+    eviction_hard_memory: "evictionHardMemory",
+    eviction_soft_memory: "evictionSoftMemory",
+}
 
 impl<T> Sizing<T> {
-    /// One value per field, in [`KEYS`] order.
-    pub fn from_array(a: [T; 9]) -> Sizing<T> {
-        let [
-            instance_type,
-            cpu,
-            memory,
-            system_reserved_memory,
-            kube_reserved_memory,
-            system_reserved_cpu,
-            kube_reserved_cpu,
-            eviction_hard_memory,
-            eviction_soft_memory,
-        ] = a;
-        Sizing {
-            instance_type,
-            cpu,
-            memory,
-            system_reserved_memory,
-            kube_reserved_memory,
-            system_reserved_cpu,
-            kube_reserved_cpu,
-            eviction_hard_memory,
-            eviction_soft_memory,
-        }
-    }
-
     /// Each field from its chart key.
     pub fn from_keys(f: impl FnMut(&'static str) -> T) -> Sizing<T> {
         Sizing::from_array(KEYS.map(f))
-    }
-
-    /// The fields, in [`KEYS`] order.
-    pub fn fields(&self) -> [&T; 9] {
-        [
-            &self.instance_type,
-            &self.cpu,
-            &self.memory,
-            &self.system_reserved_memory,
-            &self.kube_reserved_memory,
-            &self.system_reserved_cpu,
-            &self.kube_reserved_cpu,
-            &self.eviction_hard_memory,
-            &self.eviction_soft_memory,
-        ]
     }
 }
 
@@ -183,34 +155,30 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
             n.cpu, n.memory
         )));
     }
-    if let Some(c) = given(&g.cpu)
-        && !is_cpu(c)
-    {
-        return Err(bad(format!(
-            "invalid {} value {c:?} — must be {CPU_HINT}",
-            n.cpu
-        )));
-    }
-    if let Some(c) = given(&g.cpu)
-        && cpu_millis_f(c) <= 0.0
-    {
-        return Err(bad(format!("{} must be a positive value, got {c}", n.cpu)));
-    }
-    if let Some(m) = given(&g.memory)
-        && !is_memory(m)
-    {
-        return Err(bad(format!(
-            "invalid {} value {m:?} — must be {MEMORY_HINT}",
-            n.memory
-        )));
-    }
-    if let Some(m) = given(&g.memory)
-        && to_float(m) <= 0.0
-    {
-        return Err(bad(format!(
-            "{} must be a positive value, got {m}",
-            n.memory
-        )));
+    // A value's form (a CPU or memory quantity), then that it is above zero.
+    let form = |key: &str, v: &str, mem: bool| {
+        let (ok, hint) = if mem {
+            (is_memory(v), MEMORY_HINT)
+        } else {
+            (is_cpu(v), CPU_HINT)
+        };
+        match ok {
+            true => Ok(()),
+            false => Err(bad(format!("invalid {key} value {v:?} — must be {hint}"))),
+        }
+    };
+    let positive = |key: &str, v: &str, mem: bool| {
+        let amount = if mem { to_float(v) } else { cpu_millis_f(v) };
+        match amount > 0.0 {
+            true => Ok(()),
+            false => Err(bad(format!("{key} must be a positive value, got {v}"))),
+        }
+    };
+    for (key, value, mem) in [(&n.cpu, &g.cpu, false), (&n.memory, &g.memory, true)] {
+        if let Some(v) = given(value) {
+            form(key, v, mem)?;
+            positive(key, v, mem)?;
+        }
     }
     let mut sized = None;
     if let Some(t) = itype
@@ -271,19 +239,12 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
     ];
     for (key, value, mem) in overrides {
         if let Some(v) = given(value) {
-            let ok = if mem { is_memory(v) } else { is_cpu(v) };
-            if !ok {
-                let hint = if mem { MEMORY_HINT } else { CPU_HINT };
-                return Err(bad(format!("invalid {key} value {v:?} — must be {hint}")));
-            }
+            form(key, v, mem)?;
         }
     }
     for (key, value, mem) in overrides {
         if let Some(v) = given(value) {
-            let amount = if mem { to_float(v) } else { cpu_millis_f(v) };
-            if amount <= 0.0 {
-                return Err(bad(format!("{key} must be a positive value, got {v}")));
-            }
+            positive(key, v, mem)?;
         }
     }
     let thresholds = [
@@ -474,6 +435,13 @@ mod tests {
 
     #[test]
     fn names_follow_the_keys() {
+        // serde's camelCase names are the keys.
+        let all: String = KEYS.iter().map(|k| format!("\"{k}\":\"{k}\",")).collect();
+        let s: Sizing =
+            serde_json::from_str(&format!("{{{}}}", all.trim_end_matches(','))).unwrap();
+        for (k, v) in KEYS.iter().zip(s.fields()) {
+            assert_eq!(v.as_deref(), Some(*k));
+        }
         let flags = Names::flags();
         assert_eq!(flags.instance_type, "--instance-type");
         assert_eq!(flags.cpu, "--cpu");
