@@ -19,25 +19,15 @@ RATE=${2:-25m}
 DURATION=${DURATION:-10}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${TALOS_GEN_BIN:-$HERE/target/release/talos-gen}
-for t in nginx wrk curl xz; do
-  command -v $t >/dev/null || { echo "missing tool: $t" >&2; exit 2; }
-done
-[ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN)" >&2; exit 2; }
-
 . "$HERE/bench/lib.sh"
+need_tools nginx wrk curl xz
+need_bin
 W=$WORK
 
-S=376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba
-V=v1.13.6
-A=openstack-amd64.raw.xz
-P=/image/$S/$V/$A
+factory_artifact "$SIZE_MIB"
 
 wait_port() { wait_http "http://127.0.0.1:$1/"; }
 
-echo "# generating a ${SIZE_MIB} MiB artifact (xz of random data)"
-mkdir -p "$W/root/image/$S/$V"
-head -c $((SIZE_MIB << 20)) /dev/urandom | xz -0 -T2 -c > "$W/root$P"
-LEN=$(stat -c %s "$W/root$P")
 
 # nginx instance: name port extra-server-directives [extra-http]
 start_nginx() {

@@ -1,6 +1,8 @@
 # Shared by the bench/ scripts: a work dir and the processes started in it,
-# stopped and removed on exit; free ports; waiting for a server; pushing
-# blobs and manifests to a registry over the plain registry API; /proc facts.
+# stopped and removed on exit; free ports; waiting for a server; the tools
+# and the release build a script needs; a factory artifact to serve;
+# docker-registry; pushing blobs and manifests to a registry over the plain
+# registry API; /proc facts.
 # Source it: `. "$ROOT/bench/lib.sh"` (ROOT: the repository).
 
 WORK=$(mktemp -d /tmp/talos-gen-bench.XXXXXX)
@@ -16,6 +18,48 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 # wait_http URL: until it answers at all (any status), at most 20 s.
 wait_http() { for _ in $(seq 400); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "$1 did not come up" >&2; exit 1; }
+
+# need_tools TOOL...: exit 2 naming the first one that is not installed.
+need_tools() {
+  local t
+  for t in "$@"; do
+    command -v "$t" >/dev/null || { echo "missing tool: $t" >&2; exit 2; }
+  done
+}
+
+# need_bin: exit 2 unless $BIN (the release build) is there.
+need_bin() { [ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN)" >&2; exit 2; }; }
+
+# factory_artifact MIB: MIB MiB of random data as xz, at the factory's path
+# P=/image/$S/$V/$A under $WORK/root; sets S, V, A, P and LEN (its bytes).
+factory_artifact() {
+  S=376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba
+  V=v1.13.6
+  A=openstack-amd64.raw.xz
+  P=/image/$S/$V/$A
+  echo "# generating a $1 MiB artifact (xz of random data)"
+  mkdir -p "$WORK/root/image/$S/$V"
+  head -c $(($1 << 20)) /dev/urandom | xz -0 -T2 -c > "$WORK/root$P"
+  LEN=$(stat -c %s "$WORK/root$P")
+}
+
+# start_registry NAME PORT [REMOTE] [LOG]: docker-registry on 127.0.0.1:PORT,
+# storage and log under $WORK/NAME, a pull-through proxy of REMOTE if given;
+# LOG its `log:` setting (default: info with the access log).
+start_registry() {
+  local name=$1 port=$2 remote=${3:-} log=${4:-"{level: info, accesslog: {disabled: false}}"}
+  mkdir -p "$WORK/$name/storage"
+  {
+    echo "version: 0.1"
+    echo "log: $log"
+    echo "storage: {filesystem: {rootdirectory: $WORK/$name/storage}, delete: {enabled: true}}"
+    echo "http: {addr: 127.0.0.1:$port}"
+    if [ -n "$remote" ]; then echo "proxy: {remoteurl: $remote}"; fi
+  } > "$WORK/$name/config.yml"
+  docker-registry serve "$WORK/$name/config.yml" > "$WORK/$name/log" 2>&1 &
+  PIDS+=($!)
+  wait_http "http://127.0.0.1:$port/v2/"
+}
 
 push_blob() { # base repo file -> prints digest
   local base=$1 repo=$2 file=$3 digest loc

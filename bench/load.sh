@@ -72,17 +72,8 @@ PIDS+=($!)
 wait_http "http://127.0.0.1:$NG_PORT/"
 
 REG_PORT=$(free_port)
-mkdir -p "$WORK/reg"
-cat > "$WORK/reg/config.yml" <<REG
-version: 0.1
-log: {level: warn, accesslog: {disabled: true}}
-storage: {filesystem: {rootdirectory: $WORK/reg/storage}}
-http: {addr: 127.0.0.1:$REG_PORT}
-REG
-docker-registry serve "$WORK/reg/config.yml" > "$WORK/reg/log" 2>&1 &
-PIDS+=($!)
+start_registry reg "$REG_PORT" "" "{level: warn, accesslog: {disabled: true}}"
 UP=http://127.0.0.1:$REG_PORT
-wait_http "$UP/v2/"
 
 mkdir -p "$WORK/img"
 head -c $((1024 * 1024)) /dev/urandom > "$WORK/img/l0"

@@ -60,17 +60,8 @@ wait_http "http://127.0.0.1:$NG_PORT/"
 FACTORY=http://127.0.0.1:$NG_PORT
 
 UP_PORT=$(free_port)
-mkdir -p "$WORK/reg/storage"
-cat > "$WORK/reg/config.yml" <<EOF
-version: 0.1
-log: {level: info, accesslog: {disabled: false}}
-storage: {filesystem: {rootdirectory: $WORK/reg/storage}, delete: {enabled: true}}
-http: {addr: 127.0.0.1:$UP_PORT}
-EOF
-docker-registry serve "$WORK/reg/config.yml" > "$WORK/reg/log" 2>&1 &
-PIDS+=($!)
+start_registry reg "$UP_PORT"
 UP=http://127.0.0.1:$UP_PORT
-wait_http "$UP/v2/"
 push_factory_image "$UP" "$REPO" "$TAG" "$WORK/img" "${LAYERS[@]}"
 IMG_MIB=$(du -sm "$WORK/img" | cut -f1)
 ART_MIB=$(du -sm "$WORK/root" | cut -f1)

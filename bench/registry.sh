@@ -32,22 +32,6 @@ done
 [ -x "$BIN" ] || cargo build --release
 . "$ROOT/bench/lib.sh"
 
-# start_registry NAME PORT [REMOTEURL]
-start_registry() {
-  local name=$1 port=$2 remote=${3:-}
-  mkdir -p "$WORK/$name/storage"
-  {
-    echo "version: 0.1"
-    echo "log: {level: info, accesslog: {disabled: false}}"
-    echo "storage: {filesystem: {rootdirectory: $WORK/$name/storage}, delete: {enabled: true}}"
-    echo "http: {addr: 127.0.0.1:$port}"
-    [ -n "$remote" ] && echo "proxy: {remoteurl: $remote}"
-  } > "$WORK/$name/config.yml"
-  docker-registry serve "$WORK/$name/config.yml" > "$WORK/$name/log" 2>&1 &
-  PIDS+=($!)
-  wait_http "http://127.0.0.1:$port/v2/"
-}
-
 # start_service NAME PORT UPSTREAM
 start_service() {
   local name=$1 port=$2 upstream=$3

@@ -21,23 +21,13 @@ RATE=${2:-25m}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${TALOS_GEN_BIN:-$HERE/target/release/talos-gen}
 GARAGE=${GARAGE:-$(command -v garage || echo "$HOME/.cargo/bin/garage")}
-for t in nginx curl xz "$GARAGE"; do
-  command -v "$t" >/dev/null || { echo "missing tool: $t" >&2; exit 2; }
-done
-[ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN)" >&2; exit 2; }
-
 . "$HERE/bench/lib.sh"
+need_tools nginx curl xz "$GARAGE"
+need_bin
 W=$WORK
 
-S=376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba
-V=v1.13.6
-A=openstack-amd64.raw.xz
-P=/image/$S/$V/$A
+factory_artifact "$SIZE_MIB"
 
-echo "# generating a ${SIZE_MIB} MiB artifact (xz of random data)"
-mkdir -p "$W/root/image/$S/$V"
-head -c $((SIZE_MIB << 20)) /dev/urandom | xz -0 -T2 -c > "$W/root$P"
-LEN=$(stat -c %s "$W/root$P")
 SHA=$(sha256sum "$W/root$P" | cut -d' ' -f1)
 
 echo "# garage: one node"
