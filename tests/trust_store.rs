@@ -48,19 +48,6 @@ fn committed(cache: &Path, body: &[u8]) -> bool {
         })
 }
 
-fn flip(path: &Path, at: u64) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, at).unwrap();
-    b[0] ^= 0x01;
-    f.write_all_at(&b, at).unwrap();
-}
-
 fn metric(svc: &Service, name: &str) -> String {
     let m = String::from_utf8(curl(&[&format!("{}/metrics", svc.url())]).body).unwrap();
     m.lines()
@@ -99,7 +86,7 @@ fn a_flipped_byte_on_disk_is_cut_dropped_and_fetched_again() {
         });
     }
     // rot in the second MiB, while no process runs
-    flip(&object_of(cache.path(), &art), (1 << 20) + 4321);
+    support::flip_byte(&object_of(cache.path(), &art), (1 << 20) + 4321, 0x01);
     let svc = Service::start(&args);
     let url = format!("{}{}", svc.url(), image("v1.13.6"));
     // a range inside the intact first chunk is still right
@@ -122,7 +109,7 @@ fn a_flipped_byte_on_disk_is_cut_dropped_and_fetched_again() {
     assert_eq!(ng.count(&format!("GET {}", image("v1.13.6"))), 2);
     drop(svc);
     // again rotten, whole GET, offline: cut, then 404 (nothing to fill from)
-    flip(&object_of(cache.path(), &art), 77);
+    support::flip_byte(&object_of(cache.path(), &art), 77, 0x01);
     let svc = Service::start(&["--cache-dir", dir, "--offline"]);
     let url = format!("{}{}", svc.url(), image("v1.13.6"));
     let r = curl(&[&url]);
