@@ -4,19 +4,24 @@
 //! - processes killed on drop ([`Proc`]), free loopback ports
 //!   ([`free_port`]), waiting for a port to answer HTTP ([`wait_http`]),
 //!   required tools ([`require_tool`]), hashes ([`sha256_hex`],
-//!   [`sha256_digest`]), generated data ([`random_bytes`], [`xz_disk`]);
-//! - `talos-gen` itself: [`run`] for CLI calls ([`cli`]), and
+//!   [`sha256_digest`]), generated data ([`random_bytes`], [`xz_disk`],
+//!   [`xz_bytes`]), rot on disk ([`flip_byte`], [`flip_middle_byte`]);
+//! - `talos-gen` itself: [`run`], [`run_text`] (code, stdout, stderr),
+//!   [`talos_gen`] and [`ok`] (asserted success) for CLI calls ([`cli`]), and
 //!   [`Service`] (`talos-gen serve` on loopback, one builder for every way a
 //!   test starts it) in [`service`];
 //! - the reference data in `../shared` ([`reference_dir`]: skip, or fail
 //!   under `TALOS_GEN_REQUIRE_REFERENCE=1`);
-//! - clients: [`curl`] / [`curl_spawn`], [`raw_request`], [`chromium`];
+//! - clients: [`curl`] / [`curl_spawn`], [`raw_request`], [`chromium`], and
+//!   reqwest through [`send`] (a whole [`Answer`] in one call, [`http`]);
 //! - real upstreams: [`Nginx`] ([`nginx`]), a generated xz artifact
 //!   published by nginx as the factory ([`factory::Factory`]), Debian's
-//!   docker-registry with factory-shaped images pushed to it ([`registry`]),
-//!   and a misbehaving upstream for what nginx cannot show ([`bad_upstream`]);
-//! - containerd as a worker's image client, `hosts.toml` mirrors, `ctr`
-//!   ([`containerd`]);
+//!   docker-registry with factory-shaped images pushed to it ([`registry`]:
+//!   `push_factory_image`, `skopeo_copy_ok`, `PushedImage::assert_copied`),
+//!   both as one site to mirror from ([`mirror_site::MirrorSite`]), and a
+//!   misbehaving upstream for what nginx cannot show ([`bad_upstream`]);
+//! - containerd as a worker's image client, `hosts.toml` mirrors, `ctr`,
+//!   `fetch_all` / `assert_holds` ([`containerd`]);
 //! - `/proc` readings ([`rss_kib`], [`rss_anon_kib`], [`fd_count`]).
 //!
 //! ```ignore
