@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use super::{Config, Item, blob_key, manifest_key, manifest_refs, tag_key};
+use super::{Config, Item, manifest_key, tag_key};
 use crate::error::{Error, Result};
 use crate::imagecache::{FactoryDoc, ImageKey};
 use crate::registry::{Digest, UpstreamId};
@@ -332,55 +332,19 @@ fn plan_oci(
     let mut plan: BTreeMap<String, Planned> = BTreeMap::new();
     let mut index = Vec::new();
     for r in oci_refs(store, cfg) {
-        let mut files: Vec<(String, Planned)> = Vec::new();
-        let mut queue = vec![r.top.clone()];
-        let mut seen: Vec<Digest> = Vec::new();
-        let mut top_type = None;
-        let mut complete = true;
-        while let Some(d) = queue.pop() {
-            if seen.contains(&d) {
-                continue;
-            }
-            seen.push(d.clone());
-            let mk = manifest_key(&d);
-            let Some(o) = store.get(&mk) else {
-                complete = false;
-                break;
-            };
-            let entry = o.entry.clone();
-            let Ok(body) = o.read_small(crate::registry::MAX_MANIFEST as u64) else {
-                complete = false;
-                break;
-            };
-            if d == r.top {
-                top_type = Some(media_type(&entry, &body));
-            }
-            let Ok(refs) = manifest_refs(&body) else {
-                complete = false;
-                break;
-            };
-            files.push(blob_file(&d, &entry));
-            queue.extend(refs.manifests);
-            for (b, _) in refs.blobs {
-                match store.entry(&blob_key(&b)) {
-                    Some(e) => files.push(blob_file(&b, &e)),
-                    None => {
-                        complete = false;
-                        break;
-                    }
-                }
-            }
-            if !complete {
-                break;
-            }
-        }
-        if !complete {
+        let reached = crate::registry::layout::reach_stored(store, vec![r.top.clone()]);
+        if !reached.complete {
             report.left_out.push(format!(
                 "{}: not every manifest and blob of it is stored (mirror sync it first); left out",
                 r.name
             ));
             continue;
         }
+        let top_type = reached
+            .objects
+            .first()
+            .and_then(|(_, e)| media_type(store, e));
+        let files = reached.objects.iter().map(|(d, e)| blob_file(d, e));
         for (rel, p) in files {
             plan.entry(rel).or_insert(p);
         }
@@ -420,23 +384,19 @@ fn plan_oci(
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
-/// A manifest's media type: as the registry served it, else its own
-/// `mediaType` field.
-fn media_type(e: &Entry, body: &[u8]) -> String {
+/// A stored manifest's media type: as the registry served it, else its
+/// own `mediaType` field.
+fn media_type(store: &Store, e: &Entry) -> Option<String> {
     if let Some(ct) = &e.content_type
         && ct.starts_with("application/vnd.")
     {
-        return ct.clone();
+        return Some(ct.clone());
     }
-    #[derive(Deserialize)]
-    struct M {
-        #[serde(rename = "mediaType")]
-        media_type: Option<String>,
-    }
-    serde_json::from_slice::<M>(body)
-        .ok()
-        .and_then(|m| m.media_type)
-        .unwrap_or_else(|| OCI_MANIFEST.to_string())
+    let body = store
+        .get(&e.key)?
+        .read_small(crate::registry::MAX_MANIFEST as u64)
+        .ok()?;
+    crate::registry::media_type_field(&body)
 }
 
 fn blob_file(d: &Digest, e: &Entry) -> (String, Planned) {

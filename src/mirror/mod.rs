@@ -27,7 +27,7 @@ pub use prune::{PruneReport, ReleaseHolding, holdings, prune};
 pub use sync::{Output, SyncOptions, SyncReport, sync};
 pub use verify::{VerifyReport, verify};
 
-use crate::registry::layout::{blob_key, manifest_key, manifest_refs, referrers_key, tag_key};
+use crate::registry::layout::{manifest_key, manifest_refs, referrers_key, tag_key};
 use crate::registry::{Digest, UpstreamId};
 
 /// Every store key a config's items reach in `store` (schematics, the
@@ -124,41 +124,11 @@ pub fn item_keys(store: &crate::store::Store, item: &Item, keys: &mut Vec<String
             keys.push(rk);
         }
     }
-    let mut ok = true;
-    let mut seen: Vec<Digest> = Vec::new();
-    while let Some(d) = queue.pop() {
-        if seen.contains(&d) {
-            continue;
-        }
-        seen.push(d.clone());
-        let mk = manifest_key(&d);
-        let Some(o) = store.get(&mk) else {
-            ok = false;
-            continue;
-        };
-        let Ok(body) = o.read_small(crate::registry::MAX_MANIFEST as u64) else {
-            ok = false;
-            continue;
-        };
-        if !keys.contains(&mk) {
-            keys.push(mk);
-        }
-        match manifest_refs(&body) {
-            Ok(r) => {
-                queue.extend(r.manifests);
-                for (b, _) in r.blobs {
-                    let bk = blob_key(&b);
-                    if store.entry(&bk).is_some() {
-                        if !keys.contains(&bk) {
-                            keys.push(bk);
-                        }
-                    } else {
-                        ok = false;
-                    }
-                }
-            }
-            Err(_) => ok = false,
+    let reached = crate::registry::layout::reach_stored(store, queue);
+    for (_, e) in reached.objects {
+        if !keys.contains(&e.key) {
+            keys.push(e.key);
         }
     }
-    ok
+    reached.complete
 }

@@ -17,6 +17,7 @@
 //! ([`held_host`]): nothing else records them.
 
 use super::names::{Digest, UpstreamId};
+use crate::store::{Entry, Store};
 
 /// The store key of a manifest.
 pub fn manifest_key(d: &Digest) -> String {
@@ -107,6 +108,61 @@ pub fn manifest_refs(body: &[u8]) -> Result<ManifestRefs, String> {
         }
     }
     Ok(out)
+}
+
+/// What the stored manifest graph below some manifests holds.
+#[derive(Debug, Default)]
+pub struct Reached {
+    /// Every stored object reached, each once, in walk order (a manifest,
+    /// then its blobs): its digest and its store entry.
+    pub objects: Vec<(Digest, Entry)>,
+    /// False when a manifest or blob is missing, or a manifest unreadable.
+    pub complete: bool,
+}
+
+/// Walk the manifests `tops` reach (an index's children, each manifest's
+/// blobs by [`manifest_refs`]) through the store: the one walk `mirror`
+/// pins, prunes and exports by. It reads only manifests (small, their
+/// sha256 checked) and never fetches.
+pub fn reach_stored(store: &Store, tops: Vec<Digest>) -> Reached {
+    let mut out = Reached {
+        objects: Vec::new(),
+        complete: true,
+    };
+    let mut queue = tops;
+    let (mut seen, mut blobs_seen): (Vec<Digest>, Vec<Digest>) = Default::default();
+    while let Some(d) = queue.pop() {
+        if seen.contains(&d) {
+            continue;
+        }
+        seen.push(d.clone());
+        let refs = store.get(&manifest_key(&d)).and_then(|o| {
+            let entry = o.entry.clone();
+            let body = o.read_small(super::MAX_MANIFEST as u64).ok()?;
+            Some((entry, manifest_refs(&body)))
+        });
+        let Some((entry, refs)) = refs else {
+            out.complete = false;
+            continue;
+        };
+        out.objects.push((d, entry));
+        let Ok(refs) = refs else {
+            out.complete = false;
+            continue;
+        };
+        queue.extend(refs.manifests);
+        for (b, _) in refs.blobs {
+            match store.entry(&blob_key(&b)) {
+                Some(e) if !blobs_seen.contains(&b) => {
+                    blobs_seen.push(b.clone());
+                    out.objects.push((b, e));
+                }
+                Some(_) => {}
+                None => out.complete = false,
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

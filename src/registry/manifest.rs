@@ -313,7 +313,7 @@ impl Registry {
 }
 
 /// The `mediaType` field of a manifest body, when the upstream sent no usable Content-Type.
-fn media_type_field(body: &[u8]) -> Option<String> {
+pub fn media_type_field(body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct M {
         #[serde(rename = "mediaType")]
