@@ -36,15 +36,7 @@ fn check_name(n: &str) -> Result<()> {
         return Ok(());
     }
     let host = n.strip_prefix("*.").unwrap_or(n);
-    let ok = !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-        });
+    let ok = crate::registry::names::is_dns_name(host);
     if ok {
         Ok(())
     } else {

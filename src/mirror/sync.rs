@@ -139,6 +139,20 @@ struct Counts {
     stored_bytes: AtomicU64,
 }
 
+impl Counts {
+    /// One object of `size` bytes was already in the store.
+    fn stored(&self, size: u64) {
+        self.stored.fetch_add(1, Ordering::Relaxed);
+        self.stored_bytes.fetch_add(size, Ordering::Relaxed);
+    }
+
+    /// One object of `size` bytes was fetched.
+    fn fetched(&self, size: u64) {
+        self.fetched.fetch_add(1, Ordering::Relaxed);
+        self.fetched_bytes.fetch_add(size, Ordering::Relaxed);
+    }
+}
+
 struct Ctx {
     store: Store,
     images: ImageCache,
@@ -507,10 +521,7 @@ async fn sync_artifact(
         Ok(Joined::Stored(o)) => {
             meter.grow(o.entry.size);
             meter.inc(o.entry.size);
-            counts.stored.fetch_add(1, Ordering::Relaxed);
-            counts
-                .stored_bytes
-                .fetch_add(o.entry.size, Ordering::Relaxed);
+            counts.stored(o.entry.size);
         }
         Ok(Joined::Filling(mut h)) => {
             let head = h.head().await.map_err(|e| e.to_string())?;
@@ -522,8 +533,7 @@ async fn sync_artifact(
             if head.len.is_none() {
                 meter.resolved(e.size);
             }
-            counts.fetched.fetch_add(1, Ordering::Relaxed);
-            counts.fetched_bytes.fetch_add(e.size, Ordering::Relaxed);
+            counts.fetched(e.size);
         }
     }
     pin(&ctx.store, store_key).await
@@ -560,15 +570,9 @@ async fn sync_oci(
             continue;
         }
         if before {
-            counts.stored.fetch_add(1, Ordering::Relaxed);
-            counts
-                .stored_bytes
-                .fetch_add(m.body.len() as u64, Ordering::Relaxed);
+            counts.stored(m.body.len() as u64);
         } else {
-            counts.fetched.fetch_add(1, Ordering::Relaxed);
-            counts
-                .fetched_bytes
-                .fetch_add(m.body.len() as u64, Ordering::Relaxed);
+            counts.fetched(m.body.len() as u64);
         }
         let refs =
             manifest_refs(&m.body).map_err(|e| format!("manifest {repo}@{}: {e}", m.digest))?;
@@ -599,10 +603,7 @@ async fn sync_oci(
                     meter.resolved(o.entry.size);
                 }
                 meter.inc(o.entry.size);
-                counts.stored.fetch_add(1, Ordering::Relaxed);
-                counts
-                    .stored_bytes
-                    .fetch_add(o.entry.size, Ordering::Relaxed);
+                counts.stored(o.entry.size);
             }
             Ok(Blob::Growing(g)) => {
                 if size.is_none()
@@ -616,8 +617,7 @@ async fn sync_oci(
                 if size.is_none() && g.head().len.is_none() {
                     meter.resolved(e.size);
                 }
-                counts.fetched.fetch_add(1, Ordering::Relaxed);
-                counts.fetched_bytes.fetch_add(e.size, Ordering::Relaxed);
+                counts.fetched(e.size);
             }
             Err(e) => return Err(format!("blob {d}: {}", e.message)),
         }

@@ -202,6 +202,12 @@ pub fn is_registry_host(s: &str) -> bool {
     {
         return false;
     }
+    is_dns_name(host)
+}
+
+/// A DNS name: dot-separated labels of letters, digits and inner `-`, at
+/// most 63 bytes each and 253 in all.
+pub fn is_dns_name(host: &str) -> bool {
     !host.is_empty()
         && host.len() <= 253
         && host.split('.').all(|l| {
