@@ -37,13 +37,7 @@ pub fn text(status: StatusCode, msg: impl Into<String>) -> Response {
 
 /// The status an [`Error`] is answered with.
 pub fn status_of(e: &Error) -> StatusCode {
-    match e {
-        Error::BadInput(_) => StatusCode::BAD_REQUEST,
-        Error::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        Error::NotFound(_) => StatusCode::NOT_FOUND,
-        Error::Upstream(_) => StatusCode::BAD_GATEWAY,
-        Error::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-    }
+    StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 impl IntoResponse for Error {
@@ -125,5 +119,19 @@ mod tests {
             404
         );
         assert_eq!(st(ImageError::NotCached("n".into()).into_response()), 404);
+        // The OCI routes answer the same statuses, only under their body.
+        let all = || {
+            [
+                Error::bad_input("x"),
+                Error::refused("x"),
+                Error::NotFound("x".into()),
+                Error::Upstream("x".into()),
+                Error::io("x", std::io::Error::other("y")),
+            ]
+        };
+        for (e, same) in all().into_iter().zip(all()) {
+            let oci = crate::registry::OciError::from(same);
+            assert_eq!(oci.status, st(e.into_response()), "{oci:?}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 use reqwest::StatusCode;
 
 use super::names::{Digest, NameError};
-use crate::fill::FetchError;
+use crate::upstream::FetchError;
 
 /// An OCI distribution error: HTTP status, error code, message.
 #[derive(Debug, Clone)]
@@ -50,15 +50,18 @@ impl From<NameError> for OciError {
     }
 }
 
+/// The crate's error under the OCI body shape: the status is the one
+/// mapping's ([`crate::Error::http_status`]); only the code is OCI's.
 impl From<crate::Error> for OciError {
     fn from(e: crate::Error) -> OciError {
-        match e {
-            crate::Error::BadInput(m) => OciError::new(400, "UNSUPPORTED", m),
-            crate::Error::Refused(m) => OciError::new(403, "DENIED", m),
-            crate::Error::NotFound(m) => OciError::new(404, "NAME_UNKNOWN", m),
-            crate::Error::Upstream(m) => OciError::upstream(m),
-            e @ crate::Error::Io { .. } => OciError::new(500, "UNKNOWN", e.to_string()),
-        }
+        let code = match e {
+            crate::Error::BadInput(_) => "UNSUPPORTED",
+            crate::Error::Refused(_) => "DENIED",
+            crate::Error::NotFound(_) => "NAME_UNKNOWN",
+            crate::Error::Upstream(_) => "UNAVAILABLE",
+            crate::Error::Io { .. } => "UNKNOWN",
+        };
+        OciError::new(e.http_status(), code, e.to_string())
     }
 }
 

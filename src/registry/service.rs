@@ -16,9 +16,10 @@ use super::layout::{self, blob_key};
 use super::locks::KeyedLocks;
 use super::manifest::TAG_REVALIDATE;
 use super::names::{self, Digest, MirrorTable, NameError, UpstreamId};
-use crate::fill::{FetchError, FillSpec, Fills, Joined, Opened};
+use crate::fill::{FillSpec, Fills, Joined};
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crate::upstream::{FetchError, Opened};
 use crate::upstream::{Limits, open_response};
 
 /// A blob ready to serve: stored, or growing in the shared fill.
