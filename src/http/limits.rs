@@ -1,10 +1,8 @@
 //! Limits and access control at the HTTP edge:
 //!
-//! - [`ApiToken`] and [`require_token`]: with `--api-token-file`, every write
-//!   (any method but GET/HEAD/OPTIONS) under `/api/v1/` needs
-//!   `Authorization: Bearer <token>`; 401 otherwise. The comparison is
-//!   constant-time (both sides hashed to 32 bytes first, so not even the
-//!   length leaks). Neither the token nor the header is ever logged.
+//! - [`require_token`]: with `--api-token-file`, every write (any method but
+//!   GET/HEAD/OPTIONS) under `/api/v1/` needs `Authorization: Bearer
+//!   <token>` ([`super::token::ApiToken`]); 401 otherwise.
 //! - [`track`]: request counts and latency by route template and status.
 //! - [`WriteGuard`]: a socket wrapper that fails a write stalled for longer
 //!   than the write timeout, so a client that stops reading cannot hold a
@@ -12,7 +10,6 @@
 //! - [`BODY_LIMIT`]: request bodies above 1 MiB are refused with 413.
 
 use std::future::Future;
-use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -21,12 +18,9 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::state::AppState;
-use crate::error::{Error, Result};
 
 /// Largest request body accepted (POST endpoints): 1 MiB.
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -36,61 +30,6 @@ pub const HEADER_LIMIT: usize = 32 << 10;
 
 /// Most header fields accepted in one request.
 pub const MAX_HEADERS: usize = 100;
-
-/// The bearer token the `/api/v1/` writes require. Holds only its sha256.
-#[derive(Clone)]
-pub struct ApiToken {
-    hash: [u8; 32],
-}
-
-impl std::fmt::Debug for ApiToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiToken(<redacted>)")
-    }
-}
-
-impl ApiToken {
-    /// Read the token from `path`: the file's content without surrounding
-    /// whitespace; an empty or unreadable file is bad input.
-    pub fn from_file(path: &Path) -> Result<ApiToken> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::bad_input(format!("--api-token-file: {}: {e}", path.display())))?;
-        let token = text.trim();
-        if token.is_empty() {
-            return Err(Error::bad_input(format!(
-                "--api-token-file: {}: the file holds no token",
-                path.display()
-            )));
-        }
-        if token.chars().any(|c| c.is_control() || c == ' ') {
-            return Err(Error::bad_input(format!(
-                "--api-token-file: {}: the token holds spaces or control characters",
-                path.display()
-            )));
-        }
-        Ok(ApiToken::new(token))
-    }
-
-    pub fn new(token: &str) -> ApiToken {
-        ApiToken {
-            hash: Sha256::digest(token.as_bytes()).into(),
-        }
-    }
-
-    /// Does the `Authorization` header value carry this token?
-    pub fn accepts(&self, authorization: Option<&[u8]>) -> bool {
-        let Some(v) = authorization else {
-            return false;
-        };
-        let presented = match v.get(..7) {
-            Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => &v[7..],
-            _ => return false,
-        };
-        let presented = presented.trim_ascii();
-        let h: [u8; 32] = Sha256::digest(presented).into();
-        bool::from(h.ct_eq(&self.hash))
-    }
-}
 
 /// Is this request a write to the service's own API?
 fn is_api_write(req: &Request) -> bool {
@@ -226,24 +165,5 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteGuard<T> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn token_compare() {
-        let t = ApiToken::new("s3cret");
-        assert!(t.accepts(Some(b"Bearer s3cret")));
-        assert!(t.accepts(Some(b"bearer s3cret")));
-        assert!(!t.accepts(Some(b"Bearer s3cre")));
-        assert!(!t.accepts(Some(b"Bearer s3cret2")));
-        assert!(!t.accepts(Some(b"Basic s3cret")));
-        assert!(!t.accepts(Some(b"s3cret")));
-        assert!(!t.accepts(Some(b"")));
-        assert!(!t.accepts(None));
-        assert_eq!(format!("{t:?}"), "ApiToken(<redacted>)");
     }
 }

@@ -28,6 +28,7 @@ pub mod registry;
 pub mod schematics;
 pub mod status;
 pub mod tls;
+pub mod token;
 
 /// Everything `serve` was told, already parsed by the CLI edge.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::ServeConfig;
-use super::limits;
+use super::token;
 use crate::error::Result;
 
 /// Shared, typed state handed to every handler.
@@ -25,7 +25,7 @@ pub struct Shared {
     pub images: crate::imagecache::ImageCache,
     pub registry: crate::registry::Registry,
     /// `--api-token-file`: the token `/api/v1/` writes require.
-    pub api_token: Option<limits::ApiToken>,
+    pub api_token: Option<token::ApiToken>,
     /// When the service started (uptime on the status page).
     pub started: std::time::SystemTime,
 }
@@ -44,7 +44,7 @@ impl AppState {
         let api_token = cfg
             .api_token_file
             .as_deref()
-            .map(limits::ApiToken::from_file)
+            .map(token::ApiToken::from_file)
             .transpose()?;
         let svc = crate::service::Service::build(&crate::service::ServiceConfig {
             store: cfg.store.clone(),

@@ -1,9 +1,9 @@
 //! Manifests: by digest from the store or the upstream (verified against
 //! the digest, and against `Docker-Content-Digest`, before they are
-//! committed byte for byte), tags revalidated after [`TAG_REVALIDATE`] with
+//! committed byte for byte), tags revalidated after [`super::TAG_REVALIDATE`] with
 //! the last known mapping served when the upstream fails.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use reqwest::header::HeaderMap;
@@ -16,8 +16,6 @@ use super::names::{Digest, Reference, UpstreamId};
 use super::service::{Registry, scope};
 use crate::store::{Meta, Store};
 
-/// How long a tag -> digest mapping is trusted before asking the upstream again.
-pub const TAG_REVALIDATE: Duration = Duration::from_secs(30);
 /// Largest manifest accepted from an upstream (distribution's own limit is 4 MiB).
 pub const MAX_MANIFEST: usize = 4 << 20;
 

@@ -29,6 +29,6 @@ pub use error::OciError;
 pub use listing::{
     INDEX_MEDIA_TYPE, MAX_LIST, Referrers, ReferrersSource, TagList, TagQuery, empty_index,
 };
-pub use manifest::{MAX_MANIFEST, Manifest, TAG_REVALIDATE, media_type_field};
+pub use manifest::{MAX_MANIFEST, Manifest, media_type_field};
 pub use names::{Digest, MirrorTable, NameError, Reference, UpstreamId};
-pub use service::{BLOB_FILL_TIMEOUT, Blob, Registry};
+pub use service::{BLOB_FILL_TIMEOUT, Blob, Registry, TAG_REVALIDATE};

@@ -14,7 +14,6 @@ use super::client::RegistryClient;
 use super::error::{OciError, blob_unknown, check_status, fetch_error, fill_error};
 use super::layout::{self, blob_key};
 use super::locks::KeyedLocks;
-use super::manifest::TAG_REVALIDATE;
 use super::names::{self, Digest, MirrorTable, NameError, UpstreamId};
 use crate::fill::{FillSpec, Fills, Joined};
 use crate::metrics::Metrics;
@@ -27,6 +26,9 @@ pub type Blob = crate::fill::Object;
 
 /// Bound on one blob fill (headers and body).
 pub const BLOB_FILL_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// How long a tag -> digest mapping is trusted before asking the upstream again.
+pub const TAG_REVALIDATE: Duration = Duration::from_secs(30);
 
 /// The pull-through: upstreams, the store, the client.
 pub struct Registry {
