@@ -19,6 +19,7 @@ pub mod machineconfig;
 
 pub mod fill;
 pub mod imagecache;
+pub mod inventory;
 pub mod metrics;
 pub mod registry;
 pub mod store;

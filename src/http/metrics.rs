@@ -7,15 +7,14 @@ use axum::response::IntoResponse;
 use super::state::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    state.metrics.set_store_bytes(state.store.total_size());
+    let totals = state.store.totals();
+    let keys = state.store.keys();
+    let pinned = keys.iter().filter(|k| k.pinned).count();
+    state.metrics.set_store_bytes(totals.bytes);
+    state.metrics.set_store_corrupt(totals.corrupt_dropped);
     state
         .metrics
-        .set_store_corrupt(state.store.corrupt_dropped());
-    let entries = state.store.entries();
-    let pinned = entries.iter().filter(|e| e.pinned).count();
-    state
-        .metrics
-        .set_store_counts(state.store.object_count(), entries.len(), pinned);
+        .set_store_counts(totals.objects, keys.len(), pinned);
     let fills = state.fills.in_progress();
     let waiting = fills.iter().filter(|f| f.phase == "waiting").count();
     state.metrics.set_fills(fills.len() - waiting, waiting);

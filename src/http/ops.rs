@@ -13,7 +13,7 @@ use super::AppState;
 /// How long `/readyz` and the store watch wait for the bucket.
 pub const STORE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a remote store is probed in the background.
-const STORE_PROBE_EVERY: Duration = Duration::from_secs(2);
+pub const STORE_PROBE_EVERY: Duration = Duration::from_secs(2);
 
 pub async fn healthz() -> (StatusCode, &'static str) {
     (StatusCode::OK, "ok\n")
@@ -25,34 +25,10 @@ pub async fn readyz(State(st): State<AppState>) -> (StatusCode, String) {
     if !st.store.is_remote() {
         return (StatusCode::OK, "ready\n".into());
     }
-    let store = st.store.clone();
-    match tokio::task::spawn_blocking(move || store.check(STORE_PROBE_TIMEOUT)).await {
-        Ok(Ok(())) => (StatusCode::OK, "ready\n".into()),
-        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")),
+    match st.store.check(STORE_PROBE_TIMEOUT).await {
+        Ok(()) => (StatusCode::OK, "ready\n".into()),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")),
     }
-}
-
-/// Probe a remote store every [`STORE_PROBE_EVERY`] so [`store_gate`]
-/// knows when it is down and when it is back (no restart needed).
-pub fn watch_store(store: crate::store::Store) {
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(STORE_PROBE_EVERY).await;
-            let s = store.clone();
-            let was = s.available();
-            let ok = tokio::task::spawn_blocking(move || s.check(STORE_PROBE_TIMEOUT).is_ok())
-                .await
-                .unwrap_or(false);
-            if ok != was {
-                if ok {
-                    tracing::info!(store = %store.describe(), "the store answers again");
-                } else {
-                    tracing::error!(store = %store.describe(), "the store does not answer; answering 503");
-                }
-            }
-        }
-    });
 }
 
 /// Routes that read or write the store answer 503 at once while the store

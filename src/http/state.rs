@@ -18,7 +18,8 @@ pub struct Shared {
     /// Known schematics: `--schematics-dir` (or embedded) plus POSTed ones.
     pub schematics: Arc<crate::schematics::Registry>,
     pub metrics: crate::metrics::Metrics,
-    pub store: crate::store::Store,
+    /// The store, read-only: figures and whether it answers.
+    pub store: crate::inventory::Inventory,
     pub fills: crate::fill::Fills,
     /// `None` when offline.
     pub upstream: Option<crate::upstream::Upstream>,
@@ -71,9 +72,11 @@ impl AppState {
             ..
         } = svc;
         images.metadata_ttl = cfg.metadata_ttl;
-        if store.is_remote() {
-            super::ops::watch_store(store.clone());
-        }
+        let store = crate::inventory::Inventory::new(store);
+        store.watch(
+            super::ops::STORE_PROBE_EVERY,
+            super::ops::STORE_PROBE_TIMEOUT,
+        );
         Ok(AppState(Arc::new(Shared {
             cfg,
             matrix,

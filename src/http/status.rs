@@ -258,15 +258,16 @@ pub async fn render(st: &AppState) -> Result<String, String> {
     let upstreams = probe_all(st).await;
     let names: std::collections::HashMap<&str, &str> =
         st.schematics.names().map(|(n, id)| (id, n)).collect();
-    let entries = st.store.entries();
-    let row = |name: String, e: &crate::store::Entry| ObjectRow {
+    let entries = st.store.keys();
+    let totals = st.store.totals();
+    let row = |name: String, e: &crate::inventory::StoredKey| ObjectRow {
         schematic: schematic_label(&name, &names),
         name,
         size: human_size(e.size),
         bytes: e.size,
         sha256: e.digest.clone(),
         fetched: when(Some(e.fetched)),
-        used: when(st.store.last_use(&e.digest)),
+        used: when(e.last_use),
         pinned: if e.pinned { "yes" } else { "" },
     };
     let mut artifacts = Vec::new();
@@ -290,9 +291,9 @@ pub async fn render(st: &AppState) -> Result<String, String> {
     }
     let store = StoreRow {
         dir: st.store.describe(),
-        size: human_size(st.store.total_size()),
+        size: human_size(totals.bytes),
         max: st.store.max_size().map(human_size),
-        objects: st.store.object_count(),
+        objects: totals.objects,
         keys: entries.len(),
         pinned,
         manifests,
@@ -427,7 +428,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
             what,
         })
         .collect();
-    let sync = crate::mirror::report::read(&st.store).map(|s| SyncRow {
+    let sync = crate::mirror::report::read_from(&st.store).map(|s| SyncRow {
         finished: when(Some(s.finished)),
         ok: s.ok,
         summary: s.summary,

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
+use crate::inventory::Inventory;
 use crate::store::{Meta, Store};
 
 use super::sync::SyncReport;
@@ -93,8 +94,17 @@ pub async fn write_to(loc: impl Into<crate::store::Location>, status: &SyncStatu
     write(&store, status).await
 }
 
+/// Largest sync result read back.
+const MAX_STATUS: u64 = 1 << 20;
+
 /// The last sync result in `store`, if any (and readable).
 pub fn read(store: &Store) -> Option<SyncStatus> {
-    let b = store.get(STATUS_KEY)?.read_small(1 << 20).ok()?;
+    let b = store.get(STATUS_KEY)?.read_small(MAX_STATUS).ok()?;
+    serde_json::from_slice(&b).ok()
+}
+
+/// The same, read through the operator's [`Inventory`] (the status page).
+pub fn read_from(inventory: &Inventory) -> Option<SyncStatus> {
+    let b = inventory.document(STATUS_KEY, MAX_STATUS)?;
     serde_json::from_slice(&b).ok()
 }
