@@ -527,3 +527,117 @@ async fn moving_tags_are_revalidated_and_offline_serves_the_store() {
         "--offline contacted the upstream"
     );
 }
+
+/// A referrers index the upstream answers in pages (`Link: <...>;
+/// rel="next"`, absolute and relative, as Harbor and zot paginate): followed
+/// to its last page, merged, filtered and kept whole. A next link off the
+/// upstream's origin is an error (502), and nothing partial is answered or
+/// kept. nginx plays the paginating registry (docker-registry 2.8 has no
+/// referrers API).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paginated_referrers_index_is_followed_to_its_end() {
+    const SBOM: &str = "application/spdx+json";
+    const SIG: &str = "application/vnd.dev.cosign.artifact.sig.v1+json";
+    let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+    let desc = |c: char, t: &str| {
+        serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": digest(c), "size": 100, "artifactType": t,
+        })
+    };
+    let page = |m: Vec<serde_json::Value>| {
+        serde_json::json!({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": m}).to_string()
+    };
+    let (paged, off, circle) = (digest('1'), digest('2'), digest('3'));
+    let path = |d: &str| format!("/v2/a/b/referrers/{d}");
+    let root = tempfile::tempdir().unwrap();
+    let front = support::Nginx::start(
+        root.path(),
+        support::NginxOpts {
+            server_extra: format!(
+                "location = {p} {{ default_type {INDEX_TYPE};
+      if ($arg_last = \"\") {{ add_header Link '<{p}?n=2&last=b>; rel=\"next\"' always; return 200 '{p1}'; }}
+      if ($arg_last = \"b\") {{ add_header Link '<?n=2&last=c>; rel=\"next\"' always; return 200 '{p2}'; }}
+      return 200 '{p3}'; }}
+    location = {o} {{ default_type {INDEX_TYPE};
+      add_header Link '<http://127.0.0.1:9/v2/a/b/referrers/{off}?last=x>; rel=\"next\"' always; return 200 '{p1}'; }}
+    location = {c} {{ default_type {INDEX_TYPE};
+      add_header Link '<{c}>; rel=\"next\"' always; return 200 '{p1}'; }}",
+                p = path(&paged),
+                o = path(&off),
+                c = path(&circle),
+                p1 = page(vec![desc('a', SBOM), desc('b', SIG)]),
+                p2 = page(vec![desc('c', SBOM)]),
+                p3 = page(vec![desc('d', SIG)]),
+            ),
+            ..Default::default()
+        },
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let start = |extra: &[&str]| {
+        Service::builder()
+            .arg("--cache-dir")
+            .arg(cache.path())
+            .args([
+                "--mirror-upstream",
+                &format!("registry.test={}", front.url()),
+            ])
+            .args(extra)
+            .start()
+    };
+    let digests = |body: &[u8]| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_slice(body).expect("an index");
+        v["manifests"]
+            .as_array()
+            .expect("manifests")
+            .iter()
+            .map(|m| m["digest"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let http = reqwest::Client::new();
+    let url =
+        |svc: &Service, d: &str, q: &str| format!("{}{}?ns=registry.test{q}", svc.url(), path(d));
+
+    let svc = start(&[]);
+    let r = send(http.get(url(&svc, &paged, ""))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["content-type"], INDEX_TYPE);
+    assert_eq!(
+        digests(&r.body),
+        [digest('a'), digest('b'), digest('c'), digest('d')],
+        "every page, in order"
+    );
+    assert_eq!(
+        front.count(&format!("GET {}", path(&paged))),
+        3,
+        "three pages"
+    );
+    let r = send(http.get(url(&svc, &paged, &format!("&artifactType={SBOM}")))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["oci-filters-applied"], "artifactType");
+    assert_eq!(digests(&r.body), [digest('a'), digest('c')]);
+    // A next page on another origin: refused, never followed.
+    let (status, code) = oci_error(&http, &url(&svc, &off, "")).await;
+    assert_eq!((status, code.as_str()), (502, "UNAVAILABLE"));
+    let r = send(http.get(url(&svc, &off, ""))).await;
+    let msg = String::from_utf8_lossy(&r.body);
+    assert!(msg.contains("another origin"), "{msg}");
+    // A next page that is the page itself: read once, then refused.
+    let r = send(http.get(url(&svc, &circle, ""))).await;
+    assert_eq!(r.status, 502);
+    let msg = String::from_utf8_lossy(&r.body);
+    assert!(msg.contains("was read already"), "{msg}");
+    assert_eq!(front.count(&format!("GET {}", path(&circle))), 1);
+    drop(svc);
+
+    // Offline: the merged index as kept; nothing kept of the refused one.
+    let svc = start(&["--offline"]);
+    let r = send(http.get(url(&svc, &paged, ""))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(digests(&r.body).len(), 4, "kept whole");
+    for d in [&off, &circle] {
+        let r = send(http.get(url(&svc, d, ""))).await;
+        assert_eq!(r.status, 200);
+        assert!(digests(&r.body).is_empty(), "{d}: nothing partial kept");
+    }
+}

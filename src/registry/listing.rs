@@ -16,7 +16,9 @@
 //! An upstream without the API (any 4xx but 429: a 1.1 registry never
 //! answers 404 here) gives the stored index, else the empty one; an
 //! upstream that fails (429, 5xx, unreachable) the stored one, else the
-//! error. Offline: the stored index, else the empty one (the API never
+//! error. A paginated index (`Link`) is followed to its last page on the
+//! same origin and kept whole, never in part. Offline: the stored index,
+//! else the empty one (the API never
 //! answers 404). `artifactType=` filters here, whatever the source, and says
 //! so (`OCI-Filters-Applied`).
 
@@ -34,6 +36,8 @@ use crate::store::Meta;
 pub const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 /// Largest tag list or referrers index read from an upstream.
 pub const MAX_LIST: usize = 4 << 20;
+/// Most pages of one referrers index followed.
+pub const MAX_REFERRER_PAGES: usize = 16;
 
 /// The referrers index of a manifest that has none.
 pub fn empty_index() -> Bytes {
@@ -278,39 +282,90 @@ impl Registry {
         Ok(answer)
     }
 
-    /// `Ok(None)`: the upstream has no referrers API (a 4xx but 429).
+    /// `Ok(None)`: the upstream has no referrers API (a 4xx but 429). A
+    /// paginated answer (`Link: <...>; rel="next"`) is followed page by page,
+    /// on the same origin only, up to [`MAX_REFERRER_PAGES`], and the pages'
+    /// descriptors merged into one index: never a partial one (a page that
+    /// fails, a link off the origin or back to a page already read, too many
+    /// pages, or a merged index over [`MAX_LIST`] is the error).
     async fn upstream_referrers(
         &self,
         up: &UpstreamId,
         repo: &str,
         d: &Digest,
     ) -> Result<Option<Bytes>, OciError> {
-        let url = self.upstream_url(up, repo, "referrers", d.as_str())?;
-        let resp = self
-            .client
-            .send(
-                Method::GET,
-                &url,
-                Some(INDEX_MEDIA_TYPE),
-                &HeaderMap::new(),
-                &scope(repo),
-            )
-            .await
-            .map_err(fetch_error)?;
-        let st = resp.status();
-        if st.is_client_error() && st != StatusCode::TOO_MANY_REQUESTS {
-            return Ok(None);
+        let first = self.upstream_url(up, repo, "referrers", d.as_str())?;
+        let what = format!("the referrers of {repo}@{d}");
+        let bad = |m: String| OciError::upstream(format!("upstream referrers of {repo}@{d}: {m}"));
+        let mut url = first.clone();
+        let mut seen = vec![url.clone()];
+        let mut merged: Option<serde_json::Value> = None;
+        loop {
+            let resp = self
+                .client
+                .send(
+                    Method::GET,
+                    &url,
+                    Some(INDEX_MEDIA_TYPE),
+                    &HeaderMap::new(),
+                    &scope(repo),
+                )
+                .await
+                .map_err(fetch_error)?;
+            let st = resp.status();
+            if merged.is_none() && st.is_client_error() && st != StatusCode::TOO_MANY_REQUESTS {
+                return Ok(None);
+            }
+            check_status(st, repo, &format!("referrers/{d}"))?;
+            let next = match resp
+                .headers()
+                .get(reqwest::header::LINK)
+                .map(|v| {
+                    v.to_str()
+                        .map_err(|_| bad("a Link header that is not text".into()))
+                })
+                .transpose()?
+            {
+                Some(link) => next_link(&url, link).map_err(bad)?,
+                None => None,
+            };
+            let body = self
+                .client
+                .limits()
+                .read_small(&url, resp, MAX_LIST)
+                .await
+                .map_err(|e| fetch_error(e).context(&what))?;
+            check_index(&body).map_err(bad)?;
+            let Some(next) = next else {
+                let Some(mut all) = merged else {
+                    // One page: kept byte for byte.
+                    return Ok(Some(Bytes::from(body)));
+                };
+                add_page(&mut all, &body).map_err(bad)?;
+                let out = all.to_string();
+                if out.len() > MAX_LIST {
+                    return Err(bad(format!("the merged index is over {MAX_LIST} bytes")));
+                }
+                return Ok(Some(Bytes::from(out)));
+            };
+            match &mut merged {
+                None => {
+                    merged = Some(serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?)
+                }
+                Some(all) => add_page(all, &body).map_err(bad)?,
+            }
+            if !same_origin(&first, &next) {
+                return Err(bad(format!("the next page {next} is on another origin")));
+            }
+            if seen.contains(&next) {
+                return Err(bad(format!("the next page {next} was read already")));
+            }
+            if seen.len() >= MAX_REFERRER_PAGES {
+                return Err(bad(format!("more than {MAX_REFERRER_PAGES} pages")));
+            }
+            seen.push(next.clone());
+            url = next;
         }
-        check_status(st, repo, &format!("referrers/{d}"))?;
-        let body = self
-            .client
-            .limits()
-            .read_small(&url, resp, MAX_LIST)
-            .await
-            .map_err(|e| fetch_error(e).context(&format!("the referrers of {repo}@{d}")))?;
-        check_index(&body)
-            .map_err(|e| OciError::upstream(format!("upstream referrers of {repo}@{d}: {e}")))?;
-        Ok(Some(Bytes::from(body)))
     }
 
     fn stored_index(&self, key: &str) -> Option<Bytes> {
@@ -382,11 +437,7 @@ fn page(repo: &str, mut all: Vec<String>, q: &TagQuery) -> TagList {
 
 /// The next page an upstream's `Link: <URL>; rel="next"` names, as a query.
 fn next_page(base: &str, link: &str) -> Option<TagQuery> {
-    let (target, params) = link.trim().strip_prefix('<')?.split_once('>')?;
-    if !params.contains("rel=\"next\"") && !params.contains("rel=next") {
-        return None;
-    }
-    let url = reqwest::Url::parse(base).ok()?.join(target).ok()?;
+    let url = reqwest::Url::parse(&next_link(base, link).ok()??).ok()?;
     let mut q = TagQuery::default();
     for (k, v) in url.query_pairs() {
         match k.as_ref() {
@@ -396,6 +447,47 @@ fn next_page(base: &str, link: &str) -> Option<TagQuery> {
         }
     }
     q.last.is_some().then_some(q)
+}
+
+/// The URL a `Link: <URL>; rel="next"` header names, resolved against the
+/// page it came with; `None` when the link is not `rel="next"`.
+fn next_link(base: &str, link: &str) -> Result<Option<String>, String> {
+    let bad = || format!("a Link header that is not <URL>; rel=\"next\": {link:?}");
+    let (target, params) = link
+        .trim()
+        .strip_prefix('<')
+        .and_then(|l| l.split_once('>'))
+        .ok_or_else(bad)?;
+    if !params.contains("rel=\"next\"") && !params.contains("rel=next") {
+        return Ok(None);
+    }
+    let url = reqwest::Url::parse(base)
+        .and_then(|b| b.join(target))
+        .map_err(|_| bad())?;
+    Ok(Some(url.to_string()))
+}
+
+/// Do two URLs share scheme, host and port?
+fn same_origin(a: &str, b: &str) -> bool {
+    match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
+    }
+}
+
+/// Append one referrers page's descriptors to the merged index.
+fn add_page(all: &mut serde_json::Value, page: &[u8]) -> Result<(), String> {
+    let page: serde_json::Value = serde_json::from_slice(page).map_err(|e| e.to_string())?;
+    let more = page
+        .get("manifests")
+        .and_then(|m| m.as_array())
+        .cloned()
+        .unwrap_or_default();
+    all.get_mut("manifests")
+        .and_then(|m| m.as_array_mut())
+        .ok_or("not an image index: no manifests list")?
+        .extend(more);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -462,6 +554,32 @@ mod tests {
         );
         assert_eq!(next_page(base, "garbage"), None);
         assert_eq!(next_page(base, r#"</x?last=../..>; rel="next""#), None);
+    }
+
+    #[test]
+    fn referrer_pages() {
+        let base = "http://r:5000/v2/a/referrers/sha256:00";
+        assert_eq!(
+            next_link(
+                base,
+                r#"</v2/a/referrers/sha256:00?n=1&last=x>; rel="next""#
+            ),
+            Ok(Some(
+                "http://r:5000/v2/a/referrers/sha256:00?n=1&last=x".into()
+            ))
+        );
+        assert_eq!(next_link(base, r#"<?p=2>; rel="prev""#), Ok(None));
+        assert!(next_link(base, "garbage").is_err());
+        assert!(same_origin(base, "http://r:5000/v2/b"));
+        assert!(!same_origin(base, "http://r:5001/v2/a"));
+        assert!(!same_origin(base, "https://r:5000/v2/a"));
+        assert!(!same_origin(base, "http://evil/v2/a"));
+        let d = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let mut all = serde_json::json!({"schemaVersion": 2, "manifests": [{"digest": d('a')}]});
+        let page = serde_json::json!({"manifests": [{"digest": d('b')}]}).to_string();
+        add_page(&mut all, page.as_bytes()).unwrap();
+        assert_eq!(all["manifests"].as_array().unwrap().len(), 2);
+        assert!(add_page(&mut serde_json::json!({}), page.as_bytes()).is_err());
     }
 
     #[test]
