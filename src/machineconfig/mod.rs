@@ -807,4 +807,52 @@ mod tests {
             .to_string();
         assert!(err.contains("unknown field `cpus`"), "{err}");
     }
+
+    /// A body may give sizes as numbers (`cpu: 2`), in YAML and in JSON,
+    /// whether the sizing is flattened (`machineconfig`) or the whole body
+    /// (`kubelet-reservations`); anything else names the key.
+    #[test]
+    fn sizing_fields_take_numbers_and_name_the_key_at_fault() {
+        let yaml = "clusterName: x\nendpoint: https://e:6443\ncpu: 2\nmemory: 4Gi\nsystemReservedCpu: 0.5\nkubeReservedMemory: ~\n";
+        let req: Request = crate::yaml::from_str(yaml, "body").unwrap();
+        assert_eq!(req.cluster_name.as_deref(), Some("x"));
+        assert_eq!(req.sizing.cpu.as_deref(), Some("2"));
+        assert_eq!(req.sizing.memory.as_deref(), Some("4Gi"));
+        assert_eq!(req.sizing.system_reserved_cpu.as_deref(), Some("0.5"));
+        assert_eq!(req.sizing.kube_reserved_memory, None);
+        let r: ReservationsRequest =
+            crate::yaml::from_str("cpu: 2\nmemory: 1Gi\n", "body").unwrap();
+        assert_eq!(r.cpu.as_deref(), Some("2"));
+        let r: ReservationsRequest = serde_json::from_str(r#"{"cpu":1.5,"memory":"1Gi"}"#).unwrap();
+        assert_eq!(r.cpu.as_deref(), Some("1.5"));
+        for body in ["cpu: [1]\n", "clusterName: x\ncpu: {a: 1}\n"] {
+            for err in [
+                crate::yaml::from_str::<Request>(body, "body")
+                    .unwrap_err()
+                    .to_string(),
+                crate::yaml::from_str::<ReservationsRequest>(
+                    body.trim_start_matches("clusterName: x\n"),
+                    "body",
+                )
+                .unwrap_err()
+                .to_string(),
+            ] {
+                assert!(
+                    err.contains("cpu: expected a quantity (text or a number), got a"),
+                    "{body:?}: {err}"
+                );
+            }
+        }
+        let err = crate::yaml::from_str::<ReservationsRequest>("cpu: 1\ncpus: 2\n", "body")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown field `cpus`, expected one of `instanceType`"),
+            "{err}"
+        );
+        let err = serde_json::from_str::<Request>(r#"{"cpu":"1","cpu":"2"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("duplicate field `cpu`"), "{err}");
+    }
 }

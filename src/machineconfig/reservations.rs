@@ -2,7 +2,8 @@
 //! node group, computed exactly as the Cozystack `kubernetes-nodes` chart
 //! does (`templates/nodegroup.yaml`), with its messages.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use crate::error::{Error, Result};
 use crate::goyaml::{Map, Node};
@@ -19,10 +20,9 @@ macro_rules! sizing {
         /// One node group's sizing: an instance type, its resources and the
         /// six kubelet overrides, each as typed (an empty text counts as not
         /// given). The same shape names each value ([`Names`]). The flags,
-        /// the HTTP body (`deny_unknown_fields` holds through
-        /// `#[serde(flatten)]` too) and the chart's values all give one.
-        #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-        #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+        /// the HTTP bodies (see its `Deserialize`) and the chart's values
+        /// all give one.
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
         pub struct Sizing<T = Option<String>> {
             $($(#[doc = $doc])* pub $field: T,)*
         }
@@ -63,6 +63,104 @@ impl<T> Sizing<T> {
     /// Each field from its chart key.
     pub fn from_keys(f: impl FnMut(&'static str) -> T) -> Sizing<T> {
         Sizing::from_array(KEYS.map(f))
+    }
+}
+
+/// A body's sizing fields (the JSON or YAML body of `kubelet-reservations`,
+/// and flattened into `machineconfig`'s): each the text as given, a number
+/// or bool taken as its text (`cpu: 2` is `"2"`, as the chart's `toString`
+/// would), null as not given. Anything else, an unknown key or a key given
+/// twice is an error naming the key. Written by hand, not derived: a
+/// flattened field reaches serde's derive as an already-parsed number, which
+/// a derived `Option<String>` refuses without naming the field.
+impl<'de> Deserialize<'de> for Sizing {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Sizing, D::Error> {
+        d.deserialize_struct("Sizing", &KEYS, SizingVisitor)
+    }
+}
+
+struct SizingVisitor;
+
+impl<'de> Visitor<'de> for SizingVisitor {
+    type Value = Sizing;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a mapping")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> std::result::Result<Sizing, A::Error> {
+        let mut given: [Option<Option<String>>; 9] = Default::default();
+        while let Some(key) = m.next_key::<String>()? {
+            let Some(i) = KEYS.iter().position(|k| *k == key) else {
+                return Err(de::Error::unknown_field(&key, &KEYS));
+            };
+            if given[i].is_some() {
+                return Err(de::Error::duplicate_field(KEYS[i]));
+            }
+            given[i] = Some(match m.next_value::<Given>()? {
+                Given::Text(t) => t,
+                Given::Not(what) => {
+                    return Err(de::Error::custom(format!(
+                        "{key}: expected a quantity (text or a number), got {what}"
+                    )));
+                }
+            });
+        }
+        Ok(Sizing::from_array(given.map(Option::flatten)))
+    }
+}
+
+/// One sizing value: its text (`None`: null), or what it was instead.
+enum Given {
+    Text(Option<String>),
+    Not(&'static str),
+}
+
+impl<'de> Deserialize<'de> for Given {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Given, D::Error> {
+        d.deserialize_any(GivenVisitor)
+    }
+}
+
+struct GivenVisitor;
+
+impl<'de> Visitor<'de> for GivenVisitor {
+    type Value = Given;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("text or a number")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Given, E> {
+        Ok(Given::Text(Some(v.to_string())))
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Given, E> {
+        Ok(Given::Text(Some(v.to_string())))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Given, E> {
+        Ok(Given::Text(Some(v.to_string())))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Given, E> {
+        Ok(Given::Text(Some(v.to_string())))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Given, E> {
+        Ok(Given::Text(Some(v.to_string())))
+    }
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Given, E> {
+        Ok(Given::Text(None))
+    }
+    fn visit_none<E: de::Error>(self) -> std::result::Result<Given, E> {
+        Ok(Given::Text(None))
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Given, D::Error> {
+        Given::deserialize(d)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> std::result::Result<Given, A::Error> {
+        while a.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Given::Not("a list"))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> std::result::Result<Given, A::Error> {
+        while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Given::Not("a mapping"))
     }
 }
 
