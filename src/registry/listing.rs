@@ -182,11 +182,8 @@ impl Registry {
             ));
         }
         check_status(st, repo, "tags/list")?;
-        let next = resp
-            .headers()
-            .get(reqwest::header::LINK)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| next_page(&url, v));
+        let links = resp.headers().get_all(reqwest::header::LINK);
+        let next = next_page(&url, links.iter().filter_map(|v| v.to_str().ok()));
         let body = self
             .client
             .limits()
@@ -300,6 +297,7 @@ impl Registry {
         let mut url = first.clone();
         let mut seen = vec![url.clone()];
         let mut merged: Option<serde_json::Value> = None;
+        let mut total = 0;
         loop {
             let resp = self
                 .client
@@ -317,18 +315,16 @@ impl Registry {
                 return Ok(None);
             }
             check_status(st, repo, &format!("referrers/{d}"))?;
-            let next = match resp
+            let links = resp
                 .headers()
-                .get(reqwest::header::LINK)
+                .get_all(reqwest::header::LINK)
+                .iter()
                 .map(|v| {
                     v.to_str()
                         .map_err(|_| bad("a Link header that is not text".into()))
                 })
-                .transpose()?
-            {
-                Some(link) => next_link(&url, link).map_err(bad)?,
-                None => None,
-            };
+                .collect::<Result<Vec<_>, _>>()?;
+            let next = next_link(&url, links.iter().copied()).map_err(bad)?;
             let body = self
                 .client
                 .limits()
@@ -336,6 +332,10 @@ impl Registry {
                 .await
                 .map_err(|e| fetch_error(e).context(&what))?;
             check_index(&body).map_err(bad)?;
+            total += body.len();
+            if total > MAX_LIST {
+                return Err(bad(format!("the pages add up to over {MAX_LIST} bytes")));
+            }
             let Some(next) = next else {
                 let Some(mut all) = merged else {
                     // One page: kept byte for byte.
@@ -436,8 +436,8 @@ fn page(repo: &str, mut all: Vec<String>, q: &TagQuery) -> TagList {
 }
 
 /// The next page an upstream's `Link: <URL>; rel="next"` names, as a query.
-fn next_page(base: &str, link: &str) -> Option<TagQuery> {
-    let url = reqwest::Url::parse(&next_link(base, link).ok()??).ok()?;
+fn next_page<'a>(base: &str, links: impl IntoIterator<Item = &'a str>) -> Option<TagQuery> {
+    let url = reqwest::Url::parse(&next_link(base, links).ok()??).ok()?;
     let mut q = TagQuery::default();
     for (k, v) in url.query_pairs() {
         match k.as_ref() {
@@ -449,22 +449,43 @@ fn next_page(base: &str, link: &str) -> Option<TagQuery> {
     q.last.is_some().then_some(q)
 }
 
-/// The URL a `Link: <URL>; rel="next"` header names, resolved against the
-/// page it came with; `None` when the link is not `rel="next"`.
-fn next_link(base: &str, link: &str) -> Result<Option<String>, String> {
-    let bad = || format!("a Link header that is not <URL>; rel=\"next\": {link:?}");
-    let (target, params) = link
-        .trim()
-        .strip_prefix('<')
-        .and_then(|l| l.split_once('>'))
-        .ok_or_else(bad)?;
-    if !params.contains("rel=\"next\"") && !params.contains("rel=next") {
-        return Ok(None);
+/// The URL of the link whose relation is `next` among a response's `Link`
+/// values (RFC 8288: one header or several, each a comma-separated list of
+/// `<URL>; param=value...`), resolved against the page it came with;
+/// `None` when none is. A value that is not such a list is an error.
+fn next_link<'a>(
+    base: &str,
+    links: impl IntoIterator<Item = &'a str>,
+) -> Result<Option<String>, String> {
+    let mut found = None;
+    for value in links {
+        let bad = || format!("a Link header that is not <URL>; rel=...: {value:?}");
+        let mut rest = value.trim();
+        while !rest.is_empty() {
+            let (target, after) = rest
+                .strip_prefix('<')
+                .and_then(|r| r.split_once('>'))
+                .ok_or_else(bad)?;
+            let (params, tail) = after.split_once(',').unwrap_or((after, ""));
+            rest = tail.trim_start();
+            let is_next = params.split(';').any(|p| {
+                p.split_once('=').is_some_and(|(k, v)| {
+                    k.trim().eq_ignore_ascii_case("rel")
+                        && v.trim()
+                            .trim_matches('"')
+                            .split_ascii_whitespace()
+                            .any(|r| r.eq_ignore_ascii_case("next"))
+                })
+            });
+            if is_next && found.is_none() {
+                let url = reqwest::Url::parse(base)
+                    .and_then(|b| b.join(target))
+                    .map_err(|_| bad())?;
+                found = Some(url.to_string());
+            }
+        }
     }
-    let url = reqwest::Url::parse(base)
-        .and_then(|b| b.join(target))
-        .map_err(|_| bad())?;
-    Ok(Some(url.to_string()))
+    Ok(found)
 }
 
 /// Do two URLs share scheme, host and port?
@@ -542,34 +563,47 @@ mod tests {
     fn links() {
         let base = "http://r/v2/a/tags/list?n=2";
         assert_eq!(
-            next_page(base, r#"</v2/a/tags/list?last=v2&n=2>; rel="next""#),
+            next_page(base, [r#"</v2/a/tags/list?last=v2&n=2>; rel="next""#]),
             Some(TagQuery {
                 n: Some(2),
                 last: Some("v2".into())
             })
         );
         assert_eq!(
-            next_page(base, r#"</v2/a/tags/list?last=v2>; rel="prev""#),
+            next_page(base, [r#"</v2/a/tags/list?last=v2>; rel="prev""#]),
             None
         );
-        assert_eq!(next_page(base, "garbage"), None);
-        assert_eq!(next_page(base, r#"</x?last=../..>; rel="next""#), None);
+        assert_eq!(next_page(base, ["garbage"]), None);
+        assert_eq!(next_page(base, [r#"</x?last=../..>; rel="next""#]), None);
     }
 
     #[test]
     fn referrer_pages() {
         let base = "http://r:5000/v2/a/referrers/sha256:00";
+        let next = |links: &[&str]| next_link(base, links.iter().copied());
+        let page = |q: &str| Ok(Some(format!("http://r:5000/v2/a/referrers/sha256:00?{q}")));
         assert_eq!(
-            next_link(
-                base,
-                r#"</v2/a/referrers/sha256:00?n=1&last=x>; rel="next""#
-            ),
-            Ok(Some(
-                "http://r:5000/v2/a/referrers/sha256:00?n=1&last=x".into()
-            ))
+            next(&[r#"</v2/a/referrers/sha256:00?n=1&last=x>; rel="next""#]),
+            page("n=1&last=x")
         );
-        assert_eq!(next_link(base, r#"<?p=2>; rel="prev""#), Ok(None));
-        assert!(next_link(base, "garbage").is_err());
+        // Several links, in one header or several: the one whose rel is next.
+        assert_eq!(
+            next(&[r#"<?last=a>; rel="prev", <?last=c>; rel="next""#]),
+            page("last=c")
+        );
+        assert_eq!(
+            next(&[r#"<?last=a>; rel="prev""#, r#"<?last=c>; rel=next"#]),
+            page("last=c")
+        );
+        assert_eq!(
+            next(&[r#"<?last=c>; title="x"; rel="prev next""#]),
+            page("last=c")
+        );
+        assert_eq!(next(&[r#"<?p=2>; rel="prev""#]), Ok(None));
+        assert_eq!(next(&[r#"<?p=2>; rel="next-archive""#]), Ok(None));
+        assert_eq!(next(&[]), Ok(None));
+        assert!(next(&["garbage"]).is_err());
+        assert!(next(&[r#"<?p=2>; rel="prev", garbage"#]).is_err());
         assert!(same_origin(base, "http://r:5000/v2/b"));
         assert!(!same_origin(base, "http://r:5001/v2/a"));
         assert!(!same_origin(base, "https://r:5000/v2/a"));
