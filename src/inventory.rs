@@ -35,6 +35,9 @@ pub struct Totals {
     pub bytes: u64,
     /// Objects (one per digest; keys may share one).
     pub objects: usize,
+    /// Keys, and how many of them are pinned.
+    pub keys: usize,
+    pub pinned: usize,
     /// Objects dropped since start because a read found them rotten.
     pub corrupt_dropped: u64,
 }
@@ -64,14 +67,18 @@ impl Inventory {
     }
 
     pub fn totals(&self) -> Totals {
+        let entries = self.0.entries();
         Totals {
             bytes: self.0.total_size(),
             objects: self.0.object_count(),
+            keys: entries.len(),
+            pinned: entries.iter().filter(|e| e.pinned).count(),
             corrupt_dropped: self.0.corrupt_dropped(),
         }
     }
 
-    /// Every key, sorted.
+    /// Every key, sorted, with when it was last read (the status page;
+    /// [`Inventory::totals`] is the cheaper count).
     pub fn keys(&self) -> Vec<StoredKey> {
         self.0
             .entries()

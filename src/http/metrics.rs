@@ -8,13 +8,11 @@ use super::state::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let totals = state.store.totals();
-    let keys = state.store.keys();
-    let pinned = keys.iter().filter(|k| k.pinned).count();
     state.metrics.set_store_bytes(totals.bytes);
     state.metrics.set_store_corrupt(totals.corrupt_dropped);
     state
         .metrics
-        .set_store_counts(totals.objects, keys.len(), pinned);
+        .set_store_counts(totals.objects, totals.keys, totals.pinned);
     let fills = state.fills.in_progress();
     let waiting = fills.iter().filter(|f| f.phase == "waiting").count();
     state.metrics.set_fills(fills.len() - waiting, waiting);

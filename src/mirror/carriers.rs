@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use super::{Config, Item, manifest_key, tag_key};
+use super::{Config, Item, tag_key};
 use crate::error::{Error, Result};
 use crate::imagecache::{FactoryDoc, ImageKey};
 use crate::registry::{Digest, UpstreamId};
@@ -340,20 +340,21 @@ fn plan_oci(
             ));
             continue;
         }
-        let top_type = reached
-            .objects
-            .first()
-            .and_then(|(_, e)| media_type(store, e));
+        // The walk starts at the top manifest: it is the first object.
+        let top = reached.objects.first().map(|(_, e)| e);
+        let Some((top_type, size)) = top.and_then(|e| Some((media_type(store, e)?, e.size))) else {
+            report.left_out.push(format!(
+                "{}: its manifest could not be read; left out",
+                r.name
+            ));
+            continue;
+        };
         let files = reached.objects.iter().map(|(d, e)| blob_file(d, e));
         for (rel, p) in files {
             plan.entry(rel).or_insert(p);
         }
-        let size = store
-            .entry(&manifest_key(&r.top))
-            .map(|e| e.size)
-            .unwrap_or(0);
         index.push(serde_json::json!({
-            "mediaType": top_type.unwrap_or_else(|| OCI_MANIFEST.to_string()),
+            "mediaType": top_type,
             "digest": r.top.as_str(),
             "size": size,
             "annotations": {
@@ -385,7 +386,8 @@ fn plan_oci(
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
 /// A stored manifest's media type: as the registry served it, else its
-/// own `mediaType` field.
+/// own `mediaType` field, else OCI's (the field is optional there); `None`
+/// only when the manifest cannot be read.
 fn media_type(store: &Store, e: &Entry) -> Option<String> {
     if let Some(ct) = &e.content_type
         && ct.starts_with("application/vnd.")
@@ -396,7 +398,7 @@ fn media_type(store: &Store, e: &Entry) -> Option<String> {
         .get(&e.key)?
         .read_small(crate::registry::MAX_MANIFEST as u64)
         .ok()?;
-    crate::registry::media_type_field(&body)
+    Some(crate::registry::media_type_field(&body).unwrap_or_else(|| OCI_MANIFEST.to_string()))
 }
 
 fn blob_file(d: &Digest, e: &Entry) -> (String, Planned) {

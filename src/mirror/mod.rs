@@ -27,7 +27,7 @@ pub use prune::{PruneReport, ReleaseHolding, holdings, prune};
 pub use sync::{Output, SyncOptions, SyncReport, sync};
 pub use verify::{VerifyReport, verify};
 
-use crate::registry::layout::{manifest_key, manifest_refs, referrers_key, tag_key};
+use crate::registry::layout::{manifest_refs, referrers_key, tag_key};
 use crate::registry::{Digest, UpstreamId};
 
 /// Every store key a config's items reach in `store` (schematics, the

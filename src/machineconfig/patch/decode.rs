@@ -181,9 +181,10 @@ fn decode_value(v: &Value, ty: &Ty, what: &str, path: &str) -> Result<Node> {
             _ => Err(type_err(what, path, "a list")),
         },
         Ty::Map(elem) => match v {
-            Value::Mapping(m) => map_node(m, what, path, |val, p| match val {
-                Value::Null => Ok(Node::Null),
-                val => decode_value(val, elem, what, p),
+            // A null (tagged or not) is kept as a null entry.
+            Value::Mapping(m) => map_node(m, what, path, |val, p| match val.is_null() {
+                true => Ok(Node::Null),
+                false => decode_value(val, elem, what, p),
             }),
             _ => Err(type_err(what, path, "a mapping")),
         },
@@ -253,4 +254,29 @@ pub fn free_from_value(v: &Value, what: &str, path: &str) -> Result<Node> {
         Value::Mapping(m) => map_node(m, what, path, |val, p| free_from_value(val, what, p))?,
         Value::Tagged(t) => free_from_value(&t.value, what, path)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A null in a Go map, tagged or not, is a null entry (as yaml.v3 reads
+    /// it), not a value of the map's type.
+    #[test]
+    fn a_null_map_value_is_kept_as_null() {
+        for text in [
+            "machine:\n  nodeLabels: {a: null, b: c}\n",
+            "machine:\n  nodeLabels: {a: !x null, b: c}\n",
+        ] {
+            let v = crate::yaml::value_from_str(text, "t").unwrap();
+            let node = decode_struct(&v, model::config(), "t", "").unwrap();
+            let labels = model::get(model::get(&node, "machine").unwrap(), "nodeLabels").unwrap();
+            assert_eq!(model::get(labels, "a"), Some(&Node::Null), "{text}");
+            assert_eq!(
+                model::get(labels, "b"),
+                Some(&Node::Str("c".into())),
+                "{text}"
+            );
+        }
+    }
 }
