@@ -425,3 +425,55 @@ fn mirror_sync_verify_export_import_on_the_bucket() {
         "from the other prefix"
     );
 }
+
+/// A stream from the bucket reads through one GET (`Span`); when the bucket
+/// goes away part way, the response is cut (never ends cleanly) within the
+/// bounds (`--upstream-timeout` per wait, two reopens), and nothing hangs.
+/// The object is large enough (32 MiB) that neither talos-gen's buffers nor
+/// the sockets' hold it whole when the nodes stop.
+#[test]
+fn a_stream_from_the_bucket_is_cut_when_the_bucket_goes_away() {
+    let Some(mut g) = cluster() else { return };
+    let f = Factory::new(32, 0, &[A], None);
+    let svc = replica(&f, &g, 0, "one", &["--upstream-timeout", "2s"]);
+    let url = format!("{}{}", svc.url(), image_path(A));
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    wait_for("the commit", Duration::from_secs(30), || {
+        g.list(0, &object_key(&f.xz)).len() == 1
+    });
+    // Read back from the bucket, whole, through one GET.
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    assert!(r.body == f.xz, "the bytes from the bucket");
+
+    let client = curl_spawn(&["--limit-rate", "2M", &url]);
+    wait_for("the stream to start", Duration::from_secs(20), || {
+        client.body_len() > (2 << 20)
+    });
+    let t0 = Instant::now();
+    for n in 0..3 {
+        g.stop_node(n);
+    }
+    let r = client.wait();
+    assert_ne!(
+        r.exit, 0,
+        "a stream whose bucket went away must not end cleanly"
+    );
+    assert!(r.body.len() < f.xz.len(), "{} bytes", r.body.len());
+    assert!(
+        r.body[..] == f.xz[..r.body.len()],
+        "what came before the cut is right"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "cut after {:?}",
+        t0.elapsed()
+    );
+    eprintln!(
+        "s3: stream cut {:?} after the bucket went away, at {} of {} bytes",
+        t0.elapsed(),
+        r.body.len(),
+        f.xz.len()
+    );
+}

@@ -37,11 +37,19 @@ pub trait ObjectRead: Send + Sync {
     /// `len` bytes at `pos` (within the object).
     fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes>;
 
-    /// Chunks a stream may fetch ahead of the one it sends (a remote
-    /// store hides its round trips this way; a local map needs none).
-    fn read_ahead(&self) -> usize {
-        1
+    /// Bytes `from..to` read in order through one request, for a stream
+    /// (a remote store's one GET instead of a request per chunk); `None`
+    /// (the default): the stream reads chunk by chunk.
+    fn span(&self, _from: u64, _to: u64) -> Option<Box<dyn Span>> {
+        None
     }
+}
+
+/// Bytes of an object read in order (see [`ObjectRead::span`]).
+pub trait Span: Send {
+    /// The next `n` bytes. Blocks; every wait is bounded by the backend,
+    /// and an end before `n` bytes is an error.
+    fn next_bytes(&mut self, n: usize) -> io::Result<Bytes>;
 }
 
 /// One index entry as listed: its name and change token.

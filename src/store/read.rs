@@ -67,6 +67,20 @@ fn checked_window(
     to: u64,
 ) -> io::Result<Bytes> {
     let b = object.read_chunk(from, (to - from) as usize)?;
+    check_blocks(store, digest, object, sums, from, to, b)
+}
+
+/// Check the bytes `b` of `from..to` against their checksum blocks: a
+/// mismatch drops the object (or rewrites rotten checksums) and is `Err`.
+fn check_blocks(
+    store: &Store,
+    digest: &str,
+    object: &dyn ObjectRead,
+    sums: Option<&Sums>,
+    from: u64,
+    to: u64,
+    b: Bytes,
+) -> io::Result<Bytes> {
     if let Some(s) = sums {
         let bs = s.chunk() as u64;
         let mut at = from;
@@ -122,10 +136,45 @@ impl StoredObject {
         let object: Arc<dyn ObjectRead> = Arc::from(object);
         let size = entry.size;
         let end = end.min(size);
-        let ahead = object.read_ahead().max(1);
         let lease = Arc::new(lease);
         let wins = windows(start, end, size, unit_of(sums.as_deref()));
-        // One future per window, `ahead` of them in flight, in order; the
+        // A backend that reads a span in one request (S3: one GET) streams
+        // it window by window, each checked as it completes.
+        let span = match (wins.first(), wins.last()) {
+            (Some(first), Some(last)) => object.span(first.0, last.1),
+            _ => None,
+        };
+        if let Some(span) = span {
+            let state = Some((span, wins.into_iter()));
+            return futures::stream::unfold(state, move |state| {
+                let (object, sums, lease) = (object.clone(), sums.clone(), lease.clone());
+                async move {
+                    let (mut span, mut wins) = state?;
+                    let (from, to) = wins.next()?;
+                    let store = lease.store.clone();
+                    let digest = lease.digest.clone();
+                    let read = tokio::task::spawn_blocking(move || {
+                        let r = span.next_bytes((to - from) as usize).and_then(|b| {
+                            check_blocks(&store, &digest, &*object, sums.as_deref(), from, to, b)
+                        });
+                        (span, r)
+                    })
+                    .await;
+                    // The stream ends after its first error (the response is cut there).
+                    match read {
+                        Ok((span, Ok(b))) => {
+                            let (a, z) = (start.max(from), end.min(to));
+                            let b = b.slice((a - from) as usize..(z - from) as usize);
+                            Some((Ok(b), Some((span, wins))))
+                        }
+                        Ok((_, Err(e))) => Some((Err(e), None)),
+                        Err(e) => Some((Err(io::Error::other(e)), None)),
+                    }
+                }
+            })
+            .boxed();
+        }
+        // One window at a time (a local map has no round trip to hide); the
         // lease lives as long as the stream (every future holds it).
         let fetches = futures::stream::iter(wins).map(move |(from, to)| {
             let object = object.clone();
@@ -148,7 +197,7 @@ impl StoredObject {
         });
         // The stream ends after its first error (the response is cut there).
         fetches
-            .buffered(ahead)
+            .buffered(1)
             .scan(false, |failed, r: io::Result<Bytes>| {
                 let item = if *failed {
                     None
@@ -158,6 +207,7 @@ impl StoredObject {
                 };
                 futures::future::ready(item)
             })
+            .boxed()
     }
 
     /// A blocking reader of the whole object, chunk-checked like

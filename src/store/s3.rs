@@ -56,7 +56,7 @@ use object_store::{
 };
 use sha2::{Digest, Sha256};
 
-use super::backend::{Backend, Listed, LockGuard, ObjectRead};
+use super::backend::{Backend, Listed, LockGuard, ObjectRead, Span};
 use super::local::{Layout, is_hex64, is_index_name};
 
 /// Bytes per multipart part (S3 wants at least 5 MiB but for the last).
@@ -618,12 +618,26 @@ impl ObjectRead for S3Object {
         self.len
     }
 
-    /// Ranged GETs in flight per response: a round trip per 1 MiB chunk
-    /// would otherwise bound one stream's rate. 4 (4 MiB of heap per
-    /// response) measured 0.42x a direct GET from Garage (`bench/s3.sh`),
-    /// up from 0.28x with none; 8 gave 0.53x at twice the memory.
-    fn read_ahead(&self) -> usize {
-        4
+    /// A stream's bytes through one GET of the whole span: a ranged GET per
+    /// 1 MiB chunk, even 4 of them in flight, reached 0.42x a direct GET
+    /// from Garage (`bench/s3.sh`); one GET, about 0.7x.
+    fn span(&self, from: u64, to: u64) -> Option<Box<dyn Span>> {
+        let mut span = S3Span {
+            object: S3Object {
+                s3: self.s3.clone(),
+                path: self.path.clone(),
+                len: self.len,
+                timeout: self.timeout,
+                rt: self.rt.clone(),
+            },
+            pos: from,
+            to,
+            rx: None,
+            buf: Bytes::new(),
+            reopens: 0,
+        };
+        span.open();
+        Some(Box::new(span))
     }
 
     fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes> {
@@ -659,6 +673,123 @@ impl ObjectRead for S3Object {
             ));
         }
         Ok(b)
+    }
+}
+
+/// Body chunks a span's GET may have in flight ahead of its reader (the
+/// HTTP client's chunks: a few KiB to 1 MiB each).
+const SPAN_BUFFER: usize = 16;
+/// Times a span opens its GET again, from where it was, after a failed one.
+const SPAN_REOPENS: u32 = 2;
+
+/// `pos..to` of an object read through one GET: a task on the backend's
+/// runtime pulls the body (each next chunk bounded by the timeout) into a
+/// bounded channel the reader takes from. A GET that fails part way is
+/// opened again from the next byte, at most [`SPAN_REOPENS`] times; the
+/// reader dropping the span ends the GET.
+struct S3Span {
+    object: S3Object,
+    pos: u64,
+    to: u64,
+    rx: Option<tokio::sync::mpsc::Receiver<io::Result<Bytes>>>,
+    buf: Bytes,
+    reopens: u32,
+}
+
+impl S3Span {
+    fn open(&mut self) {
+        let (tx, rx) = tokio::sync::mpsc::channel(SPAN_BUFFER);
+        let (s3, path, limit) = (
+            self.object.s3.clone(),
+            self.object.path.clone(),
+            self.object.timeout,
+        );
+        let range = self.pos..self.to;
+        self.object.rt.spawn(async move {
+            let late = |what: &str| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("{what} did not come within {limit:?}"),
+                )
+            };
+            let opts = object_store::GetOptions {
+                range: Some(object_store::GetRange::Bounded(range)),
+                ..Default::default()
+            };
+            let mut body = match tokio::time::timeout(limit, s3.get_opts(&path, opts)).await {
+                Ok(Ok(r)) => r.into_stream(),
+                Ok(Err(e)) => {
+                    let _ = tx.send(Err(io_err(e))).await;
+                    return;
+                }
+                Err(_) => {
+                    let _ = tx.send(Err(late("the answer to a GET"))).await;
+                    return;
+                }
+            };
+            loop {
+                let item = match tokio::time::timeout(limit, body.next()).await {
+                    Ok(Some(r)) => r.map_err(io_err),
+                    Ok(None) => return,
+                    Err(_) => Err(late("the next bytes of a GET")),
+                };
+                let failed = item.is_err();
+                // A reader gone (the client left) ends the GET here.
+                if tx.send(item).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        self.rx = Some(rx);
+    }
+}
+
+impl Span for S3Span {
+    fn next_bytes(&mut self, n: usize) -> io::Result<Bytes> {
+        if self.pos + n as u64 > self.to {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a span read past its end",
+            ));
+        }
+        let mut out = bytes::BytesMut::new();
+        while out.len() < n {
+            if self.buf.is_empty() {
+                let got = match self.rx.as_mut() {
+                    Some(rx) => rx.blocking_recv(),
+                    None => None,
+                };
+                match got {
+                    Some(Ok(b)) => self.buf = b,
+                    // Ended or failed before the span's end: again from
+                    // the next byte, a bounded number of times.
+                    other => {
+                        let err = match other {
+                            Some(Err(e)) => e,
+                            _ => io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "a GET ended before the bytes asked for",
+                            ),
+                        };
+                        if self.reopens >= SPAN_REOPENS {
+                            return Err(err);
+                        }
+                        self.reopens += 1;
+                        tracing::warn!(error = %err, "a GET from the bucket failed part way; asking again from where it was");
+                        self.open();
+                        continue;
+                    }
+                }
+            }
+            let take = (n - out.len()).min(self.buf.len());
+            if out.is_empty() && take == n {
+                self.pos += n as u64;
+                return Ok(self.buf.split_to(take));
+            }
+            out.extend_from_slice(&self.buf.split_to(take));
+            self.pos += take as u64;
+        }
+        Ok(out.freeze())
     }
 }
 
