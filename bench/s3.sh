@@ -3,7 +3,8 @@
 # against a one-node Garage (replication factor 1: the bench measures
 # talos-gen, not Garage's replication):
 #   1. cached serving: whole GETs of a stored artifact through talos-gen
-#      (`serve --store s3://...`, every 1 MiB chunk a ranged GET, checked)
+#      (`serve --store s3://...`: one GET per response, every 64 KiB block
+#      checked before it goes out)
 #      vs a direct ranged GET (`-r 0-`) of the same object from Garage
 #      (curl --aws-sigv4);
 #   2. a cold burst of 16 clients spread over two replicas on one bucket,

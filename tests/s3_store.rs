@@ -426,7 +426,8 @@ fn mirror_sync_verify_export_import_on_the_bucket() {
     );
 }
 
-/// A stream from the bucket reads through one GET (`Span`); when the bucket
+/// A stream from the bucket reads through one GET (`Span`): a slow client's
+/// read outlasts many `--upstream-timeout`s and ends whole; when the bucket
 /// goes away part way, the response is cut (never ends cleanly) within the
 /// bounds (`--upstream-timeout` per wait, two reopens), and nothing hangs.
 /// The object is large enough (32 MiB) that neither talos-gen's buffers nor
@@ -446,6 +447,18 @@ fn a_stream_from_the_bucket_is_cut_when_the_bucket_goes_away() {
     let r = curl(&[&url]);
     assert_eq!((r.exit, r.status), (0, 200));
     assert!(r.body == f.xz, "the bytes from the bucket");
+    // A slow client: the one GET lasts as long as the client reads, many
+    // timeouts long, and ends whole (no bound on the whole request).
+    let t0 = Instant::now();
+    let r = curl(&["--limit-rate", "3M", &url]);
+    assert_eq!((r.exit, r.status), (0, 200), "{}", svc.log_text());
+    assert!(r.body == f.xz, "the bytes of a slow read");
+    assert!(t0.elapsed() > Duration::from_secs(8), "{:?}", t0.elapsed());
+    assert!(
+        !svc.log_text().contains("failed part way"),
+        "a healthy bucket needed no reopen: {}",
+        svc.log_text()
+    );
 
     let client = curl_spawn(&["--limit-rate", "2M", &url]);
     wait_for("the stream to start", Duration::from_secs(20), || {

@@ -967,19 +967,20 @@ impl Store {
 
     /// A chunk of `digest` failed its checksum. If the whole object still
     /// hashes to its digest, the checksums were what rotted: they are
-    /// rewritten and reading goes on (`Ok`). Otherwise the object is
-    /// dropped with every key naming it (`Err`: the response is cut).
+    /// rewritten and handed back (`Ok`), so the caller checks the bytes it
+    /// holds against them. Otherwise the object is dropped with every key
+    /// naming it (`Err`: the response is cut).
     fn chunk_mismatch(
         &self,
         digest: &str,
         object: &dyn ObjectRead,
         chunk: u64,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<Sums> {
         let (got, sums) = hash_and_sum(object)?;
         if got == digest {
             tracing::warn!(%digest, chunk, "a chunk checksum was wrong but the object is intact; rewriting its checksums");
             let _ = self.write_sums(digest, &sums);
-            return Ok(());
+            return Ok(sums);
         }
         let reason =
             format!("chunk {chunk} does not match its checksum (the bytes hash to sha256:{got})");

@@ -123,6 +123,8 @@ impl S3Config {
 pub struct S3Backend {
     cfg: S3Config,
     s3: Arc<AmazonS3>,
+    /// The client of streams' GETs ([`client`]).
+    streams: Arc<AmazonS3>,
     /// `None` only while dropping.
     rt: Option<tokio::runtime::Runtime>,
     spool: Layout,
@@ -172,6 +174,53 @@ struct Lease {
     expires: u64,
 }
 
+/// The S3 client: for `streams`, the one span GETs use (no bound on the
+/// whole request, S3Span bounds it; no retries of its own).
+fn client(cfg: &S3Config, key: &str, secret: &str, streams: bool) -> io::Result<AmazonS3> {
+    let mut opts = ClientOptions::new()
+        .with_connect_timeout(cfg.timeout.min(Duration::from_secs(10)))
+        .with_pool_idle_timeout(Duration::from_secs(30));
+    opts = if streams {
+        // A stream's GET lasts as long as its client reads: no bound on
+        // the whole request. S3Span bounds the answer and the body's pace
+        // itself (reqwest's read timeout would also count the time the GET
+        // waits for a slow reader).
+        opts.with_timeout_disabled()
+    } else {
+        opts.with_timeout(cfg.timeout)
+    };
+    let mut b = AmazonS3Builder::new()
+        .with_bucket_name(&cfg.bucket)
+        .with_region(&cfg.region)
+        .with_access_key_id(key)
+        .with_secret_access_key(secret)
+        .with_virtual_hosted_style_request(false)
+        .with_retry(RetryConfig {
+            // A stream reopens its GET itself, from the byte it is at.
+            max_retries: if streams { 0 } else { 2 },
+            retry_timeout: cfg.timeout,
+            backoff: object_store::BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(1),
+                base: 2.0,
+            },
+        });
+    if let Ok(t) = std::env::var("AWS_SESSION_TOKEN")
+        && !t.is_empty()
+    {
+        b = b.with_token(t);
+    }
+    if let Some(e) = &cfg.endpoint {
+        if e.starts_with("http://") {
+            opts = opts.with_allow_http(true);
+        }
+        b = b.with_endpoint(e.trim_end_matches('/'));
+    }
+    b.with_client_options(opts)
+        .build()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))
+}
+
 impl S3Backend {
     /// Connect (credentials from `AWS_ACCESS_KEY_ID` /
     /// `AWS_SECRET_ACCESS_KEY`, optionally `AWS_SESSION_TOKEN`), check the
@@ -185,40 +234,8 @@ impl S3Backend {
                 "the S3 store needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment",
             ));
         }
-        let mut opts = ClientOptions::new()
-            .with_timeout(cfg.timeout)
-            .with_connect_timeout(cfg.timeout.min(Duration::from_secs(10)))
-            .with_pool_idle_timeout(Duration::from_secs(30));
-        let mut b = AmazonS3Builder::new()
-            .with_bucket_name(&cfg.bucket)
-            .with_region(&cfg.region)
-            .with_access_key_id(key)
-            .with_secret_access_key(secret)
-            .with_virtual_hosted_style_request(false)
-            .with_retry(RetryConfig {
-                max_retries: 2,
-                retry_timeout: cfg.timeout,
-                backoff: object_store::BackoffConfig {
-                    init_backoff: Duration::from_millis(100),
-                    max_backoff: Duration::from_secs(1),
-                    base: 2.0,
-                },
-            });
-        if let Ok(t) = std::env::var("AWS_SESSION_TOKEN")
-            && !t.is_empty()
-        {
-            b = b.with_token(t);
-        }
-        if let Some(e) = &cfg.endpoint {
-            if e.starts_with("http://") {
-                opts = opts.with_allow_http(true);
-            }
-            b = b.with_endpoint(e.trim_end_matches('/'));
-        }
-        let s3 = b
-            .with_client_options(opts)
-            .build()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let s3 = client(&cfg, &key, &secret, false)?;
+        let streams = client(&cfg, &key, &secret, true)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("talos-gen-s3")
@@ -234,6 +251,7 @@ impl S3Backend {
         let mut me = S3Backend {
             cfg,
             s3: Arc::new(s3),
+            streams: Arc::new(streams),
             rt: Some(rt),
             spool,
             local: Mutex::new(()),
@@ -607,6 +625,8 @@ struct LocalGuard<'a>(#[allow(dead_code)] MutexGuard<'a, ()>);
 /// An object in the bucket, read by ranged GETs.
 struct S3Object {
     s3: Arc<AmazonS3>,
+    /// The client of span GETs.
+    streams: Arc<AmazonS3>,
     path: ObjPath,
     len: u64,
     timeout: Duration,
@@ -622,9 +642,14 @@ impl ObjectRead for S3Object {
     /// 1 MiB chunk, even 4 of them in flight, reached 0.42x a direct GET
     /// from Garage (`bench/s3.sh`); one GET, about 0.7x.
     fn span(&self, from: u64, to: u64) -> Option<Box<dyn Span>> {
+        if from >= to || to > self.len {
+            // Chunk by chunk: `read_chunk` says what is wrong.
+            return None;
+        }
         let mut span = S3Span {
             object: S3Object {
                 s3: self.s3.clone(),
+                streams: self.streams.clone(),
                 path: self.path.clone(),
                 len: self.len,
                 timeout: self.timeout,
@@ -677,16 +702,22 @@ impl ObjectRead for S3Object {
 }
 
 /// Body chunks a span's GET may have in flight ahead of its reader (the
-/// HTTP client's chunks: a few KiB to 1 MiB each).
-const SPAN_BUFFER: usize = 16;
-/// Times a span opens its GET again, from where it was, after a failed one.
+/// HTTP client's reads: up to about 400 KiB each, so under 2 MiB queued).
+const SPAN_BUFFER: usize = 4;
+/// Times in a row a span opens its GET again, from where it was, after a
+/// failed one (a reopen that brings bytes starts the count anew).
 const SPAN_REOPENS: u32 = 2;
+/// A span's GET must bring this many bytes within each timeout (time spent
+/// waiting for the reader not counted): the floor a ranged GET per 1 MiB,
+/// each bounded by the timeout, used to give.
+const SPAN_FLOOR: usize = 1 << 20;
 
 /// `pos..to` of an object read through one GET: a task on the backend's
-/// runtime pulls the body (each next chunk bounded by the timeout) into a
-/// bounded channel the reader takes from. A GET that fails part way is
-/// opened again from the next byte, at most [`SPAN_REOPENS`] times; the
-/// reader dropping the span ends the GET.
+/// runtime pulls the body into a bounded channel the reader takes from,
+/// cut when it brings less than [`SPAN_FLOOR`] bytes in a timeout. A GET
+/// that fails part way is opened again from the next byte, at most
+/// [`SPAN_REOPENS`] times in a row; the reader dropping the span ends the
+/// GET at its next chunk.
 struct S3Span {
     object: S3Object,
     pos: u64,
@@ -700,7 +731,7 @@ impl S3Span {
     fn open(&mut self) {
         let (tx, rx) = tokio::sync::mpsc::channel(SPAN_BUFFER);
         let (s3, path, limit) = (
-            self.object.s3.clone(),
+            self.object.streams.clone(),
             self.object.path.clone(),
             self.object.timeout,
         );
@@ -716,7 +747,11 @@ impl S3Span {
                 range: Some(object_store::GetRange::Bounded(range)),
                 ..Default::default()
             };
-            let mut body = match tokio::time::timeout(limit, s3.get_opts(&path, opts)).await {
+            let get = tokio::select! {
+                r = tokio::time::timeout(limit, s3.get_opts(&path, opts)) => r,
+                _ = tx.closed() => return,
+            };
+            let mut body = match get {
                 Ok(Ok(r)) => r.into_stream(),
                 Ok(Err(e)) => {
                     let _ = tx.send(Err(io_err(e))).await;
@@ -727,11 +762,26 @@ impl S3Span {
                     return;
                 }
             };
+            // The floor: SPAN_FLOOR bytes per `limit` of waiting on the body.
+            let (mut budget, mut got) = (limit, 0usize);
             loop {
-                let item = match tokio::time::timeout(limit, body.next()).await {
-                    Ok(Some(r)) => r.map_err(io_err),
+                let t = tokio::time::Instant::now();
+                let next = tokio::select! {
+                    r = tokio::time::timeout(budget, body.next()) => r,
+                    _ = tx.closed() => return,
+                };
+                budget = budget.saturating_sub(t.elapsed());
+                let item = match next {
+                    Ok(Some(Ok(b))) => {
+                        got += b.len();
+                        if got >= SPAN_FLOOR {
+                            (budget, got) = (limit, got % SPAN_FLOOR);
+                        }
+                        Ok(b)
+                    }
+                    Ok(Some(Err(e))) => Err(io_err(e)),
                     Ok(None) => return,
-                    Err(_) => Err(late("the next bytes of a GET")),
+                    Err(_) => Err(late(&format!("{SPAN_FLOOR} bytes of a GET"))),
                 };
                 let failed = item.is_err();
                 // A reader gone (the client left) ends the GET here.
@@ -754,13 +804,21 @@ impl Span for S3Span {
         }
         let mut out = bytes::BytesMut::new();
         while out.len() < n {
+            if out.capacity() == 0 && self.buf.len() < n {
+                out.reserve(n);
+            }
             if self.buf.is_empty() {
                 let got = match self.rx.as_mut() {
                     Some(rx) => rx.blocking_recv(),
                     None => None,
                 };
                 match got {
-                    Some(Ok(b)) => self.buf = b,
+                    Some(Ok(b)) => {
+                        if !b.is_empty() {
+                            self.reopens = 0;
+                        }
+                        self.buf = b;
+                    }
                     // Ended or failed before the span's end: again from
                     // the next byte, a bounded number of times.
                     other => {
@@ -903,6 +961,7 @@ impl Backend for S3Backend {
         let m = self.call(async move { s3.head(&p).await })?;
         Ok(Box::new(S3Object {
             s3: self.s3.clone(),
+            streams: self.streams.clone(),
             path: self.object_path(digest),
             len: m.size,
             timeout: self.cfg.timeout,
