@@ -56,55 +56,53 @@ fn windows(start: u64, end: u64, size: u64, unit: u64) -> Vec<(u64, u64)> {
     v
 }
 
-/// Bytes `from..to` of the object, every checksum block in them checked
-/// (blocking). `from` is block-aligned; `to` is too, or the object's end.
-fn checked_window(
-    store: &Store,
-    digest: &str,
-    object: &dyn ObjectRead,
-    sums: Option<&Sums>,
-    from: u64,
-    to: u64,
-) -> io::Result<Bytes> {
-    let b = object.read_chunk(from, (to - from) as usize)?;
-    check_blocks(store, digest, object, sums, from, to, b)
+/// What checking a read takes: the store (to drop a rotten object), the
+/// object and its checksums.
+struct Check<'a> {
+    store: &'a Store,
+    digest: &'a str,
+    object: &'a dyn ObjectRead,
+    sums: Option<&'a Sums>,
 }
 
-/// Check the bytes `b` of `from..to` against their checksum blocks: a
-/// mismatch drops the object (or rewrites rotten checksums) and is `Err`.
-fn check_blocks(
-    store: &Store,
-    digest: &str,
-    object: &dyn ObjectRead,
-    sums: Option<&Sums>,
-    from: u64,
-    to: u64,
-    b: Bytes,
-) -> io::Result<Bytes> {
-    if let Some(s) = sums {
-        let bs = s.chunk() as u64;
-        let mut at = from;
-        while at < to {
-            let n = bs.min(to - at);
-            let block = at / bs;
-            let off = (at - from) as usize;
-            let data = &b[off..off + n as usize];
-            if !s.check(block as usize, data) {
-                // Either the checksums rotted (the object hashes right:
-                // they are rewritten) or these bytes did: they go out only
-                // if they match the checksums computed afresh.
-                let fresh = store.chunk_mismatch(digest, object, block)?;
-                if fresh.chunk() as u64 != bs || !fresh.check(block as usize, data) {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("chunk {block} of sha256:{digest} was read wrong"),
-                    ));
-                }
-            }
-            at += n;
-        }
+impl Check<'_> {
+    /// Bytes `from..to` of the object, every checksum block in them
+    /// checked (blocking). `from` is block-aligned; `to` is too, or the
+    /// object's end.
+    fn window(&self, from: u64, to: u64) -> io::Result<Bytes> {
+        let b = self.object.read_chunk(from, (to - from) as usize)?;
+        self.blocks(from, to, b)
     }
-    Ok(b)
+
+    /// Check the bytes `b` of `from..to` against their checksum blocks: a
+    /// mismatch drops the object (or rewrites rotten checksums) and is
+    /// `Err` unless the bytes match the checksums computed afresh.
+    fn blocks(&self, from: u64, to: u64, b: Bytes) -> io::Result<Bytes> {
+        if let Some(s) = self.sums {
+            let bs = s.chunk() as u64;
+            let mut at = from;
+            while at < to {
+                let n = bs.min(to - at);
+                let block = at / bs;
+                let off = (at - from) as usize;
+                let data = &b[off..off + n as usize];
+                if !s.check(block as usize, data) {
+                    // Either the checksums rotted (the object hashes right:
+                    // they are rewritten) or these bytes did: they go out only
+                    // if they match the checksums computed afresh.
+                    let fresh = self.store.chunk_mismatch(self.digest, self.object, block)?;
+                    if fresh.chunk() as u64 != bs || !fresh.check(block as usize, data) {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("chunk {block} of sha256:{} was read wrong", self.digest),
+                        ));
+                    }
+                }
+                at += n;
+            }
+        }
+        Ok(b)
+    }
 }
 
 /// The checksum block size reads align to.
@@ -164,9 +162,15 @@ impl StoredObject {
                     let store = lease.store.clone();
                     let digest = lease.digest.clone();
                     let read = tokio::task::spawn_blocking(move || {
-                        let r = span.next_bytes((to - from) as usize).and_then(|b| {
-                            check_blocks(&store, &digest, &*object, sums.as_deref(), from, to, b)
-                        });
+                        let check = Check {
+                            store: &store,
+                            digest: &digest,
+                            object: &*object,
+                            sums: sums.as_deref(),
+                        };
+                        let r = span
+                            .next_bytes((to - from) as usize)
+                            .and_then(|b| check.blocks(from, to, b));
                         (span, r)
                     })
                     .await;
@@ -194,7 +198,13 @@ impl StoredObject {
                 let store = lease.store.clone();
                 let digest = lease.digest.clone();
                 let b = tokio::task::spawn_blocking(move || {
-                    checked_window(&store, &digest, &*object, sums.as_deref(), from, to)
+                    let check = Check {
+                        store: &store,
+                        digest: &digest,
+                        object: &*object,
+                        sums: sums.as_deref(),
+                    };
+                    check.window(from, to)
                 })
                 .await
                 .map_err(io::Error::other)
@@ -272,14 +282,13 @@ impl io::Read for ChunkReader {
                 return Ok(0);
             }
             let (from, to) = windows(self.pos, size, size, unit_of(self.obj.sums.as_deref()))[0];
-            self.buf = checked_window(
-                &self.obj.lease.store,
-                &self.obj.lease.digest,
-                &*self.obj.object,
-                self.obj.sums.as_deref(),
-                from,
-                to,
-            )?;
+            let check = Check {
+                store: &self.obj.lease.store,
+                digest: &self.obj.lease.digest,
+                object: &*self.obj.object,
+                sums: self.obj.sums.as_deref(),
+            };
+            self.buf = check.window(from, to)?;
             self.pos += self.buf.len() as u64;
         }
         let n = out.len().min(self.buf.len());
