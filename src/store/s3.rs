@@ -660,6 +660,7 @@ impl ObjectRead for S3Object {
             rx: None,
             buf: Bytes::new(),
             reopens: 0,
+            brought: 0,
         };
         span.open();
         Some(Box::new(span))
@@ -702,10 +703,11 @@ impl ObjectRead for S3Object {
 }
 
 /// Body chunks a span's GET may have in flight ahead of its reader (the
-/// HTTP client's reads: up to about 400 KiB each, so under 2 MiB queued).
+/// HTTP client's reads: up to about 400 KiB each, so about 2 MiB queued).
 const SPAN_BUFFER: usize = 4;
 /// Times in a row a span opens its GET again, from where it was, after a
-/// failed one (a reopen that brings bytes starts the count anew).
+/// failed one (a GET that brought [`SPAN_FLOOR`] bytes starts the count
+/// anew: a bucket that fails every few KiB is cut, as the floor says).
 const SPAN_REOPENS: u32 = 2;
 /// A span's GET must bring this many bytes within each timeout (time spent
 /// waiting for the reader not counted): the floor a ranged GET per 1 MiB,
@@ -725,10 +727,13 @@ struct S3Span {
     rx: Option<tokio::sync::mpsc::Receiver<io::Result<Bytes>>>,
     buf: Bytes,
     reopens: u32,
+    /// Bytes the current GET brought.
+    brought: usize,
 }
 
 impl S3Span {
     fn open(&mut self) {
+        self.brought = 0;
         let (tx, rx) = tokio::sync::mpsc::channel(SPAN_BUFFER);
         let (s3, path, limit) = (
             self.object.streams.clone(),
@@ -814,7 +819,8 @@ impl Span for S3Span {
                 };
                 match got {
                     Some(Ok(b)) => {
-                        if !b.is_empty() {
+                        self.brought += b.len();
+                        if self.brought >= SPAN_FLOOR {
                             self.reopens = 0;
                         }
                         self.buf = b;
