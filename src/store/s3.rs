@@ -622,7 +622,9 @@ impl Drop for LeaseGuard<'_> {
 
 struct LocalGuard<'a>(#[allow(dead_code)] MutexGuard<'a, ()>);
 
-/// An object in the bucket, read by ranged GETs.
+/// An object in the bucket: read by ranged GETs, or a stream's whole span
+/// through one GET ([`S3Span`]).
+#[derive(Clone)]
 struct S3Object {
     s3: Arc<AmazonS3>,
     /// The client of span GETs.
@@ -647,14 +649,7 @@ impl ObjectRead for S3Object {
             return None;
         }
         let mut span = S3Span {
-            object: S3Object {
-                s3: self.s3.clone(),
-                streams: self.streams.clone(),
-                path: self.path.clone(),
-                len: self.len,
-                timeout: self.timeout,
-                rt: self.rt.clone(),
-            },
+            object: self.clone(),
             pos: from,
             to,
             rx: None,
@@ -809,9 +804,6 @@ impl Span for S3Span {
         }
         let mut out = bytes::BytesMut::new();
         while out.len() < n {
-            if out.capacity() == 0 && self.buf.len() < n {
-                out.reserve(n);
-            }
             if self.buf.is_empty() {
                 let got = match self.rx.as_mut() {
                     Some(rx) => rx.blocking_recv(),
@@ -841,15 +833,19 @@ impl Span for S3Span {
                         self.reopens += 1;
                         tracing::warn!(error = %err, "a GET from the bucket failed part way; asking again from where it was");
                         self.open();
-                        continue;
                     }
                 }
+                continue;
+            }
+            // A chunk that holds the whole read is handed out as it is.
+            if out.is_empty() && self.buf.len() >= n {
+                self.pos += n as u64;
+                return Ok(self.buf.split_to(n));
+            }
+            if out.capacity() == 0 {
+                out.reserve(n);
             }
             let take = (n - out.len()).min(self.buf.len());
-            if out.is_empty() && take == n {
-                self.pos += n as u64;
-                return Ok(self.buf.split_to(take));
-            }
             out.extend_from_slice(&self.buf.split_to(take));
             self.pos += take as u64;
         }
