@@ -9,7 +9,7 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use super::STREAM_CHUNK;
-use super::backend::ObjectRead;
+use super::backend::{ObjectRead, Span};
 use super::sums::Sums;
 use super::{Entry, Store};
 use crate::error::{Error, Result};
@@ -114,6 +114,20 @@ fn unit_of(sums: Option<&Sums>) -> u64 {
         .max(1)
 }
 
+/// A span read chunk by chunk, for a backend without one of its own.
+struct ChunkSpan {
+    object: Arc<dyn ObjectRead>,
+    pos: u64,
+}
+
+impl Span for ChunkSpan {
+    fn next_bytes(&mut self, n: usize) -> io::Result<Bytes> {
+        let b = self.object.read_chunk(self.pos, n)?;
+        self.pos += n as u64;
+        Ok(b)
+    }
+}
+
 impl StoredObject {
     /// The object's length in bytes.
     pub fn len(&self) -> u64 {
@@ -143,94 +157,58 @@ impl StoredObject {
             sums,
             lease,
         } = self;
-        use futures::StreamExt;
         let object: Arc<dyn ObjectRead> = Arc::from(object);
         let size = entry.size;
         let end = end.min(size);
         let lease = Arc::new(lease);
         let wins = windows(start, end, size, unit_of(sums.as_deref()));
-        // A backend that reads a span in one request (S3: one GET) streams
-        // it window by window, each checked as it completes.
+        // The backend's one read of the whole span (S3: one GET), else
+        // chunk by chunk (a local map has no round trip to hide).
         let span = match (wins.first(), wins.last()) {
             (Some(first), Some(last)) => object.span(first.0, last.1),
             _ => None,
         };
-        if let Some(span) = span {
-            let state = Some((span, wins.into_iter()));
-            return futures::stream::unfold(state, move |state| {
-                let (object, sums, lease) = (object.clone(), sums.clone(), lease.clone());
-                async move {
-                    let (mut span, mut wins) = state?;
-                    let (from, to) = wins.next()?;
-                    let store = lease.store.clone();
-                    let digest = lease.digest.clone();
-                    let read = tokio::task::spawn_blocking(move || {
-                        let check = Check {
-                            store: &store,
-                            digest: &digest,
-                            object: &*object,
-                            sums: sums.as_deref(),
-                        };
-                        let r = span
-                            .next_bytes((to - from) as usize)
-                            .and_then(|b| check.blocks(from, to, b));
-                        (span, r)
-                    })
-                    .await;
-                    // The stream ends after its first error (the response is cut there).
-                    match read {
-                        Ok((span, Ok(b))) => {
-                            let (a, z) = (start.max(from), end.min(to));
-                            let b = b.slice((a - from) as usize..(z - from) as usize);
-                            Some((Ok(b), Some((span, wins))))
-                        }
-                        Ok((_, Err(e))) => Some((Err(e), None)),
-                        Err(e) => Some((Err(io::Error::other(e)), None)),
-                    }
-                }
+        let span = span.unwrap_or_else(|| {
+            Box::new(ChunkSpan {
+                object: object.clone(),
+                pos: wins.first().map_or(0, |w| w.0),
             })
-            .boxed();
-        }
-        // One window at a time (a local map has no round trip to hide); the
-        // lease lives as long as the stream (every future holds it).
-        let fetches = futures::stream::iter(wins).map(move |(from, to)| {
-            let object = object.clone();
-            let sums = sums.clone();
-            let lease = lease.clone();
+        });
+        // Window by window, each checked as it completes, in order; the
+        // lease lives as long as the stream (the closure holds it).
+        let state = Some((span, wins.into_iter()));
+        futures::stream::unfold(state, move |state| {
+            let (object, sums, lease) = (object.clone(), sums.clone(), lease.clone());
             async move {
+                let (mut span, mut wins) = state?;
+                let (from, to) = wins.next()?;
                 let store = lease.store.clone();
                 let digest = lease.digest.clone();
-                let b = tokio::task::spawn_blocking(move || {
+                let read = tokio::task::spawn_blocking(move || {
                     let check = Check {
                         store: &store,
                         digest: &digest,
                         object: &*object,
                         sums: sums.as_deref(),
                     };
-                    check.window(from, to)
+                    let r = span
+                        .next_bytes((to - from) as usize)
+                        .and_then(|b| check.blocks(from, to, b));
+                    (span, r)
                 })
-                .await
-                .map_err(io::Error::other)
-                .and_then(|r| r)?;
-                drop(lease);
-                let a = start.max(from);
-                let z = end.min(to);
-                Ok(b.slice((a - from) as usize..(z - from) as usize))
+                .await;
+                // The stream ends after its first error (the response is cut there).
+                match read {
+                    Ok((span, Ok(b))) => {
+                        let (a, z) = (start.max(from), end.min(to));
+                        let b = b.slice((a - from) as usize..(z - from) as usize);
+                        Some((Ok(b), Some((span, wins))))
+                    }
+                    Ok((_, Err(e))) => Some((Err(e), None)),
+                    Err(e) => Some((Err(io::Error::other(e)), None)),
+                }
             }
-        });
-        // The stream ends after its first error (the response is cut there).
-        fetches
-            .buffered(1)
-            .scan(false, |failed, r: io::Result<Bytes>| {
-                let item = if *failed {
-                    None
-                } else {
-                    *failed = r.is_err();
-                    Some(r)
-                };
-                futures::future::ready(item)
-            })
-            .boxed()
+        })
     }
 
     /// A blocking reader of the whole object, chunk-checked like
