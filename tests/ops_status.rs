@@ -347,6 +347,7 @@ fn status_page_shows_what_is_happening() {
     assert_eq!(img["fields"]["method"], "GET");
     assert_eq!(img["fields"]["status"], 200);
     assert_eq!(img["fields"]["bytes"], up.xz.len() as u64);
+    assert_eq!(img["fields"]["complete"], true, "a whole answer: {img}");
     assert!(img["fields"]["duration_ms"].is_number(), "{img}");
     assert!(lines.iter().any(|v| v["fields"]["status"] == 404), "{text}");
     assert!(

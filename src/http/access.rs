@@ -27,8 +27,15 @@ pub async fn log(State(st): State<AppState>, req: Request, next: Next) -> Respon
             .record_error(format!("{method} {path}: HTTP {status}"));
     }
     let (parts, body) = resp.into_parts();
+    // hyper stops polling a body once it has sent its Content-Length: then
+    // the answer is whole although the body never said it ended.
+    let expected = (method != "HEAD")
+        .then(|| parts.headers.get(axum::http::header::CONTENT_LENGTH))
+        .flatten()
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let body = Body::new(Logged {
         inner: body,
+        expected,
         line: Some(Line {
             method,
             path,
@@ -65,6 +72,8 @@ impl Line {
 
 struct Logged {
     inner: Body,
+    /// The Content-Length the answer declared (not for HEAD).
+    expected: Option<u64>,
     /// `None` once written.
     line: Option<Line>,
 }
@@ -108,13 +117,63 @@ impl HttpBody for Logged {
     }
 }
 
+impl Logged {
+    /// Was the whole answer sent? Its body ended, or every byte of its
+    /// Content-Length went out (HEAD answers and empty bodies may never be
+    /// polled to their end; a client that went away leaves a partial body).
+    fn whole(&self) -> bool {
+        self.inner.is_end_stream()
+            || self
+                .expected
+                .is_some_and(|n| self.line.as_ref().is_some_and(|l| l.bytes == n))
+    }
+}
+
 impl Drop for Logged {
-    /// HEAD answers and empty bodies may never be polled to their end; a
-    /// client that went away leaves a partial body.
     fn drop(&mut self) {
+        let whole = self.whole();
         if let Some(line) = self.line.take() {
-            let complete = self.inner.is_end_stream();
-            line.emit(complete);
+            line.emit(whole);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    fn logged(expected: Option<u64>) -> Logged {
+        let chunks = [
+            Ok::<_, std::io::Error>(Bytes::from_static(b"abc")),
+            Ok(Bytes::from_static(b"de")),
+        ];
+        Logged {
+            inner: Body::from_stream(futures::stream::iter(chunks)),
+            expected,
+            line: Some(Line {
+                method: "GET".into(),
+                path: "/x".into(),
+                status: 200,
+                started: Instant::now(),
+                bytes: 0,
+            }),
+        }
+    }
+
+    /// A body sent up to its Content-Length is whole, although nobody
+    /// polled it to its end; one cut before is not.
+    #[tokio::test]
+    async fn whole_means_every_declared_byte_went_out() {
+        let mut b = logged(Some(5));
+        assert!(!b.whole());
+        b.frame().await.unwrap().unwrap();
+        assert!(!b.whole(), "3 of 5 bytes");
+        b.frame().await.unwrap().unwrap();
+        assert!(b.whole(), "5 of 5 bytes, never polled to its end");
+        let mut b = logged(None);
+        b.frame().await.unwrap().unwrap();
+        b.frame().await.unwrap().unwrap();
+        assert!(!b.whole(), "no length: whole only at its end");
     }
 }
