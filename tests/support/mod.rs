@@ -1,5 +1,6 @@
-//! The one harness of the integration tests: every test file says
-//! `mod support;` and takes what it needs from here.
+//! The one harness of the integration tests: each of the six test binaries
+//! (`tests/<group>/main.rs`) says `mod support;`, its modules take what
+//! they need from here through `crate::support`.
 //!
 //! - processes killed on drop ([`Proc`]), free loopback ports
 //!   ([`free_port`]), waiting for a port to answer HTTP ([`wait_http`]),

@@ -1,0 +1,12 @@
+//! Integration tests, one binary: the mirror job: sync, progress, prune, signatures, export and import carriers, the air-gapped worker end to end.
+//! Each module below was a test binary of its own; `support` is the one harness.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod air_gap_e2e;
+mod mirror_carriers;
+mod mirror_e2e;
+mod mirror_progress;
+mod mirror_prune;
+mod mirror_signatures;

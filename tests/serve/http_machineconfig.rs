@@ -1,0 +1,161 @@
+//! The HTTP API for configs and reservations, against a real `talos-gen
+//! serve` process on loopback.
+
+use crate::support;
+
+use crate::support::Service;
+
+/// `serve --offline` over a cache dir of its own.
+fn start() -> (tempfile::TempDir, Service) {
+    let dir = tempfile::tempdir().unwrap();
+    let svc = Service::builder()
+        .arg("--cache-dir")
+        .arg(dir.path())
+        .arg("--offline")
+        .start();
+    (dir, svc)
+}
+
+#[tokio::test]
+async fn machineconfig_over_http_matches_the_cli() {
+    let Some(shared) = support::reference_dir() else {
+        return;
+    };
+    let (_dir, server) = start();
+    let secrets = std::fs::read_to_string(shared.join("talos-golden/secrets.yaml")).unwrap();
+    let client = reqwest::Client::new();
+
+    // JSON body: the same bytes as the golden.
+    let body = serde_json::json!({
+        "clusterName": "base",
+        "endpoint": "https://base:6443",
+        "kubernetesVersion": "1.28.0",
+        "talosVersion": "v1.12",
+        "installDisk": "",
+        "installImage": "",
+        "force": true,
+        "secrets": secrets,
+    });
+    let resp = client
+        .post(format!("{}/api/v1/machineconfig", server.url()))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/yaml");
+    assert!(resp.headers().get("warning").is_some());
+    let text = resp.text().await.unwrap();
+    let want = std::fs::read_to_string(shared.join("talos-golden/v1.12/base-worker.yaml")).unwrap();
+    assert_eq!(text, want);
+
+    // YAML body with the Cozystack profile and inline values.
+    let yaml = format!(
+        "clusterName: kubernetes-demo\nendpoint: https://kubernetes-demo.ns.svc:6443\nprofile: cozystack\ninstanceType: u1.xlarge\nvalues:\n  version: v1.34\n  gpus: [{{name: x}}]\nsecrets: |\n{}",
+        secrets
+            .lines()
+            .map(|l| format!("  {l}\n"))
+            .collect::<String>()
+    );
+    let resp = client
+        .post(format!("{}/api/v1/machineconfig", server.url()))
+        .header("content-type", "application/yaml")
+        .body(yaml)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("kubelet:v1.34.9"), "{text}");
+    assert!(text.contains("memory: 819Mi"), "{text}");
+    assert!(text.contains("gpu: \"on\""), "{text}");
+
+    // Bad input: 400 naming the field; refusal: 422.
+    let resp = client
+        .post(format!("{}/api/v1/machineconfig", server.url()))
+        .header("content-type", "application/json")
+        .body(serde_json::json!({"clusterName": "c", "endpoint": "https://c:6443", "instanceTyp": "u1.medium"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert!(resp.text().await.unwrap().contains("instanceTyp"));
+    let resp = client
+        .post(format!("{}/api/v1/machineconfig", server.url()))
+        .header("content-type", "application/json")
+        .body(serde_json::json!({"clusterName": "c", "endpoint": "https://c:6443", "talosVersion": "v1.13", "kubernetesVersion": "1.20.0", "secrets": secrets}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+}
+
+#[tokio::test]
+async fn reservations_over_http() {
+    let (_dir, server) = start();
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!("{}/api/v1/kubelet-reservations", server.url()))
+        .header("content-type", "application/json")
+        .body(serde_json::json!({"instanceType": "u1.medium"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let j: serde_json::Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert_eq!(j["capacityMemory"], "3297Mi");
+    assert_eq!(j["capacityCpu"], "900m");
+    assert_eq!(j["systemReservedMemory"], "256Mi");
+    let resp = client
+        .post(format!("{}/api/v1/kubelet-reservations", server.url()))
+        .body("instanceType: u1.nano\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+    let resp = client
+        .post(format!("{}/api/v1/kubelet-reservations", server.url()))
+        .body("instanceType: u1.medium\nevictionHardMemory: lots\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+}
+
+#[tokio::test]
+async fn air_gap_fields_over_http() {
+    let (_dir, server) = start();
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .unwrap()
+        .public_key_pem();
+    let body = serde_json::json!({
+        "talosVersion": "v1.13.9",
+        "kubernetesVersion": "1.35.6",
+        "clusterName": "c",
+        "endpoint": "https://c:6443",
+        "airGapMirror": "http://10.0.0.5:8080",
+        "imageVerificationKey": key,
+    });
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/v1/machineconfig", server.url()))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("name: registry.k8s.io\nendpoints:\n    - url: http://10.0.0.5:8080\nskipFallback: true\n"), "{text}");
+    assert!(text.contains("kind: ImageVerificationConfig"), "{text}");
+    // 1.12 with a key: 400 naming the version.
+    let mut bad = body.clone();
+    bad["talosVersion"] = "v1.12.11".into();
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/v1/machineconfig", server.url()))
+        .body(bad.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("v1.12.11"));
+}

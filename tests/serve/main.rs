@@ -1,0 +1,15 @@
+//! Integration tests, one binary: talos-gen serve over HTTP: the API, /image through nginx and curl, factory documents, the operator's pages and probes, limits, auth, graceful stop, TLS.
+//! Each module below was a test binary of its own; `support` is the one harness.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod factory_metadata;
+mod http_machineconfig;
+mod image_e2e;
+mod ops_auth;
+mod ops_graceful;
+mod ops_limits;
+mod ops_status;
+mod serve_api;
+mod tls_e2e;

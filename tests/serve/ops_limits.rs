@@ -1,0 +1,270 @@
+//! Limits at the HTTP edge, against a real `talos-gen serve` on loopback:
+//! body size (413), header size (431), a flood of idle and half-sent
+//! connections (header-read timeout) that must not starve `/healthz`, and a
+//! client that stops reading (write timeout) that must neither slow the
+//! others nor grow memory.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::support::factory::{A, A2, Factory, image_path};
+use crate::support::{Curl, Service, curl, fd_count, raw_request, rss_anon_kib};
+
+fn post(path: &str, body_len: usize, chunked: bool) -> Vec<u8> {
+    let mut req = if chunked {
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        .into_bytes()
+    } else {
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {body_len}\r\n\r\n"
+        )
+        .into_bytes()
+    };
+    let body = vec![b' '; body_len];
+    if chunked {
+        for c in body.chunks(64 << 10) {
+            req.extend(format!("{:x}\r\n", c.len()).as_bytes());
+            req.extend(c);
+            req.extend(b"\r\n");
+        }
+        req.extend(b"0\r\n\r\n");
+    } else {
+        req.extend(body);
+    }
+    req
+}
+
+/// Send a request whose body the server may refuse early; read the status.
+fn status_of(port: u16, req: &[u8]) -> u16 {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // The server may answer and close before reading the whole body.
+    let _ = s.write_all(req);
+    let mut buf = [0u8; 256];
+    let mut got = Vec::new();
+    while got.len() < 12 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&got)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn body_and_header_size_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let svc = Service::start(&["--cache-dir", dir.path().to_str().unwrap(), "--offline"]);
+    let p = svc.port;
+    for path in [
+        "/api/v1/machineconfig",
+        "/api/v1/kubelet-reservations",
+        "/schematics",
+    ] {
+        assert_eq!(
+            status_of(p, &post(path, (1 << 20) + 1, false)),
+            413,
+            "{path}"
+        );
+        assert_eq!(
+            status_of(p, &post(path, (1 << 20) + 1, true)),
+            413,
+            "{path} chunked"
+        );
+        assert_eq!(
+            status_of(p, &post(path, 8 << 20, false)),
+            413,
+            "{path} 8 MiB"
+        );
+    }
+    // Just under the limit is read and judged on content (bad input: 400).
+    assert_eq!(
+        status_of(
+            p,
+            &post("/api/v1/kubelet-reservations", (1 << 20) - 1, false)
+        ),
+        400
+    );
+    // A request head above 32 KiB: 431; below it: served.
+    let big = "a".repeat(40 << 10);
+    let (code, _, _) = raw_request(
+        p,
+        format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+        Duration::from_secs(5),
+    );
+    assert_eq!(code, 431);
+    let many: String = (0..150).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let (code, _, _) = raw_request(
+        p,
+        format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{many}Connection: close\r\n\r\n").as_bytes(),
+        Duration::from_secs(5),
+    );
+    assert_eq!(code, 431, "more than 100 header fields");
+    let ok = "a".repeat(8 << 10);
+    let (code, _, body) = raw_request(
+        p,
+        format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Ok: {ok}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+        Duration::from_secs(5),
+    );
+    assert_eq!((code, body.as_slice()), (200, b"ok\n".as_slice()));
+}
+
+#[test]
+fn idle_connection_flood_does_not_starve_healthz() {
+    let dir = tempfile::tempdir().unwrap();
+    let svc = Service::start(&[
+        "--cache-dir",
+        dir.path().to_str().unwrap(),
+        "--offline",
+        "--header-read-timeout",
+        "2",
+    ]);
+    let fds_before = fd_count(svc.pid());
+    let mut idle = Vec::new();
+    for i in 0..500 {
+        let mut s = TcpStream::connect(("127.0.0.1", svc.port)).unwrap();
+        if i % 5 == 0 {
+            // A slowloris: a request head that never ends.
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                .unwrap();
+        }
+        idle.push(s);
+    }
+    // /healthz answers quickly despite 500 idle connections.
+    for _ in 0..5 {
+        let t = Instant::now();
+        let (code, _, body) = raw_request(
+            svc.port,
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        let took = t.elapsed();
+        assert_eq!((code, body.as_slice()), (200, b"ok\n".as_slice()));
+        assert!(took < Duration::from_secs(1), "/healthz took {took:?}");
+    }
+    // After the header-read timeout the server has closed every one of them.
+    std::thread::sleep(Duration::from_secs(4));
+    let mut closed = 0;
+    for s in &mut idle {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = [0u8; 512];
+        match s.read(&mut b) {
+            Ok(_) => closed += 1, // EOF, or a 408 then EOF
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => closed += 1,
+            Err(_) => {}
+        }
+    }
+    assert_eq!(
+        closed, 500,
+        "idle connections still open after the header-read timeout"
+    );
+    let fds_after = fd_count(svc.pid());
+    assert!(
+        fds_after <= fds_before + 2,
+        "file descriptors: {fds_before} before, {fds_after} after"
+    );
+    drop(idle);
+}
+
+/// A loopback connection with a 4 KiB receive buffer, so that a client that
+/// stops reading really stalls the sender (loopback buffers can otherwise
+/// swallow tens of MiB).
+fn small_window_connect(port: u16) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain socket calls on a descriptor we own; on success the
+    // descriptor is handed to TcpStream, which closes it.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let size: libc::c_int = 4096;
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &size as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        let r = libc::connect(
+            fd,
+            &addr as *const _ as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+        TcpStream::from_raw_fd(fd)
+    }
+}
+
+#[test]
+fn slow_reader_neither_slows_others_nor_grows_memory() {
+    // 24 MiB of random data: more than the loopback socket buffers hold.
+    let up = Factory::new(24, 1, &[A, A2], None);
+    let svc = up.serve(&["--write-timeout", "3"]);
+    let url = format!("{}{}", svc.url(), image_path(A));
+    let Curl {
+        status: code, body, ..
+    } = curl(&[&url]);
+    assert_eq!(code, 200);
+    assert_eq!(body.len(), up.xz.len());
+    // How long a full download takes with nobody stalled.
+    let t = Instant::now();
+    let code = curl(&[&url]).status;
+    assert_eq!(code, 200);
+    let baseline = t.elapsed();
+    let fds_before = fd_count(svc.pid());
+    let anon_before = rss_anon_kib(svc.pid());
+
+    // Ten clients that ask for the artifact and then stop reading.
+    let mut stalled = Vec::new();
+    for _ in 0..10 {
+        let mut s = small_window_connect(svc.port);
+        write!(s, "GET {} HTTP/1.1\r\nHost: x\r\n\r\n", image_path(A)).unwrap();
+        let mut b = [0u8; 1024];
+        let _ = s.read(&mut b).unwrap();
+        stalled.push(s);
+    }
+    // The others are served at full speed meanwhile.
+    for _ in 0..5 {
+        let t = Instant::now();
+        let Curl {
+            status: code, body, ..
+        } = curl(&[&url]);
+        let took = t.elapsed();
+        assert_eq!(code, 200);
+        assert!(body == up.xz, "wrong bytes");
+        assert!(
+            took < baseline * 3 + Duration::from_secs(1),
+            "took {took:?} with stalled readers, {baseline:?} without"
+        );
+    }
+    let anon_during = rss_anon_kib(svc.pid());
+    assert!(
+        anon_during < anon_before + 32 * 1024,
+        "anonymous memory grew from {anon_before} KiB to {anon_during} KiB with stalled readers"
+    );
+    // The write timeout ends the stalled connections.
+    std::thread::sleep(Duration::from_secs(5));
+    let fds_after = fd_count(svc.pid());
+    assert!(
+        fds_after <= fds_before + 1,
+        "stalled connections still open: {fds_before} fds before, {fds_after} after"
+    );
+    drop(stalled);
+}

@@ -1,0 +1,492 @@
+//! The S3 store backend (`serve --store s3://...`) against a real
+//! three-node Garage cluster on loopback (tests/support/garage.rs), nginx
+//! as the Image Factory and curl as the client (and, with `--aws-sigv4`,
+//! as the bucket's inspector and vandal).
+
+use crate::support;
+
+use std::time::{Duration, Instant};
+
+use crate::support::factory::{A, A2, Factory, image_path};
+use crate::support::garage::Garage;
+use crate::support::{Service, curl, curl_spawn, sha256_hex};
+
+const PREFIX: &str = "store";
+
+/// `serve --store s3://talos-gen/store` through Garage node `node`, its
+/// spool in a fresh directory under the factory's.
+fn replica(f: &Factory, g: &Garage, node: usize, name: &str, extra: &[&str]) -> Service {
+    let spool = f.dir.path().join(format!("spool-{name}"));
+    std::fs::create_dir_all(&spool).unwrap();
+    Service::builder()
+        .arg("--cache-dir")
+        .arg(&spool)
+        .args(["--factory-url", &f.nginx.url()])
+        .args(["--store", &format!("s3://{}/{PREFIX}", g.bucket)])
+        .args(["--s3-endpoint", &g.endpoint(node)])
+        .env("AWS_ACCESS_KEY_ID", &g.key_id)
+        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
+        .args(extra)
+        .start()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn metric(svc: &Service, name: &str) -> String {
+    let r = curl(&[&format!("{}/metrics", svc.url())]);
+    String::from_utf8_lossy(&r.body)
+        .lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or("")
+        .to_string()
+}
+
+fn object_key(body: &[u8]) -> String {
+    format!("{PREFIX}/objects/sha256/{}", sha256_hex(body))
+}
+
+fn cluster() -> Option<Garage> {
+    let bin = support::garage::binary()?;
+    let t = Instant::now();
+    let g = Garage::cluster(&bin, 3);
+    eprintln!("garage: cluster up in {:?}", t.elapsed());
+    Some(g)
+}
+
+/// A fill commits objects/, sums/ and index/ into the bucket; a second
+/// replica on the same bucket serves it (and a Range of it) without asking
+/// the upstream; schematics POSTed to one are known to the other, pinned;
+/// a flipped byte in the bucket's object is cut and dropped, then fetched
+/// again; an upstream failing mid-fill leaves nothing in the bucket.
+#[test]
+fn replicas_share_the_bucket() {
+    let Some(g) = cluster() else { return };
+    let t = Instant::now();
+    let f = Factory::new(3, 1, &[A, A2], Some("4m"));
+    let one = replica(&f, &g, 0, "one", &[]);
+    let url = format!("{}{}", one.url(), image_path(A));
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200), "{}", one.log_text());
+    assert!(r.body == f.xz);
+    let obj = object_key(&f.xz);
+    wait_for("the commit", Duration::from_secs(20), || {
+        !g.list(1, &format!("{PREFIX}/index/")).is_empty()
+    });
+    assert_eq!(g.list(2, &obj), vec![obj.clone()]);
+    assert_eq!(
+        g.list(2, &format!("{PREFIX}/sums/")),
+        vec![format!("{PREFIX}/sums/{}", sha256_hex(&f.xz))]
+    );
+    assert!(g.get(1, &obj) == f.xz, "the bucket holds the bytes whole");
+    eprintln!("s3: filled and committed at {:?}", t.elapsed());
+
+    // A schematic POSTed to one replica, pinned in the bucket.
+    let dir = tempfile::tempdir().unwrap();
+    let sch = dir.path().join("s.yaml");
+    std::fs::write(
+        &sch,
+        "customization:\n  extraKernelArgs:\n    - talos-gen-s3-test=1\n",
+    )
+    .unwrap();
+    let r = curl(&[
+        "-X",
+        "POST",
+        "--data-binary",
+        &format!("@{}", sch.display()),
+        &format!("{}/schematics", one.url()),
+    ]);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let id = serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // A second replica through another node: the bucket is all it needs.
+    let two = replica(&f, &g, 1, "two", &[]);
+    let url2 = format!("{}{}", two.url(), image_path(A));
+    let r = curl(&[&url2]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    assert!(r.body == f.xz);
+    let r = curl(&["-r", "1048570-2097200", &url2]);
+    assert_eq!((r.exit, r.status), (0, 206));
+    assert!(r.body == f.xz[1048570..=2097200]);
+    assert_eq!(f.gets(A), 1, "served from the bucket, no upstream request");
+    let r = curl(&[&format!("{}/schematics/{id}", two.url())]);
+    assert_eq!(r.status, 200, "the schematic from the bucket");
+    let pinned = g
+        .list(0, &format!("{PREFIX}/index/"))
+        .iter()
+        .map(|k| String::from_utf8_lossy(&g.get(0, k)).into_owned())
+        .filter(|e| e.contains(&format!("\"schematic/{id}\"")))
+        .collect::<Vec<_>>();
+    assert_eq!(pinned.len(), 1);
+    assert!(pinned[0].contains("\"pinned\": true"), "{}", pinned[0]);
+    eprintln!("s3: second replica served at {:?}", t.elapsed());
+
+    // Rot in the bucket: a copy with one byte flipped in its second MiB.
+    let mut rotten = f.xz.clone();
+    rotten[(1 << 20) + 17] ^= 0x20;
+    g.put(2, &obj, &rotten);
+    let r = curl(&[&url2]);
+    assert_eq!(r.status, 200);
+    assert_ne!(r.exit, 0, "a rotten object must not end cleanly: {r:?}");
+    assert!(r.body.len() < f.xz.len());
+    assert_eq!(
+        metric(&two, "talos_gen_store_corrupt_objects_total"),
+        "talos_gen_store_corrupt_objects_total 1"
+    );
+    assert!(g.list(0, &obj).is_empty(), "dropped from the bucket");
+    let r = curl(&[&url2]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    assert!(r.body == f.xz, "fetched again, whole and right");
+    assert_eq!(f.gets(A), 2);
+    wait_for("the new commit", Duration::from_secs(20), || {
+        g.list(0, &obj).len() == 1 && g.list(0, &format!("{PREFIX}/index/")).len() == 2
+    });
+    eprintln!("s3: rot cut and refetched at {:?}", t.elapsed());
+
+    // The upstream dies mid-fill: nothing of A2 reaches the bucket.
+    let before = g.list(0, PREFIX);
+    let url3 = format!("{}{}", one.url(), image_path(A2));
+    let client = curl_spawn(&[&url3]);
+    wait_for("the fill to stream", Duration::from_secs(20), || {
+        client.body_len() > (1 << 20)
+    });
+    let mut f = f;
+    f.nginx.stop();
+    let r = client.wait();
+    assert_ne!(r.exit, 0, "a fill cut by its upstream must not end cleanly");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(g.list(0, PREFIX), before, "nothing partial in the bucket");
+    let uploads = g.curl(
+        0,
+        &hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"")),
+        &["--fail-with-body"],
+        &format!("/{}?uploads", g.bucket),
+    );
+    let text = String::from_utf8_lossy(&uploads.stdout);
+    assert!(
+        !text.contains("<Upload>"),
+        "no multipart upload left: {text}"
+    );
+    eprintln!("s3: whole test {:?}", t.elapsed());
+}
+
+/// One Garage node of three down: stored objects are served whole and new
+/// fills still commit. All three down: `/readyz` fails and requests answer
+/// 503 in bounded time; back up: serving resumes without a restart.
+#[test]
+fn the_bucket_down_and_back() {
+    let Some(mut g) = cluster() else { return };
+    let t = Instant::now();
+    let f = Factory::new(3, 1, &[A, A2], None);
+    let svc = replica(&f, &g, 0, "one", &[]);
+    let url = format!("{}{}", svc.url(), image_path(A));
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    wait_for("the commit", Duration::from_secs(20), || {
+        g.list(0, &object_key(&f.xz)).len() == 1
+    });
+
+    // One node of three down (not the one serve talks to).
+    g.stop_node(2);
+    let r = curl(&["--max-time", "60", &url]);
+    assert_eq!((r.exit, r.status), (0, 200), "{}", svc.log_text());
+    assert!(r.body == f.xz);
+    let r = curl(&[
+        "--max-time",
+        "60",
+        &format!("{}{}", svc.url(), image_path(A2)),
+    ]);
+    assert_eq!((r.exit, r.status), (0, 200), "{}", svc.log_text());
+    wait_for("a commit with a node down", Duration::from_secs(60), || {
+        g.list(0, &format!("{PREFIX}/index/")).len() >= 2
+    });
+    assert_eq!(f.gets(A), 1);
+    eprintln!(
+        "s3: one node down: served and committed at {:?}",
+        t.elapsed()
+    );
+
+    // Every node down.
+    g.stop_node(0);
+    g.stop_node(1);
+    let ready = format!("{}/readyz", svc.url());
+    let t0 = Instant::now();
+    let r = curl(&["--max-time", "10", &ready]);
+    assert_eq!(r.status, 503, "readyz with the bucket down");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let t0 = Instant::now();
+    let r = curl(&["--max-time", "40", &url]);
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(f.gets(A), 1, "no upstream fetch for a stored object");
+    eprintln!("s3: bucket down: 503 at {:?}", t.elapsed());
+
+    // Back up: served again, same process.
+    g.start_node(0);
+    g.start_node(1);
+    g.start_node(2);
+    wait_for("readyz again", Duration::from_secs(60), || {
+        curl(&["--max-time", "10", &ready]).status == 200
+    });
+    wait_for("serving again", Duration::from_secs(30), || {
+        curl(&["--max-time", "30", &url]).status == 200
+    });
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    assert!(r.body == f.xz);
+    assert_eq!(f.gets(A), 1);
+    eprintln!("s3: whole test {:?}", t.elapsed());
+}
+
+/// A cold burst of 16 clients over two replicas makes at most one upstream
+/// transfer per replica; a client whose replica is killed mid-download
+/// resumes with a Range on the other and ends with the whole, right file.
+#[test]
+fn a_burst_over_two_replicas_and_a_replica_killed_mid_download() {
+    let Some(g) = cluster() else { return };
+    let t = Instant::now();
+    let f = Factory::new(24, 8, &[A], Some("16m"));
+    let one = replica(&f, &g, 0, "one", &[]);
+    let two = replica(&f, &g, 1, "two", &[]);
+    let urls = [
+        format!("{}{}", one.url(), image_path(A)),
+        format!("{}{}", two.url(), image_path(A)),
+    ];
+    let clients: Vec<_> = (0..16)
+        .map(|i| curl_spawn(&["--max-time", "120", &urls[i % 2]]))
+        .collect();
+    for c in clients {
+        let r = c.wait();
+        assert_eq!((r.exit, r.status), (0, 200));
+        assert!(r.body == f.xz);
+    }
+    let transfers = f.gets(A);
+    eprintln!("s3: 16 clients over 2 replicas: {transfers} upstream transfers");
+    assert!(
+        (1..=2).contains(&transfers),
+        "{transfers} upstream transfers"
+    );
+
+    // A slow client on replica one, killed half-way; it resumes on two.
+    wait_for("the commit", Duration::from_secs(30), || {
+        g.list(0, &object_key(&f.xz)).len() == 1
+    });
+    let mut one = one;
+    let slow = curl_spawn(&["--limit-rate", "2m", &urls[0]]);
+    wait_for("half the body", Duration::from_secs(30), || {
+        slow.body_len() > f.xz.len() as u64 / 3
+    });
+    one.stop();
+    let cut = slow.wait();
+    assert_ne!(cut.exit, 0, "the killed replica's response is cut");
+    let have = cut.body.len();
+    assert!(have > 0 && have < f.xz.len());
+    let rest = curl(&["-r", &format!("{have}-"), &urls[1]]);
+    assert_eq!((rest.exit, rest.status), (0, 206));
+    let mut whole = cut.body.clone();
+    whole.extend_from_slice(&rest.body);
+    assert_eq!(sha256_hex(&whole), sha256_hex(&f.xz), "whole and right");
+    assert_eq!(f.gets(A), transfers, "no upstream request for the resume");
+    eprintln!("s3: whole test {:?}", t.elapsed());
+}
+
+/// `talos-gen mirror <cmd>` with the bucket as the store (`--store`,
+/// `--s3-endpoint`, the credentials from the environment).
+fn mirror_cmd(
+    g: &Garage,
+    prefix: &str,
+    spool: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+        .arg("mirror")
+        .args(args)
+        .args(["--store", &format!("s3://{}/{prefix}", g.bucket)])
+        .args(["--s3-endpoint", &g.endpoint(0)])
+        .arg("--cache-dir")
+        .arg(spool)
+        .env("AWS_ACCESS_KEY_ID", &g.key_id)
+        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
+        .output()
+        .unwrap()
+}
+
+/// The mirror job on the bucket: `sync` fills it, `verify` checks it (and
+/// names and drops an object rotten in the bucket), `export` carries it to
+/// a tar that `import` loads into a local directory and into another
+/// prefix of the bucket, each then served offline.
+#[test]
+fn mirror_sync_verify_export_import_on_the_bucket() {
+    use support::factory::{S, V};
+    let Some(g) = cluster() else { return };
+    let f = Factory::new(2, 1, &[A], None);
+    let cfg = f.dir.path().join("mirror.yaml");
+    std::fs::write(
+        &cfg,
+        format!("schematics: [{S}]\ntalosVersions: [{V}]\nimages: [{A}]\ninstallers: []\n"),
+    )
+    .unwrap();
+    let spool = f.dir.path().join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    let cfg_s = cfg.to_str().unwrap();
+    let ok = |o: &std::process::Output, what: &str| {
+        assert!(
+            o.status.success(),
+            "{what}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let o = mirror_cmd(
+        &g,
+        "m",
+        &spool,
+        &["sync", "--config", cfg_s, "--factory-url", &f.nginx.url()],
+    );
+    ok(&o, "sync");
+    let obj = format!("m/objects/sha256/{}", sha256_hex(&f.xz));
+    assert!(
+        g.list(1, "m/objects/").contains(&obj),
+        "synced into the bucket"
+    );
+    let v = ok(&mirror_cmd(&g, "m", &spool, &["verify"]), "verify");
+    assert!(v.contains("0 bad"), "{v}");
+    // rot in the bucket: verify names it, drops it, exits 1; sync fetches it again
+    let mut rotten = g.get(1, &obj);
+    rotten[1000] ^= 0x10;
+    g.put(1, &obj, &rotten);
+    let o = mirror_cmd(&g, "m", &spool, &["verify"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&sha256_hex(&f.xz)), "{err}");
+    assert!(
+        !g.list(1, "m/objects/").contains(&obj),
+        "dropped from the bucket"
+    );
+    ok(
+        &mirror_cmd(
+            &g,
+            "m",
+            &spool,
+            &["sync", "--config", cfg_s, "--factory-url", &f.nginx.url()],
+        ),
+        "sync again",
+    );
+    assert_eq!(g.get(1, &obj), f.xz);
+    // export from the bucket, import into a directory and into another prefix
+    let tar = f.dir.path().join("m.tar");
+    ok(
+        &mirror_cmd(
+            &g,
+            "m",
+            &spool,
+            &["export", "--output", tar.to_str().unwrap()],
+        ),
+        "export",
+    );
+    let local = f.dir.path().join("local");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+        .args(["mirror", "import", tar.to_str().unwrap(), "--cache-dir"])
+        .arg(&local)
+        .output()
+        .unwrap();
+    ok(&o, "import into a directory");
+    ok(
+        &mirror_cmd(&g, "other", &spool, &["import", tar.to_str().unwrap()]),
+        "import into the bucket",
+    );
+    let off = Service::start(&["--offline", "--cache-dir", local.to_str().unwrap()]);
+    let r = curl(&[&format!("{}{}", off.url(), image_path(A))]);
+    assert_eq!((r.status, r.body == f.xz), (200, true));
+    let spool2 = f.dir.path().join("spool2");
+    std::fs::create_dir_all(&spool2).unwrap();
+    let off2 = Service::builder()
+        .arg("--offline")
+        .arg("--cache-dir")
+        .arg(&spool2)
+        .args(["--store", &format!("s3://{}/other", g.bucket)])
+        .args(["--s3-endpoint", &g.endpoint(2)])
+        .env("AWS_ACCESS_KEY_ID", &g.key_id)
+        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
+        .start();
+    let r = curl(&[&format!("{}{}", off2.url(), image_path(A))]);
+    assert_eq!(
+        (r.status, r.body == f.xz),
+        (200, true),
+        "from the other prefix"
+    );
+}
+
+/// A stream from the bucket reads through one GET (`Span`): a slow client's
+/// read outlasts many `--upstream-timeout`s and ends whole; when the bucket
+/// goes away part way, the response is cut (never ends cleanly) within the
+/// bounds (`--upstream-timeout` per wait, two reopens), and nothing hangs.
+/// The object is large enough (32 MiB) that neither talos-gen's buffers nor
+/// the sockets' hold it whole when the nodes stop.
+#[test]
+fn a_stream_from_the_bucket_is_cut_when_the_bucket_goes_away() {
+    let Some(mut g) = cluster() else { return };
+    let f = Factory::new(32, 0, &[A], None);
+    let svc = replica(&f, &g, 0, "one", &["--upstream-timeout", "2s"]);
+    let url = format!("{}{}", svc.url(), image_path(A));
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    wait_for("the commit", Duration::from_secs(30), || {
+        g.list(0, &object_key(&f.xz)).len() == 1
+    });
+    // Read back from the bucket, whole, through one GET.
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    assert!(r.body == f.xz, "the bytes from the bucket");
+    // A slow client: the one GET lasts as long as the client reads, many
+    // timeouts long, and ends whole (no bound on the whole request).
+    let t0 = Instant::now();
+    let r = curl(&["--limit-rate", "3M", &url]);
+    assert_eq!((r.exit, r.status), (0, 200), "{}", svc.log_text());
+    assert!(r.body == f.xz, "the bytes of a slow read");
+    assert!(t0.elapsed() > Duration::from_secs(8), "{:?}", t0.elapsed());
+    assert!(
+        !svc.log_text().contains("failed part way"),
+        "a healthy bucket needed no reopen: {}",
+        svc.log_text()
+    );
+
+    let client = curl_spawn(&["--limit-rate", "2M", &url]);
+    wait_for("the stream to start", Duration::from_secs(20), || {
+        client.body_len() > (2 << 20)
+    });
+    let t0 = Instant::now();
+    for n in 0..3 {
+        g.stop_node(n);
+    }
+    let r = client.wait();
+    assert_ne!(
+        r.exit, 0,
+        "a stream whose bucket went away must not end cleanly"
+    );
+    assert!(r.body.len() < f.xz.len(), "{} bytes", r.body.len());
+    assert!(
+        r.body[..] == f.xz[..r.body.len()],
+        "what came before the cut is right"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "cut after {:?}",
+        t0.elapsed()
+    );
+    eprintln!(
+        "s3: stream cut {:?} after the bucket went away, at {} of {} bytes",
+        t0.elapsed(),
+        r.body.len(),
+        f.xz.len()
+    );
+}

@@ -1,0 +1,586 @@
+//! The store under the faults an ageing disk and a shared volume bring, with
+//! real processes: nginx upstreams, curl clients, two talos-gen processes
+//! on one cache dir (one in a PID namespace of its own, as a Deployment
+//! and a CronJob are).
+
+use crate::support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{Nginx, NginxOpts, Service, curl, sha256_hex};
+
+const S: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
+const PIDNS: &[&str] = &["unshare", "--pid", "--fork", "--mount-proc"];
+
+fn image(v: &str) -> String {
+    format!("/image/{S}/{v}/openstack-amd64.raw.xz")
+}
+
+/// An upstream tree holding `artifacts` as `/image/<S>/<v>/openstack-amd64.raw.xz`.
+fn tree(root: &Path, artifacts: &[(&str, &[u8])]) {
+    for (v, b) in artifacts {
+        let p = root.join(&image(v)[1..]);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b).unwrap();
+    }
+}
+
+fn xz(random_mib: usize, zero_mib: usize) -> Vec<u8> {
+    let d = tempfile::tempdir().unwrap();
+    support::xz_disk(d.path(), random_mib, zero_mib).1
+}
+
+fn object_of(cache: &Path, body: &[u8]) -> std::path::PathBuf {
+    cache.join("objects/sha256").join(sha256_hex(body))
+}
+
+/// The object for `body` is committed: its bytes and an index entry naming
+/// it (the entry is written after the object, so waiting for the object
+/// alone can race a process that is stopped right after).
+fn committed(cache: &Path, body: &[u8]) -> bool {
+    let digest = sha256_hex(body);
+    object_of(cache, body).exists()
+        && std::fs::read_dir(cache.join("index")).is_ok_and(|d| {
+            d.filter_map(|e| e.ok())
+                .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(&digest)))
+        })
+}
+
+fn metric(svc: &Service, name: &str) -> String {
+    let m = String::from_utf8(curl(&[&format!("{}/metrics", svc.url())]).body).unwrap();
+    m.lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A byte flipped on disk is never served as a clean 200/206: the response
+/// is cut before its end, the object dropped and counted, the next request
+/// fills it again (offline: 404) — across a restart.
+#[test]
+fn a_flipped_byte_on_disk_is_cut_dropped_and_fetched_again() {
+    let art = xz(3, 1);
+    let root = tempfile::tempdir().unwrap();
+    tree(root.path(), &[("v1.13.6", &art)]);
+    let ng = Nginx::start(root.path(), NginxOpts::default());
+    let cache = tempfile::tempdir().unwrap();
+    let dir = cache.path().to_str().unwrap();
+    let args = ["--cache-dir", dir, "--factory-url", &ng.url()];
+    {
+        let svc = Service::start(&args);
+        let r = curl(&[&format!("{}{}", svc.url(), image("v1.13.6"))]);
+        assert_eq!((r.exit, r.status, r.body == art), (0, 200, true));
+        // the last byte goes out once verified; the commit follows
+        wait_for("the commit", Duration::from_secs(10), || {
+            committed(cache.path(), &art)
+        });
+    }
+    // rot in the second MiB, while no process runs
+    support::flip_byte(&object_of(cache.path(), &art), (1 << 20) + 4321, 0x01);
+    let svc = Service::start(&args);
+    let url = format!("{}{}", svc.url(), image("v1.13.6"));
+    // a range inside the intact first chunk is still right
+    let r = curl(&["-r", "0-1023", &url]);
+    assert_eq!((r.exit, r.status), (0, 206));
+    assert_eq!(r.body, art[..1024]);
+    // a range over the rotten chunk: cut, not a clean 206
+    let r = curl(&["-r", "1048576-1049599", &url]);
+    assert_eq!(r.status, 206);
+    assert_ne!(r.exit, 0, "a rotten range must not end cleanly: {r:?}");
+    assert_eq!(
+        metric(&svc, "talos_gen_store_corrupt_objects_total"),
+        "talos_gen_store_corrupt_objects_total 1"
+    );
+    assert!(!object_of(cache.path(), &art).exists(), "dropped");
+    // the next request fetches it again, whole and right
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    assert_eq!(sha256_hex(&r.body), sha256_hex(&art));
+    assert_eq!(ng.count(&format!("GET {}", image("v1.13.6"))), 2);
+    drop(svc);
+    // again rotten, whole GET, offline: cut, then 404 (nothing to fill from)
+    support::flip_byte(&object_of(cache.path(), &art), 77, 0x01);
+    let svc = Service::start(&["--cache-dir", dir, "--offline"]);
+    let url = format!("{}{}", svc.url(), image("v1.13.6"));
+    let r = curl(&[&url]);
+    assert_eq!(r.status, 200);
+    assert_ne!(r.exit, 0, "a rotten object must not end cleanly: {r:?}");
+    assert!(r.body.len() < art.len());
+    assert_eq!(curl(&[&url]).status, 404);
+    assert!(svc.log_text().contains("corrupt object in the store"));
+}
+
+/// A Range answered from a running fill that later fails its check (a
+/// flipped byte with the right length: the xz check fails at the end) is
+/// cut, never a clean 206.
+#[test]
+fn a_range_from_a_fill_that_fails_verification_is_cut() {
+    let mut art = xz(4, 0);
+    let n = art.len();
+    art[n / 2] ^= 0x40; // same length, broken xz
+    let root = tempfile::tempdir().unwrap();
+    tree(root.path(), &[("v1.13.6", &art)]);
+    let ng = Nginx::start(
+        root.path(),
+        NginxOpts {
+            limit_rate: Some("2m".into()),
+            ..Default::default()
+        },
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let svc = Service::start(&[
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+        "--factory-url",
+        &ng.url(),
+    ]);
+    let url = format!("{}{}", svc.url(), image("v1.13.6"));
+    let whole = std::thread::spawn({
+        let url = url.clone();
+        move || curl(&[&url])
+    });
+    // join the running fill once its first MiB is in
+    wait_for("the fill to stream", Duration::from_secs(20), || {
+        std::fs::read_dir(cache.path().join("tmp"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| e.metadata().is_ok_and(|m| m.len() > (1 << 20)))
+    });
+    let r = curl(&["-r", "0-1023", &url]);
+    assert_eq!(r.status, 206);
+    assert_ne!(r.exit, 0, "must not be a clean 206: {r:?}");
+    assert!(r.body.len() < 1024);
+    let w = whole.join().unwrap();
+    assert_ne!(w.exit, 0);
+    assert_eq!(
+        std::fs::read_dir(cache.path().join("objects/sha256"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+/// `mirror sync` (in a PID namespace of its own) pins what `serve` holds
+/// unpinned; `serve` under its size limit then keeps it. Each process's
+/// temp files survive the other's start-up.
+#[test]
+fn two_processes_in_their_own_pid_namespaces_never_undo_each_other() {
+    support::require_tool("unshare");
+    let boot = xz(3, 0);
+    let (a, b, c) = (xz(3, 0), xz(3, 0), xz(3, 0));
+    let root = tempfile::tempdir().unwrap();
+    tree(
+        root.path(),
+        &[
+            ("v1.13.6", &boot),
+            ("v1.13.1", &a),
+            ("v1.13.2", &b),
+            ("v1.13.3", &c),
+        ],
+    );
+    let slow = tree_dir_with_slow(root.path());
+    let ng = Nginx::start(root.path(), NginxOpts::default());
+    let ng_slow = Nginx::start(
+        slow.path(),
+        NginxOpts {
+            limit_rate: Some("1m".into()),
+            ..Default::default()
+        },
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let dir = cache.path().to_str().unwrap();
+    let limit = format!("{}", boot.len() + a.len() + a.len() / 2);
+    let svc = Service::start(&[
+        "--cache-dir",
+        dir,
+        "--factory-url",
+        &ng.url(),
+        "--cache-max-size",
+        &limit,
+    ]);
+    let get = |v: &str| curl(&[&format!("{}{}", svc.url(), image(v))]);
+    assert_eq!(get("v1.13.6").status, 200);
+    wait_for("the commit", Duration::from_secs(10), || {
+        committed(cache.path(), &boot)
+    });
+
+    // the CronJob: mirror sync in its own PID namespace pins the artifact
+    let cfg = cache
+        .path()
+        .join("..")
+        .join(format!("mirror-{}.yaml", std::process::id()));
+    std::fs::write(
+        &cfg,
+        format!("schematics: [{S}]\ntalosVersions: [v1.13.6]\nimages: [openstack-amd64.raw.xz]\ninstallers: []\n"),
+    )
+    .unwrap();
+    let out = Command::new(PIDNS[0])
+        .args(&PIDNS[1..])
+        .arg(env!("CARGO_BIN_EXE_talos-gen"))
+        .args(["mirror", "sync", "--config"])
+        .arg(&cfg)
+        .args(["--cache-dir", dir, "--factory-url", &ng.url()])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&cfg);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // serve fills past its limit; the least recently used is the pinned one
+    for v in ["v1.13.1", "v1.13.2", "v1.13.3"] {
+        assert_eq!(get(v).status, 200);
+    }
+    assert!(
+        object_of(cache.path(), &boot).exists(),
+        "the pin set by the other process held"
+    );
+    assert!(
+        !svc.log_text()
+            .contains(&format!("evicting digest={}", sha256_hex(&boot)))
+    );
+    drop(svc);
+    let off = Service::start(&["--cache-dir", dir, "--offline"]);
+    let r = curl(&[&format!("{}{}", off.url(), image("v1.13.6"))]);
+    assert_eq!((r.status, r.body == boot), (200, true));
+    drop(off);
+
+    // serve's fill in flight survives a start-up in another PID namespace
+    let svc = Service::start(&["--cache-dir", dir, "--factory-url", &ng_slow.url()]);
+    let url = format!("{}{}", svc.url(), image("v1.13.4"));
+    let slow_get = std::thread::spawn(move || curl(&[&url]));
+    wait_for("serve's fill to start", Duration::from_secs(20), || {
+        std::fs::read_dir(cache.path().join("tmp")).unwrap().count() > 0
+    });
+    let st = Command::new(PIDNS[0])
+        .args(&PIDNS[1..])
+        .arg(env!("CARGO_BIN_EXE_talos-gen"))
+        .args(["mirror", "verify", "--cache-dir", dir])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let r = slow_get.join().unwrap();
+    assert_eq!((r.exit, r.status), (0, 200), "the fill committed");
+    let slow_art = std::fs::read(slow.path().join(&image("v1.13.4")[1..])).unwrap();
+    wait_for("serve's commit", Duration::from_secs(10), || {
+        committed(cache.path(), &slow_art)
+    });
+    assert!(
+        !svc.log_text().contains("No such file"),
+        "{}",
+        svc.log_text()
+    );
+    drop(svc);
+
+    // and the other way round: a sync's fill survives serve starting in
+    // its own PID namespace
+    let cfg = cache
+        .path()
+        .join("..")
+        .join(format!("mirror-slow-{}.yaml", std::process::id()));
+    std::fs::write(
+        &cfg,
+        format!("schematics: [{S}]\ntalosVersions: [v1.13.5]\nimages: [openstack-amd64.raw.xz]\ninstallers: []\n"),
+    )
+    .unwrap();
+    let sync = Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+        .args(["mirror", "sync", "--config"])
+        .arg(&cfg)
+        .args(["--cache-dir", dir, "--factory-url", &ng_slow.url()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the sync's fill to start", Duration::from_secs(20), || {
+        std::fs::read_dir(cache.path().join("tmp")).unwrap().count() > 0
+    });
+    let pod = Service::start_under(PIDNS, &["--cache-dir", dir, "--offline"]);
+    let out = sync.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&cfg);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = curl(&[&format!("{}{}", pod.url(), image("v1.13.5"))]);
+    assert_eq!(r.status, 200, "what the sync stored is served");
+}
+
+/// Two slow artifacts for the namespace test, in a tree of their own.
+fn tree_dir_with_slow(_fast: &Path) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let (x, y) = (xz(2, 0), xz(2, 0));
+    tree(d.path(), &[("v1.13.4", &x), ("v1.13.5", &y)]);
+    d
+}
+
+/// After a burst of fills larger than `--cache-max-size`, the store holds
+/// at most the limit (plus pinned objects and what readers still hold).
+#[test]
+fn a_burst_does_not_leave_the_store_over_its_limit() {
+    let arts: Vec<Vec<u8>> = (0..4).map(|_| xz(6, 0)).collect();
+    let each = arts[0]
+        .len()
+        .max(arts[1].len())
+        .max(arts[2].len())
+        .max(arts[3].len());
+    let root = tempfile::tempdir().unwrap();
+    let vs = ["v1.13.1", "v1.13.2", "v1.13.3", "v1.13.4"];
+    for (v, a) in vs.iter().zip(&arts) {
+        tree(root.path(), &[(v, a)]);
+    }
+    let ng = Nginx::start(
+        root.path(),
+        NginxOpts {
+            limit_rate: Some("8m".into()),
+            ..Default::default()
+        },
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let limit = (2 * each + each / 4).to_string();
+    let svc = Service::start(&[
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+        "--factory-url",
+        &ng.url(),
+        "--cache-max-size",
+        &limit,
+    ]);
+    let handles: Vec<_> = vs
+        .iter()
+        .map(|v| {
+            let url = format!("{}{}", svc.url(), image(v));
+            std::thread::spawn(move || curl(&[&url]))
+        })
+        .collect();
+    for h in handles {
+        let r = h.join().unwrap();
+        assert_eq!((r.exit, r.status), (0, 200));
+    }
+    let held = || -> u64 {
+        std::fs::read_dir(cache.path().join("objects/sha256"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    };
+    let limit: u64 = limit.parse().unwrap();
+    wait_for("eviction after the burst", Duration::from_secs(10), || {
+        held() <= limit
+    });
+}
+
+/// `--cache-dir ""` (flag or environment) is bad input, and deletes nothing.
+#[test]
+fn an_empty_cache_dir_is_refused_and_touches_nothing() {
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(cwd.path().join("tmp")).unwrap();
+    std::fs::write(cwd.path().join("tmp/fill-1-2"), b"someone else's").unwrap();
+    for (args, env) in [
+        (vec!["serve", "--cache-dir", ""], None),
+        (vec!["serve"], Some("")),
+        (vec!["mirror", "verify", "--cache-dir", ""], None),
+        (vec!["mirror", "import", "x.tar", "--cache-dir", ""], None),
+    ] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_talos-gen"));
+        c.args(&args).current_dir(cwd.path());
+        if let Some(v) = env {
+            c.env("TALOS_GEN_CACHE_DIR", v);
+        }
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("--cache-dir") && err.contains("must not be empty"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(cwd.path().join("tmp/fill-1-2").exists());
+    assert!(!cwd.path().join("objects").exists());
+}
+
+/// A FIFO in the cache dir is skipped with a warning, never opened: serve
+/// starts and listens.
+#[test]
+fn a_fifo_in_the_cache_dir_does_not_hang_serve() {
+    let cache = tempfile::tempdir().unwrap();
+    drop(Service::start(&[
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+        "--offline",
+    ]));
+    let fifo = cache
+        .path()
+        .join("index")
+        .join(format!("{}.json", "f".repeat(64)));
+    let st = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success());
+    let t = Instant::now();
+    let svc = Service::start(&["--cache-dir", cache.path().to_str().unwrap(), "--offline"]);
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert!(
+        svc.log_text().contains("not written by talos-gen"),
+        "{}",
+        svc.log_text()
+    );
+    assert!(fifo.exists());
+}
+
+/// A tmpfs of `size` mounted for the test (root only), unmounted on drop.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let d = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(d.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            assert!(
+                std::env::var("TALOS_GEN_REQUIRE_REFERENCE").as_deref() != Ok("1"),
+                "mounting a tmpfs failed (the full-disk test needs root)"
+            );
+            eprintln!("SKIP: cannot mount a tmpfs here (not root?)");
+            return None;
+        }
+        Some(Tmpfs(d))
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    fn free(&self) -> u64 {
+        let out = Command::new("df")
+            .args(["-B1", "--output=avail"])
+            .arg(self.path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+/// A disk that fills up exactly when the index entry is written (a real
+/// ENOSPC on a small tmpfs): the commit fails, and neither the object nor
+/// its checksums stay behind as orphans; the store serves on afterwards.
+#[tokio::test]
+async fn a_full_disk_at_the_index_write_leaves_no_orphan() {
+    let Some(fs) = Tmpfs::mount("256k") else {
+        return;
+    };
+    let store = talos_gen::store::Store::open(fs.path(), None).unwrap();
+    // Leave exactly two pages: one for the object, one for its checksums,
+    // none for the index entry.
+    let filler = fs.path().join("filler");
+    std::fs::write(&filler, vec![0u8; (fs.free() - 2 * 4096) as usize]).unwrap();
+    assert_eq!(fs.free(), 2 * 4096);
+    let mut t = store.temp().unwrap();
+    t.write_all(&[7u8; 4000]).await.unwrap();
+    let err = store.commit(t, "k", Default::default()).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("index entry") && msg.contains("No space left"),
+        "{msg}"
+    );
+    let count = |d: &str| std::fs::read_dir(fs.path().join(d)).unwrap().count();
+    assert_eq!(count("objects/sha256"), 0, "no orphaned object");
+    assert_eq!(count("sums"), 0, "no orphaned checksums");
+    assert_eq!(count("tmp"), 0);
+    assert_eq!(count("index"), 0);
+    assert!(store.get("k").is_none());
+    // room again: the same commit goes through
+    std::fs::remove_file(&filler).unwrap();
+    let mut t = store.temp().unwrap();
+    t.write_all(&[7u8; 4000]).await.unwrap();
+    store.commit(t, "k", Default::default()).await.unwrap();
+    assert_eq!(
+        store.get("k").unwrap().read_small(8192).unwrap().len(),
+        4000
+    );
+    drop(store);
+}
+
+/// `mirror verify` names an object grown by appended bytes and one cut
+/// short, and exits 1 because it dropped something; a second run is clean.
+#[test]
+fn mirror_verify_names_appended_and_truncated_objects_and_exits_1() {
+    let art = xz(1, 0);
+    let small = b"a small object".to_vec();
+    let root = tempfile::tempdir().unwrap();
+    tree(root.path(), &[("v1.13.6", &art), ("v1.13.5", &small)]);
+    let ng = Nginx::start(root.path(), NginxOpts::default());
+    let cache = tempfile::tempdir().unwrap();
+    let dir = cache.path().to_str().unwrap();
+    {
+        let svc = Service::start(&["--cache-dir", dir, "--factory-url", &ng.url()]);
+        assert_eq!(
+            curl(&[&format!("{}{}", svc.url(), image("v1.13.6"))]).status,
+            200
+        );
+        let m = format!("/image/{S}/v1.13.5/metal-amd64.iso");
+        std::fs::create_dir_all(root.path().join(&m[1..]).parent().unwrap()).unwrap();
+        std::fs::write(root.path().join(&m[1..]), &small).unwrap();
+        assert_eq!(curl(&[&format!("{}{m}", svc.url())]).status, 200);
+        wait_for("the commits", Duration::from_secs(10), || {
+            committed(cache.path(), &art) && committed(cache.path(), &small)
+        });
+    }
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(object_of(cache.path(), &art))
+        .unwrap()
+        .write_all(b"appended")
+        .unwrap();
+    std::fs::write(object_of(cache.path(), &small), b"a small").unwrap();
+    let verify = || {
+        Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+            .args(["mirror", "verify", "--cache-dir", dir])
+            .output()
+            .unwrap()
+    };
+    let out = verify();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("bytes appended"), "{err}");
+    assert!(err.contains("truncated"), "{err}");
+    assert!(
+        err.contains("openstack-amd64.raw.xz") && err.contains("metal-amd64.iso"),
+        "{err}"
+    );
+    let out = verify();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
