@@ -123,12 +123,33 @@ fn go_quote(s: &str) -> String {
     out
 }
 
-/// The worker's documents, in Talos' order.
+/// The worker's documents, in Talos' order: the v1alpha1 config (its
+/// `machine` and `cluster` sections), then the multi-document kinds in the
+/// order Talos' generator appends them.
 pub fn worker(inp: &Input) -> Vec<Doc> {
+    let config: Node = Map::new()
+        .field("version", "v1alpha1")
+        .field("debug", false)
+        .field("persist", true)
+        .field("machine", machine(inp))
+        .field("cluster", cluster(inp))
+        .into();
+    let mut docs = vec![Doc::V1Alpha1(config)];
+    discovery_documents(inp, &mut docs);
+    install_document(inp, &mut docs);
+    host_dns_document(inp, &mut docs);
+    volume_documents(inp, &mut docs);
+    registry_documents(inp, &mut docs);
+    resolver_documents(inp, &mut docs);
+    kubernetes_documents(inp, &mut docs);
+    image_verification_document(inp, &mut docs);
+    docs
+}
+
+/// `machine:` of the v1alpha1 document.
+fn machine(inp: &Input) -> Map {
     let c = inp.contract;
     let multidoc_k8s = c.has(Gate::MultidocKubernetes);
-
-    // --- machine ---
     let mut machine = Map::new()
         .field("type", "worker")
         .field("token", inp.bundle.trustdinfo.token.as_str())
@@ -195,7 +216,24 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
         machine.push("install", install);
     }
 
-    if !c.has(Gate::MultidocNetwork) && !inp.mirrors.is_empty() {
+    if let Some(registries) = machine_registries(inp) {
+        machine.push("registries", registries);
+    }
+    machine.push("features", machine_features(inp));
+    if !multidoc_k8s && !inp.node_labels.is_empty() {
+        machine.push("nodeLabels", labels(&inp.node_labels));
+    }
+    machine
+}
+
+/// `machine.registries` (mirrors and their CAs) before the multi-document
+/// registry configs.
+fn machine_registries(inp: &Input) -> Option<Map> {
+    let c = inp.contract;
+    if c.has(Gate::MultidocNetwork) || inp.mirrors.is_empty() {
+        return None;
+    }
+    {
         let mirrors = Node::Map(
             inp.mirrors
                 .iter()
@@ -232,9 +270,14 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
                 ),
             );
         }
-        machine.push("registries", registries);
+        Some(registries)
     }
 
+
+/// `machine.features`.
+fn machine_features(inp: &Input) -> Map {
+    let c = inp.contract;
+    let multidoc_k8s = c.has(Gate::MultidocKubernetes);
     let mut features = Map::new();
     if !c.has(Gate::MultidocNetwork) {
         features.push("rbac", true);
@@ -265,13 +308,14 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
         }
         features.push("hostDNS", host_dns);
     }
-    machine.push("features", features);
+    features
 
-    if !multidoc_k8s && !inp.node_labels.is_empty() {
-        machine.push("nodeLabels", labels(&inp.node_labels));
-    }
+}
 
-    // --- cluster ---
+/// `cluster:` of the v1alpha1 document.
+fn cluster(inp: &Input) -> Map {
+    let c = inp.contract;
+    let multidoc_k8s = c.has(Gate::MultidocKubernetes);
     let mut cluster = Map::new();
     if !c.has(Gate::DiscoveryDocuments) {
         cluster.push("id", inp.bundle.cluster.id.as_str());
@@ -316,16 +360,12 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
         );
     }
 
-    let config: Node = Map::new()
-        .field("version", "v1alpha1")
-        .field("debug", false)
-        .field("persist", true)
-        .field("machine", machine)
-        .field("cluster", cluster)
-        .into();
-    let mut docs = vec![Doc::V1Alpha1(config)];
+    cluster
+}
 
-    // --- documents ---
+/// DiscoveryServiceConfig, DiscoveryIdentityConfig.
+fn discovery_documents(inp: &Input, docs: &mut Vec<Doc>) {
+    let c = inp.contract;
     if c.has(Gate::DiscoveryDocuments) {
         if inp.discovery_service {
             docs.push(Doc::other(
@@ -344,6 +384,11 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
                 .into(),
         ));
     }
+}
+
+/// UnattendedInstallConfig.
+fn install_document(inp: &Input, docs: &mut Vec<Doc>) {
+    let c = inp.contract;
     if c.has(Gate::UnattendedInstall) && !inp.install_disk.is_empty() {
         docs.push(Doc::other(
             "UnattendedInstallConfig",
@@ -367,7 +412,10 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
                 .into(),
         ));
     }
-    let resolver_body = |host_dns: Option<Node>| -> Node {
+}
+
+/// A ResolverConfig's body: nameservers, search domains, host DNS.
+fn resolver_body(inp: &Input, host_dns: Option<Node>) -> Node {
         let mut m = Map::new();
         if !inp.nameservers.is_empty() {
             m.push(
@@ -390,7 +438,11 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
             m.push("hostDNS", h);
         }
         m.into()
-    };
+}
+
+/// ResolverConfig carrying host DNS (from the gate that moved it there).
+fn host_dns_document(inp: &Input, docs: &mut Vec<Doc>) {
+    let c = inp.contract;
     if c.has(Gate::HostDns) && c.has(Gate::HostDnsDocument) {
         let mut host_dns = Map::new().field("enabled", true);
         if c.has(Gate::ForwardKubeDnsToHost) {
@@ -398,9 +450,14 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
         }
         docs.push(Doc::other(
             "ResolverConfig",
-            resolver_body(Some(host_dns.into())),
+            resolver_body(inp, Some(host_dns.into())),
         ));
     }
+}
+
+/// VolumeConfig (EPHEMERAL), FilesystemTrimConfig, SecurityProfileConfig.
+fn volume_documents(inp: &Input, docs: &mut Vec<Doc>) {
+    let c = inp.contract;
     if c.has(Gate::FilesystemTrim) {
         docs.push(Doc::other(
             "VolumeConfig",
@@ -420,6 +477,11 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
             Map::new().field("workloadIsolation", true).into(),
         ));
     }
+}
+
+/// RegistryMirrorConfig, RegistryTLSConfig, HostnameConfig.
+fn registry_documents(inp: &Input, docs: &mut Vec<Doc>) {
+    let c = inp.contract;
     if c.has(Gate::MultidocNetwork) {
         let mut mirrors: Vec<&Mirror> = inp.mirrors.iter().collect();
         mirrors.sort_by(|a, b| a.host.cmp(&b.host));
@@ -463,11 +525,16 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
             Map::new().field("auto", "stable").into(),
         ));
     }
+}
+
+/// ResolverConfig (without host DNS), StaticHostConfig.
+fn resolver_documents(inp: &Input, docs: &mut Vec<Doc>) {
+    let c = inp.contract;
     if c.has(Gate::ResolverDocuments) {
         if !c.has(Gate::HostDnsDocument)
             && (!inp.nameservers.is_empty() || !inp.search_domains.is_empty())
         {
-            docs.push(Doc::other("ResolverConfig", resolver_body(None)));
+            docs.push(Doc::other("ResolverConfig", resolver_body(inp, None)));
         }
         for (ip, aliases) in &inp.extra_hosts {
             docs.push(Doc::other(
@@ -479,7 +546,14 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
             ));
         }
     }
-    if multidoc_k8s {
+}
+
+/// The Kube* documents of the multi-document Kubernetes config.
+fn kubernetes_documents(inp: &Input, docs: &mut Vec<Doc>) {
+    if !inp.contract.has(Gate::MultidocKubernetes) {
+        return;
+    }
+    {
         docs.push(Doc::other(
             "KubeClusterConfig",
             Map::new()
@@ -526,6 +600,11 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
             ));
         }
     }
+}
+
+/// ImageVerificationConfig.
+fn image_verification_document(inp: &Input, docs: &mut Vec<Doc>) {
+    let c = inp.contract;
     if let Some((patterns, pem)) = &inp.image_verification
         && c.has(Gate::ImageVerification)
     {
@@ -543,5 +622,4 @@ pub fn worker(inp: &Input) -> Vec<Doc> {
             Map::new().field("rules", Node::Seq(rules)).into(),
         ));
     }
-    docs
 }
