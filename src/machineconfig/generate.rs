@@ -233,46 +233,44 @@ fn machine_registries(inp: &Input) -> Option<Map> {
     if c.has(Gate::MultidocNetwork) || inp.mirrors.is_empty() {
         return None;
     }
-    {
-        let mirrors = Node::Map(
-            inp.mirrors
-                .iter()
-                .map(|m| {
-                    (
-                        m.host.clone(),
-                        Map::new()
-                            .field("endpoints", strs(&m.endpoints))
-                            .some("overridePath", m.override_path)
-                            .some("skipFallback", m.skip_fallback)
-                            .into(),
-                    )
-                })
-                .collect(),
+    let mirrors = Node::Map(
+        inp.mirrors
+            .iter()
+            .map(|m| {
+                (
+                    m.host.clone(),
+                    Map::new()
+                        .field("endpoints", strs(&m.endpoints))
+                        .some("overridePath", m.override_path)
+                        .some("skipFallback", m.skip_fallback)
+                        .into(),
+                )
+            })
+            .collect(),
+    );
+    let mut registries = Map::new().field("mirrors", mirrors);
+    if !inp.registry_cas.is_empty() {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        registries.push(
+            "config",
+            Node::Map(
+                inp.registry_cas
+                    .iter()
+                    .map(|(host, ca)| {
+                        (
+                            host.clone(),
+                            Map::new()
+                                .field("tls", Map::new().field("ca", b64.encode(ca)))
+                                .into(),
+                        )
+                    })
+                    .collect(),
+            ),
         );
-        let mut registries = Map::new().field("mirrors", mirrors);
-        if !inp.registry_cas.is_empty() {
-            use base64::Engine;
-            let b64 = base64::engine::general_purpose::STANDARD;
-            registries.push(
-                "config",
-                Node::Map(
-                    inp.registry_cas
-                        .iter()
-                        .map(|(host, ca)| {
-                            (
-                                host.clone(),
-                                Map::new()
-                                    .field("tls", Map::new().field("ca", b64.encode(ca)))
-                                    .into(),
-                            )
-                        })
-                        .collect(),
-                ),
-            );
-        }
-        Some(registries)
     }
-
+    Some(registries)
+}
 
 /// `machine.features`.
 fn machine_features(inp: &Input) -> Map {
@@ -309,7 +307,6 @@ fn machine_features(inp: &Input) -> Map {
         features.push("hostDNS", host_dns);
     }
     features
-
 }
 
 /// `cluster:` of the v1alpha1 document.
@@ -416,28 +413,28 @@ fn install_document(inp: &Input, docs: &mut Vec<Doc>) {
 
 /// A ResolverConfig's body: nameservers, search domains, host DNS.
 fn resolver_body(inp: &Input, host_dns: Option<Node>) -> Node {
-        let mut m = Map::new();
-        if !inp.nameservers.is_empty() {
-            m.push(
-                "nameservers",
-                Node::Seq(
-                    inp.nameservers
-                        .iter()
-                        .map(|a| Map::new().field("address", a.as_str()).into())
-                        .collect(),
-                ),
-            );
-        }
-        if !inp.search_domains.is_empty() {
-            m.push(
-                "searchDomains",
-                Map::new().field("domains", strs(&inp.search_domains)),
-            );
-        }
-        if let Some(h) = host_dns {
-            m.push("hostDNS", h);
-        }
-        m.into()
+    let mut m = Map::new();
+    if !inp.nameservers.is_empty() {
+        m.push(
+            "nameservers",
+            Node::Seq(
+                inp.nameservers
+                    .iter()
+                    .map(|a| Map::new().field("address", a.as_str()).into())
+                    .collect(),
+            ),
+        );
+    }
+    if !inp.search_domains.is_empty() {
+        m.push(
+            "searchDomains",
+            Map::new().field("domains", strs(&inp.search_domains)),
+        );
+    }
+    if let Some(h) = host_dns {
+        m.push("hostDNS", h);
+    }
+    m.into()
 }
 
 /// ResolverConfig carrying host DNS (from the gate that moved it there).
@@ -553,52 +550,50 @@ fn kubernetes_documents(inp: &Input, docs: &mut Vec<Doc>) {
     if !inp.contract.has(Gate::MultidocKubernetes) {
         return;
     }
-    {
+    docs.push(Doc::other(
+        "KubeClusterConfig",
+        Map::new()
+            .field("clusterName", inp.cluster_name.as_str())
+            .field("endpoint", inp.endpoint.as_str())
+            .into(),
+    ));
+    let mut node = Map::new().field("nodeIP", Node::empty_map());
+    if !inp.node_labels.is_empty() {
+        node.push("labels", labels(&inp.node_labels));
+    }
+    docs.push(Doc::other("KubeNodeConfig", node.into()));
+    docs.push(Doc::other(
+        "KubeletConfig",
+        Map::new()
+            .field("image", inp.kubelet_image())
+            .field(
+                "config",
+                inp.kubelet_extra_config
+                    .clone()
+                    .unwrap_or(Node::empty_map()),
+            )
+            .field("defaultRuntimeSeccompProfileEnabled", true)
+            .into(),
+    ));
+    docs.push(Doc::other(
+        "KubeNetworkConfig",
+        Map::new()
+            .field("dnsDomain", inp.dns_domain.as_str())
+            .field("podSubnets", strs(&inp.pod_subnets))
+            .field("serviceSubnets", strs(&inp.service_subnets))
+            .into(),
+    ));
+    docs.push(Doc::other(
+        "KubeAPIServerCAConfig",
+        Map::new()
+            .field("acceptedCAs", Node::strs([inp.bundle.k8s_crt_pem()]))
+            .into(),
+    ));
+    if inp.kube_prism {
         docs.push(Doc::other(
-            "KubeClusterConfig",
-            Map::new()
-                .field("clusterName", inp.cluster_name.as_str())
-                .field("endpoint", inp.endpoint.as_str())
-                .into(),
+            "KubePrismConfig",
+            Map::new().field("port", 7445i64).into(),
         ));
-        let mut node = Map::new().field("nodeIP", Node::empty_map());
-        if !inp.node_labels.is_empty() {
-            node.push("labels", labels(&inp.node_labels));
-        }
-        docs.push(Doc::other("KubeNodeConfig", node.into()));
-        docs.push(Doc::other(
-            "KubeletConfig",
-            Map::new()
-                .field("image", inp.kubelet_image())
-                .field(
-                    "config",
-                    inp.kubelet_extra_config
-                        .clone()
-                        .unwrap_or(Node::empty_map()),
-                )
-                .field("defaultRuntimeSeccompProfileEnabled", true)
-                .into(),
-        ));
-        docs.push(Doc::other(
-            "KubeNetworkConfig",
-            Map::new()
-                .field("dnsDomain", inp.dns_domain.as_str())
-                .field("podSubnets", strs(&inp.pod_subnets))
-                .field("serviceSubnets", strs(&inp.service_subnets))
-                .into(),
-        ));
-        docs.push(Doc::other(
-            "KubeAPIServerCAConfig",
-            Map::new()
-                .field("acceptedCAs", Node::strs([inp.bundle.k8s_crt_pem()]))
-                .into(),
-        ));
-        if inp.kube_prism {
-            docs.push(Doc::other(
-                "KubePrismConfig",
-                Map::new().field("port", 7445i64).into(),
-            ));
-        }
     }
 }
 
