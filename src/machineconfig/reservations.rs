@@ -237,24 +237,24 @@ fn is_pct_number(s: &str) -> bool {
     is_decimal(s.strip_prefix('-').unwrap_or(s))
 }
 
-/// Compute the reservations; `prefix` starts every message (the chart
-/// writes `nodeGroup <name>: `).
-pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
-    let bad = |m: String| Error::bad_input(format!("{prefix}{m}"));
-    let refuse = |m: String| Error::refused(format!("{prefix}{m}"));
-    let (g, n) = (&input.given, &input.names);
+/// How the chart words its failures: `prefix` (the chart writes
+/// `nodeGroup <name>: `) before every message, a bad value as bad input, an
+/// impossible combination as refused; a value's form (a CPU or memory
+/// quantity), then that it is above zero.
+struct Checks<'a> {
+    prefix: &'a str,
+}
 
-    let has_cpu = given(&g.cpu).is_some();
-    let has_mem = given(&g.memory).is_some();
-    let itype = given(&g.instance_type);
-    if itype.is_some() && has_cpu != has_mem {
-        return Err(bad(format!(
-            "set both {} and {}, or neither",
-            n.cpu, n.memory
-        )));
+impl Checks<'_> {
+    fn bad(&self, m: String) -> Error {
+        Error::bad_input(format!("{}{m}", self.prefix))
     }
-    // A value's form (a CPU or memory quantity), then that it is above zero.
-    let form = |key: &str, v: &str, mem: bool| {
+
+    fn refuse(&self, m: String) -> Error {
+        Error::refused(format!("{}{m}", self.prefix))
+    }
+
+    fn form(&self, key: &str, v: &str, mem: bool) -> Result<()> {
         let (ok, hint) = if mem {
             (is_memory(v), MEMORY_HINT)
         } else {
@@ -262,42 +262,25 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         };
         match ok {
             true => Ok(()),
-            false => Err(bad(format!("invalid {key} value {v:?} — must be {hint}"))),
+            false => Err(self.bad(format!("invalid {key} value {v:?} — must be {hint}"))),
         }
-    };
-    let positive = |key: &str, v: &str, mem: bool| {
+    }
+
+    fn positive(&self, key: &str, v: &str, mem: bool) -> Result<()> {
         let amount = if mem { to_float(v) } else { cpu_millis_f(v) };
         match amount > 0.0 {
             true => Ok(()),
-            false => Err(bad(format!("{key} must be a positive value, got {v}"))),
-        }
-    };
-    for (key, value, mem) in [(&n.cpu, &g.cpu, false), (&n.memory, &g.memory, true)] {
-        if let Some(v) = given(value) {
-            form(key, v, mem)?;
-            positive(key, v, mem)?;
+            false => Err(self.bad(format!("{key} must be a positive value, got {v}"))),
         }
     }
-    let mut sized = None;
-    if let Some(t) = itype
-        && !(has_cpu && has_mem)
-    {
-        match instancetypes::lookup(t) {
-            Some(x) => sized = Some(x),
-            None => {
-                return Err(bad(format!(
-                    "specified instanceType {t:?} not found in cluster (nearest known: {}; `talos-gen kubelet-reservations --help` lists all)",
-                    instancetypes::nearest(t, 3).join(", ")
-                )));
-            }
-        }
-    }
-    let effective_memory: Option<String> = given(&g.memory)
-        .map(str::to_string)
-        .or_else(|| sized.as_ref().map(|(_, m)| m.clone()));
-    let effective_cpu: Option<String> = given(&g.cpu)
-        .map(str::to_string)
-        .or_else(|| sized.as_ref().map(|(c, _)| c.to_string()));
+}
+
+/// Compute the reservations; `prefix` starts every message (the chart
+/// writes `nodeGroup <name>: `). The checks run in the chart's order.
+pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
+    let ck = Checks { prefix };
+    let (g, n) = (&input.given, &input.names);
+    let (effective_memory, effective_cpu) = effective_resources(input, &ck)?;
 
     let mut auto_mi: i64 = 256;
     if let Some(m) = &effective_memory {
@@ -311,19 +294,11 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         let five = (millis as f64 * 0.05) as i64;
         auto_millis = five.clamp(50, 500);
     }
-
-    let sys_mem = given(&g.system_reserved_memory)
-        .map(str::to_string)
-        .unwrap_or(format!("{auto_mi}Mi"));
-    let kube_mem = given(&g.kube_reserved_memory)
-        .map(str::to_string)
-        .unwrap_or(format!("{auto_mi}Mi"));
-    let sys_cpu = given(&g.system_reserved_cpu)
-        .map(str::to_string)
-        .unwrap_or(format!("{auto_millis}m"));
-    let kube_cpu = given(&g.kube_reserved_cpu)
-        .map(str::to_string)
-        .unwrap_or(format!("{auto_millis}m"));
+    let or_auto = |v: &Option<String>, auto: String| given(v).map(str::to_string).unwrap_or(auto);
+    let sys_mem = or_auto(&g.system_reserved_memory, format!("{auto_mi}Mi"));
+    let kube_mem = or_auto(&g.kube_reserved_memory, format!("{auto_mi}Mi"));
+    let sys_cpu = or_auto(&g.system_reserved_cpu, format!("{auto_millis}m"));
+    let kube_cpu = or_auto(&g.kube_reserved_cpu, format!("{auto_millis}m"));
     let hard = given(&g.eviction_hard_memory).unwrap_or("7%").to_string();
     let soft = given(&g.eviction_soft_memory).unwrap_or("10%").to_string();
 
@@ -337,63 +312,15 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
     ];
     for (key, value, mem) in overrides {
         if let Some(v) = given(value) {
-            form(key, v, mem)?;
+            ck.form(key, v, mem)?;
         }
     }
     for (key, value, mem) in overrides {
         if let Some(v) = given(value) {
-            positive(key, v, mem)?;
+            ck.positive(key, v, mem)?;
         }
     }
-    let thresholds = [
-        (&hard, &n.eviction_hard_memory, "7%"),
-        (&soft, &n.eviction_soft_memory, "10%"),
-    ];
-    for (value, key, example) in thresholds {
-        if !value.ends_with('%') && !is_memory(value) {
-            return Err(bad(format!(
-                "invalid {key} value {value:?} — must be a percentage (e.g. {example}) or a valid Kubernetes memory quantity (e.g. 500Mi, 1Gi, 1e9)"
-            )));
-        }
-    }
-    match (hard.strip_suffix('%'), soft.strip_suffix('%')) {
-        (Some(h), Some(s)) => {
-            let percents = [(h, &n.eviction_hard_memory), (s, &n.eviction_soft_memory)];
-            for (p, key) in percents {
-                if !is_pct_number(p) {
-                    return Err(bad(format!(
-                        "{key} percentage value {p:?} is not a valid number"
-                    )));
-                }
-            }
-            for (p, key) in percents {
-                let pct: f64 = p.parse().unwrap_or(0.0);
-                if pct <= 0.0 || pct > 100.0 {
-                    return Err(bad(format!(
-                        "{key}: the eviction threshold must be a percentage in (0, 100], got {p}%"
-                    )));
-                }
-            }
-            let (hp, sp): (f64, f64) = (h.parse().unwrap_or(0.0), s.parse().unwrap_or(0.0));
-            if hp >= sp {
-                return Err(refuse(format!(
-                    "evictionHardMemory ({hard}) must be strictly less than evictionSoftMemory ({soft})"
-                )));
-            }
-        }
-        (None, None) => {
-            if to_float(&hard) >= to_float(&soft) {
-                return Err(refuse(format!(
-                    "evictionHardMemory ({hard}) must be strictly less than evictionSoftMemory ({soft})"
-                )));
-            }
-        }
-        _ => {
-            return Err(refuse(format!(
-                "evictionHardMemory ({hard}) and evictionSoftMemory ({soft}) must use the same unit type (both percentage or both absolute)"
-            )));
-        }
-    }
+    check_thresholds(&hard, &soft, n, &ck)?;
 
     let mut hard_bytes = 0.0;
     if let Some(m) = &effective_memory {
@@ -407,7 +334,7 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         let total = to_float(&sys_mem) + to_float(&kube_mem) + hard_bytes;
         let eff = to_float(m);
         if total >= eff {
-            return Err(refuse(format!(
+            return Err(ck.refuse(format!(
                 "total reserved memory (systemReservedMemory={sys_mem} + kubeReservedMemory={kube_mem} + evictionHardMemory={hard}) must be less than effective node memory ({m})"
             )));
         }
@@ -418,7 +345,7 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         let total = cpu_millis_f(&sys_cpu) + cpu_millis_f(&kube_cpu);
         let eff = cpu_millis_int(c) as f64;
         if total >= eff {
-            return Err(refuse(format!(
+            return Err(ck.refuse(format!(
                 "total reserved CPU (systemReservedCpu={sys_cpu} + kubeReservedCpu={kube_cpu}) must be less than effective node CPU ({c} cores)"
             )));
         }
@@ -434,7 +361,7 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         .iter()
         .any(|v| given(v).is_some())
     {
-        return Err(refuse(
+        return Err(ck.refuse(
             "kubelet memory reservations require effective memory to validate — set resources.memory or instanceType".into(),
         ));
     }
@@ -443,7 +370,7 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
             .iter()
             .any(|v| given(v).is_some())
     {
-        return Err(refuse(
+        return Err(ck.refuse(
             "cannot validate kubelet CPU reservations without effective CPU — set resources.cpu or a valid instanceType".into(),
         ));
     }
@@ -457,6 +384,101 @@ pub fn compute(input: &Input, prefix: &str) -> Result<Reservations> {
         capacity_memory,
         capacity_cpu,
     })
+}
+
+/// The node's memory and CPU: `resources` when given, else the instance
+/// type's (both or neither with an instance type), each checked.
+fn effective_resources(input: &Input, ck: &Checks) -> Result<(Option<String>, Option<String>)> {
+    let (g, n) = (&input.given, &input.names);
+    let has_cpu = given(&g.cpu).is_some();
+    let has_mem = given(&g.memory).is_some();
+    let itype = given(&g.instance_type);
+    if itype.is_some() && has_cpu != has_mem {
+        return Err(ck.bad(format!("set both {} and {}, or neither", n.cpu, n.memory)));
+    }
+    for (key, value, mem) in [(&n.cpu, &g.cpu, false), (&n.memory, &g.memory, true)] {
+        if let Some(v) = given(value) {
+            ck.form(key, v, mem)?;
+            ck.positive(key, v, mem)?;
+        }
+    }
+    let mut sized = None;
+    if let Some(t) = itype
+        && !(has_cpu && has_mem)
+    {
+        match instancetypes::lookup(t) {
+            Some(x) => sized = Some(x),
+            None => {
+                return Err(ck.bad(format!(
+                    "specified instanceType {t:?} not found in cluster (nearest known: {}; `talos-gen kubelet-reservations --help` lists all)",
+                    instancetypes::nearest(t, 3).join(", ")
+                )));
+            }
+        }
+    }
+    let memory = given(&g.memory)
+        .map(str::to_string)
+        .or_else(|| sized.as_ref().map(|(_, m)| m.clone()));
+    let cpu = given(&g.cpu)
+        .map(str::to_string)
+        .or_else(|| sized.as_ref().map(|(c, _)| c.to_string()));
+    Ok((memory, cpu))
+}
+
+/// The eviction thresholds: each a percentage or a memory quantity,
+/// percentages in (0, 100], both of one unit, hard below soft.
+fn check_thresholds(hard: &str, soft: &str, n: &Names, ck: &Checks) -> Result<()> {
+    let thresholds = [
+        (hard, &n.eviction_hard_memory, "7%"),
+        (soft, &n.eviction_soft_memory, "10%"),
+    ];
+    for (value, key, example) in thresholds {
+        if !value.ends_with('%') && !is_memory(value) {
+            return Err(ck.bad(format!(
+                "invalid {key} value {value:?} — must be a percentage (e.g. {example}) or a valid Kubernetes memory quantity (e.g. 500Mi, 1Gi, 1e9)"
+            )));
+        }
+    }
+    match (hard.strip_suffix('%'), soft.strip_suffix('%')) {
+        (Some(h), Some(s)) => {
+            let percents = [(h, &n.eviction_hard_memory), (s, &n.eviction_soft_memory)];
+            for (p, key) in percents {
+                if !is_pct_number(p) {
+                    return Err(ck.bad(format!(
+                        "{key} percentage value {p:?} is not a valid number"
+                    )));
+                }
+            }
+            for (p, key) in percents {
+                let pct: f64 = p.parse().unwrap_or(0.0);
+                if pct <= 0.0 || pct > 100.0 {
+                    return Err(ck.bad(format!(
+                        "{key}: the eviction threshold must be a percentage in (0, 100], got {p}%"
+                    )));
+                }
+            }
+            let (hp, sp): (f64, f64) = (h.parse().unwrap_or(0.0), s.parse().unwrap_or(0.0));
+            if hp >= sp {
+                return Err(ck.refuse(format!(
+                    "evictionHardMemory ({hard}) must be strictly less than evictionSoftMemory ({soft})"
+                )));
+            }
+        }
+        (None, None) => {
+            if to_float(hard) >= to_float(soft) {
+                return Err(ck.refuse(format!(
+                    "evictionHardMemory ({hard}) must be strictly less than evictionSoftMemory ({soft})"
+                )));
+            }
+        }
+        _ => {
+            return Err(ck.refuse(format!(
+                "evictionHardMemory ({hard}) and evictionSoftMemory ({soft}) must use the same unit type (both percentage or both absolute)"
+            )));
+        }
+    }
+
+    Ok(())
 }
 
 impl Reservations {
