@@ -6,9 +6,36 @@
 use crate::error::{Error, Result};
 use crate::version::Version;
 
-/// The contracts this generator knows.
-pub const OLDEST_MINOR: u64 = 3;
-pub const NEWEST_MINOR: u64 = 14;
+/// The one table of the Talos minors talos-gen writes, oldest first: each
+/// with the Talos release whose published JSON schema its documents are
+/// checked against (the reference data's `talos-schema/`; the minors before
+/// 1.12 against 1.11.6's, the last schema that still describes
+/// `machine.registries`). The parity and schema tests, and the data checks
+/// (a matrix row, an image row, a golden config per minor), read this table:
+/// adding a minor starts here (ARCHITECTURE.md, "A new Talos minor").
+pub const CONTRACTS: &[(u64, &str)] = &[
+    (3, "v1.11.6"),
+    (4, "v1.11.6"),
+    (5, "v1.11.6"),
+    (6, "v1.11.6"),
+    (7, "v1.11.6"),
+    (8, "v1.11.6"),
+    (9, "v1.11.6"),
+    (10, "v1.11.6"),
+    (11, "v1.11.6"),
+    (12, "v1.12.11"),
+    (13, "v1.13.9"),
+    (14, "v1.14.0-rc.1"),
+];
+
+/// The contracts this generator knows: the first and last of [`CONTRACTS`].
+pub const OLDEST_MINOR: u64 = CONTRACTS[0].0;
+pub const NEWEST_MINOR: u64 = CONTRACTS[CONTRACTS.len() - 1].0;
+
+/// The minors of [`CONTRACTS`], oldest first.
+pub fn minors() -> impl Iterator<Item = u64> {
+    CONTRACTS.iter().map(|(m, _)| *m)
+}
 
 /// A behaviour that changed at one Talos minor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +90,10 @@ pub enum Gate {
     SysctlDocument,
     /// The ImageVerificationConfig document (cosign signature rules) exists.
     ImageVerification,
+    /// talosctl's default installer is the factory's
+    /// `metal-installer/<vanilla schematic>` (`ghcr.io/siderolabs/installer`
+    /// is no longer published).
+    FactoryInstaller,
 }
 
 /// The one table of gates: each holds from that minor on.
@@ -89,6 +120,7 @@ pub const GATES: &[(Gate, u64)] = &[
     (Gate::FilesystemTrim, 14),
     (Gate::WorkloadIsolation, 14),
     (Gate::SysctlDocument, 14),
+    (Gate::FactoryInstaller, 14),
 ];
 
 /// A version contract (`v1.X`).
@@ -119,6 +151,29 @@ impl Contract {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_contract_table_is_one_run_of_minors() {
+        let minors: Vec<u64> = minors().collect();
+        let want: Vec<u64> = (OLDEST_MINOR..=NEWEST_MINOR).collect();
+        assert_eq!(
+            minors, want,
+            "CONTRACTS must list every minor once, in order"
+        );
+        for (minor, schema) in CONTRACTS {
+            let v = Version::parse_named(schema, "schema").unwrap();
+            assert!(
+                v.minor == *minor || (*minor < 12 && v.minor == 11),
+                "v1.{minor}: {schema}"
+            );
+        }
+        for (g, from) in GATES {
+            assert!(
+                *from <= NEWEST_MINOR,
+                "{g:?} opens after the newest contract"
+            );
+        }
+    }
 
     #[test]
     fn every_gate_once() {

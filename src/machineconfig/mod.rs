@@ -571,7 +571,7 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
             ));
         } else if needs_image {
             // talosctl gen config's default installer for this release.
-            let repo = if talos.minor_key() >= (1, 14) {
+            let repo = if contract.has(contract::Gate::FactoryInstaller) {
                 TALOSCTL_INSTALLER_1_14
             } else {
                 TALOSCTL_INSTALLER

@@ -18,21 +18,32 @@ use std::path::Path;
 
 use crate::support::reference::OVERRIDES_PATCH;
 use serde_json::Value as Json;
-use talos_gen::machineconfig::{self, Request, model};
+use talos_gen::machineconfig::{self, Request, contract, model};
 use talos_gen::yaml::Value;
 
-fn schema_file(minor: u64) -> &'static str {
-    match minor {
-        0..=11 => "config.schema.v1.11.6.json",
-        12 => "config.schema.v1.12.11.json",
-        13 => "config.schema.json",
-        _ => "config.schema.v1.14.0-rc.1.json",
+/// The reference data's file of a Talos release's published schema: the
+/// newest stable one is `config.schema.json` (`talos-schema/SOURCE.txt`),
+/// the others carry their release in the name.
+pub(crate) fn schema_file_of(release: &str) -> String {
+    match release {
+        "v1.13.9" => "config.schema.json".into(),
+        r => format!("config.schema.{r}.json"),
     }
+}
+
+/// The schema contract `minor`'s documents are checked against: the one
+/// table, `contract::CONTRACTS`, says which release's.
+fn schema_file(minor: u64) -> String {
+    let (_, release) = contract::CONTRACTS
+        .iter()
+        .find(|(m, _)| *m == minor)
+        .unwrap_or_else(|| panic!("v1.{minor} is not in contract::CONTRACTS"));
+    schema_file_of(release)
 }
 
 struct Schemas {
     dir: std::path::PathBuf,
-    files: HashMap<&'static str, Json>,
+    files: HashMap<String, Json>,
     validators: HashMap<(u64, String), jsonschema::Validator>,
 }
 
@@ -53,9 +64,9 @@ impl Schemas {
             self.validators.insert(key.clone(), v);
         }
         if !self.validators.contains_key(&key) {
-            let schema = self.files.entry(file).or_insert_with(|| {
-                serde_json::from_str(&std::fs::read_to_string(self.dir.join(file)).unwrap())
-                    .unwrap()
+            let path = self.dir.join(&file);
+            let schema = self.files.entry(file.clone()).or_insert_with(|| {
+                serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
             });
             let defs = schema["$defs"].clone();
             assert!(defs.get(def).is_some(), "{file} has no definition {def}");
@@ -189,7 +200,7 @@ fn the_validator_allows_exactly_the_three_exceptions_on_talos_goldens() {
         return;
     };
     let mut schemas = Schemas::new(&shared);
-    for minor in 3..=14u64 {
+    for minor in contract::minors() {
         let dir = shared.join(format!("talos-golden/v1.{minor}"));
         for f in ["base-worker.yaml", "overrides-worker.yaml"] {
             let p = dir.join(f);
@@ -208,7 +219,7 @@ fn base_and_overrides_are_schema_valid() {
     };
     let mut schemas = Schemas::new(&shared);
     let patch = std::fs::read_to_string(shared.join("talos-golden/patch.yaml")).unwrap();
-    for minor in 3..=14u64 {
+    for minor in contract::minors() {
         let out = machineconfig::generate(&base(&shared, minor)).unwrap();
         schemas.check(minor, &out.config, &format!("base v1.{minor}"));
         // The overrides mode, on every contract that still has the
@@ -238,7 +249,7 @@ fn fresh_secrets_resolver_and_mirror_modes_are_schema_valid() {
         return;
     };
     let mut schemas = Schemas::new(&shared);
-    for minor in 3..=14u64 {
+    for minor in contract::minors() {
         let req = Request {
             talos_version: Some(format!("v1.{minor}.0")),
             cluster_name: Some("tenant-a".into()),
@@ -278,7 +289,7 @@ fn cozystack_profile_is_schema_valid_on_every_contract() {
     let mut schemas = Schemas::new(&shared);
     let values =
         std::fs::read_to_string(shared.join("cozystack/kubernetes-nodes.values.yaml")).unwrap();
-    for minor in 3..=14u64 {
+    for minor in contract::minors() {
         for (label, extra) in [
             ("defaults", ""),
             (
