@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod ops;
 pub mod registry;
 pub mod schematics;
+pub mod stale;
 pub mod status;
 pub mod tls;
 pub mod token;
