@@ -9,6 +9,9 @@ use crate::datavolume::{self, Names, Request};
 use crate::error::Error;
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  talos-gen datavolume --base-url http://talos-gen.example:8080 --schematic cozystack \\\n    --talos-version v1.13.6 --name md0-disk --size 20Gi -o md0-disk.yaml\n  talos-gen datavolume --base-url https://talos-gen.example:8443 --cert-configmap talos-gen-ca \\\n    --schematic ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515 \\\n    --talos-version v1.13.6 --platform nocloud --arch arm64 --name md1-disk --size 10Gi \\\n    --storage-class replicated | kubectl apply -f -"
+)]
 pub struct DatavolumeArgs {
     /// The talos-gen service's base URL, as the cluster reaches it (e.g. https://talos-gen.example:8443).
     #[arg(long, value_name = "URL")]
@@ -34,7 +37,7 @@ pub struct DatavolumeArgs {
     /// StorageClass of the volume (default: the cluster's default class).
     #[arg(long, value_name = "SC")]
     pub storage_class: Option<String>,
-    /// ConfigMap holding the CA of an HTTPS base URL (CDI's certConfigMap).
+    /// ConfigMap holding the CA of an HTTPS base URL (CDI's certConfigMap; default: none).
     #[arg(long = "cert-configmap", value_name = "NAME")]
     pub cert_configmap: Option<String>,
     /// The longest wait for the .sha256 answer (the service answers it once
