@@ -576,6 +576,9 @@ impl FactoryDoc {
 pub struct Document {
     pub content_type: String,
     pub body: bytes::Bytes,
+    /// The stored copy past `--metadata-ttl`, answered because the factory
+    /// could not be asked (the answer says so: `Warning: 110 - "stale"`).
+    pub stale: bool,
 }
 
 impl ImageCache {
@@ -588,7 +591,14 @@ impl ImageCache {
             .clone()
             .unwrap_or_else(|| doc.default_content_type().into());
         let body = o.read_small(MAX_DOCUMENT as u64).ok()?;
-        Some((entry, Document { content_type, body }))
+        Some((
+            entry,
+            Document {
+                content_type,
+                body,
+                stale: false,
+            },
+        ))
     }
 
     /// A factory document: the stored copy while younger than `ttl`, else
@@ -624,8 +634,10 @@ impl ImageCache {
             }
             Err(e @ FetchError::Status { .. }) => Err(ImageError::Fetch(e)),
             Err(e) => match stored {
-                Some((_, d)) => {
+                Some((_, mut d)) => {
                     tracing::warn!(error = %e, path = %doc.path, "serving the stored copy");
+                    self.metrics.stale("document");
+                    d.stale = true;
                     Ok(d)
                 }
                 None => Err(ImageError::Fetch(e)),
@@ -664,6 +676,7 @@ impl ImageCache {
         Ok(Document {
             content_type,
             body: bytes::Bytes::from(body),
+            stale: false,
         })
     }
 

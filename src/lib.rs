@@ -26,6 +26,8 @@ pub mod store;
 pub mod upstream;
 pub mod verifiers;
 
+pub mod datavolume;
+
 pub mod service;
 
 pub mod mirror;

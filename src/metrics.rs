@@ -65,12 +65,17 @@ struct Inner {
     responses: Family<KindResult, Counter>,
     store_bytes: Gauge,
     offline_misses: Family<Kind, Counter>,
+    stale_answers: Family<Kind, Counter>,
     /// The last errors (5xx answers, failed fills), newest last.
     errors: std::sync::Mutex<std::collections::VecDeque<(std::time::SystemTime, String)>>,
 }
 
 /// Kinds every per-kind counter is exposed for from the start (at zero).
 pub const KINDS: &[&str] = &["image", "manifest", "blob"];
+/// Kinds of stored answers given because the upstream failed
+/// ([`Metrics::stale`]): a tag's manifest, a tag list, a referrers index,
+/// a factory document.
+pub const STALE_KINDS: &[&str] = &["manifest", "tags", "referrers", "document"];
 /// How many recent errors the status page keeps.
 pub const RECENT_ERRORS: usize = 20;
 
@@ -199,6 +204,15 @@ impl Metrics {
             "Requests for something not stored while --offline (404, no upstream contacted)",
             offline_misses.clone(),
         );
+        let stale_answers = Family::<Kind, Counter>::default();
+        registry.register(
+            "stale_answers",
+            "Stored answers given because the upstream failed (sent with Warning: 110 - \"stale\")",
+            stale_answers.clone(),
+        );
+        for k in STALE_KINDS {
+            let _ = stale_answers.get_or_create(&kind(k));
+        }
         // Every counter exists from the start, at zero, for every kind.
         for k in KINDS {
             let _ = hits.get_or_create(&kind(k));
@@ -223,6 +237,7 @@ impl Metrics {
         }
         Metrics(Arc::new(Inner {
             offline_misses,
+            stale_answers,
             errors: Default::default(),
             registry,
             hits,
@@ -256,6 +271,12 @@ impl Metrics {
     /// miss: no fill started).
     pub fn offline_miss(&self, k: &str) {
         self.0.offline_misses.get_or_create(&kind(k)).inc();
+    }
+
+    /// A stored answer of kind `k` ([`STALE_KINDS`]) given because the
+    /// upstream failed.
+    pub fn stale(&self, k: &str) {
+        self.0.stale_answers.get_or_create(&kind(k)).inc();
     }
 
     /// `(kind, hits, misses, offline misses)` for the status page.

@@ -211,7 +211,7 @@ fn patch_text(arg: &str, i: usize) -> crate::Result<String> {
 
 /// Write `text` to `path` atomically: a temporary file (mode 0600) in the
 /// same directory, fsync, rename, fsync of the directory.
-fn write_file(path: &str, text: &str, what: &str) -> crate::Result<()> {
+pub(super) fn write_file(path: &str, text: &str, what: &str) -> crate::Result<()> {
     use std::io::Write;
     let target = std::path::Path::new(path);
     let dir = target

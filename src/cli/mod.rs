@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use crate::error::Error;
 
 pub mod common;
+pub mod datavolume;
 pub mod images;
 pub mod machineconfig;
 pub mod matrix;
@@ -41,6 +42,8 @@ pub enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Fill, check and carry the store for air-gapped sites.
     Mirror(mirror::MirrorArgs),
+    /// Write the CDI DataVolume that imports a disk image from the service, with its checksum.
+    Datavolume(datavolume::DatavolumeArgs),
     /// Print the version and the Talos and Kubernetes ranges the embedded matrix knows.
     Version,
 }
@@ -130,6 +133,7 @@ pub fn main() -> i32 {
         Command::KubeletReservations(a) => machineconfig::run_reservations(a),
         Command::Serve(a) => serve::run(*a),
         Command::Mirror(a) => mirror::run(a),
+        Command::Datavolume(a) => datavolume::run(a),
         Command::Version => {
             println!("talos-gen {}", version_text());
             Ok(0)

@@ -21,7 +21,7 @@ pub async fn not_found(uri: axum::http::Uri) -> Response {
         (
             StatusCode::NOT_FOUND,
             Json(serde_json::json!({
-                "error": format!("no such API endpoint: {shown} (known: /api/v1/matrix, /api/v1/matrix/check, /api/v1/machineconfig, /api/v1/kubelet-reservations)")
+                "error": format!("no such API endpoint: {shown} (known: /api/v1/matrix, /api/v1/matrix/check, /api/v1/machineconfig, /api/v1/kubelet-reservations, /api/v1/datavolume)")
             })),
         )
             .into_response()

@@ -14,7 +14,7 @@ use super::error::text;
 use super::state::AppState;
 use crate::imagecache::FactoryDoc;
 
-async fn answer(state: &AppState, doc: crate::Result<FactoryDoc>) -> Response {
+pub(super) async fn answer(state: &AppState, doc: crate::Result<FactoryDoc>) -> Response {
     let doc = match doc {
         Ok(d) => d,
         Err(e) => return e.into_response(),
@@ -25,6 +25,7 @@ async fn answer(state: &AppState, doc: crate::Result<FactoryDoc>) -> Response {
             if let Ok(v) = HeaderValue::from_str(&d.content_type) {
                 r.headers_mut().insert(header::CONTENT_TYPE, v);
             }
+            super::stale::mark(r.headers_mut(), d.stale);
             r
         }
         Err(e) => e.into_response(),

@@ -110,16 +110,7 @@ pub async fn get_talosctl(
 
 /// `GET /versions`: the factory's list, kept for when it cannot be asked.
 pub async fn versions(State(state): State<AppState>) -> Response {
-    match state.images.versions().await {
-        Ok((ct, body)) => {
-            let mut r = Response::new(Body::from(body));
-            if let Ok(v) = HeaderValue::from_str(&ct) {
-                r.headers_mut().insert(header::CONTENT_TYPE, v);
-            }
-            r
-        }
-        Err(e) => e.into_response(),
-    }
+    super::factory::answer(&state, Ok(crate::imagecache::FactoryDoc::versions())).await
 }
 
 /// `<sha256>  <asset>`: known once the artifact is stored.

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 
 pub mod access;
 pub mod api;
+pub mod datavolume;
 pub mod error;
 pub mod ranges;
 pub mod state;
@@ -26,6 +27,7 @@ pub mod metrics;
 pub mod ops;
 pub mod registry;
 pub mod schematics;
+pub mod stale;
 pub mod status;
 pub mod tls;
 pub mod token;
@@ -156,6 +158,7 @@ pub fn routes() -> Vec<(&'static str, &'static [u16], MethodRouter<AppState>)> {
             &[200],
             post(machineconfig::reservations),
         ),
+        ("/api/v1/datavolume", &[200], get(datavolume::get)),
     ]
 }
 

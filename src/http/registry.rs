@@ -199,6 +199,7 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
             if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", m.digest)) {
                 h.insert(header::ETAG, v);
             }
+            super::stale::mark(h, m.stale);
             Ok(resp)
         }
         "blobs" => {
@@ -218,6 +219,7 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
             let q = tag_query(query)?;
             let list = reg.tags(&up, repo, &q).await?;
             let mut resp = json_response(&method, "application/json", list.body().into());
+            super::stale::mark(resp.headers_mut(), list.stale);
             if let Some(next) = &list.next {
                 let mut link = format!("</v2/{repo}/tags/list?");
                 if let Some(n) = next.n {
@@ -240,6 +242,7 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
             let at = query_param(query, "artifactType")?;
             let r = reg.referrers(&up, repo, &d, at.as_deref()).await?;
             let mut resp = json_response(&method, INDEX_MEDIA_TYPE, r.body);
+            super::stale::mark(resp.headers_mut(), r.stale);
             if r.filtered {
                 resp.headers_mut().insert(
                     "oci-filters-applied",

@@ -30,6 +30,10 @@ struct Raw {
     /// ... (with the kernel and initramfs, or the UKI, they boot).
     #[serde(default)]
     pxe: Vec<String>,
+    /// The factory's source images (`imager`, `installer-base`, ...:
+    /// `ghcr.io/siderolabs/<name>`) per `talosVersions` entry.
+    #[serde(default)]
+    source_images: Vec<String>,
 }
 
 /// A `workers:` entry: one worker pool, everything its nodes pull.
@@ -165,6 +169,9 @@ pub struct Config {
     pub talosctl: Vec<String>,
     /// `pxe:` entries (`metal-amd64`, ...), checked.
     pub pxe: Vec<String>,
+    /// `sourceImages:` entries (`imager`, ...), checked against
+    /// [`crate::registry::source::SOURCE_IMAGES`].
+    pub source_images: Vec<String>,
 }
 
 /// Default platform and architecture of a `workers:` entry.
@@ -377,6 +384,22 @@ impl Config {
                 cfg.pxe.push(p.clone());
             }
         }
+        for (i, n) in raw.source_images.iter().enumerate() {
+            if !crate::registry::source::is_source_image(n) {
+                return Err(Error::bad_input(format!(
+                    "{what}: sourceImages[{i}]: {n:?} is not a source image of the factory ({})",
+                    crate::registry::source::SOURCE_IMAGES.join(", ")
+                )));
+            }
+            if !cfg.source_images.contains(n) {
+                cfg.source_images.push(n.clone());
+            }
+        }
+        if !cfg.source_images.is_empty() && cfg.versions.is_empty() {
+            return Err(Error::bad_input(format!(
+                "{what}: sourceImages needs at least one talosVersions entry"
+            )));
+        }
         let needs_pairs =
             !cfg.images.is_empty() || !cfg.installers.is_empty() || !cfg.pxe.is_empty();
         if needs_pairs && (cfg.schematics.is_empty() || cfg.versions.is_empty()) {
@@ -494,7 +517,9 @@ impl Config {
         if !self.cosign_keys.is_empty() {
             return Signature::Verify;
         }
-        if self.workers.iter().any(|w| w.oci.contains(item)) {
+        if self.workers.iter().any(|w| w.oci.contains(item))
+            || self.source_image_items().contains(item)
+        {
             Signature::IfPresent
         } else {
             Signature::No
@@ -525,6 +550,23 @@ impl Config {
         for w in &self.workers {
             if !out.contains(&w.disk.version) {
                 out.push(w.disk.version.clone());
+            }
+        }
+        out
+    }
+
+    /// `sourceImages:` as items: `ghcr.io/siderolabs/<name>:<version>` for
+    /// each `talosVersions` entry (the keys `/v2/siderolabs/<name>` reads).
+    pub fn source_image_items(&self) -> Vec<Item> {
+        use crate::registry::source;
+        let mut out = Vec::new();
+        for v in &self.versions {
+            for n in &self.source_images {
+                out.push(Item::Extra(ExtraImage {
+                    host: source::SOURCE_HOST.to_string(),
+                    repo: source::repository(n),
+                    reference: v.clone(),
+                }));
             }
         }
         out
@@ -566,8 +608,15 @@ impl Config {
                 }
             }
         }
+        for x in self.source_image_items() {
+            if !out.contains(&x) {
+                out.push(x);
+            }
+        }
         for x in &self.extra_images {
-            out.push(Item::Extra(x.clone()));
+            if !out.contains(&Item::Extra(x.clone())) {
+                out.push(Item::Extra(x.clone()));
+            }
         }
         for w in &self.workers {
             for item in w.items() {
@@ -622,7 +671,7 @@ impl Config {
             .collect();
         if !rest.is_empty() {
             if !self.workers.is_empty() {
-                out.push_str("images, installers, extraImages:\n");
+                out.push_str("images, installers, sourceImages, extraImages:\n");
             }
             for item in &rest {
                 out.push_str(&format!("  {}\n", item.name()));
@@ -870,6 +919,52 @@ mod tests {
         ] {
             let e = Config::parse(bad, dir.path(), "cfg").unwrap_err();
             assert_eq!(e.exit_code(), 2, "{bad}");
+        }
+    }
+
+    #[test]
+    fn source_images() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Config::parse(
+            "talosVersions: [v1.13.6, 1.12.4]
+sourceImages: [imager, installer-base, imager]
+",
+            dir.path(),
+            "cfg",
+        )
+        .unwrap();
+        let names: Vec<String> = c.items().iter().map(Item::name).collect();
+        assert_eq!(
+            names,
+            [
+                "image ghcr.io/siderolabs/imager:v1.13.6",
+                "image ghcr.io/siderolabs/installer-base:v1.13.6",
+                "image ghcr.io/siderolabs/imager:v1.12.4",
+                "image ghcr.io/siderolabs/installer-base:v1.12.4",
+            ]
+        );
+        // Their signatures are fetched where the upstream has them.
+        for i in c.items() {
+            assert_eq!(c.wants_signature(&i), Signature::IfPresent, "{}", i.name());
+        }
+        let plan = c.plan_text();
+        assert!(plan.contains("image ghcr.io/siderolabs/imager:v1.13.6\n    + cosign signature ghcr.io/siderolabs/imager:sha256-<manifest digest>.sig"), "{plan}");
+        for (bad, want) in [
+            (
+                "talosVersions: [v1.13.6]
+sourceImages: [kubelet]
+",
+                "cfg: sourceImages[0]: \"kubelet\" is not a source image of the factory (installer-base, installer, imager, extensions, overlays, talosctl-all)",
+            ),
+            (
+                "sourceImages: [imager]
+",
+                "sourceImages needs at least one talosVersions entry",
+            ),
+        ] {
+            let e = Config::parse(bad, dir.path(), "cfg").unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}");
+            assert!(e.to_string().contains(want), "{bad}: {e}");
         }
     }
 }

@@ -60,6 +60,8 @@ pub struct TagList {
     pub tags: Vec<String>,
     /// The query of the next page (`Link: <...?n=..&last=..>; rel="next"`).
     pub next: Option<TagQuery>,
+    /// The stored tags, answered because the upstream failed.
+    pub stale: bool,
 }
 
 impl TagList {
@@ -76,6 +78,8 @@ pub struct Referrers {
     pub body: Bytes,
     /// Whether `artifactType` was applied.
     pub filtered: bool,
+    /// The stored index, answered because the upstream failed.
+    pub stale: bool,
 }
 
 /// Where a referrers index came from.
@@ -83,6 +87,8 @@ pub struct Referrers {
 pub enum ReferrersSource {
     Upstream,
     Stored,
+    /// The stored index, because the upstream failed.
+    Stale,
     /// Neither the upstream (no API, or offline) nor the store has one.
     Empty,
 }
@@ -113,8 +119,10 @@ impl Registry {
         match self.upstream_tags(up, repo, q).await {
             Ok(t) => Ok(t),
             Err(e) if e.status >= 500 => match self.stored_tags(up, repo, q) {
-                Ok(t) => {
+                Ok(mut t) => {
                     tracing::warn!(repo, error = %e.message, "upstream tag list unavailable; answering the stored tags");
+                    self.metric(|x| x.stale("tags"));
+                    t.stale = true;
                     Ok(t)
                 }
                 Err(_) => Err(e),
@@ -209,6 +217,7 @@ impl Registry {
             name: repo.to_string(),
             tags,
             next,
+            stale: false,
         })
     }
 
@@ -220,11 +229,16 @@ impl Registry {
         d: &Digest,
         artifact_type: Option<&str>,
     ) -> Result<Referrers, OciError> {
-        let (body, _) = self.referrers_index(up, repo, d, false).await?;
+        let (body, source) = self.referrers_index(up, repo, d, false).await?;
+        let stale = source == ReferrersSource::Stale;
+        if stale {
+            self.metric(|x| x.stale("referrers"));
+        }
         let Some(at) = artifact_type else {
             return Ok(Referrers {
                 body,
                 filtered: false,
+                stale,
             });
         };
         let mut v: serde_json::Value = serde_json::from_slice(&body)
@@ -235,6 +249,7 @@ impl Registry {
         Ok(Referrers {
             body: Bytes::from(v.to_string()),
             filtered: true,
+            stale,
         })
     }
 
@@ -268,7 +283,7 @@ impl Registry {
             Err(e) => match stored() {
                 Some(b) => {
                     tracing::warn!(repo, %d, error = %e.message, "upstream referrers unavailable; answering the stored index");
-                    (b, ReferrersSource::Stored)
+                    (b, ReferrersSource::Stale)
                 }
                 None => return Err(e),
             },
@@ -432,6 +447,7 @@ fn page(repo: &str, mut all: Vec<String>, q: &TagQuery) -> TagList {
         name: repo.to_string(),
         tags: all,
         next,
+        stale: false,
     }
 }
 
@@ -552,7 +568,8 @@ mod tests {
             TagList {
                 name: "a/b".into(),
                 tags: tags(&["v1"]),
-                next: None
+                next: None,
+                stale: false,
             }
             .body(),
             r#"{"name":"a/b","tags":["v1"]}"#

@@ -25,6 +25,9 @@ pub struct Manifest {
     pub digest: Digest,
     pub media_type: String,
     pub body: Bytes,
+    /// The stored manifest of a tag, answered because the upstream failed
+    /// (the answer says so: `Warning: 110 - "stale"`).
+    pub stale: bool,
 }
 
 impl Registry {
@@ -61,6 +64,7 @@ impl Registry {
             digest: d.clone(),
             media_type,
             body,
+            stale: false,
         })
     }
 
@@ -125,8 +129,11 @@ impl Registry {
         {
             return Ok(m);
         }
-        let stale = |why: &OciError| {
+        let stale = |why: &OciError, mut m: Manifest| {
             tracing::warn!(repo, tag, error = %why.message, "upstream unavailable; serving the last known tag mapping");
+            self.metric(|x| x.stale("manifest"));
+            m.stale = true;
+            m
         };
         // With a known mapping, a HEAD is enough when the digest is unchanged.
         if let Some((d, _)) = &last {
@@ -140,8 +147,7 @@ impl Registry {
                 Ok(_) => {}
                 Err(e) if e.status >= 500 => {
                     if let Some(m) = self.stored_manifest(d).await {
-                        stale(&e);
-                        return Ok(m);
+                        return Ok(stale(&e, m));
                     }
                     return Err(e);
                 }
@@ -156,10 +162,7 @@ impl Registry {
             Ok(None) => Err(manifest_unknown(repo, tag)),
             Err(e) if e.status >= 500 => match &last {
                 Some((d, _)) => match self.stored_manifest(d).await {
-                    Some(m) => {
-                        stale(&e);
-                        Ok(m)
-                    }
+                    Some(m) => Ok(stale(&e, m)),
                     None => Err(e),
                 },
                 None => Err(e),
@@ -287,6 +290,7 @@ impl Registry {
             digest,
             media_type,
             body: Bytes::from(body),
+            stale: false,
         };
         self.commit_manifest(&m).await?;
         self.metric(|x| x.upstream_fetch("manifest", true, t0.elapsed()));

@@ -14,7 +14,9 @@
 //! [`Registry`], routing, the registries the store holds, blobs),
 //! `manifest` (manifest fetch, verify, commit, tags), `listing` (tag lists
 //! and OCI 1.1 referrers, online and from the store), `error`
-//! ([`OciError`] and its mappings), `locks` (one upstream fetch per key).
+//! ([`OciError`] and its mappings), `locks` (one upstream fetch per key),
+//! `source` (the factory's source image proxy: `siderolabs/<image>` from
+//! `ghcr.io` without `?ns=`).
 
 pub mod client;
 mod error;
@@ -24,6 +26,7 @@ mod locks;
 mod manifest;
 pub mod names;
 mod service;
+pub mod source;
 
 pub use error::OciError;
 pub use listing::{

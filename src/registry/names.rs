@@ -299,7 +299,9 @@ pub fn url_host(url: &str) -> Option<String> {
 }
 
 /// Decide which upstream serves `repo`, given the request's `ns`.
-/// - no `ns`: installer repositories only, from `--registry-url`;
+/// - no `ns`: installer repositories, from `--registry-url`, and the
+///   factory's source images (`siderolabs/imager`, ...: [`super::source`]),
+///   from `ghcr.io`;
 /// - `ns=factory.talos.dev` (the host Talos and Cozystack name installers
 ///   by) or the `--registry-url` host itself (a Talos worker whose mirror
 ///   for the factory points here): installer repositories, from
@@ -323,9 +325,12 @@ pub fn route(
         None => {
             if is_installer_repository(repo) {
                 Ok(UpstreamId::Installer)
+            } else if super::source::is_source_repository(repo) {
+                Ok(UpstreamId::Mirror(super::source::SOURCE_HOST.to_string()))
             } else {
                 Err(NameError::Denied(format!(
-                    "repository {repo:?} is not served here: without ?ns= only installer[-secureboot]/<schematic> and <platform>-installer[-secureboot]/<schematic> are"
+                    "repository {repo:?} is not served here: without ?ns= only installer[-secureboot]/<schematic>, <platform>-installer[-secureboot]/<schematic> and siderolabs/{{{}}} are",
+                    super::source::SOURCE_IMAGES.join(",")
                 )))
             }
         }
@@ -563,6 +568,18 @@ mod tests {
         );
         assert!(matches!(
             route("siderolabs/kubelet", None, &t, None),
+            Err(NameError::Denied(_))
+        ));
+        // The factory's source images, from ghcr.io without ?ns=; no other
+        // siderolabs/ name.
+        for img in super::super::source::SOURCE_IMAGES {
+            assert_eq!(
+                route(&format!("siderolabs/{img}"), None, &t, None),
+                Ok(UpstreamId::Mirror("ghcr.io".into()))
+            );
+        }
+        assert!(matches!(
+            route("siderolabs/talosctl", None, &t, None),
             Err(NameError::Denied(_))
         ));
         assert!(matches!(

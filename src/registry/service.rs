@@ -199,6 +199,8 @@ impl Registry {
             UpstreamId::Mirror(ns) => self
                 .mirrors
                 .get(ns)
+                // The source image proxy's registry has a default.
+                .or((ns == super::source::SOURCE_HOST).then_some(super::source::SOURCE_DEFAULT_URL))
                 .ok_or_else(|| OciError::new(403, "DENIED", format!("ns {ns:?} not configured"))),
         }
     }

@@ -521,6 +521,7 @@ fn help_describes_every_flag() {
         &["matrix", "check"],
         &["schematic", "id"],
         &["schematic", "canonical"],
+        &["datavolume"],
     ];
     let tree = subcommands();
     for cmd in listed {

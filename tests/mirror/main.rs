@@ -10,3 +10,4 @@ mod mirror_e2e;
 mod mirror_progress;
 mod mirror_prune;
 mod mirror_signatures;
+mod mirror_source_images;

@@ -8,3 +8,4 @@ mod registry_auth;
 mod registry_containerd;
 mod registry_e2e;
 mod registry_mirror;
+mod source_images;

@@ -84,6 +84,25 @@ fn content_type(svc: &Service, path: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The `Warning` header of an answer, if any.
+fn warning(r: &support::Curl) -> Option<String> {
+    r.headers.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("warning")
+            .then(|| v.trim().to_string())
+    })
+}
+
+/// `talos_gen_stale_answers_total{kind="document"}` of `/metrics`.
+fn stale_count(svc: &Service) -> u64 {
+    let m = String::from_utf8(get(svc, "/metrics").body).unwrap();
+    m.lines()
+        .find_map(|l| l.strip_prefix("talos_gen_stale_answers_total{kind=\"document\"} "))
+        .unwrap_or_else(|| panic!("no stale document counter in {m}"))
+        .parse()
+        .unwrap()
+}
+
 fn gets(ng: &Nginx, path: &str) -> usize {
     ng.count(&format!("\"GET {path} "))
 }
@@ -95,6 +114,7 @@ fn serve_answers_them_within_the_ttl_asks_again_after_and_falls_back_to_the_stor
     let root = dir.path().join("root");
     write(&root, KEY, d.key.as_bytes());
     write(&root, &ext_path(V), d.extensions.as_bytes());
+    write(&root, "/versions", d.versions.as_bytes());
     // A captive portal's page where the certificate should be.
     write(&root, CERT, b"<html><body>Please log in</body></html>\n");
     let mut ng = factory(&root);
@@ -121,6 +141,13 @@ fn serve_answers_them_within_the_ttl_asks_again_after_and_falls_back_to_the_stor
         assert_eq!(r.body, d.extensions.as_bytes());
     }
     assert_eq!(content_type(&svc, KEY), "application/x-pem-file");
+    // Fresh answers, from the factory or the store within the TTL, say
+    // nothing of staleness.
+    for p in [KEY, "/versions"] {
+        let r = get(&svc, p);
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(warning(&r), None, "{p}: {}", r.headers);
+    }
     assert_eq!(gets(&ng, KEY), 1);
     assert_eq!(gets(&ng, &ext_path(V)), 1);
 
@@ -149,15 +176,30 @@ fn serve_answers_them_within_the_ttl_asks_again_after_and_falls_back_to_the_stor
     std::thread::sleep(Duration::from_millis(2500));
     let r = get(&svc, &ext_path(V));
     assert_eq!(r.body, newer.as_bytes());
+    assert_eq!(warning(&r), None, "{}", r.headers);
     assert_eq!(gets(&ng, &ext_path(V)), 2);
+    assert_eq!(stale_count(&svc), 0);
 
     // The factory down, the TTL over: the stored copies answer.
     ng.stop();
     std::thread::sleep(Duration::from_millis(2500));
-    for (p, want) in [(KEY, &d.key), (CERT, &d.cert), (&ext_path(V)[..], &newer)] {
+    // Each says it is stale (Warning: 110), and each is counted.
+    for (p, want) in [
+        (KEY, &d.key),
+        (CERT, &d.cert),
+        (&ext_path(V)[..], &newer),
+        ("/versions", &d.versions),
+    ] {
         let r = get(&svc, p);
         assert_eq!((r.status, r.body.as_slice()), (200, want.as_bytes()), "{p}");
+        assert_eq!(
+            warning(&r).as_deref(),
+            Some("110 - \"stale\""),
+            "{p}: {}",
+            r.headers
+        );
     }
+    assert_eq!(stale_count(&svc), 4);
     let r = get(&svc, &overlay_path(V));
     assert_eq!(r.status, 502, "{r:?}");
     svc.proc.kill();
@@ -168,6 +210,8 @@ fn serve_answers_them_within_the_ttl_asks_again_after_and_falls_back_to_the_stor
     for (p, want) in [(KEY, &d.key), (CERT, &d.cert), (&ext_path(V)[..], &newer)] {
         let r = get(&off, p);
         assert_eq!((r.status, r.body.as_slice()), (200, want.as_bytes()), "{p}");
+        // Offline the store is the answer, not a fallback.
+        assert_eq!(warning(&r), None, "{p}: {}", r.headers);
     }
     assert_eq!(content_type(&off, CERT), "application/x-pem-file");
     let r = get(&off, &overlay_path(V));

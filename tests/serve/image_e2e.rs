@@ -2,11 +2,11 @@
 //! nginx-light) as the upstream factory on loopback, `talos-gen serve`,
 //! curl, xz, nbdkit's curl plugin and qemu-img. Test data is generated.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::factory::{A, Factory, S, V, image_path};
-use crate::support::{Curl, Proc, Service, curl, curl_spawn, require_tool, sha256_hex};
+use crate::support::{Curl, Service, curl, curl_spawn, require_tool, sha256_hex};
 
 /// A generated raw image (`random_mib` random, then 4 MiB of zeros)
 /// compressed with xz, published as `/image/S/V/A` by nginx limited to
@@ -141,33 +141,7 @@ fn streaming_import_ranges_head_sha256_and_nbd_probe() {
     );
 
     // CDI's probe: nbdkit curl (readahead, retry) + qemu-img info over NBD.
-    let nbdkit = require_tool("nbdkit");
-    let qemu_img = require_tool("qemu-img");
-    let sockdir = tempfile::tempdir().unwrap();
-    let sock = sockdir.path().join("nbd.sock");
-    let mut cmd = Command::new(nbdkit);
-    cmd.args(["--exit-with-parent", "-f", "-U"])
-        .arg(&sock)
-        .args(["--filter=readahead", "--filter=retry", "curl"])
-        .arg(format!("url={url}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let _nbd = Proc::spawn("nbdkit", cmd);
-    let t = Instant::now();
-    while !sock.exists() && t.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = Command::new(qemu_img)
-        .args(["info", "--output=json"])
-        .arg(format!("nbd+unix:///?socket={}", sock.display()))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "qemu-img info failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let info = crate::support::nbd::NbdCurl::start(&url).info();
     // NBD sizes are whole 512-byte sectors.
     assert_eq!(
         info["virtual-size"].as_u64(),

@@ -23,6 +23,8 @@
 //!   misbehaving upstream for what nginx cannot show ([`bad_upstream`]);
 //! - containerd as a worker's image client, `hosts.toml` mirrors, `ctr`,
 //!   `fetch_all` / `assert_holds` ([`containerd`]);
+//! - CDI's importer's reading of an HTTP source: nbdkit's curl plugin and
+//!   qemu-img `info` / `convert` over NBD ([`nbd::NbdCurl`]);
 //! - `/proc` readings ([`rss_kib`], [`rss_anon_kib`], [`fd_count`]).
 //!
 //! ```ignore
@@ -40,6 +42,7 @@ pub mod curl;
 pub mod factory;
 pub mod http;
 pub mod mirror_site;
+pub mod nbd;
 pub mod nginx;
 pub mod reference;
 pub mod registry;

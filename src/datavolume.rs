@@ -1,0 +1,466 @@
+//! The KubeVirt CDI `DataVolume` (`cdi.kubevirt.io/v1beta1`) that imports
+//! one worker pool's disk image from this service: `spec.source.http.url`
+//! on `/image/<schematic>/<version>/<platform>-<arch>.raw.xz`, `checksum:
+//! sha256:<hex>` (CDI 1.65 and later check it against the bytes they
+//! download) from that artifact's `.sha256`, an optional `certConfigMap`
+//! (the CA of an HTTPS mirror), and a `storage` request.
+//!
+//! The shape follows CDI's v1beta1 types (`DataVolumeSourceHTTP`: `url`,
+//! `certConfigMap`, `checksum`; `StorageSpec`: `resources.requests.storage`,
+//! `storageClassName`). Pure: the caller reads the checksum (the CLI over
+//! HTTP, the service from its own store) and hands it in; written with the
+//! one YAML emitter.
+
+use crate::error::{Error, Result};
+use crate::goyaml::{Map, Node};
+use crate::imagecache::ImageKey;
+
+/// Default platform and architecture of the disk image (as `workers:`).
+pub const DEFAULT_PLATFORM: &str = "openstack";
+pub const DEFAULT_ARCH: &str = "amd64";
+
+/// How the fields are named in messages: the CLI's flags or the query's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Names {
+    Flags,
+    Query,
+}
+
+impl Names {
+    fn of(self, field: Field) -> &'static str {
+        use Field::*;
+        match (self, field) {
+            (Names::Flags, BaseUrl) => "--base-url",
+            (Names::Flags, Schematic) => "--schematic",
+            (Names::Flags, TalosVersion) => "--talos-version",
+            (Names::Flags, Platform) => "--platform",
+            (Names::Flags, Arch) => "--arch",
+            (Names::Flags, Name) => "--name",
+            (Names::Flags, Size) => "--size",
+            (Names::Flags, StorageClass) => "--storage-class",
+            (Names::Flags, CertConfigMap) => "--cert-configmap",
+            (Names::Query, BaseUrl) => "--public-url",
+            (Names::Query, Schematic) => "schematic",
+            (Names::Query, TalosVersion) => "talosVersion",
+            (Names::Query, Platform) => "platform",
+            (Names::Query, Arch) => "arch",
+            (Names::Query, Name) => "name",
+            (Names::Query, Size) => "size",
+            (Names::Query, StorageClass) => "storageClass",
+            (Names::Query, CertConfigMap) => "certConfigMap",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Field {
+    BaseUrl,
+    Schematic,
+    TalosVersion,
+    Platform,
+    Arch,
+    Name,
+    Size,
+    StorageClass,
+    CertConfigMap,
+}
+
+/// What a user asks for, as typed.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// The service's base URL (`https://talos-gen.example:8443`).
+    pub base_url: String,
+    /// A 64-hex schematic ID, or the name of a schematic the caller knows (`cozystack`).
+    pub schematic: String,
+    pub talos_version: String,
+    pub platform: Option<String>,
+    pub arch: Option<String>,
+    pub name: String,
+    pub size: String,
+    pub storage_class: Option<String>,
+    pub cert_configmap: Option<String>,
+}
+
+/// A checked request: the artifact and everything the document says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The disk image.
+    pub key: ImageKey,
+    /// `<base>/image/<schematic>/<version>/<asset>`.
+    pub url: String,
+    pub name: String,
+    pub size: String,
+    pub storage_class: Option<String>,
+    pub cert_configmap: Option<String>,
+}
+
+impl Plan {
+    /// Where the artifact's sha256 is published (`<url>.sha256`).
+    pub fn checksum_url(&self) -> String {
+        format!("{}.sha256", self.url)
+    }
+
+    /// The `DataVolume` with `sha256` (64 lowercase hex) as its checksum.
+    pub fn document(&self, sha256: &str) -> Node {
+        let http = Map::new()
+            .field("url", self.url.as_str())
+            .some("certConfigMap", self.cert_configmap.as_deref())
+            .field("checksum", format!("sha256:{sha256}"));
+        let storage = Map::new()
+            .field(
+                "resources",
+                Map::new().field("requests", Map::new().field("storage", self.size.as_str())),
+            )
+            .some("storageClassName", self.storage_class.as_deref());
+        Map::new()
+            .field("apiVersion", "cdi.kubevirt.io/v1beta1")
+            .field("kind", "DataVolume")
+            .field("metadata", Map::new().field("name", self.name.as_str()))
+            .field(
+                "spec",
+                Map::new()
+                    .field("source", Map::new().field("http", http))
+                    .field("storage", storage),
+            )
+            .into()
+    }
+
+    /// The document as YAML.
+    pub fn to_yaml(&self, sha256: &str) -> String {
+        crate::goyaml::to_string(&self.document(sha256))
+    }
+
+    /// The document as JSON (the same tree).
+    pub fn to_json(&self, sha256: &str) -> serde_json::Value {
+        json_of(&self.document(sha256))
+    }
+}
+
+fn json_of(n: &Node) -> serde_json::Value {
+    use serde_json::Value;
+    match n {
+        Node::Null => Value::Null,
+        Node::Bool(b) => Value::Bool(*b),
+        Node::Int(i) => Value::from(*i),
+        Node::UInt(u) => Value::from(*u),
+        Node::Float(f) => serde_json::Number::from_f64(*f)
+            .map(Value::Number)
+            .unwrap_or(Value::Null),
+        Node::Str(s) => Value::String(s.clone()),
+        Node::Seq(v) => Value::Array(v.iter().map(json_of).collect()),
+        Node::Map(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), json_of(v))).collect()),
+    }
+}
+
+/// Check `req`; `resolve` turns a schematic name (`cozystack`) into its ID.
+pub fn plan(req: &Request, names: Names, resolve: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
+    let n = |f| names.of(f);
+    let base = crate::registry::names::check_base_url(&req.base_url)
+        .map_err(|e| Error::bad_input(format!("{}: {e}", n(Field::BaseUrl))))?;
+    let schematic = if crate::schematic::is_valid_id(&req.schematic) {
+        req.schematic.clone()
+    } else {
+        resolve(&req.schematic).ok_or_else(|| {
+            Error::bad_input(format!(
+                "{}: {:?} is neither a 64-character lowercase hex schematic ID nor the name of a known schematic (e.g. cozystack)",
+                n(Field::Schematic),
+                shown(&req.schematic)
+            ))
+        })?
+    };
+    let version = crate::version::Version::parse_named(&req.talos_version, n(Field::TalosVersion))?;
+    let platform = req.platform.as_deref().unwrap_or(DEFAULT_PLATFORM);
+    crate::images::check_platform(platform, n(Field::Platform))?;
+    let arch = req.arch.as_deref().unwrap_or(DEFAULT_ARCH);
+    if !matches!(arch, "amd64" | "arm64") {
+        return Err(Error::bad_input(format!(
+            "{}: {:?} is not amd64 or arm64",
+            n(Field::Arch),
+            shown(arch)
+        )));
+    }
+    let key = ImageKey::parse(
+        &schematic,
+        &version.to_string(),
+        &format!("{platform}-{arch}.raw.xz"),
+    )?;
+    check_subdomain(&req.name, n(Field::Name), "DataVolume")?;
+    if !is_storage_quantity(&req.size) {
+        return Err(Error::bad_input(format!(
+            "{}: {:?} is not a Kubernetes quantity of storage above zero (e.g. 20Gi, 500M)",
+            n(Field::Size),
+            shown(&req.size)
+        )));
+    }
+    if let Some(sc) = &req.storage_class {
+        check_subdomain(sc, n(Field::StorageClass), "StorageClass")?;
+    }
+    if let Some(cm) = &req.cert_configmap {
+        check_subdomain(cm, n(Field::CertConfigMap), "ConfigMap")?;
+    }
+    Ok(Plan {
+        url: format!("{base}{}", key.path()),
+        key,
+        name: req.name.clone(),
+        size: req.size.clone(),
+        storage_class: req.storage_class.clone(),
+        cert_configmap: req.cert_configmap.clone(),
+    })
+}
+
+/// The sha256 of a `.sha256` answer (`<hex>  <asset>\n`, as `sha256sum`
+/// writes it and this service serves it); `asset` must be the name in it
+/// when one is given.
+pub fn parse_sha256_file(body: &str, asset: &str) -> std::result::Result<String, String> {
+    let line = body.lines().next().unwrap_or("").trim();
+    let mut parts = line.split_whitespace();
+    let hex = parts.next().unwrap_or("");
+    if !crate::registry::names::is_hex64(hex) {
+        return Err(format!(
+            "not a sha256 line (<64 hex>  <name>): {:?}",
+            shown(line)
+        ));
+    }
+    if let Some(name) = parts.next()
+        && name.trim_start_matches('*') != asset
+    {
+        return Err(format!("it names {:?}, not {asset:?}", shown(name)));
+    }
+    Ok(hex.to_string())
+}
+
+/// Read the artifact's sha256 from `plan.checksum_url()` (the CLI's way:
+/// over HTTP, from the service the DataVolume will import from). Every
+/// wait is bounded by `timeout` (connecting, the answer's head, each body
+/// byte); anything but a sha256 line for the artifact is refused (exit 1)
+/// naming the URL.
+pub async fn fetch_checksum(plan: &Plan, timeout: std::time::Duration) -> Result<String> {
+    use crate::upstream::{Limits, Upstream, UpstreamConfig};
+    let url = plan.checksum_url();
+    let fail = |why: String| Error::Upstream(format!("reading the checksum from {url}: {why}"));
+    let up = Upstream::new(UpstreamConfig {
+        limits: Limits {
+            timeout,
+            min_rate: 0,
+        },
+        ..UpstreamConfig::default()
+    })?;
+    let resp = up.get(&url, &[]).await.map_err(|e| fail(e.to_string()))?;
+    let status = resp.status();
+    let body = up
+        .limits()
+        .read_small(&url, resp, 4096)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let text = String::from_utf8_lossy(&body);
+    if !status.is_success() {
+        return Err(fail(format!(
+            "answered {status}: {}",
+            shown(text.lines().next().unwrap_or("").trim())
+        )));
+    }
+    parse_sha256_file(&text, &plan.key.asset).map_err(fail)
+}
+
+fn shown(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+/// A DNS-1123 subdomain (what Kubernetes names objects by): lowercase
+/// letters, digits, `-` and `.`, starting and ending alphanumeric, at most
+/// 253 characters.
+fn check_subdomain(s: &str, what: &str, kind: &str) -> Result<()> {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let b = s.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 253
+        && alnum(b[0])
+        && alnum(b[b.len() - 1])
+        && b.iter().all(|&c| alnum(c) || c == b'-' || c == b'.')
+        && s.split('.')
+            .all(|l| !l.is_empty() && alnum(l.as_bytes()[0]) && alnum(l.as_bytes()[l.len() - 1]));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::bad_input(format!(
+            "{what}: {:?} is not a {kind} name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)",
+            shown(s)
+        )))
+    }
+}
+
+/// A Kubernetes quantity (`resource.Quantity`'s grammar: a number, then a
+/// binary-SI suffix `Ki..Ei`, a decimal-SI one `m`, `k`, `M`..`E`, or an
+/// exponent `e<n>`/`E<n>`) with no sign and a value above zero: a size.
+pub fn is_storage_quantity(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut digits = 0;
+    let mut nonzero = false;
+    while i < b.len() && b[i].is_ascii_digit() {
+        nonzero |= b[i] != b'0';
+        digits += 1;
+        i += 1;
+    }
+    if i < b.len() && b[i] == b'.' {
+        i += 1;
+        while i < b.len() && b[i].is_ascii_digit() {
+            nonzero |= b[i] != b'0';
+            digits += 1;
+            i += 1;
+        }
+    }
+    if digits == 0 || !nonzero {
+        return false;
+    }
+    let suffix = &s[i..];
+    if matches!(
+        suffix,
+        "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" | "m" | "k" | "M" | "G" | "T" | "P" | "E"
+    ) {
+        return true;
+    }
+    // An exponent: e or E, an optional sign, digits.
+    let Some(exp) = suffix.strip_prefix(['e', 'E']) else {
+        return false;
+    };
+    let exp = exp.strip_prefix(['+', '-']).unwrap_or(exp);
+    !exp.is_empty() && exp.len() <= 3 && exp.bytes().all(|c| c.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+
+    fn req() -> Request {
+        Request {
+            base_url: "https://talos-gen.example:8443/".into(),
+            schematic: S.into(),
+            talos_version: "1.13.6".into(),
+            name: "worker-disk".into(),
+            size: "20Gi".into(),
+            ..Default::default()
+        }
+    }
+
+    fn none(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn document() {
+        let hex = "ab".repeat(32);
+        let p = plan(&req(), Names::Flags, &none).unwrap();
+        assert_eq!(
+            p.url,
+            format!("https://talos-gen.example:8443/image/{S}/v1.13.6/openstack-amd64.raw.xz")
+        );
+        assert_eq!(p.checksum_url(), format!("{}.sha256", p.url));
+        assert_eq!(
+            p.to_yaml(&hex),
+            format!(
+                "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata:\n    name: worker-disk\nspec:\n    source:\n        http:\n            url: {}\n            checksum: sha256:{hex}\n    storage:\n        resources:\n            requests:\n                storage: 20Gi\n",
+                p.url
+            )
+        );
+        let mut r = req();
+        r.platform = Some("nocloud".into());
+        r.arch = Some("arm64".into());
+        r.storage_class = Some("replicated".into());
+        r.cert_configmap = Some("talos-gen-ca".into());
+        let p = plan(&r, Names::Query, &none).unwrap();
+        let j = p.to_json(&hex);
+        assert_eq!(
+            j["spec"]["source"]["http"]["url"],
+            format!("https://talos-gen.example:8443/image/{S}/v1.13.6/nocloud-arm64.raw.xz")
+        );
+        assert_eq!(j["spec"]["source"]["http"]["certConfigMap"], "talos-gen-ca");
+        assert_eq!(j["spec"]["storage"]["storageClassName"], "replicated");
+        assert_eq!(
+            j["spec"]["storage"]["resources"]["requests"]["storage"],
+            "20Gi"
+        );
+    }
+
+    #[test]
+    fn schematic_names() {
+        let mut r = req();
+        r.schematic = "cozystack".into();
+        let p = plan(&r, Names::Flags, &|n| {
+            (n == "cozystack").then(|| S.to_string())
+        })
+        .unwrap();
+        assert_eq!(p.key.schematic, S);
+        r.schematic = "nope".into();
+        let e = plan(&r, Names::Query, &none).unwrap_err();
+        assert!(e.to_string().starts_with("schematic: \"nope\""), "{e}");
+    }
+
+    #[test]
+    fn bad_input() {
+        for (f, (flag, query)) in [
+            (
+                (|r: &mut Request| r.base_url = "ftp://x".into()) as fn(&mut Request),
+                ("--base-url", "--public-url"),
+            ),
+            (
+                |r| r.talos_version = "one".into(),
+                ("--talos-version", "talosVersion"),
+            ),
+            (
+                |r| r.platform = Some("Open Stack".into()),
+                ("--platform", "platform"),
+            ),
+            (|r| r.arch = Some("riscv".into()), ("--arch", "arch")),
+            (|r| r.name = "Worker_Disk".into(), ("--name", "name")),
+            (|r| r.name = "".into(), ("--name", "name")),
+            (|r| r.size = "20GB".into(), ("--size", "size")),
+            (|r| r.size = "0Gi".into(), ("--size", "size")),
+            (|r| r.size = "-1Gi".into(), ("--size", "size")),
+            (
+                |r| r.storage_class = Some("a..b".into()),
+                ("--storage-class", "storageClass"),
+            ),
+            (
+                |r| r.cert_configmap = Some("-ca".into()),
+                ("--cert-configmap", "certConfigMap"),
+            ),
+        ] {
+            let mut r = req();
+            f(&mut r);
+            let e = plan(&r, Names::Flags, &none).unwrap_err();
+            assert_eq!(e.exit_code(), 2);
+            assert!(e.to_string().starts_with(&format!("{flag}: ")), "{e}");
+            let e = plan(&r, Names::Query, &none).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("{query}: ")), "{e}");
+        }
+    }
+
+    #[test]
+    fn quantities() {
+        for ok in [
+            "20Gi", "1", "1.5Ti", "500M", "0.5Gi", "1e9", "1E3", "2k", "10m", ".5Gi", "1.",
+        ] {
+            assert!(is_storage_quantity(ok), "{ok}");
+        }
+        for bad in [
+            "", "0", "0.0Gi", "Gi", "20GB", "20gi", "-1", "+1", "1 Gi", "1e", "1.2.3", "1Ki1", ".",
+        ] {
+            assert!(!is_storage_quantity(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sha256_files() {
+        let hex = "0f".repeat(32);
+        let a = "openstack-amd64.raw.xz";
+        assert_eq!(parse_sha256_file(&format!("{hex}  {a}\n"), a).unwrap(), hex);
+        assert_eq!(parse_sha256_file(&format!("{hex} *{a}\n"), a).unwrap(), hex);
+        assert_eq!(parse_sha256_file(&format!("{hex}\n"), a).unwrap(), hex);
+        assert!(parse_sha256_file(&format!("{hex}  other.raw.xz\n"), a).is_err());
+        assert!(parse_sha256_file("<html>", a).is_err());
+        assert!(parse_sha256_file(&hex.to_uppercase(), a).is_err());
+    }
+}

@@ -1,0 +1,367 @@
+//! `talos-gen datavolume` and `GET /api/v1/datavolume`: the CDI
+//! `DataVolume` of a pool's disk image, with nginx as the factory and
+//! `serve` in front. The document is checked against CDI's v1beta1 shape
+//! (the properties and required fields of `DataVolume`, `DataVolumeSpec`,
+//! `DataVolumeSource`, `DataVolumeSourceHTTP`, `StorageSpec` and
+//! `VolumeResourceRequirements` as CDI's `api/openapi-spec/swagger.json`
+//! publishes them, unknown fields refused as a structural CRD prunes them,
+//! the checksum as CDI's `checksum.ParseAndValidate` reads it), then read
+//! the importer's way: nbdkit's curl plugin and qemu-img convert on the URL
+//! it names, the bytes hashing to the checksum it names and unpacking to
+//! the disk.
+
+use std::process::Command;
+
+use crate::support::factory::{A, Factory, S, V, image_path};
+use crate::support::nbd::NbdCurl;
+use crate::support::{Service, curl, require_tool, run_text, sha256_hex};
+
+/// CDI v1beta1's `DataVolume` as far as this document goes (from
+/// `api/openapi-spec/swagger.json`, definitions `v1beta1.DataVolume`,
+/// `v1beta1.DataVolumeSpec`, `v1beta1.DataVolumeSource`,
+/// `v1beta1.DataVolumeSourceHTTP`, `v1beta1.StorageSpec`,
+/// `v1.VolumeResourceRequirements`; `resource.Quantity` with the pattern
+/// Kubernetes gives it in CRD schemas).
+fn cdi_schema() -> serde_json::Value {
+    let s = |t: &str| serde_json::json!({ "type": t });
+    let quantity = serde_json::json!({
+        "type": "string",
+        "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+    });
+    let obj = |required: &[&str], props: serde_json::Value| {
+        serde_json::json!({
+            "type": "object",
+            "required": required,
+            "properties": props,
+            "additionalProperties": false,
+        })
+    };
+    let http = obj(
+        &["url"],
+        serde_json::json!({
+            "url": s("string"),
+            "secretRef": s("string"),
+            "certConfigMap": s("string"),
+            "extraHeaders": {"type": "array", "items": s("string")},
+            "secretExtraHeaders": {"type": "array", "items": s("string")},
+            // CDI 1.65: algorithm:hash; sha256 is 64 hex.
+            "checksum": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+            "insecureSkipVerify": s("boolean"),
+        }),
+    );
+    let source = obj(
+        &[],
+        serde_json::json!({
+            "http": http, "s3": s("object"), "gcs": s("object"), "registry": s("object"),
+            "pvc": s("object"), "upload": s("object"), "blank": s("object"),
+            "imageio": s("object"), "vddk": s("object"), "snapshot": s("object"),
+        }),
+    );
+    let resources = obj(
+        &[],
+        serde_json::json!({
+            "limits": {"type": "object", "additionalProperties": quantity},
+            "requests": {"type": "object", "additionalProperties": quantity},
+        }),
+    );
+    let storage = obj(
+        &[],
+        serde_json::json!({
+            "accessModes": {"type": "array", "items": {"enum": ["ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]}},
+            "selector": s("object"),
+            "resources": resources,
+            "volumeName": s("string"),
+            "storageClassName": s("string"),
+            "volumeMode": {"enum": ["Block", "Filesystem", "FromStorageProfile"]},
+            "dataSource": s("object"),
+            "dataSourceRef": s("object"),
+        }),
+    );
+    let spec = obj(
+        &[],
+        serde_json::json!({
+            "source": source, "sourceRef": s("object"), "pvc": s("object"), "storage": storage,
+            "priorityClassName": s("string"), "serviceAccountName": s("string"),
+            "contentType": {"enum": ["kubevirt", "archive"]},
+            "checkpoints": s("array"), "finalCheckpoint": s("boolean"), "preallocation": s("boolean"),
+        }),
+    );
+    let mut dv = obj(
+        &["spec", "apiVersion", "kind", "metadata"],
+        serde_json::json!({
+            "apiVersion": {"const": "cdi.kubevirt.io/v1beta1"},
+            "kind": {"const": "DataVolume"},
+            "metadata": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {"name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"}},
+            },
+            "spec": spec,
+            "status": s("object"),
+        }),
+    );
+    dv["$schema"] = "http://json-schema.org/draft-07/schema#".into();
+    dv
+}
+
+fn check_shape(doc: &serde_json::Value) {
+    let schema = cdi_schema();
+    let v = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let errors: Vec<String> = v
+        .iter_errors(doc)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "not a CDI v1beta1 DataVolume: {errors:?}\n{doc:#}"
+    );
+}
+
+fn yaml(text: &str) -> serde_json::Value {
+    talos_gen::yaml::from_str(text, "the DataVolume").expect("YAML")
+}
+
+/// The ID of the embedded `cozystack` schematic.
+fn cozystack_id() -> String {
+    let (code, out, err) = run_text(&["schematic", "id", "cozystack"], None);
+    assert_eq!(code, 0, "{err}");
+    out.trim().to_string()
+}
+
+#[test]
+fn datavolume_from_the_cli_and_the_api_is_cdis_shape_and_imports_with_its_checksum() {
+    let fx = Factory::new(2, 4, &[A], None);
+    // The disk image of the embedded cozystack schematic too.
+    let coz = cozystack_id();
+    let d = fx.root().join(format!("image/{coz}/{V}"));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join(A), &fx.xz).unwrap();
+    let svc = fx.serve(&[]);
+    let want_sum = format!("sha256:{}", sha256_hex(&fx.xz));
+    let url = format!("{}{}", svc.url(), image_path(A));
+
+    // The CLI, every field given, written to a file.
+    let out = fx.dir.path().join("dv.yaml");
+    let (code, stdout, err) = run_text(
+        &[
+            "datavolume",
+            "--base-url",
+            &svc.url(),
+            "--schematic",
+            S,
+            "--talos-version",
+            V,
+            "--name",
+            "talos-worker-md0",
+            "--size",
+            "20Gi",
+            "--storage-class",
+            "replicated",
+            "--cert-configmap",
+            "talos-gen-ca",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(stdout, "");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let doc = yaml(&text);
+    check_shape(&doc);
+    let http = &doc["spec"]["source"]["http"];
+    assert_eq!(http["url"], url.as_str());
+    assert_eq!(http["checksum"], want_sum.as_str());
+    assert_eq!(http["certConfigMap"], "talos-gen-ca");
+    assert_eq!(doc["metadata"]["name"], "talos-worker-md0");
+    assert_eq!(
+        doc["spec"]["storage"]["resources"]["requests"]["storage"],
+        "20Gi"
+    );
+    assert_eq!(doc["spec"]["storage"]["storageClassName"], "replicated");
+
+    // The importer's way on the URL it wrote: nbdkit curl + qemu-img
+    // convert; the bytes hash to the checksum it named and unpack to the disk.
+    let nbd = NbdCurl::start(http["url"].as_str().unwrap());
+    let got = fx.dir.path().join("imported.bin");
+    nbd.convert(&got);
+    let mut bytes = std::fs::read(&got).unwrap();
+    // NBD exports whole sectors: the tail past the artifact is zeros.
+    assert!(bytes.len() >= fx.xz.len() && bytes[fx.xz.len()..].iter().all(|b| *b == 0));
+    bytes.truncate(fx.xz.len());
+    assert_eq!(
+        format!("sha256:{}", sha256_hex(&bytes)),
+        http["checksum"].as_str().unwrap()
+    );
+    std::fs::write(&got, &bytes).unwrap();
+    let unpacked = Command::new(require_tool("xz"))
+        .arg("-dc")
+        .arg(&got)
+        .output()
+        .unwrap();
+    assert!(unpacked.status.success());
+    assert!(
+        unpacked.stdout == fx.raw,
+        "the import does not unpack to the disk"
+    );
+
+    // The API, the same question: the same document, byte for byte (the
+    // base URL is the request's own); JSON on ?format=json.
+    let q = format!(
+        "schematic={S}&talosVersion={V}&name=talos-worker-md0&size=20Gi&storageClass=replicated&certConfigMap=talos-gen-ca"
+    );
+    let api = |query: &str| curl(&[&format!("{}/api/v1/datavolume?{query}", svc.url())]);
+    let r = api(&q);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(String::from_utf8(r.body.clone()).unwrap(), text);
+    assert_eq!(
+        r.header("content-type").as_deref(),
+        Some("application/yaml")
+    );
+    let r = api(&format!("{q}&format=json"));
+    assert_eq!(r.status, 200);
+    let j: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(j, doc);
+    // Defaults (no class, no CA), another platform, a schematic by name,
+    // the base URL a proxy in front names.
+    let r = curl(&[
+        "-H",
+        "X-Forwarded-Proto: https",
+        "-H",
+        "X-Forwarded-Host: talos-gen.example:8443",
+        &format!(
+            "{}/api/v1/datavolume?schematic=cozystack&talosVersion={V}&name=md1&size=10Gi",
+            svc.url()
+        ),
+    ]);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let doc = yaml(&String::from_utf8(r.body).unwrap());
+    check_shape(&doc);
+    assert_eq!(
+        doc["spec"]["source"]["http"]["url"],
+        format!("https://talos-gen.example:8443/image/{coz}/{V}/{A}")
+    );
+    assert_eq!(doc["spec"]["source"]["http"]["checksum"], want_sum.as_str());
+    assert!(doc["spec"]["source"]["http"].get("certConfigMap").is_none());
+    assert!(doc["spec"]["storage"].get("storageClassName").is_none());
+    // Bad input: 400 naming the parameter (JSON with format=json).
+    for (query, want) in [
+        (q.replace("size=20Gi", "size=20GB"), "size: \"20GB\""),
+        (q.replace("&name=talos-worker-md0", ""), "name: missing"),
+        (
+            q.replace("talosVersion=", "talosversion="),
+            "\"talosversion\": not a query parameter",
+        ),
+        (
+            format!("{q}&platform=Open_Stack"),
+            "platform: \"Open_Stack\"",
+        ),
+    ] {
+        let r = api(&query);
+        let body = String::from_utf8_lossy(&r.body);
+        assert_eq!(r.status, 400, "{query}: {body}");
+        assert!(body.contains(want), "{query}: {body}");
+    }
+    let r = api(&format!("{}&format=json", q.replace("size=20Gi", "size=0")));
+    assert_eq!(r.status, 400);
+    let e: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert!(e["error"].as_str().unwrap().starts_with("size: "), "{e}");
+
+    // The CLI by schematic name, to standard output.
+    let (code, stdout, err) = run_text(
+        &[
+            "datavolume",
+            "--base-url",
+            &svc.url(),
+            "--schematic",
+            "cozystack",
+            "--talos-version",
+            V,
+            "--name",
+            "md1",
+            "--size",
+            "10Gi",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let doc = yaml(&stdout);
+    check_shape(&doc);
+    assert_eq!(
+        doc["spec"]["source"]["http"]["url"],
+        format!("{}/image/{coz}/{V}/{A}", svc.url())
+    );
+
+    // The checksum cannot be read: exit 1 naming the URL.
+    let args = |base: &str, version: &str| {
+        run_text(
+            &[
+                "datavolume",
+                "--base-url",
+                base,
+                "--schematic",
+                S,
+                "--talos-version",
+                version,
+                "--name",
+                "md0",
+                "--size",
+                "20Gi",
+                "--timeout",
+                "10s",
+            ],
+            None,
+        )
+    };
+    let missing = format!("{}/image/{S}/v1.13.7/{A}.sha256", svc.url());
+    let (code, stdout, err) = args(&svc.url(), "v1.13.7");
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(stdout, "");
+    assert!(err.contains(&missing) && err.contains("404"), "{err}");
+    let closed = format!("http://127.0.0.1:{}", crate::support::free_port());
+    let (code, _, err) = args(&closed, V);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("{closed}/image/{S}/{V}/{A}.sha256")),
+        "{err}"
+    );
+    // Bad input: exit 2 naming the flag, nothing asked.
+    for (flag, value, want) in [
+        ("--size", "20 Gi", "--size: \"20 Gi\""),
+        ("--name", "Worker", "--name: \"Worker\""),
+        ("--schematic", "nope", "--schematic: \"nope\""),
+        ("--arch", "s390x", "--arch: \"s390x\""),
+    ] {
+        let mut a = vec![
+            "datavolume",
+            "--base-url",
+            &closed,
+            "--schematic",
+            S,
+            "--talos-version",
+            V,
+            "--name",
+            "md0",
+            "--size",
+            "20Gi",
+        ];
+        a.extend([flag, value]);
+        let (code, _, err) = run_text(&a, None);
+        assert_eq!(code, 2, "{flag}: {err}");
+        assert!(err.contains(want), "{flag}: {err}");
+    }
+    drop(svc);
+
+    // Offline, the artifact stored: the API still answers, from the store.
+    let off = Service::builder()
+        .arg("--offline")
+        .arg("--cache-dir")
+        .arg(fx.cache())
+        .start();
+    let r = curl(&[&format!("{}/api/v1/datavolume?{q}", off.url())]);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        yaml(&String::from_utf8(r.body).unwrap())["spec"]["source"]["http"]["checksum"],
+        want_sum.as_str()
+    );
+}
