@@ -465,14 +465,20 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
 
         MirrorCommand::Import { file, at } => {
             let loc = at.location(STORE_TIMEOUT)?;
-            let r = rt()?.block_on(mirror::import(Path::new(&file), &loc))?;
-            println!(
-                "mirror import: {} keys, {} objects ({}) imported; {} keys already present",
-                r.keys,
-                r.objects,
-                mirror::sync::human(r.bytes),
-                r.present
-            );
+            let started = std::time::Instant::now();
+            let rt = rt()?;
+            let r = rt.block_on(mirror::import(Path::new(&file), &loc))?;
+            println!("mirror import: {}", r.summary());
+            // Shown by serve's status page and /metrics like a sync.
+            let written = rt.block_on(mirror::report::write_import(
+                &loc,
+                &r,
+                &file,
+                started.elapsed(),
+            ));
+            if let Err(e) = written {
+                eprintln!("talos-gen: mirror import: recording the result in the store: {e}");
+            }
             for b in &r.bad {
                 eprintln!(
                     "talos-gen: mirror import: {b}: bytes do not match its name; not imported"
