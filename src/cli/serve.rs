@@ -7,6 +7,8 @@ use clap::Args;
 use crate::http::ServeConfig;
 
 const SERVE_EXAMPLES: &str = "\
+Status page: http://ADDR/ ; metrics: /metrics ; probes: /healthz, /readyz.
+
 Examples:
   # The Image Factory cache, OCI pull-through and API on all interfaces
   talos-gen serve --listen :8080 --cache-dir /var/cache/talos-gen \\
@@ -25,7 +27,8 @@ Examples:
   # HTTPS with a certificate from `talos-gen mirror cert` (renewed files are picked up)
   talos-gen serve --listen :8443 --tls-cert tls/tls.crt --tls-key tls/tls.key
 
-Status page: http://ADDR/ ; metrics: /metrics ; probes: /healthz, /readyz.";
+  # Behind an ingress that only it can reach: log the client X-Forwarded-For names
+  talos-gen serve --listen :8080 --cache-dir /var/cache/talos-gen --trust-forwarded-for";
 
 #[derive(Debug, Args)]
 #[command(after_help = SERVE_EXAMPLES)]

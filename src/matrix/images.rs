@@ -37,6 +37,9 @@ pub struct ReleaseImages {
     pub kube_network_policies: Option<String>,
     /// Where a replacement file's row came from (free text).
     pub source: Option<String>,
+    /// Set when the row's values were not read at its own tag but carried
+    /// forward from the nearest readable release: from where, and why.
+    pub carried: Option<String>,
 }
 
 impl ReleaseImages {
@@ -72,6 +75,8 @@ pub struct RawRelease {
     kube_network_policies: Option<String>,
     #[serde(default)]
     source: Option<String>,
+    #[serde(default)]
+    carried: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -222,6 +227,7 @@ impl ImageTable {
                 coredns: opt(&r.coredns, "coredns", true)?,
                 kube_network_policies: opt(&r.kube_network_policies, "kubeNetworkPolicies", true)?,
                 source: r.source,
+                carried: r.carried,
                 talos,
                 kubernetes,
             };
@@ -260,22 +266,40 @@ impl ImageTable {
             (Some(a), Some(b)) => format!("{} to {}", a.talos, b.talos),
             _ => "nothing".into(),
         };
+        // A bare minor means a release: the newest stable one, never a
+        // pre-release (one is taken only when asked for by name).
+        let stable = same_minor
+            .iter()
+            .rev()
+            .find(|r| r.talos.pre.is_none())
+            .copied();
+        if talos.patch.is_none() {
+            return match stable {
+                Some(newest) => Ok(Lookup {
+                    release: newest,
+                    note: Some(format!(
+                        "Talos {talos}: using {}, the newest release of {} the image data knows",
+                        newest.talos,
+                        talos.minor_string()
+                    )),
+                }),
+                None => Err(Error::refused(format!(
+                    "no stable Talos {} release in the image data (only {}): give the release",
+                    talos.minor_string(),
+                    same_minor
+                        .iter()
+                        .map(|r| r.talos.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))),
+            };
+        }
         let Some(newest) = same_minor.last().copied() else {
             return Err(Error::refused(format!(
                 "no image data for Talos {talos} (minor {}): the data covers {span}",
                 talos.minor_string()
             )));
         };
-        if talos.patch.is_none() {
-            return Ok(Lookup {
-                release: newest,
-                note: Some(format!(
-                    "Talos {talos}: using {}, the newest release of {} the image data knows",
-                    newest.talos,
-                    talos.minor_string()
-                )),
-            });
-        }
         if let Some(r) = same_minor
             .iter()
             .find(|r| release_cmp(&r.talos, talos) == Ordering::Equal)

@@ -14,3 +14,4 @@ mod machineconfig_schema;
 mod operator_cli;
 mod parsers;
 mod reservations;
+mod versions_names;
