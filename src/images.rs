@@ -499,23 +499,27 @@ mod tests {
             ("v1.7.0", "v1.30"),
             ("v1.15.0", "v1.35"),
             ("v1.12.11", "v1.36"),
-            ("v1.14.0-rc.1", "v1.36"),
-            ("v1.10.9", "v1.28"),
+            ("v1.10.9", "v1.27"),
         ] {
             let e = plan(m(), &req(t, k)).unwrap_err();
             assert_eq!(e.exit_code(), 1, "{t} {k}: {e}");
         }
-        let e = plan(m(), &req("v1.10.9", "v1.28")).unwrap_err();
+        // A minor no table, release or matrix row names: refused.
         assert!(
-            e.to_string().contains("no kubelet patch known for v1.28"),
-            "{e}"
+            m().kubernetes_patch(&Version::parse("v1.40").unwrap(), None)
+                .is_none()
         );
+        // Issue 21: a bare minor outside the Cozystack table is the newest
+        // patch of that minor the data names (never written as `:v1.X`).
+        let p = plan(m(), &req("v1.14.0-rc.1", "v1.36")).unwrap();
+        assert_eq!(p.images[1].reference, "ghcr.io/siderolabs/kubelet:v1.36.3");
+        let p = plan(m(), &req("v1.10.9", "v1.28")).unwrap();
+        assert_eq!(p.images[1].reference, "ghcr.io/siderolabs/kubelet:v1.28.3");
         // 1.14 with its own minor: the release's default kubelet.
         let p = plan(m(), &req("v1.14.0-rc.1", "v1.37")).unwrap();
-        assert_eq!(
-            p.images[1].reference,
-            "ghcr.io/siderolabs/kubelet:v1.37.0-rc.0"
-        );
+        // (a bare minor never resolves to a pre-release: the release's
+        // default 1.37.0-rc.0 is passed over for the matrix's 1.37.0)
+        assert_eq!(p.images[1].reference, "ghcr.io/siderolabs/kubelet:v1.37.0");
         // bad input
         let mut bad = vec![req("x", "v1.35"), req("v1.13.9", "1"), req("", "v1.35")];
         let mut r = req("v1.13.9", "v1.35");

@@ -411,16 +411,21 @@ mod tests {
         let t = table();
         let names: Vec<String> = t.releases().iter().map(|r| r.talos.to_string()).collect();
         assert_eq!(names.first().map(String::as_str), Some("v1.8.0"));
-        assert_eq!(names.last().map(String::as_str), Some("v1.14.0-rc.1"));
+        assert_eq!(names.last().map(String::as_str), Some("v1.14.6"));
         // Patch counts per minor as tagged in Talos (1.8.0-1.8.4, ..., 1.13.0-1.13.9).
-        for (minor, last) in [(8, 4), (9, 6), (10, 9), (11, 6), (12, 11), (13, 9)] {
+        // 1.14.0-1.14.6 are carried from v1.14.0-rc.1 (marked so).
+        for (minor, last) in [(8, 4), (9, 6), (10, 9), (11, 6), (12, 11), (13, 9), (14, 6)] {
             for p in 0..=last {
                 let want = format!("v1.{minor}.{p}");
                 assert!(names.contains(&want), "{want} missing");
             }
             assert!(!names.contains(&format!("v1.{minor}.{}", last + 1)));
         }
-        assert_eq!(names.len(), 5 + 7 + 10 + 7 + 12 + 10 + 1);
+        assert_eq!(names.len(), 5 + 7 + 10 + 7 + 12 + 10 + 1 + 7);
+        for r in t.releases() {
+            let carried = r.talos.minor == 14 && r.talos.pre.is_none();
+            assert_eq!(r.carried.is_some(), carried, "{}", r.talos);
+        }
         for r in t.releases() {
             assert!(r.pause.starts_with("registry.k8s.io/pause:"), "{}", r.talos);
             assert!(r.flannel.is_some() && r.coredns.is_some() && r.kube_proxy.is_some());
@@ -439,7 +444,12 @@ mod tests {
         assert_eq!(l.release.talos.to_string(), "v1.13.9");
         assert!(l.note.unwrap().contains("newer than the image data"));
         let l = t.lookup(&v("v1.14.0")).unwrap();
-        assert_eq!(l.release.talos.to_string(), "v1.14.0-rc.1");
+        assert_eq!(l.release.talos.to_string(), "v1.14.0");
+        // a bare minor: the newest stable release, never a pre-release
+        let l = t.lookup(&v("1.14")).unwrap();
+        assert_eq!(l.release.talos.to_string(), "v1.14.6");
+        let l = t.lookup(&v("v1.14.7")).unwrap();
+        assert_eq!(l.release.talos.to_string(), "v1.14.6");
         // a bare minor
         let l = t.lookup(&v("1.11")).unwrap();
         assert_eq!(l.release.talos.to_string(), "v1.11.6");
