@@ -1,6 +1,7 @@
 //! The access log: one line per request, at info, when its body has been
 //! sent (or the client went away): method, path, query (`?ns=` is the
-//! registry asked for; tokens never travel there), the client (the peer, or
+//! registry asked for; a credential-looking parameter's value is
+//! `REDACTED`, [`redact_query`]), the client (the peer, or
 //! with `--trust-forwarded-for` the last `X-Forwarded-For` address, the peer
 //! then logged too), status, body bytes sent, duration in milliseconds
 //! rounded to microseconds. Never a header, so tokens and secrets stay out
@@ -73,6 +74,35 @@ fn client(req: &Request, trust_forwarded_for: bool) -> (String, Option<String>) 
     }
 }
 
+/// The query string to log (at most 512 characters): every parameter kept,
+/// but the value of one whose name looks like a credential (`token`,
+/// `secret`, `password`, `key`, `signature`, `credential`, `auth`, any case)
+/// replaced by `REDACTED`; `ns=` and the like are what the operator needs.
+pub fn redact_query(q: &str) -> String {
+    const SECRET: [&str; 7] = [
+        "token",
+        "secret",
+        "password",
+        "key",
+        "signature",
+        "credential",
+        "auth",
+    ];
+    let q: String = q.chars().take(512).collect();
+    q.split('&')
+        .map(|pair| {
+            let (k, _) = pair.split_once('=').unwrap_or((pair, ""));
+            let lower = k.to_ascii_lowercase();
+            if pair.contains('=') && SECRET.iter().any(|s| lower.contains(s)) {
+                format!("{k}=REDACTED")
+            } else {
+                pair.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
 /// A duration in milliseconds rounded to whole microseconds (`0.703`, not
 /// `0.7029500000000001`).
 pub fn millis(d: std::time::Duration) -> f64 {
@@ -83,7 +113,7 @@ pub fn millis(d: std::time::Duration) -> f64 {
 pub async fn log(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let method = req.method().to_string();
     let path: String = req.uri().path().chars().take(512).collect();
-    let query: String = req.uri().query().unwrap_or("").chars().take(512).collect();
+    let query = redact_query(req.uri().query().unwrap_or(""));
     let (client, peer) = client(&req, st.cfg.trust_forwarded_for);
     let started = Instant::now();
     let resp = next.run(req).await;
@@ -248,6 +278,17 @@ mod tests {
                 bytes: 0,
             }),
         }
+    }
+
+    #[test]
+    fn queries_kept_credentials_redacted() {
+        assert_eq!(redact_query("ns=registry.k8s.io"), "ns=registry.k8s.io");
+        assert_eq!(
+            redact_query("ns=ghcr.io&token=s3cret&X-Amz-Signature=abc&last=x"),
+            "ns=ghcr.io&token=REDACTED&X-Amz-Signature=REDACTED&last=x"
+        );
+        assert_eq!(redact_query(""), "");
+        assert_eq!(redact_query("flag"), "flag");
     }
 
     #[test]
