@@ -321,9 +321,9 @@ mod tests {
             ("AWS_REGION", "eu-west-3"),
             ("AWS_DEFAULT_REGION", "eu-north-1"),
         ]);
-        assert_eq!(s3_region(Some("garage"), &both), "garage");
-        assert_eq!(s3_region(None, &both), "eu-west-3");
-        assert_eq!(s3_region(Some(" "), &both), "eu-west-3");
+        assert_eq!(s3_region(Some("garage"), both), "garage");
+        assert_eq!(s3_region(None, both), "eu-west-3");
+        assert_eq!(s3_region(Some(" "), both), "eu-west-3");
         assert_eq!(
             s3_region(None, env(&[("AWS_DEFAULT_REGION", "eu-north-1")])),
             "eu-north-1"

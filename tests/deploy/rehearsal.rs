@@ -389,12 +389,12 @@ async fn the_shipped_deployment_serves_a_workers_whole_pull_list_online_and_offl
             "/image/{}/{}/{}",
             w.disk.schematic, w.disk.version, w.disk.asset
         );
-        if !disks.contains_key(&path) {
+        if let std::collections::btree_map::Entry::Vacant(e) = disks.entry(path) {
             let (_, xz) = support::xz_disk(work.path(), 1, 1 + i);
-            let f = factory_root.join(path.trim_start_matches('/'));
+            let f = factory_root.join(e.key().trim_start_matches('/'));
             std::fs::create_dir_all(f.parent().unwrap()).unwrap();
             std::fs::write(&f, &xz).unwrap();
-            disks.insert(path, xz);
+            e.insert(xz);
         }
     }
     // The factory: its files, its registry behind it at /v2/ (one host, as
