@@ -14,8 +14,9 @@
 //!
 //! Then a containerd configured from `machineconfig --air-gap-mirror`
 //! (its `RegistryMirrorConfig` / `RegistryTLSConfig` documents written as
-//! Talos writes `hosts.toml`: the endpoint as the only host, no fallback,
-//! the CA beside it) pulls the worker's whole pull list (`talos-gen
+//! Talos writes `hosts.toml`: with `skipFallback` the one endpoint is the
+//! root `server` with its capabilities and CA, no `[host]` table, no
+//! fallback; the CA file beside it as `<endpoint host>-ca.crt`) pulls the worker's whole pull list (`talos-gen
 //! images`) online; `mirror export`, the import Job on a fresh volume, every
 //! upstream stopped, the Deployment with `--offline` (as the README says)
 //! and a fresh containerd pulls it all again; the disk image is read as CDI
@@ -30,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde_yaml::Value;
 
-use crate::support::containerd::{Containerd, hosts_toml_with};
+use crate::support::containerd::Containerd;
 use crate::support::registry::{PushedImage, Registry, push_factory_image};
 use crate::support::{self, Curl, Nginx, NginxOpts, Proc, Service, curl, require_tool, sha256_hex};
 
@@ -223,12 +224,23 @@ fn hosts_from_machineconfig(config: &str, dir: &Path) -> Vec<String> {
         std::fs::create_dir_all(&d).unwrap();
         let ca_file = d.join(format!("{host}-ca.crt"));
         std::fs::write(&ca_file, ca).unwrap();
-        hosts_toml_with(
-            dir,
-            registry,
-            url,
-            &format!("  ca = \"{}\"\n", ca_file.display()),
+        // Talos (internal/pkg/containers/cri/containerd/hosts.go at
+        // v1.13.0): with skipFallback the last endpoint becomes the root
+        // entry (`server`, its capabilities and CA at the top level), so a
+        // single mirror leaves no `[host]` table and no fallback at all.
+        // Debian's containerd 1.6 refuses a hosts.toml without a `[host]`
+        // tree ("invalid `host` tree"; Talos ships containerd 2), so the
+        // same endpoint is repeated as the one `[host]`, with its CA: still
+        // no path to the upstream registry.
+        let entry = format!(
+            "capabilities = [\"pull\", \"resolve\"]\nca = \"{}\"\n",
+            ca_file.display()
         );
+        std::fs::write(
+            d.join("hosts.toml"),
+            format!("server = \"{url}\"\n{entry}\n[host.\"{url}\"]\n{entry}"),
+        )
+        .unwrap();
         hosts.push(registry.to_string());
     }
     hosts
