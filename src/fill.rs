@@ -379,7 +379,8 @@ impl Fills {
                 ))),
             };
             if let Some(m) = &this.metrics {
-                m.upstream_fetch(kind, result.is_ok(), started.elapsed());
+                let why = result.as_ref().err().map(|e| e.to_string());
+                m.upstream_fetch(kind, &key, why.as_deref(), started.elapsed());
             }
             // Remove under the lock before publishing the outcome, so a
             // `join` sees either this fill or the committed object.

@@ -287,7 +287,7 @@ impl ImageCache {
                     Ok(Joined::Stored(o))
                 }
                 None => {
-                    self.metrics.offline_miss("image");
+                    self.metrics.offline_miss("image", &format!("/{skey}"));
                     Err(ImageError::NotCached(format!(
                         "{path} is not in the cache and the service is offline"
                     )))

@@ -244,8 +244,10 @@ pub fn check_repository(r: &str, what: &str) -> Result<()> {
 }
 
 /// The kubelet version for `k8s`: a full version as given; a minor
-/// (`v1.35`) is the Cozystack chart's patch for it, else the release's own
-/// default Kubernetes when it has that minor (with a note).
+/// (`v1.35`) is the patch [`Matrix::kubernetes_patch`] resolves (the
+/// Cozystack chart's, else the release's own default of that minor, else the
+/// newest patch the data names; noted unless the chart's), never a bare
+/// minor written as a tag.
 fn kubelet_version(
     matrix: &Matrix,
     k8s: &Version,
@@ -256,23 +258,26 @@ fn kubelet_version(
     if k8s.patch.is_some() {
         return Ok(k8s.clone());
     }
-    if let Some(v) = matrix.kubelet_patch(k8s) {
-        return Ok(v.clone());
+    match matrix.kubernetes_patch(k8s, release_default) {
+        Some((v, from)) => {
+            if matrix.kubelet_patch(k8s).is_none() {
+                notes.push(format!(
+                    "{what} {k8s}: the Cozystack kubelet table has no {}; using {v}, {from}",
+                    k8s.minor_string()
+                ));
+            }
+            Ok(v)
+        }
+        None => {
+            let known: Vec<String> = matrix.kubelet_table().map(|(k, _)| k).collect();
+            Err(Error::refused(format!(
+                "{what} {k8s}: no kubelet patch known for {} (the Cozystack table has {}); give a full version such as {}.0",
+                k8s.minor_string(),
+                known.join(", "),
+                k8s.minor_string()
+            )))
+        }
     }
-    if let Some(d) = release_default.filter(|d| d.minor_key() == k8s.minor_key()) {
-        notes.push(format!(
-            "{what} {k8s}: the Cozystack kubelet table has no {}; using {d}, the Talos release's default",
-            k8s.minor_string()
-        ));
-        return Ok(d.clone());
-    }
-    let known: Vec<String> = matrix.kubelet_table().map(|(k, _)| k).collect();
-    Err(Error::refused(format!(
-        "{what} {k8s}: no kubelet patch known for {} (the Cozystack table has {}); give a full version such as {}.0",
-        k8s.minor_string(),
-        known.join(", "),
-        k8s.minor_string()
-    )))
 }
 
 /// Plan the pull list. Bad input (a malformed version, schematic,
@@ -288,7 +293,11 @@ pub fn plan(matrix: &Matrix, req: &PullRequest) -> Result<PullList> {
     }
     let asked = Version::parse_named(req.talos, n.talos)?;
     let k8s = Version::parse_named(req.kubernetes, n.kubernetes)?;
-    let schematic = req.schematic.unwrap_or(VANILLA_SCHEMATIC);
+    // An embedded schematic's name (`cozystack`) is taken for its ID.
+    let schematic = req
+        .schematic
+        .map(crate::schematics::id_or_name)
+        .unwrap_or(VANILLA_SCHEMATIC);
     if !crate::schematic::is_valid_id(schematic) {
         return Err(Error::bad_input(format!(
             "{}: {schematic:?} is not a 64-hex schematic ID",
@@ -490,23 +499,27 @@ mod tests {
             ("v1.7.0", "v1.30"),
             ("v1.15.0", "v1.35"),
             ("v1.12.11", "v1.36"),
-            ("v1.14.0-rc.1", "v1.36"),
-            ("v1.10.9", "v1.28"),
+            ("v1.10.9", "v1.27"),
         ] {
             let e = plan(m(), &req(t, k)).unwrap_err();
             assert_eq!(e.exit_code(), 1, "{t} {k}: {e}");
         }
-        let e = plan(m(), &req("v1.10.9", "v1.28")).unwrap_err();
+        // A minor no table, release or matrix row names: refused.
         assert!(
-            e.to_string().contains("no kubelet patch known for v1.28"),
-            "{e}"
+            m().kubernetes_patch(&Version::parse("v1.40").unwrap(), None)
+                .is_none()
         );
+        // Issue 21: a bare minor outside the Cozystack table is the newest
+        // patch of that minor the data names (never written as `:v1.X`).
+        let p = plan(m(), &req("v1.14.0-rc.1", "v1.36")).unwrap();
+        assert_eq!(p.images[1].reference, "ghcr.io/siderolabs/kubelet:v1.36.3");
+        let p = plan(m(), &req("v1.10.9", "v1.28")).unwrap();
+        assert_eq!(p.images[1].reference, "ghcr.io/siderolabs/kubelet:v1.28.3");
         // 1.14 with its own minor: the release's default kubelet.
         let p = plan(m(), &req("v1.14.0-rc.1", "v1.37")).unwrap();
-        assert_eq!(
-            p.images[1].reference,
-            "ghcr.io/siderolabs/kubelet:v1.37.0-rc.0"
-        );
+        // (a bare minor never resolves to a pre-release: the release's
+        // default 1.37.0-rc.0 is passed over for the matrix's 1.37.0)
+        assert_eq!(p.images[1].reference, "ghcr.io/siderolabs/kubelet:v1.37.0");
         // bad input
         let mut bad = vec![req("x", "v1.35"), req("v1.13.9", "1"), req("", "v1.35")];
         let mut r = req("v1.13.9", "v1.35");

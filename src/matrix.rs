@@ -250,10 +250,10 @@ impl Matrix {
                 .map(|v| Version::parse_named(&v, &at("newest")))
                 .transpose()?;
             if let Some(n) = &newest
-                && (n.patch.is_none() || n.minor_key() != talos.minor_key())
+                && (n.patch.is_none() || n.pre.is_some() || n.minor_key() != talos.minor_key())
             {
                 return Err(Error::bad_input(format!(
-                    "{}: {n} must be a release (X.Y.Z) of Talos {talos}",
+                    "{}: {n} must be a stable release (X.Y.Z, no pre-release) of Talos {talos}",
                     at("newest")
                 )));
             }
@@ -384,6 +384,43 @@ impl Matrix {
     /// chart has no entry for it.
     pub fn kubelet_patch(&self, k8s: &Version) -> Option<&Version> {
         self.kubelet.get(&k8s.minor_key())
+    }
+
+    /// The patch a bare Kubernetes minor (`1.36`) means: the Cozystack
+    /// kubelet table's, else `release_default` (a Talos release's own
+    /// default) when of that minor and stable, else the newest stable patch
+    /// of that minor the support matrix or the image data names. With the
+    /// source of the choice for a note; `None` when the data knows none.
+    pub fn kubernetes_patch(
+        &self,
+        k8s: &Version,
+        release_default: Option<&Version>,
+    ) -> Option<(Version, &'static str)> {
+        if let Some(v) = self.kubelet_patch(k8s) {
+            return Some((v.clone(), "the Cozystack kubelet table's"));
+        }
+        let stable =
+            |v: &&Version| v.minor_key() == k8s.minor_key() && v.pre.is_none() && v.patch.is_some();
+        if let Some(d) = release_default.filter(stable) {
+            return Some((d.clone(), "the Talos release's default"));
+        }
+        self.entries
+            .iter()
+            .flat_map(|e| [&e.default_initial, &e.default_latest])
+            .chain(
+                self.images
+                    .releases()
+                    .iter()
+                    .filter_map(|r| r.kubernetes.as_ref()),
+            )
+            .filter(stable)
+            .max_by(|a, b| crate::matrix::images::release_cmp(a, b))
+            .map(|v| {
+                (
+                    v.clone(),
+                    "the newest patch of its minor the support matrix and image data name",
+                )
+            })
     }
 
     /// The per-release image table.

@@ -68,6 +68,10 @@ struct Inner {
     stale_answers: Family<Kind, Counter>,
     /// The last errors (5xx answers, failed fills), newest last.
     errors: std::sync::Mutex<std::collections::VecDeque<(std::time::SystemTime, String)>>,
+    /// The last offline misses (store-only 404s), by path, newest last.
+    missed: std::sync::Mutex<std::collections::VecDeque<(std::time::SystemTime, String)>>,
+    mirror_last_run: Gauge,
+    mirror_last_ok: Gauge,
 }
 
 /// Kinds every per-kind counter is exposed for from the start (at zero).
@@ -78,6 +82,8 @@ pub const KINDS: &[&str] = &["image", "manifest", "blob"];
 pub const STALE_KINDS: &[&str] = &["manifest", "tags", "referrers", "document"];
 /// How many recent errors the status page keeps.
 pub const RECENT_ERRORS: usize = 20;
+/// How many recent offline misses (by path) the status page keeps.
+pub const RECENT_MISSES: usize = 50;
 
 /// The service's counters; cheap to clone.
 #[derive(Clone)]
@@ -198,6 +204,18 @@ impl Metrics {
             "Bytes held by the store",
             store_bytes.clone(),
         );
+        let mirror_last_run = Gauge::default();
+        let mirror_last_ok = Gauge::default();
+        registry.register(
+            "mirror_last_run_timestamp_seconds",
+            "When the last mirror sync or import that wrote the store ended (Unix seconds; 0: none)",
+            mirror_last_run.clone(),
+        );
+        registry.register(
+            "mirror_last_run_ok",
+            "Whether the last mirror sync or import that wrote the store succeeded (1/0)",
+            mirror_last_ok.clone(),
+        );
         let offline_misses = Family::<Kind, Counter>::default();
         registry.register(
             "offline_misses",
@@ -239,6 +257,9 @@ impl Metrics {
             offline_misses,
             stale_answers,
             errors: Default::default(),
+            missed: Default::default(),
+            mirror_last_run,
+            mirror_last_ok,
             registry,
             hits,
             misses,
@@ -267,10 +288,29 @@ impl Metrics {
         self.0.misses.get_or_create(&kind(k)).inc();
     }
 
-    /// Not stored, and `--offline`: answered 404 without any upstream (not a
-    /// miss: no fill started).
-    pub fn offline_miss(&self, k: &str) {
+    /// Not stored, and `--offline` (or an `ns` answered from the store
+    /// alone): answered 404 without any upstream (not a miss: no fill
+    /// started). `path` is kept for the status page (the last
+    /// [`RECENT_MISSES`]).
+    pub fn offline_miss(&self, k: &str, path: &str) {
         self.0.offline_misses.get_or_create(&kind(k)).inc();
+        let path: String = path.chars().take(512).collect();
+        push_recent(&self.0.missed, RECENT_MISSES, path);
+    }
+
+    /// The recent offline misses `(when, path)`, newest first.
+    pub fn recent_misses(&self) -> Vec<(std::time::SystemTime, String)> {
+        let q = self.0.missed.lock().unwrap_or_else(|p| p.into_inner());
+        q.iter().rev().cloned().collect()
+    }
+
+    /// The last mirror sync or import that wrote the store: when it ended
+    /// (Unix seconds) and whether it succeeded.
+    pub fn set_mirror_last_run(&self, finished: u64, ok: bool) {
+        self.0
+            .mirror_last_run
+            .set(i64::try_from(finished).unwrap_or(i64::MAX));
+        self.0.mirror_last_ok.set(i64::from(ok));
     }
 
     /// A stored answer of kind `k` ([`STALE_KINDS`]) given because the
@@ -297,11 +337,7 @@ impl Metrics {
 
     /// Remember an error for the status page (the last [`RECENT_ERRORS`]).
     pub fn record_error(&self, what: impl Into<String>) {
-        let mut q = self.0.errors.lock().unwrap_or_else(|p| p.into_inner());
-        if q.len() >= RECENT_ERRORS {
-            q.pop_front();
-        }
-        q.push_back((std::time::SystemTime::now(), what.into()));
+        push_recent(&self.0.errors, RECENT_ERRORS, what.into());
     }
 
     /// The recent errors, newest first.
@@ -314,11 +350,13 @@ impl Metrics {
         self.0.bytes_served.get_or_create(&kind(k)).inc_by(bytes);
     }
 
-    /// One upstream fill ended.
-    pub fn upstream_fetch(&self, k: &str, ok: bool, took: Duration) {
-        if !ok {
+    /// One upstream fill of store key `key` ended; `failed`: why not
+    /// (the message names the upstream URL), kept for the status page.
+    pub fn upstream_fetch(&self, k: &str, key: &str, failed: Option<&str>, took: Duration) {
+        let ok = failed.is_none();
+        if let Some(why) = failed {
             self.record_error(format!(
-                "upstream {k} fill failed after {:.1}s",
+                "{k} fill of {key} failed after {:.1}s: {why}",
                 took.as_secs_f64()
             ));
         }
@@ -414,6 +452,19 @@ impl Metrics {
     }
 }
 
+/// Append to a bounded list of recent things (oldest dropped).
+fn push_recent(
+    q: &std::sync::Mutex<std::collections::VecDeque<(std::time::SystemTime, String)>>,
+    cap: usize,
+    what: String,
+) {
+    let mut q = q.lock().unwrap_or_else(|p| p.into_inner());
+    if q.len() >= cap {
+        q.pop_front();
+    }
+    q.push_back((std::time::SystemTime::now(), what));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -424,7 +475,7 @@ mod tests {
         m.hit("image");
         m.miss("image");
         m.served("image", 10);
-        m.upstream_fetch("image", true, Duration::from_millis(200));
+        m.upstream_fetch("image", "image/x", None, Duration::from_millis(200));
         m.response("image", 206);
         let t = m.render();
         assert!(

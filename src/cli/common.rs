@@ -61,7 +61,8 @@ pub struct StoreArgs {
     /// The S3 endpoint, http(s)://HOST[:PORT] (default: AWS S3 of --s3-region).
     #[arg(long, env = "TALOS_GEN_S3_ENDPOINT", value_name = "URL", value_parser = endpoint_flag)]
     pub s3_endpoint: Option<String>,
-    /// The S3 region the requests are signed for (default: us-east-1).
+    /// The S3 region the requests are signed for (default: AWS_REGION, else
+    /// AWS_DEFAULT_REGION, else us-east-1).
     #[arg(long, env = "TALOS_GEN_S3_REGION", value_name = "REGION")]
     pub s3_region: Option<String>,
 }
@@ -106,11 +107,7 @@ impl StoreArgs {
                 bucket: bucket.clone(),
                 prefix: prefix.clone(),
                 endpoint: self.s3_endpoint.clone(),
-                region: self
-                    .s3_region
-                    .clone()
-                    .filter(|r| !r.trim().is_empty())
-                    .unwrap_or_else(|| DEFAULT_S3_REGION.into()),
+                region: s3_region(self.s3_region.as_deref(), |k| std::env::var(k).ok()),
                 timeout,
                 spool: cache_dir
                     .map(Into::into)
@@ -126,8 +123,21 @@ impl StoreArgs {
     }
 }
 
-/// `--s3-region` when not given.
+/// `--s3-region` when neither it nor `AWS_REGION` / `AWS_DEFAULT_REGION` is given.
 pub const DEFAULT_S3_REGION: &str = "us-east-1";
+
+/// The region as AWS tools read it: `--s3-region` (or `TALOS_GEN_S3_REGION`),
+/// else `AWS_REGION`, else `AWS_DEFAULT_REGION`, else [`DEFAULT_S3_REGION`];
+/// an empty value counts as not given.
+pub fn s3_region(flag: Option<&str>, env: impl Fn(&str) -> Option<String>) -> String {
+    flag.map(str::to_string)
+        .into_iter()
+        .chain(env("AWS_REGION"))
+        .chain(env("AWS_DEFAULT_REGION"))
+        .map(|r| r.trim().to_string())
+        .find(|r| !r.is_empty())
+        .unwrap_or_else(|| DEFAULT_S3_REGION.into())
+}
 
 fn store_flag(s: &str) -> Result<(String, String), String> {
     crate::store::S3Config::parse_url(s.trim())
@@ -148,9 +158,9 @@ fn endpoint_flag(s: &str) -> Result<String, String> {
 }
 
 /// A boolean flag's value, from the command line (`--offline=false`) or its
-/// `TALOS_GEN_*` variable: `true`/`false`, `1`/`0`, any case (clap's
-/// boolish words `yes`/`no`, `on`/`off` too). Anything else, the empty
-/// value included, is bad input (exit 2) named with the flag and variable.
+/// `TALOS_GEN_*` variable: `true`/`false`, `1`/`0`, any case, exactly as
+/// the contract says (`yes`, `on`, the empty value, anything else: bad
+/// input, exit 2, named with the flag and the variable).
 #[derive(Debug, Clone, Copy)]
 pub struct BoolFlag;
 
@@ -163,26 +173,33 @@ impl clap::builder::TypedValueParser for BoolFlag {
         arg: Option<&clap::Arg>,
         value: &std::ffi::OsStr,
     ) -> Result<bool, clap::Error> {
-        clap::builder::BoolishValueParser::new()
-            .parse_ref(cmd, arg, value)
-            .map_err(|_| {
-                let flag = arg
-                    .and_then(|a| a.get_long())
-                    .map(|l| format!("--{l}"))
-                    .unwrap_or_else(|| "a boolean flag".into());
-                let env = arg
-                    .and_then(|a| a.get_env())
-                    .map(|e| format!(" (or {})", e.to_string_lossy()))
-                    .unwrap_or_default();
-                clap::Error::raw(
-                    clap::error::ErrorKind::InvalidValue,
-                    format!(
-                        "{flag}{env}: {:?} is not a boolean; give true or false, 1 or 0\n",
-                        value.to_string_lossy()
-                    ),
-                )
-                .with_cmd(cmd)
-            })
+        parse_bool(&value.to_string_lossy()).ok_or(()).map_err(|_| {
+            let flag = arg
+                .and_then(|a| a.get_long())
+                .map(|l| format!("--{l}"))
+                .unwrap_or_else(|| "a boolean flag".into());
+            let env = arg
+                .and_then(|a| a.get_env())
+                .map(|e| format!(" (or {})", e.to_string_lossy()))
+                .unwrap_or_default();
+            clap::Error::raw(
+                clap::error::ErrorKind::InvalidValue,
+                format!(
+                    "{flag}{env}: {:?} is not a boolean; give true or false, 1 or 0\n",
+                    value.to_string_lossy()
+                ),
+            )
+            .with_cmd(cmd)
+        })
+    }
+}
+
+/// `true`/`false`, `1`/`0`, any case; anything else `None`.
+pub fn parse_bool(s: &str) -> Option<bool> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "1" => Some(true),
+        "false" | "0" => Some(false),
+        _ => None,
     }
 }
 
@@ -275,5 +292,49 @@ mod tests {
         );
         assert!(endpoint_flag("127.0.0.1:3900").is_err());
         assert!(endpoint_flag("http://h/bucket").is_err());
+        for (t, v) in [
+            ("true", true),
+            ("TRUE", true),
+            ("1", true),
+            ("False", false),
+            ("0", false),
+        ] {
+            assert_eq!(parse_bool(t), Some(v), "{t}");
+        }
+        for t in ["yes", "no", "on", "off", "", " true", "2"] {
+            assert_eq!(parse_bool(t), None, "{t:?}");
+        }
+    }
+
+    /// Issue 21: the region as every AWS tool reads it.
+    #[test]
+    fn s3_region_from_flag_then_aws_variables() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let both = env(&[
+            ("AWS_REGION", "eu-west-3"),
+            ("AWS_DEFAULT_REGION", "eu-north-1"),
+        ]);
+        assert_eq!(s3_region(Some("garage"), both), "garage");
+        assert_eq!(s3_region(None, both), "eu-west-3");
+        assert_eq!(s3_region(Some(" "), both), "eu-west-3");
+        assert_eq!(
+            s3_region(None, env(&[("AWS_DEFAULT_REGION", "eu-north-1")])),
+            "eu-north-1"
+        );
+        assert_eq!(
+            s3_region(
+                None,
+                env(&[("AWS_REGION", ""), ("AWS_DEFAULT_REGION", "ap-south-1")])
+            ),
+            "ap-south-1"
+        );
+        assert_eq!(s3_region(None, env(&[])), "us-east-1");
     }
 }

@@ -173,14 +173,14 @@ pub struct AirGapArgs {
 }
 
 const RESERVATIONS_EXAMPLES: &str = "\
+Instance types: u1, o1, d1 (nano..8xlarge, 2xmedium for u1/d1), rt1 (micro..8xlarge),
+cx1 (medium..8xlarge, also <size>1gi), m1 (large..8xlarge, also <size>1gi),
+n1 (medium..8xlarge), gn1 (xlarge..8xlarge).
+
 Examples:
   talos-gen kubelet-reservations --instance-type u1.medium
   talos-gen kubelet-reservations --memory 16Gi --cpu 4 --json
-  talos-gen kubelet-reservations --instance-type u1.xlarge --eviction-hard-memory 5%
-
-Instance types: u1, o1, d1 (nano..8xlarge, 2xmedium for u1/d1), rt1 (micro..8xlarge),
-cx1 (medium..8xlarge, also <size>1gi), m1 (large..8xlarge, also <size>1gi),
-n1 (medium..8xlarge), gn1 (xlarge..8xlarge).";
+  talos-gen kubelet-reservations --instance-type u1.xlarge --eviction-hard-memory 5%";
 
 #[derive(Debug, Args)]
 #[command(after_help = RESERVATIONS_EXAMPLES)]

@@ -9,18 +9,26 @@ pub struct MirrorArgs {
 }
 
 const SYNC_EXAMPLES: &str = "\
+Config keys (YAML, docs/interface.md): schematics (IDs, names such as cozystack, or {file: path}),
+talosVersions, images (disk image asset names), installers, extraImages, workers ({talos,
+kubernetes, schematic, platform, arch, installerRepository, optionalImages}: everything a worker
+pool pulls), talosctl, pxe, sourceImages.
+
+Exit 0 when every item is stored, 1 when any failed (each named once), 2 for a bad config.
+The result is kept in the store and shown on serve's status page and /metrics.
+
 Examples:
   # Cozystack's defaults (mirror/mirror.yaml) into the store serve reads
   talos-gen mirror sync --config mirror/mirror.yaml --cache-dir /var/cache/talos-gen
 
   # Kubelet images through a registry mirror, 8 items at once
   talos-gen mirror sync --config mirror.yaml --cache-dir /data \\
-    --mirror-upstream ghcr.io=https://ghcr.io --concurrency 8
-
-Exit 0 when every item is stored, 1 when any failed (each named once), 2 for a bad config.
-The result is kept in the store and shown on serve's status page.";
+    --mirror-upstream ghcr.io=https://ghcr.io --concurrency 8";
 
 const EXPORT_EXAMPLES: &str = "\
+A directory is written in place (each file renamed into place; unchanged files kept);
+a non-empty one without talos-gen-export.json is refused (exit 1).
+
 Examples:
   # everything stored, for `mirror import` on the other side
   talos-gen mirror export --cache-dir /var/cache/talos-gen --output mirror.tar
@@ -33,10 +41,7 @@ Examples:
   talos-gen mirror export --cache-dir /var/cache/talos-gen --config mirror.yaml \\
     --format oci --output /media/usb/talos-oci
   skopeo copy --all oci:/media/usb/talos-oci:ghcr.io/siderolabs/kubelet:v1.35.6 \\
-    docker://registry.example/siderolabs/kubelet:v1.35.6
-
-A directory is written in place (each file renamed into place; unchanged files kept);
-a non-empty one without talos-gen-export.json is refused (exit 1).";
+    docker://registry.example/siderolabs/kubelet:v1.35.6";
 
 const PRUNE_EXAMPLES: &str = "\
 Only what the mirror job pinned (disk images, talosctl binaries, installers and images with
@@ -73,7 +78,7 @@ pub enum MirrorCommand {
     /// Fetch everything the config names into the store.
     #[command(after_help = SYNC_EXAMPLES)]
     Sync {
-        /// The mirror config (YAML: schematics, talosVersions, images, installers, extraImages).
+        /// The mirror config (YAML: schematics, talosVersions, images, installers, extraImages, workers, talosctl, pxe, sourceImages; see below).
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: String,
         #[command(flatten)]
@@ -465,14 +470,20 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
 
         MirrorCommand::Import { file, at } => {
             let loc = at.location(STORE_TIMEOUT)?;
-            let r = rt()?.block_on(mirror::import(Path::new(&file), &loc))?;
-            println!(
-                "mirror import: {} keys, {} objects ({}) imported; {} keys already present",
-                r.keys,
-                r.objects,
-                mirror::sync::human(r.bytes),
-                r.present
-            );
+            let started = std::time::Instant::now();
+            let rt = rt()?;
+            let r = rt.block_on(mirror::import(Path::new(&file), &loc))?;
+            println!("mirror import: {}", r.summary());
+            // Shown by serve's status page and /metrics like a sync.
+            let written = rt.block_on(mirror::report::write_import(
+                &loc,
+                &r,
+                &file,
+                started.elapsed(),
+            ));
+            if let Err(e) = written {
+                eprintln!("talos-gen: mirror import: recording the result in the store: {e}");
+            }
             for b in &r.bad {
                 eprintln!(
                     "talos-gen: mirror import: {b}: bytes do not match its name; not imported"

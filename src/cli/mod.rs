@@ -48,6 +48,55 @@ pub enum Command {
     Version,
 }
 
+/// Examples of the commands whose own file has none (every `--help` ends
+/// with examples): command path, text.
+const EXAMPLES: &[(&[&str], &str)] = &[
+    (
+        &["matrix"],
+        "Examples:\n  talos-gen matrix\n  talos-gen matrix --json\n  talos-gen matrix check --talos v1.14 --kubernetes v1.35",
+    ),
+    (
+        &["schematic"],
+        "Examples:\n  talos-gen schematic id cozystack\n  talos-gen schematic canonical my-schematic.yaml",
+    ),
+    (
+        &["schematic", "canonical"],
+        "Examples:\n  talos-gen schematic canonical cozystack\n  talos-gen schematic canonical my-schematic.yaml | sha256sum",
+    ),
+    (
+        &["images"],
+        "Examples:\n  # what a Cozystack worker pool pulls (a bare minor: the newest stable release / known patch)\n  talos-gen images --talos v1.14 --kubernetes v1.35 --schematic cozystack\n\n  # through an internal registry, as JSON\n  talos-gen images --talos v1.13.9 --kubernetes v1.35.6 --installer-repository registry.internal/talos/installer --json",
+    ),
+    (
+        &["mirror"],
+        "Examples:\n  talos-gen mirror plan --config mirror.yaml\n  talos-gen mirror sync --config mirror.yaml --cache-dir /var/cache/talos-gen\n  talos-gen mirror export --cache-dir /var/cache/talos-gen --output mirror.tar\n  talos-gen mirror import mirror.tar --cache-dir /var/cache/talos-gen",
+    ),
+    (
+        &["mirror", "plan"],
+        "Examples:\n  talos-gen mirror plan --config mirror/mirror.yaml\n  talos-gen mirror plan --config mirror.yaml --json | jq '.items | length'",
+    ),
+    (
+        &["mirror", "verify"],
+        "Examples:\n  talos-gen mirror verify --cache-dir /var/cache/talos-gen\n  talos-gen mirror verify --store s3://talos-gen/store --s3-endpoint http://s3.internal:3900",
+    ),
+    (
+        &["mirror", "import"],
+        "The import is recorded in the store: serve's status page and /metrics show it like a sync.\n\nExamples:\n  talos-gen mirror import /media/usb/mirror.tar --cache-dir /var/cache/talos-gen\n  talos-gen serve --offline --cache-dir /var/cache/talos-gen",
+    ),
+    (
+        &["version"],
+        "Examples:\n  talos-gen version\n  talos-gen --version",
+    ),
+];
+
+/// `c` with `text` as the `after_help` of its subcommand at `path`.
+fn with_examples(c: clap::Command, path: &[&str], text: &'static str) -> clap::Command {
+    match path.split_first() {
+        None => c.after_help(text),
+        Some((first, rest)) => c.mut_subcommand(*first, |s| with_examples(s, rest, text)),
+    }
+}
+
 /// The clap command with what derive cannot say: a flag given twice takes
 /// the last value (as kubectl and talosctl do), and `--version` prints the
 /// ranges the embedded support matrix knows.
@@ -64,7 +113,10 @@ pub fn command() -> clap::Command {
         }
         c
     }
-    let c = last_wins(Cli::command());
+    let mut c = last_wins(Cli::command());
+    for (path, text) in EXAMPLES {
+        c = with_examples(c, path, text);
+    }
     // Parsing the matrix costs little, but only `--version` needs it.
     if std::env::args().any(|a| a == "--version") {
         c.long_version(&*Box::leak(version_text().into_boxed_str()))

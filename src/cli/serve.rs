@@ -7,6 +7,8 @@ use clap::Args;
 use crate::http::ServeConfig;
 
 const SERVE_EXAMPLES: &str = "\
+Status page: http://ADDR/ ; metrics: /metrics ; probes: /healthz, /readyz.
+
 Examples:
   # The Image Factory cache, OCI pull-through and API on all interfaces
   talos-gen serve --listen :8080 --cache-dir /var/cache/talos-gen \\
@@ -25,7 +27,8 @@ Examples:
   # HTTPS with a certificate from `talos-gen mirror cert` (renewed files are picked up)
   talos-gen serve --listen :8443 --tls-cert tls/tls.crt --tls-key tls/tls.key
 
-Status page: http://ADDR/ ; metrics: /metrics ; probes: /healthz, /readyz.";
+  # Behind an ingress that only it can reach: log the client X-Forwarded-For names
+  talos-gen serve --listen :8080 --cache-dir /var/cache/talos-gen --trust-forwarded-for";
 
 #[derive(Debug, Args)]
 #[command(after_help = SERVE_EXAMPLES)]
@@ -177,6 +180,22 @@ pub struct ServeArgs {
     /// this listener's scheme.
     #[arg(long, env = "TALOS_GEN_PUBLIC_URL", value_name = "URL")]
     pub public_url: Option<String>,
+    /// Behind a reverse proxy or ingress: log each request's client as the
+    /// last address of its X-Forwarded-For (the one the proxy in front
+    /// added) instead of the connection's peer (logged as well). Only for a
+    /// listener that the proxy alone can reach: a client can write the header.
+    #[arg(
+        long,
+        env = "TALOS_GEN_TRUST_FORWARDED_FOR",
+        value_name = "BOOL",
+        action = clap::ArgAction::Set,
+        value_parser = super::common::BoolFlag,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value = "false"
+    )]
+    pub trust_forwarded_for: bool,
     /// Log format on stderr (one access log line per request at info).
     #[arg(
         long,
@@ -224,6 +243,7 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
             Some(u) => Some(public_url(&u)?),
             None => None,
         },
+        trust_forwarded_for: args.trust_forwarded_for,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

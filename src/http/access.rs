@@ -1,9 +1,15 @@
 //! The access log: one line per request, at info, when its body has been
-//! sent (or the client went away): method, path, status, body bytes sent,
-//! duration. The path only: never the query, never a header, so tokens and
-//! secrets stay out of it. `--log-format json` makes each line a JSON object.
-//! 5xx answers are also remembered for the status page's last errors.
+//! sent (or the client went away): method, path, query (`?ns=` is the
+//! registry asked for; a credential-looking parameter's value is
+//! `REDACTED`, [`redact_query`]), the client (the peer, or
+//! with `--trust-forwarded-for` the last `X-Forwarded-For` address, the peer
+//! then logged too), status, body bytes sent, duration in milliseconds
+//! rounded to microseconds. Never a header, so tokens and secrets stay out
+//! of it. `--log-format json` makes each line a JSON object. 5xx answers
+//! are also remembered for the status page's last errors, with the reason
+//! the answer gave ([`Reason`]: it names the upstream URL).
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -15,16 +21,116 @@ use axum::response::Response;
 
 use super::state::AppState;
 
+/// Why a 5xx answer failed (its one-line message), carried on the response
+/// for the status page's last errors.
+#[derive(Clone, Debug)]
+pub struct Reason(pub String);
+
+/// The connection's peer, put on every request by [`WithPeer`].
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub SocketAddr);
+
+/// A hyper service that puts the connection's [`Peer`] on each request.
+#[derive(Clone)]
+pub struct WithPeer<S> {
+    inner: S,
+    peer: SocketAddr,
+}
+
+impl<S> WithPeer<S> {
+    pub fn new(inner: S, peer: SocketAddr) -> WithPeer<S> {
+        WithPeer { inner, peer }
+    }
+}
+
+impl<S, B> hyper::service::Service<hyper::Request<B>> for WithPeer<S>
+where
+    S: hyper::service::Service<hyper::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn call(&self, mut req: hyper::Request<B>) -> Self::Future {
+        req.extensions_mut().insert(Peer(self.peer));
+        self.inner.call(req)
+    }
+}
+
+/// The client to log: the peer, or the last `X-Forwarded-For` address when
+/// the proxy in front is trusted (and the header holds one).
+fn client(req: &Request, trust_forwarded_for: bool) -> (String, Option<String>) {
+    let peer = req.extensions().get::<Peer>().map(|p| p.0.ip().to_string());
+    let forwarded = trust_forwarded_for
+        .then(|| req.headers().get_all("x-forwarded-for"))
+        .and_then(|all| {
+            let last = all.iter().filter_map(|v| v.to_str().ok()).next_back()?;
+            let addr = last.rsplit(',').next()?.trim();
+            addr.parse::<std::net::IpAddr>().ok().map(|a| a.to_string())
+        });
+    match forwarded {
+        Some(f) => (f, peer),
+        None => (peer.unwrap_or_else(|| "-".into()), None),
+    }
+}
+
+/// The query string to log (at most 512 characters): every parameter kept,
+/// but the value of one whose name looks like a credential (`token`,
+/// `secret`, `password`, `key`, `signature`, `credential`, `auth`, any case)
+/// replaced by `REDACTED`; `ns=` and the like are what the operator needs.
+pub fn redact_query(q: &str) -> String {
+    const SECRET: [&str; 7] = [
+        "token",
+        "secret",
+        "password",
+        "key",
+        "signature",
+        "credential",
+        "auth",
+    ];
+    let q: String = q.chars().take(512).collect();
+    q.split('&')
+        .map(|pair| {
+            let (k, _) = pair.split_once('=').unwrap_or((pair, ""));
+            let lower = k.to_ascii_lowercase();
+            if pair.contains('=') && SECRET.iter().any(|s| lower.contains(s)) {
+                format!("{k}=REDACTED")
+            } else {
+                pair.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// A duration in milliseconds rounded to whole microseconds (`0.703`, not
+/// `0.7029500000000001`).
+pub fn millis(d: std::time::Duration) -> f64 {
+    d.as_nanos().saturating_add(500).saturating_div(1000) as f64 / 1000.0
+}
+
 /// Middleware: wrap the response body so the line is written when it ends.
 pub async fn log(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let method = req.method().to_string();
     let path: String = req.uri().path().chars().take(512).collect();
+    let query = redact_query(req.uri().query().unwrap_or(""));
+    let (client, peer) = client(&req, st.cfg.trust_forwarded_for);
     let started = Instant::now();
     let resp = next.run(req).await;
     let status = resp.status().as_u16();
     if status >= 500 {
+        let asked = if query.is_empty() {
+            path.clone()
+        } else {
+            format!("{path}?{query}")
+        };
+        let why = resp
+            .extensions()
+            .get::<Reason>()
+            .map(|r| format!(": {}", r.0))
+            .unwrap_or_default();
         st.metrics
-            .record_error(format!("{method} {path}: HTTP {status}"));
+            .record_error(format!("{method} {asked}: HTTP {status}{why}"));
     }
     let (parts, body) = resp.into_parts();
     // hyper stops polling a body once it has sent its Content-Length: then
@@ -39,6 +145,9 @@ pub async fn log(State(st): State<AppState>, req: Request, next: Next) -> Respon
         line: Some(Line {
             method,
             path,
+            query,
+            client,
+            peer,
             status,
             started,
             bytes: 0,
@@ -50,6 +159,10 @@ pub async fn log(State(st): State<AppState>, req: Request, next: Next) -> Respon
 struct Line {
     method: String,
     path: String,
+    query: String,
+    client: String,
+    /// The peer, when `client` came from `X-Forwarded-For`.
+    peer: Option<String>,
     status: u16,
     started: Instant,
     bytes: u64,
@@ -61,9 +174,12 @@ impl Line {
             target: "access",
             method = %self.method,
             path = %self.path,
+            query = %self.query,
+            client = %self.client,
+            peer = self.peer.as_deref(),
             status = self.status,
             bytes = self.bytes,
-            duration_ms = self.started.elapsed().as_secs_f64() * 1000.0,
+            duration_ms = millis(self.started.elapsed()),
             complete,
             "request"
         );
@@ -154,11 +270,39 @@ mod tests {
             line: Some(Line {
                 method: "GET".into(),
                 path: "/x".into(),
+                query: String::new(),
+                client: "-".into(),
+                peer: None,
                 status: 200,
                 started: Instant::now(),
                 bytes: 0,
             }),
         }
+    }
+
+    #[test]
+    fn queries_kept_credentials_redacted() {
+        assert_eq!(redact_query("ns=registry.k8s.io"), "ns=registry.k8s.io");
+        assert_eq!(
+            redact_query("ns=ghcr.io&token=s3cret&X-Amz-Signature=abc&last=x"),
+            "ns=ghcr.io&token=REDACTED&X-Amz-Signature=REDACTED&last=x"
+        );
+        assert_eq!(redact_query(""), "");
+        assert_eq!(redact_query("flag"), "flag");
+    }
+
+    #[test]
+    fn durations_rounded_to_microseconds() {
+        use std::time::Duration;
+        assert_eq!(millis(Duration::from_nanos(702_950_123)), 702.95);
+        assert_eq!(
+            format!("{}", millis(Duration::from_nanos(702_950))),
+            "0.703"
+        );
+        assert_eq!(
+            format!("{}", millis(Duration::from_nanos(702_499))),
+            "0.702"
+        );
     }
 
     /// A body sent up to its Content-Length is whole, although nobody

@@ -27,12 +27,19 @@ pub fn text(status: StatusCode, msg: impl Into<String>) -> Response {
     if !m.ends_with('\n') {
         m.push('\n');
     }
-    (
+    let why = status
+        .is_server_error()
+        .then(|| super::access::Reason(m.trim_end().to_string()));
+    let mut r = (
         status,
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
         m,
     )
-        .into_response()
+        .into_response();
+    if let Some(why) = why {
+        r.extensions_mut().insert(why);
+    }
+    r
 }
 
 /// The status an [`Error`] is answered with.

@@ -13,6 +13,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     state
         .metrics
         .set_store_counts(totals.objects, totals.keys, totals.pinned);
+    if let Some(run) = crate::mirror::report::read_from(&state.store) {
+        state.metrics.set_mirror_last_run(run.finished, run.ok);
+    }
     let fills = state.fills.in_progress();
     let waiting = fills.iter().filter(|f| f.phase == "waiting").count();
     state.metrics.set_fills(fills.len() - waiting, waiting);

@@ -67,6 +67,9 @@ pub struct ServeConfig {
     /// URLs written into answers (the iPXE script); `None`: from each
     /// request's `X-Forwarded-Proto`/`X-Forwarded-Host`, else its `Host`.
     pub public_url: Option<String>,
+    /// Log the client as the proxy in front names it (the last address of
+    /// `X-Forwarded-For`, `--trust-forwarded-for`) instead of the peer.
+    pub trust_forwarded_for: bool,
 }
 
 impl ServeConfig {
@@ -92,6 +95,7 @@ impl ServeConfig {
             metadata_ttl: crate::imagecache::DEFAULT_METADATA_TTL,
             tls: None,
             public_url: None,
+            trust_forwarded_for: false,
         }
     }
 }
@@ -253,7 +257,10 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         };
         let _ = tcp.set_nodelay(true);
         let guarded = limits::WriteGuard::new(tcp, write_timeout);
-        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        let svc = access::WithPeer::new(
+            hyper_util::service::TowerToHyperService::new(app.clone()),
+            peer,
+        );
         let Some(acceptor) = &acceptor else {
             let io = hyper_util::rt::TokioIo::new(guarded);
             let conn = graceful.watch(http.serve_connection(io, svc));

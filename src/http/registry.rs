@@ -58,6 +58,10 @@ pub fn error_response(e: &OciError, method: &Method) -> Response {
     };
     let mut r = Response::new(body);
     *r.status_mut() = status;
+    if status.is_server_error() {
+        r.extensions_mut()
+            .insert(super::access::Reason(e.message.clone()));
+    }
     set_common(r.headers_mut());
     r.headers_mut().insert(
         header::CONTENT_TYPE,

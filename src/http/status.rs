@@ -95,6 +95,9 @@ struct ErrorRow {
 
 #[derive(Serialize)]
 struct SyncRow {
+    kind: String,
+    bundle: Option<String>,
+    carried: Option<String>,
     finished: String,
     ok: bool,
     summary: String,
@@ -428,7 +431,19 @@ pub async fn render(st: &AppState) -> Result<String, String> {
             what,
         })
         .collect();
+    let misses: Vec<ErrorRow> = st
+        .metrics
+        .recent_misses()
+        .into_iter()
+        .map(|(t, what)| ErrorRow {
+            when: httpdate::fmt_http_date(t),
+            what,
+        })
+        .collect();
     let sync = crate::mirror::report::read_from(&st.store).map(|s| SyncRow {
+        kind: s.kind,
+        bundle: s.bundle,
+        carried: s.carried_sync.map(|t| when(Some(t))),
         finished: when(Some(s.finished)),
         ok: s.ok,
         summary: s.summary,
@@ -466,6 +481,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
     ctx.insert("settings", &settings);
     ctx.insert("counts", &counts);
     ctx.insert("errors", &errors);
+    ctx.insert("misses", &misses);
     ctx.insert("sync", &sync);
     ctx.insert("uptime", &human_duration(uptime));
     ctx.insert("started", &httpdate::fmt_http_date(st.started).to_string());

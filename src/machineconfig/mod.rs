@@ -317,6 +317,22 @@ pub fn generate(req: &Request) -> Result<Output> {
 /// [`generate`] against a given support matrix (`--matrix FILE`, or the
 /// service's).
 pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Output> {
+    // An embedded schematic's name (`cozystack`) is taken for its ID.
+    let named;
+    let req = match req
+        .schematic
+        .as_deref()
+        .and_then(crate::schematics::embedded_id)
+    {
+        Some(id) => {
+            named = Request {
+                schematic: Some(id.to_string()),
+                ..req.clone()
+            };
+            &named
+        }
+        None => req,
+    };
     let mut warnings = Vec::new();
     let cozy = match nonempty(&req.profile) {
         None => None,
@@ -326,6 +342,10 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
                 None => cozystack::Values::defaults(),
             };
             warnings.extend(values.warnings.iter().cloned());
+            let mut values = values;
+            if let Some(id) = crate::schematics::embedded_id(&values.schematic_id) {
+                values.schematic_id = id.to_string();
+            }
             Some(values)
         }
         Some(other) => {
@@ -397,7 +417,35 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
             let v = Version::parse_named(k, "--kubernetes-version")?;
             support::kubelet_patch(matrix, &v).map_err(Error::refused)?
         }
-        (Some(k), _) => k.to_string(),
+        (Some(k), _) => {
+            let v = Version::parse_named(k, "--kubernetes-version")?;
+            if v.patch.is_some() {
+                k.to_string()
+            } else {
+                // A bare minor is never written as a tag: the patch the
+                // data knows (as `images` resolves it), else refused.
+                let release_default = matrix
+                    .images()
+                    .lookup(&talos)
+                    .ok()
+                    .and_then(|l| l.release.kubernetes.clone());
+                match matrix.kubernetes_patch(&v, release_default.as_ref()) {
+                    Some((p, from)) => {
+                        warnings.push(format!(
+                            "note: --kubernetes-version {k} has no patch; using {p}, {from} (give a full version to choose another)"
+                        ));
+                        p.to_string()
+                    }
+                    None => {
+                        return Err(Error::bad_input(format!(
+                            "--kubernetes-version: {k:?} has no patch and the data knows no Kubernetes {} release: give a full version (e.g. {}.0)",
+                            v.minor_string(),
+                            v.minor_string()
+                        )));
+                    }
+                }
+            }
+        }
         (None, Some(c)) => {
             let v = Version::parse_named(&c.version, "--values: version")?;
             support::kubelet_patch(matrix, &v).map_err(Error::refused)?

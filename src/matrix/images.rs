@@ -37,6 +37,9 @@ pub struct ReleaseImages {
     pub kube_network_policies: Option<String>,
     /// Where a replacement file's row came from (free text).
     pub source: Option<String>,
+    /// Set when the row's values were not read at its own tag but carried
+    /// forward from the nearest readable release: from where, and why.
+    pub carried: Option<String>,
 }
 
 impl ReleaseImages {
@@ -72,6 +75,8 @@ pub struct RawRelease {
     kube_network_policies: Option<String>,
     #[serde(default)]
     source: Option<String>,
+    #[serde(default)]
+    carried: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -222,6 +227,7 @@ impl ImageTable {
                 coredns: opt(&r.coredns, "coredns", true)?,
                 kube_network_policies: opt(&r.kube_network_policies, "kubeNetworkPolicies", true)?,
                 source: r.source,
+                carried: r.carried,
                 talos,
                 kubernetes,
             };
@@ -260,22 +266,40 @@ impl ImageTable {
             (Some(a), Some(b)) => format!("{} to {}", a.talos, b.talos),
             _ => "nothing".into(),
         };
+        // A bare minor means a release: the newest stable one, never a
+        // pre-release (one is taken only when asked for by name).
+        let stable = same_minor
+            .iter()
+            .rev()
+            .find(|r| r.talos.pre.is_none())
+            .copied();
+        if talos.patch.is_none() {
+            return match stable {
+                Some(newest) => Ok(Lookup {
+                    release: newest,
+                    note: Some(format!(
+                        "Talos {talos}: using {}, the newest release of {} the image data knows",
+                        newest.talos,
+                        talos.minor_string()
+                    )),
+                }),
+                None => Err(Error::refused(format!(
+                    "no stable Talos {} release in the image data (only {}): give the release",
+                    talos.minor_string(),
+                    same_minor
+                        .iter()
+                        .map(|r| r.talos.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))),
+            };
+        }
         let Some(newest) = same_minor.last().copied() else {
             return Err(Error::refused(format!(
                 "no image data for Talos {talos} (minor {}): the data covers {span}",
                 talos.minor_string()
             )));
         };
-        if talos.patch.is_none() {
-            return Ok(Lookup {
-                release: newest,
-                note: Some(format!(
-                    "Talos {talos}: using {}, the newest release of {} the image data knows",
-                    newest.talos,
-                    talos.minor_string()
-                )),
-            });
-        }
         if let Some(r) = same_minor
             .iter()
             .find(|r| release_cmp(&r.talos, talos) == Ordering::Equal)
@@ -387,16 +411,21 @@ mod tests {
         let t = table();
         let names: Vec<String> = t.releases().iter().map(|r| r.talos.to_string()).collect();
         assert_eq!(names.first().map(String::as_str), Some("v1.8.0"));
-        assert_eq!(names.last().map(String::as_str), Some("v1.14.0-rc.1"));
+        assert_eq!(names.last().map(String::as_str), Some("v1.14.6"));
         // Patch counts per minor as tagged in Talos (1.8.0-1.8.4, ..., 1.13.0-1.13.9).
-        for (minor, last) in [(8, 4), (9, 6), (10, 9), (11, 6), (12, 11), (13, 9)] {
+        // 1.14.0-1.14.6 are carried from v1.14.0-rc.1 (marked so).
+        for (minor, last) in [(8, 4), (9, 6), (10, 9), (11, 6), (12, 11), (13, 9), (14, 6)] {
             for p in 0..=last {
                 let want = format!("v1.{minor}.{p}");
                 assert!(names.contains(&want), "{want} missing");
             }
             assert!(!names.contains(&format!("v1.{minor}.{}", last + 1)));
         }
-        assert_eq!(names.len(), 5 + 7 + 10 + 7 + 12 + 10 + 1);
+        assert_eq!(names.len(), 5 + 7 + 10 + 7 + 12 + 10 + 1 + 7);
+        for r in t.releases() {
+            let carried = r.talos.minor == 14 && r.talos.pre.is_none();
+            assert_eq!(r.carried.is_some(), carried, "{}", r.talos);
+        }
         for r in t.releases() {
             assert!(r.pause.starts_with("registry.k8s.io/pause:"), "{}", r.talos);
             assert!(r.flannel.is_some() && r.coredns.is_some() && r.kube_proxy.is_some());
@@ -415,7 +444,12 @@ mod tests {
         assert_eq!(l.release.talos.to_string(), "v1.13.9");
         assert!(l.note.unwrap().contains("newer than the image data"));
         let l = t.lookup(&v("v1.14.0")).unwrap();
-        assert_eq!(l.release.talos.to_string(), "v1.14.0-rc.1");
+        assert_eq!(l.release.talos.to_string(), "v1.14.0");
+        // a bare minor: the newest stable release, never a pre-release
+        let l = t.lookup(&v("1.14")).unwrap();
+        assert_eq!(l.release.talos.to_string(), "v1.14.6");
+        let l = t.lookup(&v("v1.14.7")).unwrap();
+        assert_eq!(l.release.talos.to_string(), "v1.14.6");
         // a bare minor
         let l = t.lookup(&v("1.11")).unwrap();
         assert_eq!(l.release.talos.to_string(), "v1.11.6");

@@ -163,6 +163,19 @@ pub struct ImportReport {
     pub present: usize,
 }
 
+impl ImportReport {
+    /// The line `mirror import` prints.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} keys, {} objects ({}) imported; {} keys already present",
+            self.keys,
+            self.objects,
+            super::sync::human(self.bytes),
+            self.present
+        )
+    }
+}
+
 /// Import `file` into the store at `loc`.
 pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportReport> {
     let f = std::fs::File::open(file)

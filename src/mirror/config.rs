@@ -268,6 +268,8 @@ impl Item {
 fn schematic_source(s: RawSchematic, base: &Path, at: &str) -> Result<SchematicSource> {
     Ok(match s {
         RawSchematic::Id(id) => {
+            // An embedded schematic's name (`cozystack`) is taken for its ID.
+            let id = crate::schematics::id_or_name(&id).to_string();
             if crate::schematic::is_valid_id(&id) {
                 SchematicSource {
                     id,

@@ -39,6 +39,27 @@ pub struct SyncStatus {
     /// prune, when there was one).
     #[serde(default)]
     pub releases: Vec<super::prune::ReleaseHolding>,
+    /// `sync` or `import` (what wrote this result; older results: sync).
+    #[serde(default = "sync_kind")]
+    pub kind: String,
+    /// For an import: the bundle file it read.
+    #[serde(default)]
+    pub bundle: Option<String>,
+    /// For an import: when the sync that filled the exporting store ended
+    /// (its result travels in the bundle), if it carried one.
+    #[serde(default)]
+    pub carried_sync: Option<u64>,
+}
+
+fn sync_kind() -> String {
+    "sync".into()
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
 }
 
 impl SyncStatus {
@@ -52,10 +73,7 @@ impl SyncStatus {
             })
             .collect();
         SyncStatus {
-            finished: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or_default(),
+            finished: now_secs(),
             ok: failed.is_empty(),
             items: r.items.len(),
             failed,
@@ -66,8 +84,68 @@ impl SyncStatus {
             elapsed_secs: r.elapsed.as_secs_f64(),
             summary: r.summary(),
             releases: Vec::new(),
+            kind: sync_kind(),
+            bundle: None,
+            carried_sync: None,
         }
     }
+
+    /// What `mirror import` of `bundle` did, as the status page shows a
+    /// sync: when, what, from which bundle (and the sync it carried).
+    pub fn from_import(
+        r: &super::bundle::ImportReport,
+        bundle: &str,
+        elapsed: std::time::Duration,
+        carried: Option<&SyncStatus>,
+    ) -> SyncStatus {
+        let mut failed: Vec<FailedItem> = r
+            .bad
+            .iter()
+            .map(|b| FailedItem {
+                name: b.clone(),
+                error: "bytes do not match its name; not imported".into(),
+            })
+            .collect();
+        failed.extend(r.missing.iter().map(|k| FailedItem {
+            name: k.clone(),
+            error: "its object is not in the bundle; not imported".into(),
+        }));
+        SyncStatus {
+            finished: now_secs(),
+            ok: failed.is_empty(),
+            items: r.keys + r.present,
+            failed,
+            fetched: r.objects,
+            fetched_bytes: r.bytes,
+            stored: r.keys + r.present,
+            stored_bytes: r.bytes,
+            elapsed_secs: elapsed.as_secs_f64(),
+            summary: r.summary(),
+            releases: carried.map(|c| c.releases.clone()).unwrap_or_default(),
+            kind: "import".into(),
+            bundle: Some(bundle.to_string()),
+            carried_sync: carried.map(|c| c.finished),
+        }
+    }
+}
+
+/// After `mirror import`: the result the bundle carried (the exporting
+/// store's last sync, now in this store, if any), then this import's
+/// result written over it.
+pub async fn write_import(
+    loc: impl Into<crate::store::Location>,
+    r: &super::bundle::ImportReport,
+    bundle: &str,
+    elapsed: std::time::Duration,
+) -> Result<SyncStatus> {
+    let loc = loc.into();
+    let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, None))
+        .await
+        .map_err(|e| crate::Error::io("opening the store", std::io::Error::other(e)))??;
+    let carried = read(&store).filter(|c| c.kind == "sync");
+    let status = SyncStatus::from_import(r, bundle, elapsed, carried.as_ref());
+    write(&store, &status).await?;
+    Ok(status)
 }
 
 /// Write the result of a sync into the store at `cache_dir`.

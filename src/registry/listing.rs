@@ -113,7 +113,7 @@ impl Registry {
                 ),
             ));
         }
-        if self.offline {
+        if self.store_only(up) {
             return self.stored_tags(up, repo, q);
         }
         match self.upstream_tags(up, repo, q).await {
@@ -269,7 +269,7 @@ impl Registry {
             Some(b) => (b, ReferrersSource::Stored),
             None => (empty_index(), ReferrersSource::Empty),
         };
-        if self.offline {
+        if self.store_only(up) {
             return Ok(fallback(stored()));
         }
         let _g = self.locks.lock(&key).await;

@@ -13,7 +13,7 @@ use super::client::MANIFEST_ACCEPT;
 use super::error::{OciError, check_status, fetch_error, manifest_unknown};
 use super::layout::{manifest_key, tag_key};
 use super::names::{Digest, Reference, UpstreamId};
-use super::service::{Registry, scope};
+use super::service::{Registry, miss_path, scope};
 use crate::store::{Meta, Store};
 
 /// Largest manifest accepted from an upstream (distribution's own limit is 4 MiB).
@@ -78,9 +78,10 @@ impl Registry {
             self.metric(|x| x.hit("manifest"));
             return Ok(m);
         }
-        if self.offline {
-            self.metric(|x| x.offline_miss("manifest"));
-            return Err(manifest_unknown(repo, d.as_str()));
+        if self.store_only(up) {
+            let path = miss_path(up, repo, "manifests", d.as_str());
+            self.metric(|x| x.offline_miss("manifest", &path));
+            return Err(self.store_miss(up, manifest_unknown(repo, d.as_str())));
         }
         self.metric(|x| x.miss("manifest"));
         let key = manifest_key(d);
@@ -111,15 +112,16 @@ impl Registry {
             })
         };
         if let Some((d, fresh)) = known(&self.store)
-            && (fresh || self.offline)
+            && (fresh || self.store_only(up))
             && let Some(m) = self.stored_manifest(&d).await
         {
             self.metric(|x| x.hit("manifest"));
             return Ok(m);
         }
-        if self.offline {
-            self.metric(|x| x.offline_miss("manifest"));
-            return Err(manifest_unknown(repo, tag));
+        if self.store_only(up) {
+            let path = miss_path(up, repo, "manifests", tag);
+            self.metric(|x| x.offline_miss("manifest", &path));
+            return Err(self.store_miss(up, manifest_unknown(repo, tag)));
         }
         self.metric(|x| x.miss("manifest"));
         let _g = self.locks.lock(&key).await;
@@ -293,7 +295,7 @@ impl Registry {
             stale: false,
         };
         self.commit_manifest(&m).await?;
-        self.metric(|x| x.upstream_fetch("manifest", true, t0.elapsed()));
+        self.metric(|x| x.upstream_fetch("manifest", &manifest_key(&m.digest), None, t0.elapsed()));
         tracing::info!(repo, reference, digest = %m.digest, ms = t0.elapsed().as_millis() as u64, "manifest fetched");
         Ok(Some(m))
     }

@@ -94,14 +94,20 @@ impl Registry {
     /// ([`Registry::held_hosts`]: what `mirror sync` put there for
     /// `extraImages` and `workers:`) is answered from the store, any other
     /// is 404 `NAME_UNKNOWN`; unknown content of a held one is 404 too.
+    ///
+    /// Online, an `ns` with no `--mirror-upstream` that the store holds is
+    /// answered from the store alone ([`Registry::store_only`]): what a
+    /// sync or an import put there serves its registry whatever the flags
+    /// name; a miss there, and any `ns` the store does not hold, stays 403.
     pub fn route(&self, repo: &str, ns: Option<&str>) -> Result<UpstreamId, OciError> {
         match names::route(repo, ns, &self.mirrors, self.installer_host.as_deref()) {
-            Err(NameError::Denied(_))
-                if self.offline
-                    && let Some(ns) = ns.filter(|n| names::is_registry_host(n)) =>
+            Err(NameError::Denied(d))
+                if let Some(ns) = ns.filter(|n| names::is_registry_host(n)) =>
             {
                 if self.holds(ns) {
                     Ok(UpstreamId::Mirror(ns.to_string()))
+                } else if !self.offline {
+                    Err(NameError::Denied(d).into())
                 } else {
                     Err(OciError::new(
                         404,
@@ -132,6 +138,30 @@ impl Registry {
             }
         }
         hosts
+    }
+
+    /// Whether `up` is answered from the store alone: `--offline`, or an
+    /// `ns` registry with no `--mirror-upstream` (reached only because the
+    /// store holds it, see [`Registry::route`]).
+    pub(super) fn store_only(&self, up: &UpstreamId) -> bool {
+        self.offline
+            || matches!(up, UpstreamId::Mirror(ns) if !self.direct && self.mirrors.get(ns).is_none())
+    }
+
+    /// A miss of the store alone: `unknown` offline; online (an `ns` with
+    /// no `--mirror-upstream`) 403, as for an `ns` the store does not hold.
+    pub(super) fn store_miss(&self, up: &UpstreamId, unknown: OciError) -> OciError {
+        match up {
+            UpstreamId::Mirror(ns) if !self.offline => OciError::new(
+                403,
+                "DENIED",
+                format!(
+                    "registry {ns:?} has no --mirror-upstream and the store does not hold this ({})",
+                    unknown.message
+                ),
+            ),
+            _ => unknown,
+        }
     }
 
     /// Whether the store holds objects of registry `ns`: from the last
@@ -223,15 +253,16 @@ impl Registry {
     /// verified against the digest).
     pub async fn blob(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<Blob, OciError> {
         let key = blob_key(d);
-        if self.offline {
+        if self.store_only(up) {
             return match self.store.get(&key) {
                 Some(obj) => {
                     self.metric(|m| m.hit("blob"));
                     Ok(Blob::Stored(obj))
                 }
                 None => {
-                    self.metric(|m| m.offline_miss("blob"));
-                    Err(blob_unknown(repo, d))
+                    let path = miss_path(up, repo, "blobs", d.as_str());
+                    self.metric(|m| m.offline_miss("blob", &path));
+                    Err(self.store_miss(up, blob_unknown(repo, d)))
                 }
             };
         }
@@ -295,8 +326,8 @@ impl Registry {
         if let Some(n) = self.stored_blob_size(d) {
             return Ok(n);
         }
-        if self.offline {
-            return Err(blob_unknown(repo, d));
+        if self.store_only(up) {
+            return Err(self.store_miss(up, blob_unknown(repo, d)));
         }
         let url = self.upstream_url(up, repo, "blobs", d.as_str())?;
         let resp = self
@@ -327,6 +358,14 @@ async fn open_blob(client: &RegistryClient, url: &str, scope: &str) -> Result<Op
     let mut opened = open_response(resp, client.limits(), &[]).await?;
     opened.head.content_type = Some("application/octet-stream".into());
     Ok(opened)
+}
+
+/// The `/v2/` path a store-only miss was asked at, for the status page.
+pub(super) fn miss_path(up: &UpstreamId, repo: &str, kind: &str, reference: &str) -> String {
+    match up {
+        UpstreamId::Mirror(ns) => format!("/v2/{repo}/{kind}/{reference}?ns={ns}"),
+        UpstreamId::Installer => format!("/v2/{repo}/{kind}/{reference}"),
+    }
 }
 
 pub(super) fn scope(repo: &str) -> String {

@@ -15,3 +15,4 @@ mod operator_cli;
 mod parsers;
 mod reservations;
 mod talos_minors;
+mod versions_names;

@@ -407,11 +407,9 @@ fn boolean_settings_take_true_false_1_0() {
         ("false", false),
         ("1", true),
         ("0", false),
-        // clap's boolish words, any case, are taken too.
+        // Any case.
         ("TRUE", true),
         ("False", false),
-        ("yes", true),
-        ("off", false),
     ];
     for (v, want) in cases {
         let env = serve_offline(&[], &[("TALOS_GEN_OFFLINE", v)]);
@@ -428,7 +426,9 @@ fn boolean_settings_take_true_false_1_0() {
         serve_offline(&["--offline"], &[("TALOS_GEN_OFFLINE", "0")]),
         Ok(true)
     );
-    for v in ["", "maybe", "2", "truee"] {
+    // Exactly the contract's words (issue 21): clap's boolish `yes`/`off`
+    // are refused like any other word.
+    for v in ["", "maybe", "2", "truee", "yes", "no", "on", "off"] {
         let (code, err) = serve_offline(&[], &[("TALOS_GEN_OFFLINE", v)]).unwrap_err();
         assert_eq!(code, 2, "TALOS_GEN_OFFLINE={v:?}: {err}");
         assert_eq!(
@@ -611,10 +611,11 @@ fn help_describes_every_flag() {
                 "store",
                 "s3-endpoint",
                 "s3-region",
+                "trust-forwarded-for",
             ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
-            assert_eq!(checked.len(), 25, "{checked:?}");
+            assert_eq!(checked.len(), 26, "{checked:?}");
         }
     }
     // The upstream bounds, on both commands that have them.
@@ -653,6 +654,56 @@ fn help_describes_every_flag() {
             .contains("[default: false]"),
         "{out}"
     );
+}
+
+/// Issue 21 item 6: every command's `--help` ends with examples: an
+/// `Examples:` section, nothing after it but indented lines.
+#[test]
+fn every_help_ends_with_examples() {
+    for (cmd, _) in subcommands() {
+        let mut args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        args.push("--help");
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{cmd:?}: {err}");
+        let (_, tail) = out
+            .rsplit_once("\nExamples:\n")
+            .unwrap_or_else(|| panic!("{cmd:?}: no examples:\n{out}"));
+        for l in tail.lines().filter(|l| !l.trim().is_empty()) {
+            assert!(
+                l.starts_with("  "),
+                "{cmd:?}: {l:?} after the examples:\n{out}"
+            );
+        }
+        assert!(tail.contains("talos-gen "), "{cmd:?}: {tail}");
+    }
+}
+
+/// Issue 21 item 6: `mirror sync --help` names every key of the mirror
+/// config, as the config parser itself lists them (an unknown key's
+/// refusal), `workers` among them.
+#[test]
+fn mirror_sync_help_names_every_config_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("m.yaml");
+    std::fs::write(&cfg, "noSuchKey: []\n").unwrap();
+    let (code, _, err) = run(&["mirror", "plan", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    let listed = err
+        .split_once("expected one of")
+        .unwrap_or_else(|| panic!("the refusal lists no keys: {err}"))
+        .1;
+    let keys: Vec<&str> = listed.split('`').skip(1).step_by(2).collect();
+    assert!(
+        keys.contains(&"workers") && keys.len() >= 8,
+        "{keys:?} from {err}"
+    );
+    let (_, help, _) = run(&["mirror", "sync", "--help"]);
+    for k in keys {
+        assert!(
+            help.contains(&format!(" {k}")) || help.contains(&format!("{k},")),
+            "mirror sync --help does not name {k}:\n{help}"
+        );
+    }
 }
 
 /// Item 6: `schematic id NAME`, `version`, and talosctl's defaults.

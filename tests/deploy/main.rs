@@ -6,3 +6,4 @@ mod support;
 
 mod container_image;
 mod manifests;
+mod rehearsal;

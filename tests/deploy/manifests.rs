@@ -178,6 +178,8 @@ fn containers(docs: &[Value]) -> Vec<(String, Value, Value)> {
         let spec = match d["kind"].as_str() {
             Some("Deployment") => &d["spec"]["template"]["spec"],
             Some("CronJob") => &d["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+            Some("Job") => &d["spec"]["template"]["spec"],
+            Some("Pod") => &d["spec"],
             _ => continue,
         };
         for c in spec["containers"].as_sequence().unwrap() {
@@ -199,6 +201,9 @@ fn manifest_flags_and_variables_are_the_binarys() {
             .map(|d| (kind_name(d).1, d["data"].clone()))
             .collect();
         for (what, _, c) in containers(&docs) {
+            if what.starts_with("Pod/") {
+                continue; // the bundle upload pod (busybox) runs no talos-gen
+            }
             let args: Vec<String> = c["args"]
                 .as_sequence()
                 .unwrap()
@@ -273,6 +278,9 @@ fn manifests_run_as_the_image_user_on_a_read_only_root() {
             assert_eq!(sc["readOnlyRootFilesystem"], true, "{p}");
             assert_eq!(sc["allowPrivilegeEscalation"], false, "{p}");
             assert_eq!(sc["capabilities"]["drop"][0], "ALL", "{p}");
+            if what.starts_with("Pod/") {
+                continue; // the bundle upload pod runs no talos-gen
+            }
             if what.starts_with("Deployment/") {
                 assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz", "{p}");
                 assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz", "{p}");
@@ -334,14 +342,292 @@ fn s3_layout_has_replicas_a_budget_a_secret_and_no_volume() {
             .any(|e| e["secretRef"]["name"].as_str() == Some(&secret_name));
         assert!(from_secret, "{what} reads the credentials from the Secret");
         for vol in pod["volumes"].as_sequence().into_iter().flatten() {
+            // The TLS Secret (issue 21) holds no state either.
             assert!(
-                vol["emptyDir"].is_mapping() || vol["configMap"].is_mapping(),
-                "{what}: only scratch and config volumes, not {vol:?}"
+                vol["emptyDir"].is_mapping()
+                    || vol["configMap"].is_mapping()
+                    || vol["secret"]["secretName"] == "talos-gen-tls",
+                "{what}: only scratch, config and the TLS Secret, not {vol:?}"
             );
         }
         assert!(
             pod["affinity"]["podAffinity"].is_null(),
             "{what}: no node pinning"
+        );
+    }
+}
+
+fn manifest(name: &str) -> Vec<Value> {
+    docs(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("mirror")
+            .join(name),
+    )
+}
+
+fn args_of(c: &Value) -> Vec<String> {
+    c["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The value of `--flag=V` in `args`.
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .find_map(|a| a.strip_prefix(&format!("--{name}=")))
+}
+
+/// Issue 21 item 1 and 4: what a Cozystack operator applies: every registry
+/// of the worker's pull list mirrored; HTTPS from the Secret `mirror cert`
+/// output becomes; the Service's port the listener's and the README's; the
+/// ConfigMaps in the `workers:` form; an import Job; a released image tag.
+#[test]
+fn manifests_are_what_a_cozystack_operator_applies() {
+    let version = format!("v{}", env!("CARGO_PKG_VERSION"));
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let repo_config =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/mirror/mirror.yaml"))
+            .unwrap();
+    for name in ["kubernetes.yaml", "kubernetes-s3.yaml"] {
+        let docs = manifest(name);
+        let cs = containers(&docs);
+        for (what, _, c) in &cs {
+            let image = c["image"].as_str().unwrap();
+            assert!(
+                !image.ends_with(":latest") && image.contains(':'),
+                "{name}: {what}: {image}"
+            );
+            assert_eq!(
+                image,
+                format!("ghcr.io/cozystack/talos-gen:{version}"),
+                "{name}: {what}"
+            );
+        }
+        let (_, pod, serve) = cs
+            .iter()
+            .find(|(w, _, _)| w.starts_with("Deployment/"))
+            .unwrap();
+        let args = args_of(serve);
+        // Every registry host of the worker's pull list has an upstream.
+        let plan = talos_gen::images::plan(
+            talos_gen::matrix::Matrix::embedded(),
+            &talos_gen::images::PullRequest {
+                talos: "v1.13.6",
+                kubernetes: "v1.35",
+                schematic: None,
+                installer_repository: None,
+                platform: None,
+                optional: false,
+                names: Default::default(),
+            },
+        )
+        .unwrap();
+        for (_, c) in cs
+            .iter()
+            .filter(|(w, _, _)| !w.starts_with("Pod/"))
+            .map(|(w, _, c)| (w, c))
+        {
+            let a = args_of(c);
+            if a.first().map(String::as_str) == Some("mirror")
+                && a.get(1).map(String::as_str) == Some("import")
+            {
+                continue;
+            }
+            let ups: Vec<String> = a
+                .iter()
+                .filter_map(|x| x.strip_prefix("--mirror-upstream="))
+                .flat_map(|v| {
+                    v.split(',')
+                        .map(|p| p.split('=').next().unwrap().to_string())
+                })
+                .collect();
+            for host in plan.hosts() {
+                let host = host.as_str();
+                if host == "factory.talos.dev" {
+                    assert_eq!(
+                        flag(&a, "registry-url"),
+                        Some("https://factory.talos.dev"),
+                        "{name}: {a:?}"
+                    );
+                } else {
+                    assert!(
+                        ups.contains(&host.to_string()),
+                        "{name}: {host} not mirrored: {a:?}"
+                    );
+                }
+            }
+        }
+        // HTTPS from the Secret: its tls.crt/tls.key, as `mirror cert` names them.
+        let cert = flag(&args, "tls-cert").expect("--tls-cert");
+        let key = flag(&args, "tls-key").expect("--tls-key");
+        let mount = serve["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|m| cert.starts_with(m["mountPath"].as_str().unwrap()))
+            .expect("the certificate's volume");
+        let dir = mount["mountPath"].as_str().unwrap();
+        assert_eq!(cert, format!("{dir}/tls.crt"));
+        assert_eq!(key, format!("{dir}/tls.key"));
+        let vol = pod["volumes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap();
+        assert_eq!(vol["secret"]["secretName"], "talos-gen-tls", "{name}");
+        // The port: --listen, the container port, the Service, the README.
+        let listen = flag(&args, "listen").unwrap();
+        let port: u64 = listen.rsplit(':').next().unwrap().parse().unwrap();
+        assert_eq!(serve["ports"][0]["containerPort"], port);
+        let svc = docs.iter().find(|d| d["kind"] == "Service").unwrap();
+        assert_eq!(
+            svc["spec"]["ports"][0]["port"], port,
+            "{name}: the Service port"
+        );
+        assert_eq!(serve["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
+        let url = format!("imageFactoryURL: https://talos-gen.example:{port}");
+        assert!(readme.contains(&url), "README names {url}");
+        // The ConfigMap's mirror config: `workers:`, the repository's mirror.yaml.
+        let cm = docs
+            .iter()
+            .find_map(|d| d["data"]["mirror.yaml"].as_str())
+            .expect("the mirror ConfigMap");
+        assert!(cm.contains("\nworkers:\n"), "{name}: {cm}");
+        assert!(!cm.contains("extraImages"), "{name}: the old form: {cm}");
+        assert!(
+            repo_config.ends_with(cm),
+            "{name}: the ConfigMap is mirror/mirror.yaml"
+        );
+        let cfg = talos_gen::mirror::Config::parse(cm, std::path::Path::new("."), name).unwrap();
+        assert_eq!(
+            cfg.workers.len(),
+            5,
+            "one pool per Cozystack Kubernetes minor"
+        );
+    }
+    // The import Job: `mirror import` of the bundle volume into the store volume.
+    let docs = manifest("kubernetes-import.yaml");
+    let cs = containers(&docs);
+    let (what, pod, c) = cs
+        .iter()
+        .find(|(w, _, _)| w.starts_with("Job/"))
+        .expect("an import Job");
+    let args = args_of(c);
+    assert_eq!(&args[..2], ["mirror", "import"], "{what}");
+    assert_eq!(
+        c["image"].as_str().unwrap(),
+        format!("ghcr.io/cozystack/talos-gen:{version}")
+    );
+    let claims: Vec<&str> = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
+        .collect();
+    assert_eq!(claims, ["talos-gen-cache", "talos-gen-bundle"]);
+    let store = manifest("kubernetes.yaml");
+    assert!(store.iter().any(
+        |d| d["kind"] == "PersistentVolumeClaim" && d["metadata"]["name"] == "talos-gen-cache"
+    ));
+    let bundle = manifest("kubernetes-bundle.yaml");
+    assert!(bundle.iter().any(
+        |d| d["kind"] == "PersistentVolumeClaim" && d["metadata"]["name"] == "talos-gen-bundle"
+    ));
+}
+
+/// The DataVolume example (a custom kind: kubernetes-validate has no
+/// schema for it) checked for shape against CDI's v1beta1 types
+/// (staging/src/kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1/types.go,
+/// DataVolumeSpec and DataVolumeSourceHTTP at CDI v1.65.0, the first with
+/// `checksum`): only their fields, the URL the Cozystack chart builds from
+/// the values' `talos.imageFactoryURL`, a `certConfigMap`, a sha256 checksum.
+#[test]
+fn datavolume_example_has_cdis_shape() {
+    let docs = manifest("datavolume.yaml");
+    assert_eq!(docs.len(), 1);
+    let dv = &docs[0];
+    assert_eq!(dv["apiVersion"], "cdi.kubevirt.io/v1beta1");
+    assert_eq!(dv["kind"], "DataVolume");
+    let keys = |v: &Value| -> Vec<String> {
+        v.as_mapping()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str().unwrap().to_string())
+            .collect()
+    };
+    for k in keys(dv) {
+        assert!(
+            ["apiVersion", "kind", "metadata", "spec"].contains(&k.as_str()),
+            "{k}"
+        );
+    }
+    let spec_fields = [
+        "source",
+        "sourceRef",
+        "pvc",
+        "storage",
+        "priorityClassName",
+        "contentType",
+        "checkpoints",
+        "finalCheckpoint",
+        "preallocation",
+    ];
+    for k in keys(&dv["spec"]) {
+        assert!(
+            spec_fields.contains(&k.as_str()),
+            "spec.{k} is no DataVolumeSpec field"
+        );
+    }
+    let http_fields = [
+        "url",
+        "secretRef",
+        "certConfigMap",
+        "extraHeaders",
+        "secretExtraHeaders",
+        "checksum",
+        "insecureSkipVerify",
+    ];
+    let http = &dv["spec"]["source"]["http"];
+    for k in keys(http) {
+        assert!(
+            http_fields.contains(&k.as_str()),
+            "http.{k} is no DataVolumeSourceHTTP field"
+        );
+    }
+    let url = http["url"].as_str().unwrap();
+    let rest = url
+        .strip_prefix("https://talos-gen.example:8443/image/")
+        .expect(url);
+    let parts: Vec<&str> = rest.split('/').collect();
+    assert_eq!(parts.len(), 3, "{url}");
+    assert!(talos_gen::schematic::is_valid_id(parts[0]), "{url}");
+    assert!(parts[1].starts_with("v1."), "{url}");
+    assert_eq!(parts[2], "openstack-amd64.raw.xz");
+    assert!(
+        http["certConfigMap"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty())
+    );
+    assert!(http["checksum"].as_str().unwrap().starts_with("sha256:"));
+    for k in keys(&dv["spec"]["storage"]) {
+        assert!(
+            [
+                "accessModes",
+                "resources",
+                "storageClassName",
+                "volumeMode",
+                "selector",
+                "dataSource",
+                "dataSourceRef",
+                "volumeName"
+            ]
+            .contains(&k.as_str()),
+            "storage.{k}"
         );
     }
 }

@@ -401,8 +401,33 @@ fn shipped_config_and_manifests_are_consistent() {
     let cfg = talos_gen::mirror::Config::load(&root.join("mirror.yaml")).unwrap();
     assert_eq!(cfg.versions, ["v1.13.6"]);
     assert_eq!(cfg.images, ["openstack-amd64.raw.xz"]);
-    assert_eq!(cfg.installers, ["installer"]);
-    assert_eq!(cfg.extra_images.len(), 5);
+    // Issue 21: the `workers:` form, one pool per Cozystack Kubernetes
+    // minor; each brings its installer, kubelet and pause.
+    assert!(cfg.installers.is_empty() && cfg.extra_images.is_empty());
+    let kubelets: Vec<String> = cfg
+        .workers
+        .iter()
+        .map(|w| w.pull.images[1].reference.clone())
+        .collect();
+    assert_eq!(
+        kubelets,
+        [
+            "ghcr.io/siderolabs/kubelet:v1.35.6",
+            "ghcr.io/siderolabs/kubelet:v1.34.9",
+            "ghcr.io/siderolabs/kubelet:v1.33.13",
+            "ghcr.io/siderolabs/kubelet:v1.32.13",
+            "ghcr.io/siderolabs/kubelet:v1.31.14",
+        ]
+    );
+    for w in &cfg.workers {
+        let refs: Vec<&str> = w.pull.images.iter().map(|p| p.reference.as_str()).collect();
+        assert_eq!(refs.len(), 3, "{refs:?}");
+        assert!(
+            refs[0].starts_with("factory.talos.dev/installer/"),
+            "{refs:?}"
+        );
+        assert_eq!(refs[2], "registry.k8s.io/pause:3.10.1");
+    }
     let text = std::fs::read_to_string(root.join("kubernetes.yaml")).unwrap();
     let docs = talos_gen::yaml::documents_from_str(&text, "kubernetes.yaml").unwrap();
     let kinds: Vec<&str> = docs

@@ -9,6 +9,7 @@ mod factory_metadata;
 mod http_machineconfig;
 mod image_e2e;
 mod ops_auth;
+mod ops_failures;
 mod ops_graceful;
 mod ops_limits;
 mod ops_status;

@@ -108,6 +108,14 @@ impl ServiceBuilder {
         self
     }
 
+    /// HTTPS whose `--tls-cert`/`--tls-key` the args already give (a
+    /// manifest's own flags): `/healthz` is checked with curl and `ca`, and
+    /// [`Service::url`] is https.
+    pub fn tls_ca(mut self, ca: &std::path::Path) -> Self {
+        self.tls_ca = Some(ca.to_path_buf());
+        self
+    }
+
     /// Start it and wait until `/healthz` answers 200 (a panic with its log
     /// if it exits first or takes more than 20 s).
     pub fn start(self) -> Service {
