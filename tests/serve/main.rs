@@ -9,6 +9,7 @@ mod http_machineconfig;
 mod image_e2e;
 mod ops_auth;
 mod ops_graceful;
+mod ops_leftovers;
 mod ops_limits;
 mod ops_status;
 mod serve_api;

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::factory::{A, A2, Factory, S, V, image_path};
-use crate::support::{Curl, Service, chromium, curl, curl_spawn, sha256_hex};
+use crate::support::{Curl, Service, chromium, curl, curl_spawn, eventually, sha256_hex};
 
 fn artifacts_dir() -> PathBuf {
     let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/artifacts");
@@ -173,7 +173,11 @@ fn fills_in_progress_and_the_fill_cap() {
     let up = Factory::new(2, 1, &[A, A2], Some("512k"));
     let svc = up.serve(&["--max-concurrent-fills", "1"]);
     let _a = curl_spawn(&[&format!("{}{}", svc.url(), image_path(A))]);
-    std::thread::sleep(Duration::from_millis(300));
+    // A's fill holds the one slot before B asks (waited for, not slept).
+    eventually("A's fill to take the slot", Duration::from_secs(10), || {
+        let m = String::from_utf8(curl(&[&format!("{}/metrics", svc.url())]).body).unwrap();
+        metric(&m, "talos_gen_fills_in_flight ") == Some(1.0)
+    });
     let _b = curl_spawn(&[&format!("{}{}", svc.url(), image_path(A2))]);
     // Wait until both fills are known: one streams, one waits for the slot.
     let start = Instant::now();
