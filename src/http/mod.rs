@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 
 pub mod access;
 pub mod api;
+pub mod blocking;
 pub mod error;
 pub mod ranges;
 pub mod state;

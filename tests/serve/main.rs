@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod body_limits;
 mod factory_metadata;
 mod http_machineconfig;
 mod image_e2e;
