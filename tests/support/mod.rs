@@ -218,8 +218,10 @@ pub fn test_owner() -> String {
 }
 
 /// Mark `cmd` as started by this test (see [`OWNER_ENV`], [`CHECKOUT_ENV`],
-/// [`PROC_ENV`]); returns the [`PROC_ENV`] mark.
-fn mark(cmd: &mut Command) -> String {
+/// [`PROC_ENV`]); returns the [`PROC_ENV`] mark. [`Proc`] does this for
+/// every child; a guard of another kind (a daemon that forks, e.g. a tmux
+/// server) marks its command with it and calls [`stop_marked`] on drop.
+pub fn mark_command(cmd: &mut Command) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let id = format!(
@@ -258,6 +260,29 @@ pub fn pids_with_env(name: &str, value: &str) -> Vec<u32> {
     out
 }
 
+/// SIGKILL every process whose environment carries the [`PROC_ENV`] mark
+/// `mark`, until none is left (bounded: 5 s; `name` says whose they were
+/// if some will not go).
+pub fn stop_marked(name: &str, mark: &str) {
+    let start = Instant::now();
+    loop {
+        let left = pids_with_env(PROC_ENV, mark);
+        if left.is_empty() {
+            return;
+        }
+        if start.elapsed() > Duration::from_secs(5) {
+            eprintln!("{name}: processes {left:?} did not stop within 5 s of SIGKILL");
+            return;
+        }
+        for pid in left {
+            // SAFETY: kill(2) with a pid read from /proc and a signal
+            // number; no memory is shared.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Is `pid` a running process (not absent, not a zombie)?
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -289,7 +314,7 @@ impl Proc {
 
     /// [`Proc::spawn`], the error returned (for tests that skip without the tool).
     pub fn try_spawn(name: &str, mut cmd: Command) -> std::io::Result<Proc> {
-        let mark = mark(&mut cmd);
+        let mark = mark_command(&mut cmd);
         Ok(Proc {
             name: name.to_string(),
             child: Some(cmd.spawn()?),
@@ -315,29 +340,9 @@ impl Proc {
         self.sweep();
     }
 
-    /// SIGKILL every process that carries this guard's mark, until none is
-    /// left (bounded: 5 s).
+    /// SIGKILL every process that carries this guard's mark.
     fn sweep(&self) {
-        let start = Instant::now();
-        loop {
-            let left = pids_with_env(PROC_ENV, &self.mark);
-            if left.is_empty() {
-                return;
-            }
-            if start.elapsed() > Duration::from_secs(5) {
-                eprintln!(
-                    "{}: processes {left:?} did not stop within 5 s of SIGKILL",
-                    self.name
-                );
-                return;
-            }
-            for pid in left {
-                // SAFETY: kill(2) with a pid read from /proc and a signal
-                // number; no memory is shared.
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        stop_marked(&self.name, &self.mark);
     }
 
     /// Send SIGTERM.
