@@ -9,14 +9,11 @@ use crate::support::factory::{A, A2, Factory, image_path};
 use crate::support::{CurlChild, curl_spawn, eventually, sha256_hex};
 
 fn wait_started(dl: &CurlChild) {
-    let start = Instant::now();
-    while dl.body_len() < 64 << 10 {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "download did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(
+        "the download to start (64 KiB in)",
+        Duration::from_secs(15),
+        || dl.body_len() >= 64 << 10,
+    );
 }
 
 #[test]
