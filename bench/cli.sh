@@ -8,6 +8,8 @@
 # before any work (exec, dynamic relocations, page faults of a ~7 MB binary).
 #
 #   bench/cli.sh            # prints medians and ratios; exit 1 if over budget
+# Starts no background process (hyperfine runs each command to its end);
+# its temp dir is removed on every exit path (trap on EXIT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

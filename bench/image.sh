@@ -12,6 +12,9 @@
 # Prints ratios. Needs: nginx (nginx-light), wrk, curl, xz; a release build
 # (cargo build --release). Usage: bench/image.sh [SIZE_MIB] [RATE]
 #   SIZE_MIB  artifact size (default 100)   RATE  upstream limit_rate (default 25m)
+# Stops everything it started on every exit path (success, failure, Ctrl-C,
+# SIGTERM): each background process is tracked by PID and stopped by
+# bench/lib.sh's trap on EXIT.
 set -euo pipefail
 
 SIZE_MIB=${1:-100}
@@ -58,7 +61,7 @@ http {
 }
 EOF
   nginx -c "$W/$name/nginx.conf" -p "$W/$name" &
-  PIDS+=($!)
+  track $!
   wait_port "$port"
 }
 
@@ -74,7 +77,7 @@ start_svc() { # cache-dir upstream-port
   SVC=$(free_port)
   RUST_LOG=warn "$BIN" serve --listen 127.0.0.1:$SVC --cache-dir "$1" --factory-url "http://127.0.0.1:$2" 2>"$W/svc.log" &
   SVC_PID=$!
-  PIDS+=($SVC_PID)
+  track "$SVC_PID"
   for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$SVC/healthz" && break; sleep 0.05; done
 }
 stop_svc() { kill "$SVC_PID" 2>/dev/null || true; wait "$SVC_PID" 2>/dev/null || true; }

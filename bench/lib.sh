@@ -1,18 +1,52 @@
 # Shared by the bench/ scripts: a work dir and the processes started in it,
-# stopped and removed on exit; free ports; waiting for a server; the tools
-# and the release build a script needs; a factory artifact to serve;
-# docker-registry; pushing blobs and manifests to a registry over the plain
-# registry API; /proc facts.
+# stopped and removed on every exit path (success, failure, set -e, Ctrl-C,
+# SIGTERM, SIGHUP); free ports; waiting for a server; the tools and the
+# release build a script needs; a factory artifact to serve; docker-registry;
+# pushing blobs and manifests to a registry over the plain registry API;
+# /proc facts.
 # Source it: `. "$ROOT/bench/lib.sh"` (ROOT: the repository).
+#
+# Every process a script starts in the background is registered with
+# `track PID` (by PID, in $WORK/.pids, so that a start inside a command
+# substitution, `X=$(start_it)`, is registered too: an array assignment there
+# is lost with the subshell, which is how bench/s3.sh left both `serve`
+# replicas running). On exit each tracked process and each background job of
+# the script gets SIGTERM, then SIGKILL after 5 s, and the work dir goes.
 
 WORK=$(mktemp -d /tmp/talos-gen-bench.XXXXXX)
 PIDS=()
+# track PID...: stop PID when the script exits, however it exits.
+track() {
+  local p
+  for p in "$@"; do
+    PIDS+=("$p")
+    echo "$p" >> "$WORK/.pids"
+  done
+}
+# Is PID a live process (not gone, not a zombie)?
+pid_alive() { [ -r "/proc/$1/stat" ] && [ "$(awk '{sub(/^.*\) /,""); print $1}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  local rc=$? p all=() left=()
+  trap - EXIT INT TERM HUP
+  [ -f "$WORK/.pids" ] && mapfile -t all < "$WORK/.pids"
+  all+=("${PIDS[@]}")
+  mapfile -t -O "${#all[@]}" all < <(jobs -p)
+  for p in "${all[@]}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null || true; done
+  for _ in $(seq 50); do
+    left=()
+    for p in "${all[@]}"; do [ -n "$p" ] && pid_alive "$p" && left+=("$p"); done
+    ((${#left[@]})) || break
+    sleep 0.1
+  done
+  for p in "${left[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$WORK"
+  exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -57,7 +91,7 @@ start_registry() {
     if [ -n "$remote" ]; then echo "proxy: {remoteurl: $remote}"; fi
   } > "$WORK/$name/config.yml"
   docker-registry serve "$WORK/$name/config.yml" > "$WORK/$name/log" 2>&1 &
-  PIDS+=($!)
+  track $!
   wait_http "http://127.0.0.1:$port/v2/"
 }
 

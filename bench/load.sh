@@ -19,6 +19,9 @@
 # Usage: bench/load.sh [CLIENTS] [DURATION_S]   (default 200 60)
 # Needs: nginx (nginx-light), docker-registry, curl, xz, python3.
 # Uses target/release/talos-gen (built if missing).
+# Stops everything it started on every exit path (success, failure, Ctrl-C,
+# SIGTERM): each background process is tracked by PID and stopped by
+# bench/lib.sh's trap on EXIT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -68,7 +71,7 @@ http {
 }
 NGX
 "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" >/dev/null 2>&1 &
-PIDS+=($!)
+track $!
 wait_http "http://127.0.0.1:$NG_PORT/"
 
 REG_PORT=$(free_port)
@@ -96,7 +99,7 @@ mkdir -p "$WORK/cache"
 RUST_LOG=warn "$BIN" serve --listen "127.0.0.1:$TG_PORT" --cache-dir "$WORK/cache" \
   --factory-url "http://127.0.0.1:$NG_PORT" --registry-url "$UP" > "$WORK/serve.log" 2>&1 &
 TG_PID=$!
-PIDS+=($TG_PID)
+track "$TG_PID"
 TG=http://127.0.0.1:$TG_PORT
 wait_http "$TG/healthz"
 # Warm: the artifact, the tag, the manifest, the blobs.
@@ -114,7 +117,7 @@ echo "== load: $CLIENTS connections, ${DURATION}s, mix: artifact GET / Range GET
 PEAK=$RSS0
 ( while kill -0 $TG_PID 2>/dev/null; do r=$(status_kib $TG_PID VmRSS); [ "${r:-0}" -gt "$PEAK" ] && PEAK=$r && echo "$PEAK" > "$WORK/peak"; sleep 0.2; done ) &
 SAMPLER=$!
-PIDS+=($SAMPLER)
+track "$SAMPLER"
 "$LOADGEN" "$TG" "$CLIENTS" "$DURATION" get,range,head,blob \
   "/image/$S/$V/$A" "$ART_SIZE" "/v2/$REPO/manifests/$V" \
   "/v2/$REPO/blobs/$L0" "/v2/$REPO/blobs/$L1" "/v2/$REPO/blobs/$CFG" | tee "$WORK/load.out"

@@ -10,6 +10,8 @@
 # 2. `POST /api/v1/machineconfig` against `talos-gen serve` on loopback
 #    with wrk (target: >= 5000 req/s on 2 cores), beside GET /healthz on
 #    the same server (the framework's ceiling). Reported as a ratio.
+# Stops everything it started on every exit path (success, failure, Ctrl-C,
+# SIGTERM): the one server it starts, by PID, from the trap on EXIT.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,6 +26,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 (cd "$here" && cargo build --release --quiet)
 

@@ -16,6 +16,9 @@
 # Usage: bench/mirror.sh [ASSET_MIB LAYER_MIB...]   (default: 64 48 16 1)
 # Needs: nginx, docker-registry, skopeo, hyperfine, curl, jq, xz, sha256sum.
 # Uses target/release/talos-gen (built if missing).
+# Stops everything it started on every exit path (success, failure, Ctrl-C,
+# SIGTERM): each background process is tracked by PID and stopped by
+# bench/lib.sh's trap on EXIT.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -55,7 +58,7 @@ http {
 }
 EOF
 "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" >/dev/null 2>&1 &
-PIDS+=($!)
+track $!
 wait_http "http://127.0.0.1:$NG_PORT/"
 FACTORY=http://127.0.0.1:$NG_PORT
 
@@ -94,7 +97,7 @@ echo "== correctness: one sync, then serve --offline answers like the upstreams"
 RUST_LOG=warn $SYNC --cache-dir "$WORK/check" > /dev/null 2>&1
 SV_PORT=$(free_port)
 RUST_LOG=warn "$BIN" serve --offline --listen "127.0.0.1:$SV_PORT" --cache-dir "$WORK/check" > "$WORK/serve.log" 2>&1 &
-PIDS+=($!)
+track $!
 wait_http "http://127.0.0.1:$SV_PORT/healthz"
 for a in "${ASSETS[@]}"; do
   curl -sSf "http://127.0.0.1:$SV_PORT/image/$SCHEMATIC/$TAG/$a" | cmp - "$WORK/ref/$a"

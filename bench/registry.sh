@@ -17,6 +17,9 @@
 # Usage: bench/registry.sh [LAYER_MIB...]   (default: 48 16 1, per arch)
 # Needs: docker-registry, skopeo, curl, python3, sha256sum.
 # Uses target/release/talos-gen (built if missing).
+# Stops everything it started on every exit path (success, failure, Ctrl-C,
+# SIGTERM): each background process is tracked by PID and stopped by
+# bench/lib.sh's trap on EXIT.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -38,7 +41,7 @@ start_service() {
   mkdir -p "$WORK/$name/cache"
   RUST_LOG=warn "$BIN" serve --listen "127.0.0.1:$port" --cache-dir "$WORK/$name/cache" \
     --registry-url "$upstream" > "$WORK/$name/log" 2>&1 &
-  PIDS+=($!)
+  track $!
   wait_http "http://127.0.0.1:$port/healthz"
 }
 

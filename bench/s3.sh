@@ -15,6 +15,9 @@
 # Prints ratios. Needs: garage (cargo install garage), nginx, curl, xz; a
 # release build (cargo build --release; TALOS_GEN_BIN for another binary).
 # Usage: bench/s3.sh [SIZE_MIB] [RATE]   (defaults 64, 25m)
+# Stops everything it started on every exit path (success, failure, Ctrl-C,
+# SIGTERM): each background process is tracked by PID and stopped by
+# bench/lib.sh's trap on EXIT.
 set -euo pipefail
 
 SIZE_MIB=${1:-64}
@@ -48,7 +51,7 @@ api_bind_addr = "127.0.0.1:$GS"
 EOF
 g() { RUST_LOG=warn "$GARAGE" -c "$W/garage/garage.toml" "$@"; }
 RUST_LOG=warn "$GARAGE" -c "$W/garage/garage.toml" server > "$W/garage/log" 2>&1 &
-PIDS+=($!)
+track $!
 for _ in $(seq 200); do g node id -q >/dev/null 2>&1 && break; sleep 0.1; done
 ID=$(g node id -q | cut -d@ -f1)
 g layout assign -z z0 -c 1G "$ID" >/dev/null
@@ -77,7 +80,7 @@ http {
 }
 EOF
 nginx -c "$W/nginx/nginx.conf" -p "$W/nginx" &
-PIDS+=($!)
+track $!
 wait_http "http://127.0.0.1:$NP/"
 
 replica() { # name -> port
@@ -86,7 +89,7 @@ replica() { # name -> port
   "$BIN" serve --listen "127.0.0.1:$port" --cache-dir "$W/$1" \
     --factory-url "http://127.0.0.1:$NP" --store s3://talos-gen/store --s3-endpoint "$EP" \
     > "$W/$1.log" 2>&1 &
-  PIDS+=($!)
+  track $!
   eval "PID_$1=$!"
   wait_http "http://127.0.0.1:$port/healthz"
   echo "$port"

@@ -204,7 +204,7 @@ pub struct ReservationsArgs {
 /// Read `@file` (or `@-`) patches; anything else is inline YAML.
 fn patch_text(arg: &str, i: usize) -> crate::Result<String> {
     match arg.strip_prefix('@') {
-        Some(path) => super::read_input(path, &format!("--config-patch #{}", i + 1)),
+        Some(path) => super::read_yaml_input(path, &format!("--config-patch #{}", i + 1)),
         None => Ok(arg.to_string()),
     }
 }
@@ -278,11 +278,14 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
     use crate::machineconfig::Request;
     use crate::yaml::Value;
     let secrets = match &args.with_secrets {
-        Some(path) => Some(Value::String(super::read_input(path, "--with-secrets")?)),
+        Some(path) => Some(Value::String(super::read_yaml_input(
+            path,
+            "--with-secrets",
+        )?)),
         None => None,
     };
     let values = match &args.values {
-        Some(path) => Some(Value::String(super::read_input(path, "--values")?)),
+        Some(path) => Some(Value::String(super::read_yaml_input(path, "--values")?)),
         None => None,
     };
     let mut patches = Vec::new();

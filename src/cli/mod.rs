@@ -203,6 +203,16 @@ pub fn report(e: &Error) -> i32 {
     e.exit_code()
 }
 
+/// [`read_input`] of a YAML (or JSON) file, its structure checked before any
+/// parser sees it (`yaml::check_structure`: nesting, node count); the error
+/// is one line naming the flag and the file.
+pub fn read_yaml_input(path: &str, what: &str) -> crate::Result<String> {
+    let text = read_input(path, what)?;
+    let name = if path == "-" { "standard input" } else { path };
+    crate::yaml::check_structure(&text, &format!("{what} {name}"))?;
+    Ok(text)
+}
+
 /// Read a file argument, `-` meaning standard input.
 pub fn read_input(path: &str, what: &str) -> crate::Result<String> {
     use std::io::Read;

@@ -40,7 +40,7 @@ pub fn run(args: SchematicArgs) -> crate::Result<i32> {
         .filter(|_| !std::path::Path::new(file).exists());
     let text = match embedded {
         Some((_, text)) => text.to_string(),
-        None => super::read_input(file, "schematic")?,
+        None => super::read_yaml_input(file, "schematic")?,
     };
     let (id, yaml) = crate::schematic::id_and_canonical(&text)?;
     if canonical {

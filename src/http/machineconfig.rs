@@ -22,9 +22,12 @@ fn body_text(body: &Bytes) -> Result<&str, Error> {
 }
 
 /// A JSON body (it starts with `{`) is read with the JSON parser, anything
-/// else as YAML; both name the field at fault.
+/// else as YAML; both name the field at fault. Either passes the cheap
+/// structural check (`yaml::check_structure`: depth, nodes) first. Called
+/// off the async workers (`blocking`).
 fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
     let text = body_text(body)?;
+    crate::yaml::check_structure(text, "body")?;
     if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|e| Error::bad_input(format!("body: {e}")))
     } else {
@@ -34,8 +37,11 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Error> 
 
 /// `POST /api/v1/machineconfig`: answers the config as `application/yaml`.
 pub async fn generate(State(state): State<AppState>, body: Bytes) -> Response {
-    let result = parse_body::<Request>(&body)
-        .and_then(|req| machineconfig::generate_with(&req, &state.matrix));
+    let st = state.clone();
+    let result = super::blocking::run("generating the config", move || {
+        parse_body::<Request>(&body).and_then(|req| machineconfig::generate_with(&req, &st.matrix))
+    })
+    .await;
     match result {
         Ok(out) => {
             let mut headers = HeaderMap::new();
@@ -58,8 +64,11 @@ pub async fn generate(State(state): State<AppState>, body: Bytes) -> Response {
 
 /// `POST /api/v1/kubelet-reservations`: answers JSON with the contract's fields.
 pub async fn reservations(body: Bytes) -> Response {
-    let result = parse_body::<ReservationsRequest>(&body)
-        .and_then(|req| machineconfig::kubelet_reservations(&req));
+    let result = super::blocking::run("computing the reservations", move || {
+        parse_body::<ReservationsRequest>(&body)
+            .and_then(|req| machineconfig::kubelet_reservations(&req))
+    })
+    .await;
     match result {
         Ok(r) => match serde_json::to_string(&r) {
             Ok(json) => (

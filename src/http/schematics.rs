@@ -1,5 +1,6 @@
 //! `POST /schematics` and `GET /schematics/{id}`, as the Image Factory
-//! answers them. Thin: read the body (at most 1 MiB), call `schematic`.
+//! answers them. Thin: read the body (at most 1 MiB), call `schematic` off
+//! the async workers (`blocking`).
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -40,11 +41,14 @@ pub async fn create(
             return Error::bad_input(format!("reading the body: {e}")).into_response();
         }
     };
-    let text = match std::str::from_utf8(&bytes) {
-        Ok(t) => t,
-        Err(_) => return Error::bad_input("schematic: body is not UTF-8").into_response(),
-    };
-    let schematic = match Schematic::parse(text) {
+    // UTF-8, structure and parse off the async workers (see `blocking`)
+    let parsed = super::blocking::run("parsing the schematic", move || {
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| Error::bad_input("schematic: body is not UTF-8"))?;
+        Schematic::parse(text)
+    })
+    .await;
+    let schematic = match parsed {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };

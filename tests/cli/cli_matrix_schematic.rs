@@ -162,3 +162,59 @@ fn kubelet_table_matches_cozystack() {
         m.kubelet_table().map(|(k, v)| (k, v.to_string())).collect();
     assert_eq!(ours, chart);
 }
+
+/// A YAML file nested deeper than 128 levels is refused before any parser
+/// reads it (issue 19, item 5): exit 2 and one line naming the flag and the
+/// file, within 3 s (a linear pass: milliseconds), for every file input of the CLI.
+#[test]
+fn deeply_nested_files_are_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = dir.path().join("deep.yaml");
+    std::fs::write(
+        &deep,
+        format!("{}{}", "[".repeat(30_000), "]".repeat(30_000)),
+    )
+    .unwrap();
+    let d = deep.to_str().unwrap();
+    let patch = format!("@{d}");
+    let cases: [(&[&str], String); 5] = [
+        (&["schematic", "id", d], format!("schematic {d}")),
+        (&["machineconfig", "-f", d], format!("--values {d}")),
+        (
+            &["machineconfig", "--config-patch", &patch],
+            format!("--config-patch #1 {d}"),
+        ),
+        (
+            &["machineconfig", "--with-secrets", d],
+            format!("--with-secrets {d}"),
+        ),
+        (&["mirror", "plan", "--config", d], format!("--config {d}")),
+    ];
+    for (args, named) in cases {
+        let t = std::time::Instant::now();
+        let o = run(args, None);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(
+            err,
+            format!(
+                "talos-gen: {named}: nested deeper than 128 levels at line 1, column 129; refused before parsing\n"
+            ),
+            "{args:?}"
+        );
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(3),
+            "{args:?}: {:?}",
+            t.elapsed()
+        );
+    }
+    // the same from standard input
+    let text = std::fs::read(&deep).unwrap();
+    let o = run(&["schematic", "id", "-"], Some(&text));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).starts_with("talos-gen: schematic standard input: nested deeper"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -368,14 +368,13 @@ fn serve_offline(args: &[&str], env: &[(&str, &str)]) -> Result<bool, (i32, Stri
     for (k, v) in env {
         c.env(k, v);
     }
-    let mut child = c.spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
+    let mut child = support::Proc::spawn("talos-gen serve", c);
+    let stderr = child.child().stderr.take().unwrap();
     let mut seen = String::new();
     for line in std::io::BufReader::new(stderr).lines() {
         let line = line.unwrap();
         if line.contains("listening") {
-            let _ = child.kill();
-            let _ = child.wait();
+            child.kill();
             return if line.contains("offline=true") {
                 Ok(true)
             } else if line.contains("offline=false") {
@@ -387,7 +386,10 @@ fn serve_offline(args: &[&str], env: &[(&str, &str)]) -> Result<bool, (i32, Stri
         seen.push_str(&line);
         seen.push('\n');
     }
-    let code = child.wait().unwrap().code().unwrap_or(-1);
+    let code = child
+        .wait_exit(std::time::Duration::from_secs(20))
+        .and_then(|st| st.code())
+        .unwrap_or(-1);
     Err((code, seen))
 }
 

@@ -250,7 +250,7 @@ fn image_builds_and_runs_as_the_manifests_run_it() {
         if std::env::var("TALOS_GEN_REQUIRE_REFERENCE").as_deref() == Ok("1") {
             panic!("container_image needs root (rootful podman)");
         }
-        eprintln!("SKIP: container_image needs root (rootful podman)");
+        support::skip("container_image needs root (rootful podman)");
         return;
     }
     let t0 = Instant::now();

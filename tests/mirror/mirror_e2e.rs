@@ -314,12 +314,9 @@ async fn a_sync_killed_half_way_resumes_without_refetching_whole_objects() {
     // there is a window where some objects are whole and it is not.
     let fx = Fixture::new(6, Some("1m")).await;
     let xz_len = fx.assets[0].1.len() as u64;
-    let mut child = fx
-        .sync_cmd("mirror.yaml", "cache")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut cmd = fx.sync_cmd("mirror.yaml", "cache");
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = support::Proc::spawn("mirror sync", cmd);
     let cache = fx.path("cache");
     let t0 = Instant::now();
     // Kill -9 once some objects are whole while a fill is still part-way
@@ -355,8 +352,7 @@ async fn a_sync_killed_half_way_resumes_without_refetching_whole_objects() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
     let whole: Vec<talos_gen::store::Entry> = talos_gen::store::Store::open(&cache, None)
         .unwrap()
         .entries();

@@ -20,9 +20,11 @@ const S: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4b
 use crate::support::bad_upstream::by_version as fault;
 
 /// A tmux server of our own (`-S`, a socket in the test's directory),
-/// killed on drop.
+/// killed on drop with all it ran (the server daemonizes, so it is no
+/// `Proc`: its command carries the harness's mark instead).
 struct Tmux {
     socket: std::path::PathBuf,
+    mark: String,
 }
 
 impl Tmux {
@@ -34,11 +36,13 @@ impl Tmux {
 
     /// A detached 250x40 session running `script`.
     fn start(dir: &Path, script: &Path) -> Tmux {
-        let t = Tmux {
+        let mut t = Tmux {
             socket: dir.join("tmux.sock"),
+            mark: String::new(),
         };
-        let st = t
-            .cmd()
+        let mut new_session = t.cmd();
+        t.mark = support::mark_command(&mut new_session);
+        let st = new_session
             .args(["new-session", "-d", "-s", "sync", "-x", "250", "-y", "40"])
             .arg(format!("sh {}", script.display()))
             .env_remove("TMUX")
@@ -62,6 +66,7 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = self.cmd().arg("kill-server").status();
+        support::stop_marked("tmux", &self.mark);
     }
 }
 

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{Nginx, NginxOpts, Service, curl, talos_gen, xz_bytes};
+use crate::support::{Nginx, NginxOpts, Service, curl, eventually, talos_gen, xz_bytes};
 
 const S: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
 const V: &str = "v1.13.6";
@@ -173,33 +173,69 @@ fn serve_answers_them_within_the_ttl_asks_again_after_and_falls_back_to_the_stor
     // After the TTL the factory is asked again and its new list answers.
     let newer = d.extensions.replace("10.0.2", "10.0.3");
     write(&root, &ext_path(V), newer.as_bytes());
-    std::thread::sleep(Duration::from_millis(2500));
-    let r = get(&svc, &ext_path(V));
-    assert_eq!(r.body, newer.as_bytes());
-    assert_eq!(warning(&r), None, "{}", r.headers);
+    // Polled rather than slept past the TTL: every answer is the stored or
+    // the factory's new list, never anything else, and until the TTL is
+    // over it is the stored one without asking the factory (the count below
+    // is exactly one more GET, however many polls it took).
+    eventually(
+        "the factory's new list once the TTL is over",
+        Duration::from_secs(20),
+        || {
+            let r = get(&svc, &ext_path(V));
+            assert_eq!(r.status, 200, "{r:?}");
+            assert!(
+                r.body == newer.as_bytes() || r.body == d.extensions.as_bytes(),
+                "{r:?}"
+            );
+            assert_eq!(warning(&r), None, "{}", r.headers);
+            r.body == newer.as_bytes()
+        },
+    );
     assert_eq!(gets(&ng, &ext_path(V)), 2);
     assert_eq!(stale_count(&svc), 0);
 
     // The factory down, the TTL over: the stored copies answer.
     ng.stop();
-    std::thread::sleep(Duration::from_millis(2500));
-    // Each says it is stale (Warning: 110), and each is counted.
+    // Polled until each answer is the fallback itself (the service logs
+    // `serving the stored copy` for it once the TTL is over and the factory
+    // cannot be asked), not slept past the TTL; every answer meanwhile is
+    // the stored copy, and each one given as the fallback says it is stale
+    // (Warning: 110) and is counted, once.
+    let mut stale_seen = 0;
     for (p, want) in [
         (KEY, &d.key),
         (CERT, &d.cert),
         (&ext_path(V)[..], &newer),
         ("/versions", &d.versions),
     ] {
-        let r = get(&svc, p);
-        assert_eq!((r.status, r.body.as_slice()), (200, want.as_bytes()), "{p}");
+        let fallbacks = |svc: &Service| {
+            svc.log_text()
+                .lines()
+                .filter(|l| l.contains("serving the stored copy") && l.contains(p))
+                .count()
+        };
+        let before = fallbacks(&svc);
+        let mut last_warning = None;
+        eventually(
+            &format!("the stored copy of {p} served as the fallback"),
+            Duration::from_secs(20),
+            || {
+                let r = get(&svc, p);
+                assert_eq!((r.status, r.body.as_slice()), (200, want.as_bytes()), "{p}");
+                last_warning = warning(&r);
+                if last_warning.is_some() {
+                    stale_seen += 1;
+                }
+                fallbacks(&svc) > before
+            },
+        );
         assert_eq!(
-            warning(&r).as_deref(),
+            last_warning.as_deref(),
             Some("110 - \"stale\""),
-            "{p}: {}",
-            r.headers
+            "{p}: the fallback answer says it is stale"
         );
     }
-    assert_eq!(stale_count(&svc), 4);
+    assert_eq!(stale_count(&svc), stale_seen);
     let r = get(&svc, &overlay_path(V));
     assert_eq!(r.status, 502, "{r:?}");
     svc.proc.kill();

@@ -5,12 +5,14 @@
 mod support;
 
 mod datavolume;
+mod body_limits;
 mod factory_metadata;
 mod http_machineconfig;
 mod image_e2e;
 mod ops_auth;
 mod ops_failures;
 mod ops_graceful;
+mod ops_leftovers;
 mod ops_limits;
 mod ops_status;
 mod serve_api;

@@ -4,10 +4,11 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::support;
 use crate::support::factory::{A, A2, Factory, S, V, image_path};
-use crate::support::{Curl, Service, chromium, curl, curl_spawn, sha256_hex};
+use crate::support::{Curl, Service, chromium, curl, curl_spawn, eventually, sha256_hex};
 
 fn artifacts_dir() -> PathBuf {
     let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/artifacts");
@@ -173,22 +174,21 @@ fn fills_in_progress_and_the_fill_cap() {
     let up = Factory::new(2, 1, &[A, A2], Some("512k"));
     let svc = up.serve(&["--max-concurrent-fills", "1"]);
     let _a = curl_spawn(&[&format!("{}{}", svc.url(), image_path(A))]);
-    std::thread::sleep(Duration::from_millis(300));
+    // A's fill holds the one slot before B asks (waited for, not slept).
+    eventually("A's fill to take the slot", Duration::from_secs(10), || {
+        let m = String::from_utf8(curl(&[&format!("{}/metrics", svc.url())]).body).unwrap();
+        metric(&m, "talos_gen_fills_in_flight ") == Some(1.0)
+    });
     let _b = curl_spawn(&[&format!("{}{}", svc.url(), image_path(A2))]);
     // Wait until both fills are known: one streams, one waits for the slot.
-    let start = Instant::now();
-    let m = loop {
-        let m = curl(&[&format!("{}/metrics", svc.url())]).body;
-        let m = String::from_utf8(m).unwrap();
+    let m = support::eventually_some("a fill waiting for a slot", Duration::from_secs(10), || {
+        let m = String::from_utf8(curl(&[&format!("{}/metrics", svc.url())]).body).unwrap();
         if metric(&m, "talos_gen_fills_waiting ") == Some(1.0) {
-            break m;
+            Ok(m)
+        } else {
+            Err(m)
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no fill waiting for a slot: {m}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     assert_eq!(metric(&m, "talos_gen_fills_in_flight "), Some(1.0), "{m}");
 
     let profile = tempfile::tempdir().unwrap();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::factory::{A, A2, Factory, image_path};
 use crate::support::garage::Garage;
-use crate::support::{Service, curl, curl_spawn, sha256_hex};
+use crate::support::{Service, curl, curl_spawn, eventually, sha256_hex};
 
 const PREFIX: &str = "store";
 
@@ -28,14 +28,6 @@ fn replica(f: &Factory, g: &Garage, node: usize, name: &str, extra: &[&str]) -> 
         .env("AWS_SECRET_ACCESS_KEY", &g.secret)
         .args(extra)
         .start()
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn metric(svc: &Service, name: &str) -> String {
@@ -75,7 +67,7 @@ fn replicas_share_the_bucket() {
     assert_eq!((r.exit, r.status), (0, 200), "{}", one.log_text());
     assert!(r.body == f.xz);
     let obj = object_key(&f.xz);
-    wait_for("the commit", Duration::from_secs(20), || {
+    eventually("the commit", Duration::from_secs(20), || {
         !g.list(1, &format!("{PREFIX}/index/")).is_empty()
     });
     assert_eq!(g.list(2, &obj), vec![obj.clone()]);
@@ -146,7 +138,7 @@ fn replicas_share_the_bucket() {
     assert_eq!((r.exit, r.status), (0, 200));
     assert!(r.body == f.xz, "fetched again, whole and right");
     assert_eq!(f.gets(A), 2);
-    wait_for("the new commit", Duration::from_secs(20), || {
+    eventually("the new commit", Duration::from_secs(20), || {
         g.list(0, &obj).len() == 1 && g.list(0, &format!("{PREFIX}/index/")).len() == 2
     });
     eprintln!("s3: rot cut and refetched at {:?}", t.elapsed());
@@ -155,7 +147,7 @@ fn replicas_share_the_bucket() {
     let before = g.list(0, PREFIX);
     let url3 = format!("{}{}", one.url(), image_path(A2));
     let client = curl_spawn(&[&url3]);
-    wait_for("the fill to stream", Duration::from_secs(20), || {
+    eventually("the fill to stream", Duration::from_secs(20), || {
         client.body_len() > (1 << 20)
     });
     let mut f = f;
@@ -190,7 +182,7 @@ fn the_bucket_down_and_back() {
     let url = format!("{}{}", svc.url(), image_path(A));
     let r = curl(&[&url]);
     assert_eq!((r.exit, r.status), (0, 200));
-    wait_for("the commit", Duration::from_secs(20), || {
+    eventually("the commit", Duration::from_secs(20), || {
         g.list(0, &object_key(&f.xz)).len() == 1
     });
 
@@ -205,7 +197,7 @@ fn the_bucket_down_and_back() {
         &format!("{}{}", svc.url(), image_path(A2)),
     ]);
     assert_eq!((r.exit, r.status), (0, 200), "{}", svc.log_text());
-    wait_for("a commit with a node down", Duration::from_secs(60), || {
+    eventually("a commit with a node down", Duration::from_secs(60), || {
         g.list(0, &format!("{PREFIX}/index/")).len() >= 2
     });
     assert_eq!(f.gets(A), 1);
@@ -233,10 +225,10 @@ fn the_bucket_down_and_back() {
     g.start_node(0);
     g.start_node(1);
     g.start_node(2);
-    wait_for("readyz again", Duration::from_secs(60), || {
+    eventually("readyz again", Duration::from_secs(60), || {
         curl(&["--max-time", "10", &ready]).status == 200
     });
-    wait_for("serving again", Duration::from_secs(30), || {
+    eventually("serving again", Duration::from_secs(30), || {
         curl(&["--max-time", "30", &url]).status == 200
     });
     let r = curl(&[&url]);
@@ -276,12 +268,12 @@ fn a_burst_over_two_replicas_and_a_replica_killed_mid_download() {
     );
 
     // A slow client on replica one, killed half-way; it resumes on two.
-    wait_for("the commit", Duration::from_secs(30), || {
+    eventually("the commit", Duration::from_secs(30), || {
         g.list(0, &object_key(&f.xz)).len() == 1
     });
     let mut one = one;
     let slow = curl_spawn(&["--limit-rate", "2m", &urls[0]]);
-    wait_for("half the body", Duration::from_secs(30), || {
+    eventually("half the body", Duration::from_secs(30), || {
         slow.body_len() > f.xz.len() as u64 / 3
     });
     one.stop();
@@ -440,7 +432,7 @@ fn a_stream_from_the_bucket_is_cut_when_the_bucket_goes_away() {
     let url = format!("{}{}", svc.url(), image_path(A));
     let r = curl(&[&url]);
     assert_eq!((r.exit, r.status), (0, 200));
-    wait_for("the commit", Duration::from_secs(30), || {
+    eventually("the commit", Duration::from_secs(30), || {
         g.list(0, &object_key(&f.xz)).len() == 1
     });
     // Read back from the bucket, whole, through one GET.
@@ -461,7 +453,7 @@ fn a_stream_from_the_bucket_is_cut_when_the_bucket_goes_away() {
     );
 
     let client = curl_spawn(&["--limit-rate", "2M", &url]);
-    wait_for("the stream to start", Duration::from_secs(20), || {
+    eventually("the stream to start", Duration::from_secs(20), || {
         client.body_len() > (2 << 20)
     });
     let t0 = Instant::now();

@@ -9,10 +9,14 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{Nginx, NginxOpts, Service, curl, sha256_hex};
+use crate::support::{Nginx, NginxOpts, Service, curl, eventually, sha256_hex};
 
 const S: &str = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba";
-const PIDNS: &[&str] = &["unshare", "--pid", "--fork", "--mount-proc"];
+/// A PID namespace of its own, as a pod has. `--kill-child`: when `unshare`
+/// is killed (a guard's drop), so is what it forked, which is PID 1 of the
+/// namespace and so takes the whole namespace down; without it the `serve`
+/// inside outlived the test (issue 24's leftover `serve ... --offline`).
+const PIDNS: &[&str] = &["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"];
 
 fn image(v: &str) -> String {
     format!("/image/{S}/{v}/openstack-amd64.raw.xz")
@@ -56,14 +60,6 @@ fn metric(svc: &Service, name: &str) -> String {
         .to_string()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A byte flipped on disk is never served as a clean 200/206: the response
 /// is cut before its end, the object dropped and counted, the next request
 /// fills it again (offline: 404) — across a restart.
@@ -81,7 +77,7 @@ fn a_flipped_byte_on_disk_is_cut_dropped_and_fetched_again() {
         let r = curl(&[&format!("{}{}", svc.url(), image("v1.13.6"))]);
         assert_eq!((r.exit, r.status, r.body == art), (0, 200, true));
         // the last byte goes out once verified; the commit follows
-        wait_for("the commit", Duration::from_secs(10), || {
+        eventually("the commit", Duration::from_secs(10), || {
             committed(cache.path(), &art)
         });
     }
@@ -150,7 +146,7 @@ fn a_range_from_a_fill_that_fails_verification_is_cut() {
         move || curl(&[&url])
     });
     // join the running fill once its first MiB is in
-    wait_for("the fill to stream", Duration::from_secs(20), || {
+    eventually("the fill to stream", Duration::from_secs(20), || {
         std::fs::read_dir(cache.path().join("tmp"))
             .unwrap()
             .filter_map(|e| e.ok())
@@ -210,7 +206,7 @@ fn two_processes_in_their_own_pid_namespaces_never_undo_each_other() {
     ]);
     let get = |v: &str| curl(&[&format!("{}{}", svc.url(), image(v))]);
     assert_eq!(get("v1.13.6").status, 200);
-    wait_for("the commit", Duration::from_secs(10), || {
+    eventually("the commit", Duration::from_secs(10), || {
         committed(cache.path(), &boot)
     });
 
@@ -260,7 +256,7 @@ fn two_processes_in_their_own_pid_namespaces_never_undo_each_other() {
     let svc = Service::start(&["--cache-dir", dir, "--factory-url", &ng_slow.url()]);
     let url = format!("{}{}", svc.url(), image("v1.13.4"));
     let slow_get = std::thread::spawn(move || curl(&[&url]));
-    wait_for("serve's fill to start", Duration::from_secs(20), || {
+    eventually("serve's fill to start", Duration::from_secs(20), || {
         std::fs::read_dir(cache.path().join("tmp")).unwrap().count() > 0
     });
     let st = Command::new(PIDNS[0])
@@ -275,7 +271,7 @@ fn two_processes_in_their_own_pid_namespaces_never_undo_each_other() {
     let r = slow_get.join().unwrap();
     assert_eq!((r.exit, r.status), (0, 200), "the fill committed");
     let slow_art = std::fs::read(slow.path().join(&image("v1.13.4")[1..])).unwrap();
-    wait_for("serve's commit", Duration::from_secs(10), || {
+    eventually("serve's commit", Duration::from_secs(10), || {
         committed(cache.path(), &slow_art)
     });
     assert!(
@@ -296,19 +292,18 @@ fn two_processes_in_their_own_pid_namespaces_never_undo_each_other() {
         format!("schematics: [{S}]\ntalosVersions: [v1.13.5]\nimages: [openstack-amd64.raw.xz]\ninstallers: []\n"),
     )
     .unwrap();
-    let sync = Command::new(env!("CARGO_BIN_EXE_talos-gen"))
-        .args(["mirror", "sync", "--config"])
+    let mut sync = Command::new(env!("CARGO_BIN_EXE_talos-gen"));
+    sync.args(["mirror", "sync", "--config"])
         .arg(&cfg)
         .args(["--cache-dir", dir, "--factory-url", &ng_slow.url()])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for("the sync's fill to start", Duration::from_secs(20), || {
+        .stderr(Stdio::piped());
+    let sync = support::Proc::spawn("mirror sync", sync);
+    eventually("the sync's fill to start", Duration::from_secs(20), || {
         std::fs::read_dir(cache.path().join("tmp")).unwrap().count() > 0
     });
     let pod = Service::start_under(PIDNS, &["--cache-dir", dir, "--offline"]);
-    let out = sync.wait_with_output().unwrap();
+    let out = sync.wait_with_output();
     let _ = std::fs::remove_file(&cfg);
     assert!(
         out.status.success(),
@@ -378,7 +373,7 @@ fn a_burst_does_not_leave_the_store_over_its_limit() {
             .sum()
     };
     let limit: u64 = limit.parse().unwrap();
-    wait_for("eviction after the burst", Duration::from_secs(10), || {
+    eventually("eviction after the burst", Duration::from_secs(10), || {
         held() <= limit
     });
 }
@@ -456,7 +451,7 @@ impl Tmpfs {
                 std::env::var("TALOS_GEN_REQUIRE_REFERENCE").as_deref() != Ok("1"),
                 "mounting a tmpfs failed (the full-disk test needs root)"
             );
-            eprintln!("SKIP: cannot mount a tmpfs here (not root?)");
+            support::skip("cannot mount a tmpfs here (not root?)");
             return None;
         }
         Some(Tmpfs(d))
@@ -549,7 +544,7 @@ fn mirror_verify_names_appended_and_truncated_objects_and_exits_1() {
         std::fs::create_dir_all(root.path().join(&m[1..]).parent().unwrap()).unwrap();
         std::fs::write(root.path().join(&m[1..]), &small).unwrap();
         assert_eq!(curl(&[&format!("{}{m}", svc.url())]).status, 200);
-        wait_for("the commits", Duration::from_secs(10), || {
+        eventually("the commits", Duration::from_secs(10), || {
             committed(cache.path(), &art) && committed(cache.path(), &small)
         });
     }

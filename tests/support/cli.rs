@@ -11,20 +11,19 @@ pub fn bin() -> PathBuf {
 /// Run `talos-gen args...` with `stdin` fed in; returns the output.
 pub fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
     use std::io::Write;
-    let mut child = Command::new(bin())
-        .args(args)
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn talos-gen");
+        .stderr(Stdio::piped());
+    let mut child = super::Proc::spawn("talos-gen", cmd);
     {
-        let mut sin = child.stdin.take().expect("stdin");
+        let mut sin = child.child().stdin.take().expect("stdin");
         if let Some(data) = stdin {
             sin.write_all(data).expect("write stdin");
         }
     }
-    child.wait_with_output().expect("wait talos-gen")
+    child.wait_with_output()
 }
 
 pub fn stdout(o: &Output) -> String {

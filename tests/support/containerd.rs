@@ -24,7 +24,7 @@ impl Containerd {
             .is_err()
             || Command::new("ctr").arg("--version").output().is_err()
         {
-            eprintln!("SKIP: containerd/ctr not installed (apt-get install -y containerd)");
+            super::skip("containerd/ctr not installed (apt-get install -y containerd)");
             return None;
         }
         let sock = dir.join("containerd.sock").display().to_string();
@@ -50,10 +50,10 @@ impl Containerd {
                 return Some(c);
             }
             if start.elapsed() > Duration::from_secs(15) {
-                eprintln!(
-                    "SKIP: containerd did not start here: {}",
+                super::skip(&format!(
+                    "containerd did not start here: {}",
                     std::fs::read_to_string(dir.join("containerd.log")).unwrap_or_default()
-                );
+                ));
                 return None;
             }
             std::thread::sleep(Duration::from_millis(100));

@@ -59,11 +59,7 @@ impl CurlChild {
     }
 
     pub fn wait(self) -> Curl {
-        let out = self
-            .proc
-            .into_child()
-            .wait_with_output()
-            .expect("waiting for curl");
+        let out = self.proc.wait_with_output();
         let w = String::from_utf8_lossy(&out.stdout).into_owned();
         let mut it = w.split_whitespace();
         let status = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);

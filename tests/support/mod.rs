@@ -25,7 +25,10 @@
 //!   `fetch_all` / `assert_holds` ([`containerd`]);
 //! - CDI's importer's reading of an HTTP source: nbdkit's curl plugin and
 //!   qemu-img `info` / `convert` over NBD ([`nbd::NbdCurl`]);
-//! - `/proc` readings ([`rss_kib`], [`rss_anon_kib`], [`fd_count`]).
+//! - `/proc` readings ([`rss_kib`], [`rss_anon_kib`], [`fd_count`]);
+//! - waiting on a condition, never a fixed sleep ([`eventually`],
+//!   [`eventually_some`], in [`wait`]);
+//! - skips recorded for the run's summary ([`skip`]).
 //!
 //! ```ignore
 //! mod support;
@@ -47,6 +50,7 @@ pub mod nginx;
 pub mod reference;
 pub mod registry;
 pub mod service;
+pub mod wait;
 
 pub use cli::{bin, ok, run, run_text, stderr, stdout, talos_gen};
 pub use curl::{Curl, CurlChild, chromium, curl, curl_spawn, raw_request};
@@ -54,6 +58,7 @@ pub use http::{Answer, send};
 pub use nginx::{Nginx, NginxOpts};
 pub use reference::reference_dir;
 pub use service::{Service, ServiceBuilder};
+pub use wait::{eventually, eventually_some};
 
 pub mod garage;
 
@@ -184,15 +189,125 @@ pub fn optional_tool(name: &str, why: &str) -> Option<PathBuf> {
     if std::env::var("TALOS_GEN_REQUIRE_REFERENCE").as_deref() == Ok("1") {
         panic!("{name:?} is not installed ({why}); TALOS_GEN_REQUIRE_REFERENCE=1 forbids skipping");
     }
-    eprintln!("SKIP: {name:?} is not installed ({why}; scripts/test installs it)");
+    skip(&format!(
+        "{name:?} is not installed ({why}; scripts/test installs it)"
+    ));
     None
 }
 
-/// A child process killed (SIGKILL) and reaped on drop; the test may also
-/// SIGTERM it and read its exit status.
+/// The environment variable naming, on every process the harness starts,
+/// the test that started it: `<binary>::<test>` (e.g.
+/// `store-1a2b3c::trust_store::two_processes_one_store`). `scripts/test`'s
+/// final check reads it from `/proc/<pid>/environ` to name a leftover.
+pub const OWNER_ENV: &str = "TALOS_GEN_TEST_OWNER";
+/// The checkout whose suite started the process (`CARGO_MANIFEST_DIR`), so
+/// that the final check of one checkout never touches another's processes.
+pub const CHECKOUT_ENV: &str = "TALOS_GEN_TEST_CHECKOUT";
+/// A mark unique to one [`Proc`] (`<test binary pid>.<n>`), inherited by
+/// everything it starts: what [`Proc`]'s drop sweeps for, so a grandchild
+/// that outlives its parent (the `serve` inside `unshare --pid --fork`
+/// once `unshare` is killed, the leftover of issue 24) is stopped too.
+pub const PROC_ENV: &str = "TALOS_GEN_TEST_PROC";
+
+/// `<binary>::<test>` of the running test (libtest names each test's
+/// thread after the test).
+pub fn test_owner() -> String {
+    let bin = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "?".into());
+    let thread = std::thread::current();
+    format!("{bin}::{}", thread.name().unwrap_or("?"))
+}
+
+/// Mark `cmd` as started by this test (see [`OWNER_ENV`], [`CHECKOUT_ENV`],
+/// [`PROC_ENV`]); returns the [`PROC_ENV`] mark. [`Proc`] does this for
+/// every child; a guard of another kind (a daemon that forks, e.g. a tmux
+/// server) marks its command with it and calls [`stop_marked`] on drop.
+pub fn mark_command(cmd: &mut Command) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let id = format!(
+        "{}.{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    cmd.env(OWNER_ENV, test_owner())
+        .env(CHECKOUT_ENV, env!("CARGO_MANIFEST_DIR"))
+        .env(PROC_ENV, &id);
+    id
+}
+
+/// The pids of running processes whose environment holds `NAME=value`
+/// (zombies and unreadable ones skipped).
+pub fn pids_with_env(name: &str, value: &str) -> Vec<u32> {
+    let needle = format!("{name}={value}");
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() || !pid_alive(pid) {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// SIGKILL every process whose environment carries the [`PROC_ENV`] mark
+/// `mark`, until none is left (bounded: 5 s; `name` says whose they were
+/// if some will not go).
+pub fn stop_marked(name: &str, mark: &str) {
+    let start = Instant::now();
+    loop {
+        let left = pids_with_env(PROC_ENV, mark);
+        if left.is_empty() {
+            return;
+        }
+        if start.elapsed() > Duration::from_secs(5) {
+            eprintln!("{name}: processes {left:?} did not stop within 5 s of SIGKILL");
+            return;
+        }
+        for pid in left {
+            // SAFETY: kill(2) with a pid read from /proc and a signal
+            // number; no memory is shared.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Is `pid` a running process (not absent, not a zombie)?
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // the state is the first field after the parenthesised name
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|st| st != "Z" && st != "X"),
+        Err(_) => false,
+    }
+}
+
+/// A child process killed (SIGKILL) and reaped on drop, on success and on
+/// panic alike, together with everything it started (every process whose
+/// environment carries this guard's [`PROC_ENV`] mark: a wrapper's child
+/// that outlives the wrapper, a server's workers); the test may also
+/// SIGTERM it and read its exit status. Every long-running process a test
+/// starts goes through this guard (or a harness type holding one).
 pub struct Proc {
     pub name: String,
     child: Option<Child>,
+    mark: String,
 }
 
 impl Proc {
@@ -202,9 +317,11 @@ impl Proc {
 
     /// [`Proc::spawn`], the error returned (for tests that skip without the tool).
     pub fn try_spawn(name: &str, mut cmd: Command) -> std::io::Result<Proc> {
+        let mark = mark_command(&mut cmd);
         Ok(Proc {
             name: name.to_string(),
             child: Some(cmd.spawn()?),
+            mark,
         })
     }
 
@@ -212,12 +329,23 @@ impl Proc {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }
 
-    /// SIGKILL and reap now.
+    /// The child itself (its pipes, e.g. `stdin.take()`); it stays guarded.
+    pub fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("running")
+    }
+
+    /// SIGKILL and reap now, then stop what it left behind (see [`Proc`]).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
+        self.sweep();
+    }
+
+    /// SIGKILL every process that carries this guard's mark.
+    fn sweep(&self) {
+        stop_marked(&self.name, &self.mark);
     }
 
     /// Send SIGTERM.
@@ -256,7 +384,21 @@ impl Proc {
         }
     }
 
-    /// The child, to wait for its output (it is no longer killed on drop).
+    /// Wait for it to exit and collect its piped output; what it left
+    /// behind is stopped afterwards, as on drop.
+    pub fn wait_with_output(mut self) -> std::process::Output {
+        let out = self
+            .child
+            .take()
+            .expect("running")
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("waiting for {}: {e}", self.name));
+        self.sweep();
+        out
+    }
+
+    /// The child, to wait for its output (it is no longer killed on drop;
+    /// prefer [`Proc::wait_with_output`], which keeps it guarded).
     pub fn into_child(mut self) -> Child {
         self.child.take().expect("running")
     }
@@ -326,4 +468,33 @@ pub fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
         .unwrap_or(0)
+}
+
+/// Where every skip of a run is recorded, one line each:
+/// `target/tmp/test-skips.txt` (`CARGO_TARGET_TMPDIR`). `scripts/test`
+/// prints it as one summary at the end of the run and clears it first.
+pub fn skips_file() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-skips.txt")
+}
+
+/// Skip the running test, loudly: say `SKIP: <why>` on stderr and record
+/// `<binary>::<test>: <why>` in [`skips_file`] for the run's summary. The
+/// caller returns right after. (Under `TALOS_GEN_REQUIRE_REFERENCE=1` the
+/// callers fail instead of skipping, before they get here.)
+pub fn skip(why: &str) {
+    eprintln!("SKIP: {why}");
+    let line = format!("{}: {}\n", test_owner(), why.replace('\n', " "));
+    let path = skips_file();
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    // one write of one short line on an O_APPEND file: lines of tests
+    // running at the same time do not interleave
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    {
+        let _ = f.write_all(line.as_bytes());
+    }
 }

@@ -19,7 +19,7 @@ pub fn reference_dir() -> Option<PathBuf> {
             dir.display()
         );
     }
-    eprintln!("SKIP: reference data not found at {}", dir.display());
+    super::skip(&format!("reference data not found at {}", dir.display()));
     None
 }
 
