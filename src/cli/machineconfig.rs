@@ -210,20 +210,39 @@ fn patch_text(arg: &str, i: usize) -> crate::Result<String> {
 }
 
 /// Write `text` to `path` atomically: a temporary file (mode 0600) in the
-/// same directory, fsync, rename, fsync of the directory.
+/// same directory, fsync, rename, fsync of the directory. A path through a
+/// symbolic link is written where the link points (the link stays). A path
+/// that is not a regular file (`/dev/null`, `/dev/stdout`, a FIFO with a
+/// reader) is written to as it is, never replaced by a file: a rename over
+/// it would swap the device for a regular file; a FIFO without a reader is
+/// an error, not a wait; a directory is an error.
 pub(super) fn write_file(path: &str, text: &str, what: &str) -> crate::Result<()> {
     use std::io::Write;
-    let target = std::path::Path::new(path);
+    let io = |e| crate::Error::io(format!("{what}: {path}"), e);
+    let target = match std::fs::canonicalize(path) {
+        Ok(real) => {
+            let meta = std::fs::metadata(&real).map_err(io)?;
+            if meta.is_dir() {
+                return Err(crate::Error::bad_input(format!(
+                    "{what}: {path:?} is a directory; give a file"
+                )));
+            }
+            if !meta.is_file() {
+                return write_special(&real, text).map_err(io);
+            }
+            real
+        }
+        Err(_) => std::path::PathBuf::from(path),
+    };
     let dir = target
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
-    let io = |e| crate::Error::io(format!("{what}: {path}"), e);
     let (tmp, mut file) = tempfile_in(dir).map_err(io)?;
     let written = file
         .write_all(text.as_bytes())
         .and_then(|_| file.sync_all())
-        .and_then(|_| std::fs::rename(&tmp, target));
+        .and_then(|_| std::fs::rename(&tmp, &target));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(io(e));
@@ -233,6 +252,27 @@ pub(super) fn write_file(path: &str, text: &str, what: &str) -> crate::Result<()
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// Write to an existing file that is not a regular one (a device, a FIFO),
+/// opened without creating or truncating it. A FIFO with no reader is an
+/// error (`ENXIO` from a non-blocking open), not a wait; once a reader is
+/// there the file is opened again blocking, so a slow reader is waited for
+/// as with any pipe.
+fn write_special(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENXIO) => std::io::Error::other("a FIFO with no reader"),
+            _ => e,
+        })?;
+    let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
+    drop(probe);
+    f.write_all(text.as_bytes())
 }
 
 /// Do two path arguments name one file (the same text, or, when they

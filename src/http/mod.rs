@@ -13,8 +13,8 @@ use crate::error::{Error, Result};
 
 pub mod access;
 pub mod api;
-pub mod datavolume;
 pub mod blocking;
+pub mod datavolume;
 pub mod error;
 pub mod ranges;
 pub mod state;

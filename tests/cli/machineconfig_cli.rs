@@ -451,3 +451,108 @@ fn output_secrets_never_overwrites_a_different_bundle() {
         "temp files left: {names:?}"
     );
 }
+
+/// An output that is not a regular file is written to, never replaced: a
+/// character device (`-o /dev/null` used to become a regular file of mode
+/// 0600, as root, swapping the machine's `/dev/null` for a file), a FIFO
+/// with a reader; a FIFO with no reader is one clear error, at once; a path
+/// through a symbolic link is written where the link points, the link kept.
+#[test]
+fn outputs_that_are_not_regular_files_are_written_to_never_replaced() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let sec = dir.path().join("secrets.yaml");
+    let (code, _, err) = mc(
+        &[
+            "--talos-version",
+            "v1.13.6",
+            "--output-secrets",
+            sec.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let base = [
+        "--talos-version",
+        "v1.13.6",
+        "--with-secrets",
+        sec.to_str().unwrap(),
+    ];
+    let (code, want, err) = mc(&base, None);
+    assert_eq!(code, 0, "{err}");
+
+    // A null device of the test's own (mknod needs root: skipped loudly otherwise).
+    let null = dir.path().join("null");
+    let made = std::process::Command::new("mknod")
+        .args(["-m", "666", null.to_str().unwrap(), "c", "1", "3"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if made {
+        let mut args = base.to_vec();
+        args.extend(["-o", null.to_str().unwrap()]);
+        let (code, _, err) = mc(&args, None);
+        assert_eq!(code, 0, "{err}");
+        let meta = std::fs::symlink_metadata(&null).unwrap();
+        assert!(
+            meta.file_type().is_char_device(),
+            "{meta:?}: replaced by a file"
+        );
+    } else {
+        support::skip("mknod of a character device needs root");
+    }
+
+    // A FIFO with no reader: an error naming it, not a wait.
+    let fifo = dir.path().join("fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut args = base.to_vec();
+    args.extend(["-o", fifo.to_str().unwrap()]);
+    let t = std::time::Instant::now();
+    let (code, _, err) = mc(&args, None);
+    assert_ne!(code, 0);
+    assert!(err.contains("fifo") && err.contains("no reader"), "{err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(10));
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+
+    // A FIFO with a reader gets the config.
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    crate::support::eventually(
+        "the reader opened the FIFO",
+        std::time::Duration::from_secs(10),
+        || {
+            let (code, _, _) = mc(&args, None);
+            code == 0
+        },
+    );
+    assert_eq!(reader.join().unwrap(), want);
+
+    // Through a link: the link stays, its target holds the config.
+    let real = dir.path().join("real.yaml");
+    std::fs::write(&real, "old\n").unwrap();
+    let link = dir.path().join("link.yaml");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let mut args = base.to_vec();
+    args.extend(["-o", link.to_str().unwrap()]);
+    let (code, _, err) = mc(&args, None);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(std::fs::read_to_string(&real).unwrap(), want);
+}

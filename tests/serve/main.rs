@@ -4,8 +4,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-mod datavolume;
 mod body_limits;
+mod datavolume;
 mod factory_metadata;
 mod http_machineconfig;
 mod image_e2e;
