@@ -1,0 +1,140 @@
+//! The invariants of ARCHITECTURE.md that a scan of `src/` can check:
+//! nothing lower imports anything higher (the code map's layers below),
+//! `serde_yaml` only behind `yaml`, `unsafe` only where ARCHITECTURE.md says,
+//! and the HTTP edge names no store type. A new module fails here until it
+//! is placed in a layer (and in ARCHITECTURE.md's code map).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The code map's layers, lowest first: a module may use modules of lower
+/// layers only (same-layer modules do not use each other).
+const LAYERS: &[&[&str]] = &[
+    &["error"],
+    &["version", "goyaml", "input"],
+    &["yaml", "cosign", "store"],
+    &["matrix", "schematic", "upstream", "metrics", "inventory"],
+    &["schematics", "fill"],
+    &["images", "verifiers"],
+    &["machineconfig", "imagecache", "registry"],
+    &["datavolume", "service"],
+    &["mirror"],
+    &["http"],
+    &["cli"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+/// `(path, top-level module, code before its tests with comments removed)`.
+fn sources() -> Vec<(PathBuf, String, String)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|p| {
+            let rel = p.strip_prefix(&src).unwrap().to_str().unwrap().to_string();
+            let top = rel
+                .split('/')
+                .next()
+                .unwrap()
+                .trim_end_matches(".rs")
+                .to_string();
+            if top == "lib" || top == "main" {
+                return None;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            let code: String = code
+                .lines()
+                .map(|l| l.split("//").next().unwrap())
+                .collect::<Vec<_>>()
+                .join("\n");
+            Some((p, top, code))
+        })
+        .collect()
+}
+
+/// The `crate::<module>` paths a text names.
+fn uses(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::") {
+        let rest = &code[i + 7..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if name.starts_with(|c: char| c.is_ascii_lowercase()) {
+            out.insert(name);
+        }
+    }
+    out
+}
+
+#[test]
+fn nothing_lower_imports_anything_higher() {
+    let mut wrong = Vec::new();
+    for (path, top, code) in sources() {
+        let Some(from) = layer_of(&top) else {
+            wrong.push(format!(
+                "{}: module {top} is in no layer of LAYERS",
+                path.display()
+            ));
+            continue;
+        };
+        for used in uses(&code) {
+            if used == top {
+                continue;
+            }
+            match layer_of(&used) {
+                Some(to) if to < from => {}
+                Some(_) => wrong.push(format!(
+                    "{}: {top} -> {used} runs up or sideways",
+                    path.display()
+                )),
+                None => wrong.push(format!(
+                    "{}: {top} -> {used}, a module in no layer",
+                    path.display()
+                )),
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the code map is broken:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn serde_yaml_only_behind_yaml_and_unsafe_only_in_the_memory_map() {
+    for (path, top, code) in sources() {
+        if top != "yaml" {
+            assert!(
+                !code.contains("serde_yaml"),
+                "{}: serde_yaml outside yaml",
+                path.display()
+            );
+        }
+        if !path.ends_with("store/local.rs") {
+            assert!(
+                !code.contains("unsafe"),
+                "{}: unsafe outside store/local.rs",
+                path.display()
+            );
+        }
+    }
+}
