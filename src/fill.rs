@@ -29,7 +29,7 @@
 //!     // make the upstream request here
 //!     let body = futures::stream::iter(vec![Ok(bytes::Bytes::from_static(b"hi"))]).boxed();
 //!     Ok(Opened { head: Head { len: Some(2), ..Head::default() }, body })
-//! })));
+//! }))).await.expect("the store answers");
 //! match joined {
 //!     Joined::Stored(obj) => { /* serve obj.file */ }
 //!     Joined::Filling(mut h) => {
@@ -220,6 +220,11 @@ impl Object {
         }
     }
 
+    /// Are its bytes read from a bucket (not its local tier, not a fill)?
+    pub fn reads_remote(&self) -> bool {
+        matches!(self, Object::Stored(o) if o.reads_remote())
+    }
+
     /// The store's entry (digest, fetch time), once stored.
     pub fn entry(&self) -> Option<&Entry> {
         match self {
@@ -329,15 +334,35 @@ impl Fills {
 
     /// The stored object for `key`, or the running fill for it, or a new
     /// fill made from `spec()` (called only then). Must run inside tokio.
-    pub fn join(&self, key: &str, spec: impl FnOnce() -> FillSpec) -> Joined {
-        let mut map = self.lock();
-        if let Some(sh) = map.get(key) {
-            return Joined::Filling(FillHandle::new(sh.clone()));
-        }
-        // A fill removes itself only after its commit, under this lock.
-        if let Some(obj) = self.store.get(key) {
-            return Joined::Stored(obj);
-        }
+    /// The store is asked with no lock held (a bucket that does not answer
+    /// stalls this request only); an object the store holds but cannot
+    /// reach is [`FetchError::Unavailable`], never fetched again.
+    pub async fn join(
+        &self,
+        key: &str,
+        spec: impl FnOnce() -> FillSpec,
+    ) -> Result<Joined, FetchError> {
+        let mut tries = 0;
+        let mut map = loop {
+            if let Some(sh) = self.lock().get(key) {
+                return Ok(Joined::Filling(FillHandle::new(sh.clone())));
+            }
+            match self.store.open_key(key).await {
+                Ok(Some(obj)) => return Ok(Joined::Stored(obj)),
+                Ok(None) => {}
+                Err(e) => return Err(FetchError::Unavailable(e.to_string())),
+            }
+            let map = self.lock();
+            if let Some(sh) = map.get(key) {
+                return Ok(Joined::Filling(FillHandle::new(sh.clone())));
+            }
+            // A fill removes itself only after its commit put the key in
+            // the store's memory: a key there now was committed meanwhile.
+            tries += 1;
+            if tries >= 3 || self.store.entry(key).is_none() {
+                break map;
+            }
+        };
         let (tx, _) = watch::channel(Progress {
             phase: if self.limit.is_some() {
                 Phase::Waiting
@@ -399,7 +424,7 @@ impl Fills {
                 }
             }
         });
-        Joined::Filling(FillHandle::new(sh))
+        Ok(Joined::Filling(FillHandle::new(sh)))
     }
 
     async fn run(&self, key: &str, spec: FillSpec, sh: &Shared) -> Result<Entry, FetchError> {
@@ -549,12 +574,14 @@ impl FillHandle {
     /// to look up again).
     pub async fn wait(self) -> Result<StoredObject, FetchError> {
         self.wait_entry().await?;
-        self.sh.store.get(&self.sh.key).ok_or_else(|| {
-            FetchError::Local(format!(
+        match self.sh.store.open_key(&self.sh.key).await {
+            Ok(Some(o)) => Ok(o),
+            Ok(None) => Err(FetchError::Local(format!(
                 "{} was evicted as soon as it arrived (is --cache-max-size smaller than the object?)",
                 self.sh.key
-            ))
-        })
+            ))),
+            Err(e) => Err(FetchError::Unavailable(e.to_string())),
+        }
     }
 
     /// Wait for the fill to end; the committed entry (no lease).
@@ -736,7 +763,7 @@ mod tests {
         let fills = Fills::new(Store::open(dir.path(), None).unwrap());
         let (tx, mut spec) = channel_spec(Some(8));
         spec.expected_digest = Some("0".repeat(64)); // what arrives hashes otherwise
-        let Joined::Filling(mut h) = fills.join("k", || spec) else {
+        let Joined::Filling(mut h) = fills.join("k", || spec).await.unwrap() else {
             panic!("expected a fill")
         };
         tx.send(Ok(Bytes::from_static(b"abcdefgh"))).await.unwrap();
@@ -760,7 +787,7 @@ mod tests {
         spec.expected_digest = Some(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
             b"abcdefgh",
         )));
-        let Joined::Filling(mut h) = fills.join("k", || spec) else {
+        let Joined::Filling(mut h) = fills.join("k", || spec).await.unwrap() else {
             panic!("expected a fill")
         };
         tx.send(Ok(Bytes::from_static(b"abcdefgh"))).await.unwrap();
@@ -775,11 +802,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fills = Fills::new(Store::open(dir.path(), None).unwrap());
         let (tx, spec) = channel_spec(Some(6));
-        let Joined::Filling(mut a) = fills.join("k", || spec) else {
+        let Joined::Filling(mut a) = fills.join("k", || spec).await.unwrap() else {
             panic!("expected a fill")
         };
         // a second join attaches (its spec is never built)
-        let Joined::Filling(mut b) = fills.join("k", || panic!("second spec built")) else {
+        let Joined::Filling(mut b) = fills
+            .join("k", || panic!("second spec built"))
+            .await
+            .unwrap()
+        else {
             panic!("expected a fill")
         };
         tx.send(Ok(Bytes::from_static(b"abc"))).await.unwrap();
@@ -798,7 +829,7 @@ mod tests {
         assert_eq!(e.entry.size, 6);
         assert_eq!(e.entry.content_type.as_deref(), Some("application/x-test"));
         assert!(matches!(
-            fills.join("k", || panic!("no new fill")),
+            fills.join("k", || panic!("no new fill")).await.unwrap(),
             Joined::Stored(_)
         ));
         assert_eq!(fills.running(), 0);
@@ -809,7 +840,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fills = Fills::new(Store::open(dir.path(), None).unwrap());
         let (tx, spec) = channel_spec(Some(4));
-        let Joined::Filling(h) = fills.join("k", || spec) else {
+        let Joined::Filling(h) = fills.join("k", || spec).await.unwrap() else {
             panic!()
         };
         let waiter = h.clone();
@@ -818,7 +849,7 @@ mod tests {
         tx.send(Ok(Bytes::from_static(b"cd"))).await.unwrap();
         drop(tx);
         waiter.wait().await.unwrap();
-        let Joined::Stored(o) = fills.join("k", || panic!()) else {
+        let Joined::Stored(o) = fills.join("k", || panic!()).await.unwrap() else {
             panic!()
         };
         assert_eq!(&o.read_small(64).unwrap()[..], b"abcd");
@@ -830,7 +861,7 @@ mod tests {
         let fills = Fills::new(Store::open(dir.path(), None).unwrap());
         // short body: length says 6, upstream sends 5 and ends
         let (tx, spec) = channel_spec(Some(6));
-        let Joined::Filling(mut h) = fills.join("k", || spec) else {
+        let Joined::Filling(mut h) = fills.join("k", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"abcde"))).await.unwrap();
@@ -851,7 +882,7 @@ mod tests {
         );
         // the next join starts a new fill
         let (tx, spec) = channel_spec(None);
-        let Joined::Filling(h) = fills.join("k", || spec) else {
+        let Joined::Filling(h) = fills.join("k", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"xy"))).await.unwrap();
@@ -863,17 +894,21 @@ mod tests {
     async fn status_errors_pass_through_and_verifier_and_digest() {
         let dir = tempfile::tempdir().unwrap();
         let fills = Fills::new(Store::open(dir.path(), None).unwrap());
-        let Joined::Filling(mut h) = fills.join("k", || {
-            FillSpec::new(|| {
-                Box::pin(async {
-                    Err(FetchError::Status {
-                        status: 404,
-                        content_type: None,
-                        body: Bytes::from_static(b"nope"),
+        let Joined::Filling(mut h) = fills
+            .join("k", || {
+                FillSpec::new(|| {
+                    Box::pin(async {
+                        Err(FetchError::Status {
+                            status: 404,
+                            content_type: None,
+                            body: Bytes::from_static(b"nope"),
+                        })
                     })
                 })
             })
-        }) else {
+            .await
+            .unwrap()
+        else {
             panic!()
         };
         assert!(matches!(
@@ -883,7 +918,7 @@ mod tests {
         // a corrupt xz is refused
         let (tx, mut spec) = channel_spec(None);
         spec.verifier = Some(Box::new(crate::verifiers::XzVerifier::new().unwrap()));
-        let Joined::Filling(h) = fills.join("x", || spec) else {
+        let Joined::Filling(h) = fills.join("x", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"\xfd7zXZ\0garbage")))
@@ -894,7 +929,7 @@ mod tests {
         // a wrong digest is refused, a right one accepted
         let (tx, mut spec) = channel_spec(None);
         spec.expected_digest = Some("0".repeat(64));
-        let Joined::Filling(h) = fills.join("d", || spec) else {
+        let Joined::Filling(h) = fills.join("d", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"hi"))).await.unwrap();
@@ -903,7 +938,7 @@ mod tests {
         let (tx, mut spec) = channel_spec(None);
         spec.expected_digest =
             Some("8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4".into());
-        let Joined::Filling(h) = fills.join("d", || spec) else {
+        let Joined::Filling(h) = fills.join("d", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"hi"))).await.unwrap();
@@ -917,7 +952,7 @@ mod tests {
         let fills = Fills::new(Store::open(dir.path(), None).unwrap());
         let (tx, mut spec) = channel_spec(Some(10));
         spec.timeout = Duration::from_millis(100);
-        let Joined::Filling(h) = fills.join("k", || spec) else {
+        let Joined::Filling(h) = fills.join("k", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"ab"))).await.unwrap();
@@ -925,7 +960,7 @@ mod tests {
         drop(tx);
         let (tx, mut spec) = channel_spec(Some(10));
         spec.idle_timeout = Duration::from_millis(100);
-        let Joined::Filling(h) = fills.join("k", || spec) else {
+        let Joined::Filling(h) = fills.join("k", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"ab"))).await.unwrap();

@@ -46,6 +46,28 @@ impl Store {
             .unwrap_or_else(|e| Err(Unavailable(format!("opening a stored object: {e}"))))
     }
 
+    /// A small stored object whole (at most `max` bytes, its sha256
+    /// checked: a rotten one is dropped), opened and read on a blocking
+    /// thread; `None` when absent, unreachable or unreadable (logged).
+    pub async fn read_small_key(&self, key: &str, max: u64) -> Option<(Entry, bytes::Bytes)> {
+        let store = self.clone();
+        let key = key.to_string();
+        tokio::task::spawn_blocking(move || {
+            let o = store.get(&key)?;
+            let entry = o.entry.clone();
+            match o.read_small(max) {
+                Ok(b) => Some((entry, b)),
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "reading a stored object");
+                    None
+                }
+            }
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
     /// Open the object for `key` (blocking): `Ok(None)` when the store
     /// does not have it, `Err` when it does but cannot reach it now.
     /// Marks it recently used. A held object's size and checksums are in

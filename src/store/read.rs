@@ -144,6 +144,11 @@ impl StoredObject {
         self.entry.size == 0
     }
 
+    /// Are its bytes read from a bucket (not from local disk)?
+    pub fn reads_remote(&self) -> bool {
+        !self.tiered && self.lease.store.is_remote()
+    }
+
     /// Stream bytes `start..end` (end exclusive, within the object),
     /// holding the lease until the end. Each step reads one chunk (the
     /// local backend maps it read-only: page cache to socket in one copy)
