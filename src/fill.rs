@@ -539,8 +539,11 @@ pub struct FillHandle {
     rx: watch::Receiver<Progress>,
 }
 
-/// Bytes read from the file per step.
-const CHUNK: usize = 256 * 1024;
+/// Bytes read from the file per step: a small window, so a slow reader
+/// holds little (with hyper's write queue bounded by
+/// `http::WRITE_QUEUE`, about two windows per connection: 400 slow
+/// readers of one fill in tens of MiB, not one MiB each).
+const CHUNK: usize = 64 * 1024;
 /// Reads this close behind the writer are served inline.
 const HOT: u64 = 8 << 20;
 
@@ -944,6 +947,150 @@ mod tests {
         tx.send(Ok(Bytes::from_static(b"hi"))).await.unwrap();
         drop(tx);
         assert!(h.wait().await.is_ok());
+    }
+
+    /// A backend whose entry reads hang (as a frozen bucket's do) for
+    /// `hold` once `frozen` is set; the rest is the local directory. A
+    /// fake: a real bucket cannot freeze one call and answer the others.
+    struct Frozen {
+        inner: crate::store::LocalDir,
+        frozen: Arc<std::sync::atomic::AtomicBool>,
+        entered: Arc<std::sync::atomic::AtomicBool>,
+        hold: Duration,
+    }
+
+    impl crate::store::Backend for Frozen {
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn local_dir(&self) -> Option<&std::path::Path> {
+            self.inner.local_dir()
+        }
+        fn lock(&self) -> std::io::Result<crate::store::backend::LockGuard<'_>> {
+            self.inner.lock()
+        }
+        fn spool(&self) -> std::io::Result<(std::path::PathBuf, File)> {
+            self.inner.spool()
+        }
+        fn clean_spool(&self) {
+            self.inner.clean_spool()
+        }
+        fn list_objects(&self) -> std::io::Result<HashMap<String, u64>> {
+            self.inner.list_objects()
+        }
+        fn object_len(&self, digest: &str) -> Option<u64> {
+            self.inner.object_len(digest)
+        }
+        fn object_age(&self, digest: &str) -> Option<Duration> {
+            self.inner.object_age(digest)
+        }
+        fn open_object(
+            &self,
+            digest: &str,
+            len: u64,
+        ) -> std::io::Result<Box<dyn crate::store::ObjectRead>> {
+            self.inner.open_object(digest, len)
+        }
+        fn put_object(
+            &self,
+            spool: &std::path::Path,
+            file: File,
+            digest: &str,
+            sums: &[u8],
+        ) -> std::io::Result<bool> {
+            self.inner.put_object(spool, file, digest, sums)
+        }
+        fn delete_object(&self, digest: &str) {
+            self.inner.delete_object(digest)
+        }
+        fn list_entries(&self) -> std::io::Result<Vec<crate::store::backend::Listed>> {
+            self.inner.list_entries()
+        }
+        fn read_entry(&self, name: &str) -> Option<(Vec<u8>, u64)> {
+            use std::sync::atomic::Ordering::SeqCst;
+            if self.frozen.load(SeqCst) {
+                self.entered.store(true, SeqCst);
+                std::thread::sleep(self.hold);
+            }
+            self.inner.read_entry(name)
+        }
+        fn write_entry(&self, name: &str, body: &[u8]) -> std::io::Result<u64> {
+            self.inner.write_entry(name, body)
+        }
+        fn delete_entry(&self, name: &str) {
+            self.inner.delete_entry(name)
+        }
+        fn read_sums(&self, digest: &str) -> std::io::Result<Option<Vec<u8>>> {
+            self.inner.read_sums(digest)
+        }
+        fn write_sums(&self, digest: &str, body: &[u8]) -> std::io::Result<()> {
+            self.inner.write_sums(digest, body)
+        }
+    }
+
+    /// The invariant "no lock across a backend call, no backend call on an
+    /// async worker": while the backend hangs on one key's lookup, another
+    /// key is served whole at once, and the fills' status answers. (Before,
+    /// `join` held the fills' lock across the store's lookup: the second
+    /// join waited out the hang.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_frozen_backend_stalls_only_the_request_that_needs_it() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), None).unwrap();
+            let mut t = store.temp().unwrap();
+            t.write_all(b"abc").await.unwrap();
+            store.commit(t, "a", Meta::default()).await.unwrap();
+        }
+        let (frozen, entered) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let hold = Duration::from_secs(4);
+        let backend = Frozen {
+            inner: crate::store::LocalDir::open(dir.path().to_path_buf()).unwrap(),
+            frozen: frozen.clone(),
+            entered: entered.clone(),
+            hold,
+        };
+        let fills = Fills::new(Store::with_backend(Box::new(backend), None).unwrap());
+        frozen.store(true, SeqCst);
+        // Several misses hang in the backend (more than the workers).
+        let mut stuck = Vec::new();
+        for k in ["b", "c", "d", "e"] {
+            let f = fills.clone();
+            stuck.push(tokio::spawn(async move {
+                let (tx, spec) = channel_spec(Some(1));
+                drop(tx);
+                f.join(k, || spec).await.map(drop)
+            }));
+        }
+        let t = Instant::now();
+        while !entered.load(SeqCst) {
+            assert!(t.elapsed() < hold, "no lookup reached the backend");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let t = Instant::now();
+        let got = tokio::time::timeout(hold, async {
+            let Joined::Stored(o) = fills.join("a", || panic!("a is stored")).await.unwrap() else {
+                panic!("a is stored")
+            };
+            let _ = fills.in_progress();
+            collect(o.stream(0, 3)).await.unwrap()
+        })
+        .await
+        .expect("the stored key waited for the frozen backend");
+        assert_eq!(got, b"abc");
+        assert!(
+            t.elapsed() < Duration::from_millis(1500),
+            "the stored key took {:?} while the backend hung",
+            t.elapsed()
+        );
+        frozen.store(false, SeqCst);
+        for s in stuck {
+            let _ = s.await.unwrap();
+        }
     }
 
     #[tokio::test]
