@@ -6,5 +6,6 @@ mod support;
 
 mod garage_cluster;
 mod s3_store;
+mod slow_readers;
 mod trust_store;
 mod trust_upstream;
