@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod frozen_bucket;
 mod garage_cluster;
 mod s3_store;
 mod slow_readers;
