@@ -178,8 +178,6 @@ impl From<&Path> for Location {
 }
 
 /// A handle to the store; cheap to clone.
-
-/// A handle to the store; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Inner>,
