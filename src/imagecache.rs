@@ -240,15 +240,11 @@ impl ImageCache {
             .map_err(ImageError::Fetch)
     }
 
-    /// The stored artifact, or the fill that is fetching it. The
-    /// schematic is read only if the factory asks for it (a miss it
-    /// answers 404 naming the schematic). `pin`: a fill started here
-    /// commits pinned (`mirror sync`: one index write).
+    /// The stored artifact, or the fill that is fetching it (the schematic
+    /// read only on the factory's 404). `pin`: a fill started here commits
+    /// pinned (`mirror sync`: one index write).
     pub async fn lookup(&self, key: &ImageKey, pin: bool) -> Result<Joined, ImageError> {
-        let schematic = Teach {
-            id: key.schematic.clone(),
-            schematics: self.schematics.clone(),
-        };
+        let schematic = (key.schematic.clone(), self.schematics.clone());
         self.lookup_at(
             &key.store_key(),
             &key.path(),
@@ -269,16 +265,11 @@ impl ImageCache {
             .map_err(ImageError::Fetch)
     }
 
-    /// The stored talosctl binary, or the fill that is fetching it
-    /// (`pin` as for [`ImageCache::lookup`]).
-    pub async fn lookup_talosctl(
-        &self,
-        key: &TalosctlKey,
-        pin: bool,
-    ) -> Result<Joined, ImageError> {
+    /// The stored talosctl binary, or its fill (`pin` as for `lookup`).
+    pub async fn lookup_talosctl(&self, k: &TalosctlKey, pin: bool) -> Result<Joined, ImageError> {
         self.lookup_at(
-            &key.store_key(),
-            &key.path(),
+            &k.store_key(),
+            &k.path(),
             None,
             "application/octet-stream",
             || None,
@@ -313,26 +304,24 @@ impl ImageCache {
                 }
             };
         };
-        let joined = self
-            .fills
-            .join(skey, || {
-                let url = format!("{base}{path}");
-                let post_url = format!("{base}/schematics");
-                let up = up.clone();
-                let idle = up.limits().timeout + Duration::from_secs(5);
-                let mut spec = FillSpec::new(move || {
-                    Box::pin(open_image(up, url, post_url, schematic, default_ct))
-                });
-                spec.verifier = verifier();
-                spec.timeout = self.fill_timeout;
-                // The upstream's own bounds fire first; this is the backstop.
-                spec.idle_timeout = idle;
-                spec.kind = "image";
-                spec.meta.pinned = pin;
-                spec
-            })
-            .await
-            .map_err(ImageError::Fetch)?;
+        let spec = || {
+            let url = format!("{base}{path}");
+            let post_url = format!("{base}/schematics");
+            let up = up.clone();
+            let idle = up.limits().timeout + Duration::from_secs(5);
+            let mut spec = FillSpec::new(move || {
+                Box::pin(open_image(up, url, post_url, schematic, default_ct))
+            });
+            spec.verifier = verifier();
+            spec.timeout = self.fill_timeout;
+            // The upstream's own bounds fire first; this is the backstop.
+            spec.idle_timeout = idle;
+            spec.kind = "image";
+            spec.meta.pinned = pin;
+            spec
+        };
+        let joined = self.fills.join(skey, spec).await;
+        let joined = joined.map_err(ImageError::Fetch)?;
         match &joined {
             Joined::Stored(_) => self.metrics.hit("image"),
             Joined::Filling(_) => self.metrics.miss("image"),
@@ -721,21 +710,13 @@ impl ImageCache {
     }
 }
 
-/// The schematic a 404 may ask for: read (from the store, off the async
-/// threads) only then.
-struct Teach {
-    id: String,
-    schematics: Arc<dyn SchematicLookup>,
-}
+/// The schematic a 404 may ask for (its ID and where to read it): read,
+/// off the async threads, only then.
+type Teach = (String, Arc<dyn SchematicLookup>);
 
-impl Teach {
-    async fn canonical(self) -> Option<(String, Vec<u8>)> {
-        let Teach { id, schematics } = self;
-        tokio::task::spawn_blocking(move || schematics.canonical(&id).map(|c| (id, c)))
-            .await
-            .ok()
-            .flatten()
-    }
+async fn canonical((id, schematics): Teach) -> Option<(String, Vec<u8>)> {
+    let read = move || schematics.canonical(&id).map(|c| (id, c));
+    tokio::task::spawn_blocking(read).await.ok().flatten()
 }
 
 async fn open_image(
@@ -748,7 +729,7 @@ async fn open_image(
     let keep = ["content-disposition"];
     let resp = up.get(&url, &[]).await?;
     let schematic = match schematic {
-        Some(t) if resp.status() == reqwest::StatusCode::NOT_FOUND => t.canonical().await,
+        Some(t) if resp.status() == reqwest::StatusCode::NOT_FOUND => canonical(t).await,
         _ => None,
     };
     let resp = if resp.status() == reqwest::StatusCode::NOT_FOUND
