@@ -299,6 +299,22 @@ impl Store {
         ))
     }
 
+    /// A read of `digest` failed (blocking). The object gone from the
+    /// backend (another replica deleted it): its keys go, so the next
+    /// request fetches it again; any other failure is the backend not
+    /// answering.
+    pub(super) fn read_failed(&self, digest: &str, e: &std::io::Error) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            return;
+        }
+        let Ok(_lock) = self.lock_store() else {
+            return;
+        };
+        self.refresh();
+        let keys = self.remove_object_locked(digest);
+        tracing::warn!(%digest, ?keys, "object missing from the store; dropping its keys");
+    }
+
     /// A chunk of the local tier's copy of `digest` failed its checksum:
     /// the copy goes (the bucket stays the truth), the read is cut.
     pub(super) fn tier_mismatch(&self, digest: &str, chunk: u64) -> std::io::Error {

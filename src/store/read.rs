@@ -207,6 +207,9 @@ impl StoredObject {
                     let r = span
                         .next_bytes((to - from) as usize)
                         .and_then(|b| check.blocks(from, to, b));
+                    if let Err(e) = &r {
+                        store.read_failed(&digest, e);
+                    }
                     (span, r)
                 })
                 .await;
@@ -248,7 +251,10 @@ impl StoredObject {
         let buf = self
             .object
             .read_chunk(0, self.entry.size as usize)
-            .map_err(|e| Error::io(format!("reading {}", self.entry.key), e))?;
+            .map_err(|e| {
+                self.lease.store.read_failed(&self.entry.digest, &e);
+                Error::io(format!("reading {}", self.entry.key), e)
+            })?;
         let got = hex::encode(Sha256::digest(&buf));
         if got != self.entry.digest {
             let reason = format!("its bytes hash to sha256:{got}");
