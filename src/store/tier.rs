@@ -288,3 +288,40 @@ impl Tier {
         res
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_recently_used_copies_go_above_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let tier = Tier::open(dir.path().join("tier"), 10).unwrap();
+        let (a, b, c) = ("a".repeat(64), "b".repeat(64), "c".repeat(64));
+        for d in [&a, &b] {
+            let spool = dir.path().join("spool");
+            fs::write(&spool, b"12345").unwrap();
+            tier.adopt_spool(&spool, d, 5);
+        }
+        assert_eq!(tier.usage(), (10, 2));
+        assert!(tier.open_copy(&a, 5).is_some(), "a used: b is the oldest");
+        let spool = dir.path().join("spool");
+        fs::write(&spool, b"12345").unwrap();
+        tier.adopt_spool(&spool, &c, 5);
+        assert_eq!(tier.usage(), (10, 2));
+        assert!(tier.open_copy(&b, 5).is_none(), "b went");
+        assert!(!dir.path().join("tier").join(&b).exists());
+        assert!(tier.open_copy(&a, 5).is_some() && tier.open_copy(&c, 5).is_some());
+        // Asked for another size: not served.
+        assert!(tier.open_copy(&c, 6).is_none());
+        // Reopened: the copies are found again; keep_only drops strangers.
+        drop(tier);
+        fs::write(dir.path().join("tier/.copy-x-1"), b"partial").unwrap();
+        let tier = Tier::open(dir.path().join("tier"), 10).unwrap();
+        assert_eq!(tier.usage(), (10, 2));
+        assert!(!dir.path().join("tier/.copy-x-1").exists());
+        tier.keep_only(|d, _| d == a);
+        assert_eq!(tier.usage(), (5, 1));
+        assert!(!dir.path().join("tier").join(&c).exists());
+    }
+}
