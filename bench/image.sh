@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark of the /image cache, side by side with the peers a user would pick,
 # in one run, on loopback:
-#   1. cached artifact throughput: wrk (8 and 64 connections; whole GETs and
+#   1. cached artifact throughput: wrk (8, 64 and 256 connections; whole GETs and
 #      random 1 MiB ranges) against talos-gen serving a stored artifact (every
 #      chunk checked against its checksum) vs nginx serving the same file
 #      with sendfile;
@@ -102,7 +102,7 @@ request = function()
 end
 LUA
 
-echo "# 1. cached throughput (wrk -t2 -d${DURATION}s; whole ${LEN}-byte GETs and random 1 MiB ranges; 8 and 64 connections; chunk checksums checked on every read)"
+echo "# 1. cached throughput (wrk -t2 -d${DURATION}s; whole ${LEN}-byte GETs and random 1 MiB ranges; 8, 64 and 256 connections; chunk checksums checked on every read)"
 start_svc "$W/cache-warm" "$NG_FAST"
 curl -sf -o /dev/null "http://127.0.0.1:$SVC$P"          # fill
 sleep 0.5
@@ -114,7 +114,7 @@ ROUNDS=${ROUNDS:-3}
 : > "$W/tp"
 for mode in whole range1m; do
   script=""; [ "$mode" = range1m ] && script="$W/range.lua"
-  for c in 8 64; do
+  for c in ${CONNECTIONS:-8 64 256}; do
     for r in $(seq "$ROUNDS"); do
       echo "$mode-c$c nginx $(wrk_rate "$c" "http://127.0.0.1:$NG_FILE$P" "$script")" >> "$W/tp"
       echo "$mode-c$c ours $(wrk_rate "$c" "http://127.0.0.1:$SVC$P" "$script")" >> "$W/tp"

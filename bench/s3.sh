@@ -2,11 +2,12 @@
 # Benchmark of the S3 store backend, side by side, in one run, on loopback,
 # against a one-node Garage (replication factor 1: the bench measures
 # talos-gen, not Garage's replication):
-#   1. cached serving: whole GETs of a stored artifact through talos-gen
-#      (`serve --store s3://...`: one GET per response, every 64 KiB block
-#      checked before it goes out)
-#      vs a direct ranged GET (`-r 0-`) of the same object from Garage
-#      (curl --aws-sigv4);
+#   1. cached serving, side by side: whole GETs of a stored artifact through
+#      talos-gen from the bucket (a replica with `--local-cache-max-size 0`:
+#      one GET per response, every 64 KiB block checked before it goes out)
+#      and from its local tier (the default `--local-cache-max-size`: the
+#      copy on --cache-dir, checked the same), vs a direct ranged GET
+#      (`-r 0-`) of the same object from Garage (curl --aws-sigv4);
 #   2. a cold burst of 16 clients spread over two replicas on one bucket,
 #      behind a rate-limited upstream (nginx limit_rate), vs one plain
 #      download from that upstream; upstream transfers counted;
@@ -83,14 +84,14 @@ nginx -c "$W/nginx/nginx.conf" -p "$W/nginx" &
 track $!
 wait_http "http://127.0.0.1:$NP/"
 
-replica() { # name -> port
-  local port; port=$(free_port)
-  mkdir -p "$W/$1"
-  "$BIN" serve --listen "127.0.0.1:$port" --cache-dir "$W/$1" \
+replica() { # name [serve flags...] -> port
+  local port name=$1; shift; port=$(free_port)
+  mkdir -p "$W/$name"
+  "$BIN" serve --listen "127.0.0.1:$port" --cache-dir "$W/$name" \
     --factory-url "http://127.0.0.1:$NP" --store s3://talos-gen/store --s3-endpoint "$EP" \
-    > "$W/$1.log" 2>&1 &
+    "$@" > "$W/$name.log" 2>&1 &
   track $!
-  eval "PID_$1=$!"
+  eval "PID_$name=$!"
   wait_http "http://127.0.0.1:$port/healthz"
   echo "$port"
 }
@@ -132,7 +133,16 @@ for _ in $(seq 100); do  # the commit follows the last byte
     -I "$EP/talos-gen/store/objects/sha256/$SHA" | grep -q 200 && break; sleep 0.1
 done
 best() { sort -n | head -1; }
-TG=$(for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$R2$P"; done | best)
+# From the bucket: a replica without the local tier.
+R3=$(replica bucket --local-cache-max-size 0)
+track "$(pgrep -f -- "--cache-dir $W/bucket" | head -1)"  # started in a subshell: tracked by PID
+TG=$(for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$R3$P"; done | best)
+# From the local tier: replica two, once its copy is there (its own fill,
+# or the copy after its first read from the bucket).
+curl -sf -o /dev/null "http://127.0.0.1:$R2$P"
+for _ in $(seq 300); do [ -e "$W/two/tier/$SHA" ] && break; sleep 0.1; done
+[ -e "$W/two/tier/$SHA" ] || { echo "replica two's local tier holds no copy" >&2; exit 1; }
+TT=$(for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$R2$P"; done | best)
 GA=$(for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' -r 0- --aws-sigv4 aws:amz:us-east-1:s3 \
   --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
   -H "x-amz-content-sha256: $(printf '' | sha256sum | cut -d' ' -f1)" \
@@ -140,6 +150,6 @@ GA=$(for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' -r 0- --a
 
 echo
 echo "artifact $LEN bytes; upstream limit_rate $RATE"
-awk -v tg="$TG" -v ga="$GA" -v n="$LEN" 'BEGIN{printf "cached: talos-gen from the bucket %.1f MiB/s, direct ranged GET from Garage %.1f MiB/s, ratio %.3f\n", n/tg/1048576, n/ga/1048576, ga/tg}'
+awk -v tg="$TG" -v tt="$TT" -v ga="$GA" -v n="$LEN" 'BEGIN{printf "cached: direct ranged GET from Garage %.1f MiB/s; talos-gen from the bucket %.1f MiB/s (ratio %.3f, must be >= 0.9); from the local tier %.1f MiB/s (ratio %.3f, must be >= 1.0)\n", n/ga/1048576, n/tg/1048576, ga/tg, n/tt/1048576, ga/tt}'
 awk -v b="$BURST" -v p="$PLAIN" -v t="$TRANSFERS" 'BEGIN{printf "cold burst: 16 clients over 2 replicas done in %.3fs, one plain download %.3fs, ratio %.3f; upstream transfers %d (at most one per replica)\n", b, p, b/p, t}'
 echo "memory during the burst: RssAnon peak replica one $(cat "$W/peak1") KiB, replica two $(cat "$W/peak2") KiB (bound 65536 KiB)"

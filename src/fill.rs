@@ -29,7 +29,7 @@
 //!     // make the upstream request here
 //!     let body = futures::stream::iter(vec![Ok(bytes::Bytes::from_static(b"hi"))]).boxed();
 //!     Ok(Opened { head: Head { len: Some(2), ..Head::default() }, body })
-//! })));
+//! }))).await.expect("the store answers");
 //! match joined {
 //!     Joined::Stored(obj) => { /* serve obj.file */ }
 //!     Joined::Filling(mut h) => {
@@ -220,6 +220,11 @@ impl Object {
         }
     }
 
+    /// Are its bytes read from a bucket (not its local tier, not a fill)?
+    pub fn reads_remote(&self) -> bool {
+        matches!(self, Object::Stored(o) if o.reads_remote())
+    }
+
     /// The store's entry (digest, fetch time), once stored.
     pub fn entry(&self) -> Option<&Entry> {
         match self {
@@ -329,15 +334,35 @@ impl Fills {
 
     /// The stored object for `key`, or the running fill for it, or a new
     /// fill made from `spec()` (called only then). Must run inside tokio.
-    pub fn join(&self, key: &str, spec: impl FnOnce() -> FillSpec) -> Joined {
-        let mut map = self.lock();
-        if let Some(sh) = map.get(key) {
-            return Joined::Filling(FillHandle::new(sh.clone()));
-        }
-        // A fill removes itself only after its commit, under this lock.
-        if let Some(obj) = self.store.get(key) {
-            return Joined::Stored(obj);
-        }
+    /// The store is asked with no lock held (a bucket that does not answer
+    /// stalls this request only); an object the store holds but cannot
+    /// reach is [`FetchError::Unavailable`], never fetched again.
+    pub async fn join(
+        &self,
+        key: &str,
+        spec: impl FnOnce() -> FillSpec,
+    ) -> Result<Joined, FetchError> {
+        let mut tries = 0;
+        let mut map = loop {
+            if let Some(sh) = self.lock().get(key) {
+                return Ok(Joined::Filling(FillHandle::new(sh.clone())));
+            }
+            match self.store.open_key(key).await {
+                Ok(Some(obj)) => return Ok(Joined::Stored(obj)),
+                Ok(None) => {}
+                Err(e) => return Err(FetchError::Unavailable(e.to_string())),
+            }
+            let map = self.lock();
+            if let Some(sh) = map.get(key) {
+                return Ok(Joined::Filling(FillHandle::new(sh.clone())));
+            }
+            // A fill removes itself only after its commit put the key in
+            // the store's memory: a key there now was committed meanwhile.
+            tries += 1;
+            if tries >= 3 || self.store.entry(key).is_none() {
+                break map;
+            }
+        };
         let (tx, _) = watch::channel(Progress {
             phase: if self.limit.is_some() {
                 Phase::Waiting
@@ -400,7 +425,7 @@ impl Fills {
                 }
             }
         });
-        Joined::Filling(FillHandle::new(sh))
+        Ok(Joined::Filling(FillHandle::new(sh)))
     }
 
     async fn run(&self, key: &str, spec: FillSpec, sh: &Shared) -> Result<Entry, FetchError> {
@@ -515,8 +540,11 @@ pub struct FillHandle {
     rx: watch::Receiver<Progress>,
 }
 
-/// Bytes read from the file per step.
-const CHUNK: usize = 256 * 1024;
+/// Bytes read from the file per step: a small window, so a slow reader
+/// holds little (with hyper's write queue bounded by
+/// `http::WRITE_QUEUE`, about two windows per connection: 400 slow
+/// readers of one fill in tens of MiB, not one MiB each).
+const CHUNK: usize = 64 * 1024;
 /// Reads this close behind the writer are served inline.
 const HOT: u64 = 8 << 20;
 
@@ -550,12 +578,14 @@ impl FillHandle {
     /// to look up again).
     pub async fn wait(self) -> Result<StoredObject, FetchError> {
         self.wait_entry().await?;
-        self.sh.store.get(&self.sh.key).ok_or_else(|| {
-            FetchError::Local(format!(
+        match self.sh.store.open_key(&self.sh.key).await {
+            Ok(Some(o)) => Ok(o),
+            Ok(None) => Err(FetchError::Local(format!(
                 "{} was evicted as soon as it arrived (is --cache-max-size smaller than the object?)",
                 self.sh.key
-            ))
-        })
+            ))),
+            Err(e) => Err(FetchError::Unavailable(e.to_string())),
+        }
     }
 
     /// Wait for the fill to end; the committed entry (no lease).
@@ -737,7 +767,7 @@ mod tests {
         let fills = Fills::new(Store::open(dir.path(), None).unwrap());
         let (tx, mut spec) = channel_spec(Some(8));
         spec.expected_digest = Some("0".repeat(64)); // what arrives hashes otherwise
-        let Joined::Filling(mut h) = fills.join("k", || spec) else {
+        let Joined::Filling(mut h) = fills.join("k", || spec).await.unwrap() else {
             panic!("expected a fill")
         };
         tx.send(Ok(Bytes::from_static(b"abcdefgh"))).await.unwrap();
@@ -761,7 +791,7 @@ mod tests {
         spec.expected_digest = Some(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
             b"abcdefgh",
         )));
-        let Joined::Filling(mut h) = fills.join("k", || spec) else {
+        let Joined::Filling(mut h) = fills.join("k", || spec).await.unwrap() else {
             panic!("expected a fill")
         };
         tx.send(Ok(Bytes::from_static(b"abcdefgh"))).await.unwrap();
@@ -776,11 +806,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fills = Fills::new(Store::open(dir.path(), None).unwrap());
         let (tx, spec) = channel_spec(Some(6));
-        let Joined::Filling(mut a) = fills.join("k", || spec) else {
+        let Joined::Filling(mut a) = fills.join("k", || spec).await.unwrap() else {
             panic!("expected a fill")
         };
         // a second join attaches (its spec is never built)
-        let Joined::Filling(mut b) = fills.join("k", || panic!("second spec built")) else {
+        let Joined::Filling(mut b) = fills
+            .join("k", || panic!("second spec built"))
+            .await
+            .unwrap()
+        else {
             panic!("expected a fill")
         };
         tx.send(Ok(Bytes::from_static(b"abc"))).await.unwrap();
@@ -799,7 +833,7 @@ mod tests {
         assert_eq!(e.entry.size, 6);
         assert_eq!(e.entry.content_type.as_deref(), Some("application/x-test"));
         assert!(matches!(
-            fills.join("k", || panic!("no new fill")),
+            fills.join("k", || panic!("no new fill")).await.unwrap(),
             Joined::Stored(_)
         ));
         assert_eq!(fills.running(), 0);
@@ -810,7 +844,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fills = Fills::new(Store::open(dir.path(), None).unwrap());
         let (tx, spec) = channel_spec(Some(4));
-        let Joined::Filling(h) = fills.join("k", || spec) else {
+        let Joined::Filling(h) = fills.join("k", || spec).await.unwrap() else {
             panic!()
         };
         let waiter = h.clone();
@@ -819,7 +853,7 @@ mod tests {
         tx.send(Ok(Bytes::from_static(b"cd"))).await.unwrap();
         drop(tx);
         waiter.wait().await.unwrap();
-        let Joined::Stored(o) = fills.join("k", || panic!()) else {
+        let Joined::Stored(o) = fills.join("k", || panic!()).await.unwrap() else {
             panic!()
         };
         assert_eq!(&o.read_small(64).unwrap()[..], b"abcd");
@@ -831,7 +865,7 @@ mod tests {
         let fills = Fills::new(Store::open(dir.path(), None).unwrap());
         // short body: length says 6, upstream sends 5 and ends
         let (tx, spec) = channel_spec(Some(6));
-        let Joined::Filling(mut h) = fills.join("k", || spec) else {
+        let Joined::Filling(mut h) = fills.join("k", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"abcde"))).await.unwrap();
@@ -852,7 +886,7 @@ mod tests {
         );
         // the next join starts a new fill
         let (tx, spec) = channel_spec(None);
-        let Joined::Filling(h) = fills.join("k", || spec) else {
+        let Joined::Filling(h) = fills.join("k", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"xy"))).await.unwrap();
@@ -864,17 +898,21 @@ mod tests {
     async fn status_errors_pass_through_and_verifier_and_digest() {
         let dir = tempfile::tempdir().unwrap();
         let fills = Fills::new(Store::open(dir.path(), None).unwrap());
-        let Joined::Filling(mut h) = fills.join("k", || {
-            FillSpec::new(|| {
-                Box::pin(async {
-                    Err(FetchError::Status {
-                        status: 404,
-                        content_type: None,
-                        body: Bytes::from_static(b"nope"),
+        let Joined::Filling(mut h) = fills
+            .join("k", || {
+                FillSpec::new(|| {
+                    Box::pin(async {
+                        Err(FetchError::Status {
+                            status: 404,
+                            content_type: None,
+                            body: Bytes::from_static(b"nope"),
+                        })
                     })
                 })
             })
-        }) else {
+            .await
+            .unwrap()
+        else {
             panic!()
         };
         assert!(matches!(
@@ -884,7 +922,7 @@ mod tests {
         // a corrupt xz is refused
         let (tx, mut spec) = channel_spec(None);
         spec.verifier = Some(Box::new(crate::verifiers::XzVerifier::new().unwrap()));
-        let Joined::Filling(h) = fills.join("x", || spec) else {
+        let Joined::Filling(h) = fills.join("x", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"\xfd7zXZ\0garbage")))
@@ -895,7 +933,7 @@ mod tests {
         // a wrong digest is refused, a right one accepted
         let (tx, mut spec) = channel_spec(None);
         spec.expected_digest = Some("0".repeat(64));
-        let Joined::Filling(h) = fills.join("d", || spec) else {
+        let Joined::Filling(h) = fills.join("d", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"hi"))).await.unwrap();
@@ -904,12 +942,156 @@ mod tests {
         let (tx, mut spec) = channel_spec(None);
         spec.expected_digest =
             Some("8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4".into());
-        let Joined::Filling(h) = fills.join("d", || spec) else {
+        let Joined::Filling(h) = fills.join("d", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"hi"))).await.unwrap();
         drop(tx);
         assert!(h.wait().await.is_ok());
+    }
+
+    /// A backend whose entry reads hang (as a frozen bucket's do) for
+    /// `hold` once `frozen` is set; the rest is the local directory. A
+    /// fake: a real bucket cannot freeze one call and answer the others.
+    struct Frozen {
+        inner: crate::store::LocalDir,
+        frozen: Arc<std::sync::atomic::AtomicBool>,
+        entered: Arc<std::sync::atomic::AtomicBool>,
+        hold: Duration,
+    }
+
+    impl crate::store::Backend for Frozen {
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn local_dir(&self) -> Option<&std::path::Path> {
+            self.inner.local_dir()
+        }
+        fn lock(&self) -> std::io::Result<crate::store::backend::LockGuard<'_>> {
+            self.inner.lock()
+        }
+        fn spool(&self) -> std::io::Result<(std::path::PathBuf, File)> {
+            self.inner.spool()
+        }
+        fn clean_spool(&self) {
+            self.inner.clean_spool()
+        }
+        fn list_objects(&self) -> std::io::Result<HashMap<String, u64>> {
+            self.inner.list_objects()
+        }
+        fn object_len(&self, digest: &str) -> Option<u64> {
+            self.inner.object_len(digest)
+        }
+        fn object_age(&self, digest: &str) -> Option<Duration> {
+            self.inner.object_age(digest)
+        }
+        fn open_object(
+            &self,
+            digest: &str,
+            len: u64,
+        ) -> std::io::Result<Box<dyn crate::store::ObjectRead>> {
+            self.inner.open_object(digest, len)
+        }
+        fn put_object(
+            &self,
+            spool: &std::path::Path,
+            file: File,
+            digest: &str,
+            sums: &[u8],
+        ) -> std::io::Result<bool> {
+            self.inner.put_object(spool, file, digest, sums)
+        }
+        fn delete_object(&self, digest: &str) {
+            self.inner.delete_object(digest)
+        }
+        fn list_entries(&self) -> std::io::Result<Vec<crate::store::backend::Listed>> {
+            self.inner.list_entries()
+        }
+        fn read_entry(&self, name: &str) -> Option<(Vec<u8>, u64)> {
+            use std::sync::atomic::Ordering::SeqCst;
+            if self.frozen.load(SeqCst) {
+                self.entered.store(true, SeqCst);
+                std::thread::sleep(self.hold);
+            }
+            self.inner.read_entry(name)
+        }
+        fn write_entry(&self, name: &str, body: &[u8]) -> std::io::Result<u64> {
+            self.inner.write_entry(name, body)
+        }
+        fn delete_entry(&self, name: &str) {
+            self.inner.delete_entry(name)
+        }
+        fn read_sums(&self, digest: &str) -> std::io::Result<Option<Vec<u8>>> {
+            self.inner.read_sums(digest)
+        }
+        fn write_sums(&self, digest: &str, body: &[u8]) -> std::io::Result<()> {
+            self.inner.write_sums(digest, body)
+        }
+    }
+
+    /// The invariant "no lock across a backend call, no backend call on an
+    /// async worker": while the backend hangs on one key's lookup, another
+    /// key is served whole at once, and the fills' status answers. (Before,
+    /// `join` held the fills' lock across the store's lookup: the second
+    /// join waited out the hang.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_frozen_backend_stalls_only_the_request_that_needs_it() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), None).unwrap();
+            let mut t = store.temp().unwrap();
+            t.write_all(b"abc").await.unwrap();
+            store.commit(t, "a", Meta::default()).await.unwrap();
+        }
+        let (frozen, entered) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let hold = Duration::from_secs(4);
+        let backend = Frozen {
+            inner: crate::store::LocalDir::open(dir.path().to_path_buf()).unwrap(),
+            frozen: frozen.clone(),
+            entered: entered.clone(),
+            hold,
+        };
+        let fills = Fills::new(Store::with_backend(Box::new(backend), None).unwrap());
+        frozen.store(true, SeqCst);
+        // Several misses hang in the backend (more than the workers).
+        let mut stuck = Vec::new();
+        for k in ["b", "c", "d", "e"] {
+            let f = fills.clone();
+            stuck.push(tokio::spawn(async move {
+                let (tx, spec) = channel_spec(Some(1));
+                drop(tx);
+                f.join(k, || spec).await.map(drop)
+            }));
+        }
+        let t = Instant::now();
+        while !entered.load(SeqCst) {
+            assert!(t.elapsed() < hold, "no lookup reached the backend");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let t = Instant::now();
+        let got = tokio::time::timeout(hold, async {
+            let Joined::Stored(o) = fills.join("a", || panic!("a is stored")).await.unwrap() else {
+                panic!("a is stored")
+            };
+            let _ = fills.in_progress();
+            collect(o.stream(0, 3)).await.unwrap()
+        })
+        .await
+        .expect("the stored key waited for the frozen backend");
+        assert_eq!(got, b"abc");
+        assert!(
+            t.elapsed() < Duration::from_millis(1500),
+            "the stored key took {:?} while the backend hung",
+            t.elapsed()
+        );
+        frozen.store(false, SeqCst);
+        for s in stuck {
+            let _ = s.await.unwrap();
+        }
     }
 
     #[tokio::test]
@@ -918,7 +1100,7 @@ mod tests {
         let fills = Fills::new(Store::open(dir.path(), None).unwrap());
         let (tx, mut spec) = channel_spec(Some(10));
         spec.timeout = Duration::from_millis(100);
-        let Joined::Filling(h) = fills.join("k", || spec) else {
+        let Joined::Filling(h) = fills.join("k", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"ab"))).await.unwrap();
@@ -926,7 +1108,7 @@ mod tests {
         drop(tx);
         let (tx, mut spec) = channel_spec(Some(10));
         spec.idle_timeout = Duration::from_millis(100);
-        let Joined::Filling(h) = fills.join("k", || spec) else {
+        let Joined::Filling(h) = fills.join("k", || spec).await.unwrap() else {
             panic!()
         };
         tx.send(Ok(Bytes::from_static(b"ab"))).await.unwrap();

@@ -233,55 +233,65 @@ impl ImageCache {
     /// The artifact as a reader sees it: stored, or growing in a fill whose
     /// head is in (a fill that fails before its head is the error).
     pub async fn open(&self, key: &ImageKey) -> Result<Object, ImageError> {
-        self.lookup(key)?.object().await.map_err(ImageError::Fetch)
-    }
-
-    /// The stored artifact, or the fill that is fetching it.
-    pub fn lookup(&self, key: &ImageKey) -> Result<Joined, ImageError> {
-        let schematic = self
-            .schematics
-            .canonical(&key.schematic)
-            .map(|c| (key.schematic.clone(), c));
-        self.lookup_at(
-            &key.store_key(),
-            &key.path(),
-            schematic,
-            key.content_type(),
-            || verifier_for(&key.asset),
-        )
-    }
-
-    /// A talosctl binary as a reader sees it (the same fill as an image).
-    pub async fn open_talosctl(&self, key: &TalosctlKey) -> Result<Object, ImageError> {
-        self.lookup_talosctl(key)?
+        self.lookup(key, false)
+            .await?
             .object()
             .await
             .map_err(ImageError::Fetch)
     }
 
-    /// The stored talosctl binary, or the fill that is fetching it.
-    pub fn lookup_talosctl(&self, key: &TalosctlKey) -> Result<Joined, ImageError> {
+    /// The stored artifact, or the fill that is fetching it (the schematic
+    /// read only on the factory's 404). `pin`: a fill started here commits
+    /// pinned (`mirror sync`: one index write).
+    pub async fn lookup(&self, key: &ImageKey, pin: bool) -> Result<Joined, ImageError> {
+        let schematic = (key.schematic.clone(), self.schematics.clone());
         self.lookup_at(
             &key.store_key(),
             &key.path(),
+            Some(schematic),
+            key.content_type(),
+            || verifier_for(&key.asset),
+            pin,
+        )
+        .await
+    }
+
+    /// A talosctl binary as a reader sees it (the same fill as an image).
+    pub async fn open_talosctl(&self, key: &TalosctlKey) -> Result<Object, ImageError> {
+        self.lookup_talosctl(key, false)
+            .await?
+            .object()
+            .await
+            .map_err(ImageError::Fetch)
+    }
+
+    /// The stored talosctl binary, or its fill (`pin` as for `lookup`).
+    pub async fn lookup_talosctl(&self, k: &TalosctlKey, pin: bool) -> Result<Joined, ImageError> {
+        self.lookup_at(
+            &k.store_key(),
+            &k.path(),
             None,
             "application/octet-stream",
             || None,
+            pin,
         )
+        .await
     }
 
     /// `path` on the factory, kept at `skey`; a 404 naming the schematic
     /// teaches the factory `schematic` (`(id, canonical)`) and asks again.
-    fn lookup_at(
+    async fn lookup_at(
         &self,
         skey: &str,
         path: &str,
-        schematic: Option<(String, Vec<u8>)>,
+        schematic: Option<Teach>,
         default_ct: &'static str,
         verifier: impl FnOnce() -> Option<Box<dyn crate::fill::Verifier>>,
+        pin: bool,
     ) -> Result<Joined, ImageError> {
         let Some((up, base)) = &self.upstream else {
-            return match self.fills.store().get(skey) {
+            let held = self.fills.store().open_key(skey).await;
+            return match held.map_err(|e| ImageError::Fetch(FetchError::Unavailable(e.0)))? {
                 Some(o) => {
                     self.metrics.hit("image");
                     Ok(Joined::Stored(o))
@@ -294,7 +304,7 @@ impl ImageCache {
                 }
             };
         };
-        let joined = self.fills.join(skey, || {
+        let spec = || {
             let url = format!("{base}{path}");
             let post_url = format!("{base}/schematics");
             let up = up.clone();
@@ -307,8 +317,11 @@ impl ImageCache {
             // The upstream's own bounds fire first; this is the backstop.
             spec.idle_timeout = idle;
             spec.kind = "image";
+            spec.meta.pinned = pin;
             spec
-        });
+        };
+        let joined = self.fills.join(skey, spec).await;
+        let joined = joined.map_err(ImageError::Fetch)?;
         match &joined {
             Joined::Stored(_) => self.metrics.hit("image"),
             Joined::Filling(_) => self.metrics.miss("image"),
@@ -583,14 +596,16 @@ pub struct Document {
 
 impl ImageCache {
     /// The stored copy of `doc`, with its entry.
-    fn stored_document(&self, doc: &FactoryDoc) -> Option<(crate::store::Entry, Document)> {
-        let o = self.fills.store().get(&doc.store_key())?;
-        let entry = o.entry.clone();
+    async fn stored_document(&self, doc: &FactoryDoc) -> Option<(crate::store::Entry, Document)> {
+        let (entry, body) = self
+            .fills
+            .store()
+            .read_small_key(&doc.store_key(), MAX_DOCUMENT as u64)
+            .await?;
         let content_type = entry
             .content_type
             .clone()
             .unwrap_or_else(|| doc.default_content_type().into());
-        let body = o.read_small(MAX_DOCUMENT as u64).ok()?;
         Some((
             entry,
             Document {
@@ -607,7 +622,7 @@ impl ImageCache {
     /// the stored copy of any age. A 4xx from the factory is passed
     /// through: it has spoken.
     pub async fn document(&self, doc: &FactoryDoc, ttl: Duration) -> Result<Document, ImageError> {
-        let stored = self.stored_document(doc);
+        let stored = self.stored_document(doc).await;
         if self.upstream.is_none() {
             return stored.map(|(_, d)| d).ok_or_else(|| {
                 ImageError::NotCached(format!(
@@ -708,15 +723,28 @@ impl ImageCache {
     }
 }
 
+/// The schematic a 404 may ask for (its ID and where to read it): read,
+/// off the async threads, only then.
+type Teach = (String, Arc<dyn SchematicLookup>);
+
+async fn canonical((id, schematics): Teach) -> Option<(String, Vec<u8>)> {
+    let read = move || schematics.canonical(&id).map(|c| (id, c));
+    tokio::task::spawn_blocking(read).await.ok().flatten()
+}
+
 async fn open_image(
     up: Upstream,
     url: String,
     post_url: String,
-    schematic: Option<(String, Vec<u8>)>,
+    schematic: Option<Teach>,
     default_ct: &'static str,
 ) -> Result<Opened, FetchError> {
     let keep = ["content-disposition"];
     let resp = up.get(&url, &[]).await?;
+    let schematic = match schematic {
+        Some(t) if resp.status() == reqwest::StatusCode::NOT_FOUND => canonical(t).await,
+        _ => None,
+    };
     let resp = if resp.status() == reqwest::StatusCode::NOT_FOUND
         && let Some((id, body)) = schematic
     {
@@ -959,7 +987,7 @@ mod tests {
             Arc::new(NoSchematics),
             Metrics::new(),
         );
-        let Ok(Joined::Filling(h)) = cache.lookup(&key) else {
+        let Ok(Joined::Filling(h)) = cache.lookup(&key, false).await else {
             panic!("expected a fill")
         };
         assert!(matches!(
@@ -974,7 +1002,7 @@ mod tests {
             Arc::new(Known(b"customization: {}\n".to_vec())),
             Metrics::new(),
         );
-        let Ok(Joined::Filling(h)) = cache.lookup(&key) else {
+        let Ok(Joined::Filling(h)) = cache.lookup(&key, false).await else {
             panic!("expected a fill")
         };
         let e = h.wait().await.unwrap();
@@ -985,7 +1013,10 @@ mod tests {
         );
         assert_eq!(fake.gets.load(Ordering::SeqCst), 3);
         assert_eq!(fake.auth_seen.load(Ordering::SeqCst), 0);
-        assert!(matches!(cache.lookup(&key), Ok(Joined::Stored(_))));
+        assert!(matches!(
+            cache.lookup(&key, false).await,
+            Ok(Joined::Stored(_))
+        ));
     }
 
     #[test]

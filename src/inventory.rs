@@ -5,14 +5,27 @@
 //! [`Inventory`], never the [`Store`]: nothing a handler does can write,
 //! pin or delete.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::store::Store;
 
+/// How long a page waits for a document the store must read (a slow
+/// bucket): the read goes on, and the next page has it.
+const DOCUMENT_WAIT: Duration = Duration::from_millis(50);
+
 /// A read-only handle on the store.
 #[derive(Clone)]
-pub struct Inventory(Store);
+pub struct Inventory {
+    store: Store,
+    /// Documents read, by key: (digest, bytes). Objects are immutable, so
+    /// a document is read again only when its key names another digest.
+    docs: Arc<Mutex<HashMap<String, (String, Bytes)>>>,
+}
 
 /// One stored key.
 #[derive(Debug, Clone)]
@@ -44,47 +57,50 @@ pub struct Totals {
 
 impl Inventory {
     pub fn new(store: Store) -> Inventory {
-        Inventory(store)
+        Inventory {
+            store,
+            docs: Arc::default(),
+        }
     }
 
     /// The directory or bucket URL.
     pub fn describe(&self) -> String {
-        self.0.describe()
+        self.store.describe()
     }
 
     /// `--cache-max-size`.
     pub fn max_size(&self) -> Option<u64> {
-        self.0.max_size()
+        self.store.max_size()
     }
 
     pub fn is_remote(&self) -> bool {
-        self.0.is_remote()
+        self.store.is_remote()
     }
 
     /// Did the last check find the store answering?
     pub fn available(&self) -> bool {
-        self.0.available()
+        self.store.available()
     }
 
     pub fn totals(&self) -> Totals {
-        let entries = self.0.entries();
+        let entries = self.store.entries();
         Totals {
-            bytes: self.0.total_size(),
-            objects: self.0.object_count(),
+            bytes: self.store.total_size(),
+            objects: self.store.object_count(),
             keys: entries.len(),
             pinned: entries.iter().filter(|e| e.pinned).count(),
-            corrupt_dropped: self.0.corrupt_dropped(),
+            corrupt_dropped: self.store.corrupt_dropped(),
         }
     }
 
     /// Every key, sorted, with when it was last read (the status page;
     /// [`Inventory::totals`] is the cheaper count).
     pub fn keys(&self) -> Vec<StoredKey> {
-        self.0
+        self.store
             .entries()
             .into_iter()
             .map(|e| StoredKey {
-                last_use: self.0.last_use(&e.digest),
+                last_use: self.store.last_use(&e.digest),
                 key: e.key,
                 digest: e.digest,
                 size: e.size,
@@ -96,14 +112,39 @@ impl Inventory {
 
     /// A small stored document (at most `max` bytes, its sha256 checked);
     /// `None` when absent or unreadable.
-    pub fn document(&self, key: &str, max: u64) -> Option<bytes::Bytes> {
-        self.0.get(key)?.read_small(max).ok()
+    /// The page never waits on the store for it: a copy already read (same
+    /// digest) is answered from memory, else the read runs on a blocking
+    /// thread for at most [`DOCUMENT_WAIT`] (and fills the copy when done).
+    pub async fn document(&self, key: &str, max: u64) -> Option<Bytes> {
+        let digest = self.store.entry(key)?.digest;
+        let docs = || self.docs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((d, b)) = docs().get(key)
+            && *d == digest
+        {
+            return Some(b.clone());
+        }
+        let (store, k, cache) = (self.store.clone(), key.to_string(), self.docs.clone());
+        let read = tokio::task::spawn_blocking(move || {
+            let o = store.get(&k)?;
+            let d = o.entry.digest.clone();
+            let b = o.read_small(max).ok()?;
+            cache
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(k, (d, b.clone()));
+            Some(b)
+        });
+        tokio::time::timeout(DOCUMENT_WAIT, read)
+            .await
+            .ok()?
+            .ok()
+            .flatten()
     }
 
     /// Ask the store whether it answers, within `limit` (a local directory
     /// always does; a bucket gets a HEAD), off the async threads.
     pub async fn check(&self, limit: Duration) -> Result<()> {
-        let store = self.0.clone();
+        let store = self.store.clone();
         tokio::task::spawn_blocking(move || store.check(limit))
             .await
             .map_err(|e| Error::io("checking the store", std::io::Error::other(e)))?

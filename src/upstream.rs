@@ -56,6 +56,9 @@ pub enum FetchError {
     Failed(String),
     /// Local trouble (disk).
     Local(String),
+    /// The store holds the object but does not answer (a bucket down):
+    /// 503, and never a refetch from the upstream.
+    Unavailable(String),
 }
 
 impl std::fmt::Display for FetchError {
@@ -72,7 +75,10 @@ impl std::fmt::Display for FetchError {
                     write!(f, "upstream answered {status}: {short}")
                 }
             }
-            FetchError::Timeout(m) | FetchError::Failed(m) | FetchError::Local(m) => f.write_str(m),
+            FetchError::Timeout(m)
+            | FetchError::Failed(m)
+            | FetchError::Local(m)
+            | FetchError::Unavailable(m) => f.write_str(m),
         }
     }
 }

@@ -112,6 +112,7 @@ impl StoreArgs {
                 spool: cache_dir
                     .map(Into::into)
                     .unwrap_or_else(|| std::env::temp_dir().join("talos-gen-spool")),
+                local_tier: 0,
             })),
             None => match cache_dir {
                 Some(d) => Ok(Location::Dir(d.into())),

@@ -79,6 +79,15 @@ pub struct ServeArgs {
     /// Evict least-recently-used, unpinned objects above this size, e.g. 50Gi (default: no limit).
     #[arg(long, env = "TALOS_GEN_CACHE_MAX_SIZE", value_name = "SIZE", value_parser = super::common::parse_size)]
     pub cache_max_size: Option<u64>,
+    /// With --store: bucket objects kept on --cache-dir as well (the local tier: hot objects at local speed, and served while the bucket is slow or gone; least recently used out; the bucket stays the truth), at most this size; 0 turns it off.
+    #[arg(
+        long,
+        env = "TALOS_GEN_LOCAL_CACHE_MAX_SIZE",
+        value_name = "SIZE",
+        value_parser = super::common::parse_size,
+        default_value = "10Gi"
+    )]
+    pub local_cache_max_size: u64,
     /// Named schematic files (default: the embedded `schematics/`).
     #[arg(long, env = "TALOS_GEN_SCHEMATICS_DIR", value_name = "DIR")]
     pub schematics_dir: Option<String>,
@@ -208,9 +217,12 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> crate::Result<i32> {
     init_tracing(&args.log_format);
-    let store = args
+    let mut store = args
         .store
         .location(Some(&args.cache_dir), args.upstream.upstream_timeout)?;
+    if let crate::store::Location::S3(c) = &mut store {
+        c.local_tier = args.local_cache_max_size;
+    }
     let cfg = ServeConfig {
         listen: args.listen,
         store,

@@ -90,6 +90,12 @@ impl IntoResponse for FetchError {
             FetchError::Timeout(m) => text(StatusCode::GATEWAY_TIMEOUT, m),
             FetchError::Failed(m) => text(StatusCode::BAD_GATEWAY, m),
             FetchError::Local(m) => text(StatusCode::INTERNAL_SERVER_ERROR, m),
+            FetchError::Unavailable(m) => {
+                let mut r = text(StatusCode::SERVICE_UNAVAILABLE, m);
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+                r
+            }
         }
     }
 }

@@ -13,7 +13,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     state
         .metrics
         .set_store_counts(totals.objects, totals.keys, totals.pinned);
-    if let Some(run) = crate::mirror::report::read_from(&state.store) {
+    if let Some(run) = crate::mirror::report::read_from(&state.store).await {
         state.metrics.set_mirror_last_run(run.finished, run.ok);
     }
     let fills = state.fills.in_progress();

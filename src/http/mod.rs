@@ -202,6 +202,12 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Bind, serve until SIGTERM or Ctrl-C, then drain.
+/// Bytes hyper queues for one connection before it stops asking the body
+/// for more (its default, about 400 KiB, made a stalled reader hold that
+/// much; this bounds it, with a 1 MiB stored window still queued whole).
+/// Also the read buffer, so at least [`limits::HEADER_LIMIT`].
+pub const WRITE_QUEUE: usize = 64 << 10;
+
 pub async fn serve(cfg: ServeConfig) -> Result<()> {
     // `:8080` means all interfaces, as Go programs (and kubectl) read it.
     let listen = match cfg.listen.strip_prefix(':') {
@@ -233,9 +239,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     );
     let app = router(state.clone());
     let mut http = hyper::server::conn::http1::Builder::new();
+    const _: () = assert!(limits::HEADER_LIMIT <= WRITE_QUEUE);
     http.timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(state.cfg.header_read_timeout)
         .max_header_size(limits::HEADER_LIMIT)
+        .max_buf_size(WRITE_QUEUE)
         .max_headers(limits::MAX_HEADERS)
         .keep_alive(true);
     let write_timeout = state.cfg.write_timeout;

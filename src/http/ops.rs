@@ -33,10 +33,21 @@ pub async fn readyz(State(st): State<AppState>) -> (StatusCode, String) {
 
 /// Routes that read or write the store answer 503 at once while the store
 /// does not answer (the probes, metrics and the status page still do).
+/// Reads of artifacts and blobs go on: the core serves what the bucket's
+/// local tier holds and answers 503 at once for the rest.
 pub async fn store_gate(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    let exempt =
-        matches!(path, "/" | "/healthz" | "/readyz" | "/metrics") || path.starts_with("/api/");
+    let read = matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    );
+    let served_by_core = read
+        && (path.starts_with("/image/")
+            || path.starts_with("/talosctl/")
+            || (path.starts_with("/v2/") && path.contains("/blobs/")));
+    let exempt = matches!(path, "/" | "/healthz" | "/readyz" | "/metrics")
+        || path.starts_with("/api/")
+        || served_by_core;
     if !exempt && !st.store.available() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -204,7 +204,24 @@ pub async fn respond(obj: Object, req: &HeaderMap, a: Answer) -> Response {
         Body::empty()
     } else {
         let count = a.on_bytes;
-        Body::from_stream(obj.stream(range.start, Some(range.end)).inspect(move |r| {
+        // From a bucket (not its local tier) the first bytes come before
+        // the head: a bucket that does not answer is a 503, not a cut 200.
+        let remote = obj.reads_remote();
+        let mut s = obj.stream(range.start, Some(range.end));
+        let first = if remote {
+            match s.next().await {
+                Some(Err(e)) if e.kind() != std::io::ErrorKind::InvalidData => {
+                    return crate::fill::FetchError::Unavailable(format!(
+                        "the store does not answer: {e}"
+                    ))
+                    .into_response();
+                }
+                other => other,
+            }
+        } else {
+            None
+        };
+        Body::from_stream(futures::stream::iter(first).chain(s).inspect(move |r| {
             if let Ok(b) = r {
                 count(b.len() as u64);
             }

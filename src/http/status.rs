@@ -440,29 +440,31 @@ pub async fn render(st: &AppState) -> Result<String, String> {
             what,
         })
         .collect();
-    let sync = crate::mirror::report::read_from(&st.store).map(|s| SyncRow {
-        kind: s.kind,
-        bundle: s.bundle,
-        carried: s.carried_sync.map(|t| when(Some(t))),
-        finished: when(Some(s.finished)),
-        ok: s.ok,
-        summary: s.summary,
-        failed: s.failed,
-        releases: s
-            .releases
-            .into_iter()
-            .map(|r| ReleaseRow {
-                stored: format!("{} of {} items", r.stored, r.items),
-                size: format!(
-                    "{} ({} objects)",
-                    crate::mirror::sync::human(r.bytes),
-                    r.objects
-                ),
-                what: r.what,
-                release: r.release,
-            })
-            .collect(),
-    });
+    let sync = crate::mirror::report::read_from(&st.store)
+        .await
+        .map(|s| SyncRow {
+            kind: s.kind,
+            bundle: s.bundle,
+            carried: s.carried_sync.map(|t| when(Some(t))),
+            finished: when(Some(s.finished)),
+            ok: s.ok,
+            summary: s.summary,
+            failed: s.failed,
+            releases: s
+                .releases
+                .into_iter()
+                .map(|r| ReleaseRow {
+                    stored: format!("{} of {} items", r.stored, r.items),
+                    size: format!(
+                        "{} ({} objects)",
+                        crate::mirror::sync::human(r.bytes),
+                        r.objects
+                    ),
+                    what: r.what,
+                    release: r.release,
+                })
+                .collect(),
+        });
     let uptime = SystemTime::now()
         .duration_since(st.started)
         .unwrap_or_default();

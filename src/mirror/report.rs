@@ -182,7 +182,7 @@ pub fn read(store: &Store) -> Option<SyncStatus> {
 }
 
 /// The same, read through the operator's [`Inventory`] (the status page).
-pub fn read_from(inventory: &Inventory) -> Option<SyncStatus> {
-    let b = inventory.document(STATUS_KEY, MAX_STATUS)?;
+pub async fn read_from(inventory: &Inventory) -> Option<SyncStatus> {
+    let b = inventory.document(STATUS_KEY, MAX_STATUS).await?;
     serde_json::from_slice(&b).ok()
 }

@@ -397,12 +397,12 @@ async fn sync_item(
     match item {
         Item::Image(k) => {
             let _permit = meter.slot(&ctx.sem).await.map_err(|e| e.to_string())?;
-            let joined = ctx.images.lookup(k);
+            let joined = ctx.images.lookup(k, true).await;
             sync_artifact(ctx, joined, &k.store_key(), counts, meter).await
         }
         Item::Talosctl(k) => {
             let _permit = meter.slot(&ctx.sem).await.map_err(|e| e.to_string())?;
-            let joined = ctx.images.lookup_talosctl(k);
+            let joined = ctx.images.lookup_talosctl(k, true).await;
             sync_artifact(ctx, joined, &k.store_key(), counts, meter).await
         }
         Item::Installer { repo, tag } => {

@@ -80,6 +80,7 @@ pub(super) fn fill_error(e: FetchError, repo: &str, d: &Digest) -> OciError {
         FetchError::Timeout(m) => OciError::new(504, "UNAVAILABLE", m),
         FetchError::Failed(m) => OciError::upstream(m),
         FetchError::Local(m) => OciError::new(500, "UNKNOWN", m),
+        FetchError::Unavailable(m) => OciError::new(503, "UNAVAILABLE", m),
     }
 }
 
@@ -88,6 +89,7 @@ pub(super) fn fill_error(e: FetchError, repo: &str, d: &Digest) -> OciError {
 pub(super) fn fetch_error(e: FetchError) -> OciError {
     match e {
         FetchError::Timeout(m) => OciError::new(504, "UNAVAILABLE", m),
+        FetchError::Unavailable(m) => OciError::new(503, "UNAVAILABLE", m),
         other => OciError::upstream(other.to_string()),
     }
 }

@@ -264,13 +264,12 @@ impl Registry {
         keep_empty: bool,
     ) -> Result<(Bytes, ReferrersSource), OciError> {
         let key = referrers_key(up, repo, d);
-        let stored = || self.stored_index(&key);
         let fallback = |stored: Option<Bytes>| match stored {
             Some(b) => (b, ReferrersSource::Stored),
             None => (empty_index(), ReferrersSource::Empty),
         };
         if self.store_only(up) {
-            return Ok(fallback(stored()));
+            return Ok(fallback(self.stored_index(&key).await));
         }
         let _g = self.locks.lock(&key).await;
         let answer = match self.upstream_referrers(up, repo, d).await {
@@ -279,8 +278,8 @@ impl Registry {
                 return Ok((body, ReferrersSource::Upstream));
             }
             // No API upstream.
-            Ok(None) => fallback(stored()),
-            Err(e) => match stored() {
+            Ok(None) => fallback(self.stored_index(&key).await),
+            Err(e) => match self.stored_index(&key).await {
                 Some(b) => {
                     tracing::warn!(repo, %d, error = %e.message, "upstream referrers unavailable; answering the stored index");
                     (b, ReferrersSource::Stale)
@@ -383,15 +382,10 @@ impl Registry {
         }
     }
 
-    fn stored_index(&self, key: &str) -> Option<Bytes> {
-        let obj = self.store.get(key)?;
-        match obj.read_small(MAX_LIST as u64) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                tracing::warn!(key, error = %e, "reading a stored referrers index");
-                None
-            }
-        }
+    /// The stored referrers index (read off the async threads).
+    async fn stored_index(&self, key: &str) -> Option<Bytes> {
+        let (_, b) = self.store.read_small_key(key, MAX_LIST as u64).await?;
+        Some(b)
     }
 
     /// Store `body` under `key` unless it holds those bytes already; a

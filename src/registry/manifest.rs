@@ -46,20 +46,16 @@ impl Registry {
 
     /// A stored manifest, if any.
     async fn stored_manifest(&self, d: &Digest) -> Option<Manifest> {
-        let obj = self.store.get(&manifest_key(d))?;
-        let media_type = obj
-            .entry
+        // Checked against its digest by the read (off the async threads);
+        // a rotten one is dropped.
+        let (entry, body) = self
+            .store
+            .read_small_key(&manifest_key(d), MAX_MANIFEST as u64)
+            .await?;
+        let media_type = entry
             .content_type
             .clone()
             .unwrap_or_else(|| "application/vnd.oci.image.manifest.v1+json".into());
-        // Checked against its digest by the read; a rotten one is dropped.
-        let body = match obj.read_small(MAX_MANIFEST as u64) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(%d, error = %e, "reading a stored manifest");
-                return None;
-            }
-        };
         Some(Manifest {
             digest: d.clone(),
             media_type,

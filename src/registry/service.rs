@@ -254,7 +254,9 @@ impl Registry {
     pub async fn blob(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<Blob, OciError> {
         let key = blob_key(d);
         if self.store_only(up) {
-            return match self.store.get(&key) {
+            let held = self.store.open_key(&key).await;
+            let held = held.map_err(|e| fill_error(FetchError::Unavailable(e.0), repo, d))?;
+            return match held {
                 Some(obj) => {
                     self.metric(|m| m.hit("blob"));
                     Ok(Blob::Stored(obj))
@@ -271,18 +273,22 @@ impl Registry {
         let scope = scope(repo);
         let expected = d.hex().to_string();
         let idle = self.client.limits().timeout + Duration::from_secs(5);
-        let joined = self.fills.join(&key, move || {
-            let mut spec = FillSpec::new(move || {
-                Box::pin(async move { open_blob(&client, &url, &scope).await })
-            });
-            spec.expected_digest = Some(expected);
-            spec.kind = "blob";
-            spec.timeout = BLOB_FILL_TIMEOUT;
-            // The upstream's own bounds fire first; this is the backstop.
-            spec.idle_timeout = idle;
-            spec.meta.content_type = Some("application/octet-stream".into());
-            spec
-        });
+        let joined = self
+            .fills
+            .join(&key, move || {
+                let mut spec = FillSpec::new(move || {
+                    Box::pin(async move { open_blob(&client, &url, &scope).await })
+                });
+                spec.expected_digest = Some(expected);
+                spec.kind = "blob";
+                spec.timeout = BLOB_FILL_TIMEOUT;
+                // The upstream's own bounds fire first; this is the backstop.
+                spec.idle_timeout = idle;
+                spec.meta.content_type = Some("application/octet-stream".into());
+                spec
+            })
+            .await
+            .map_err(|e| fill_error(e, repo, d))?;
         match &joined {
             Joined::Stored(_) => self.metric(|m| m.hit("blob")),
             Joined::Filling(_) => self.metric(|m| m.miss("blob")),

@@ -15,7 +15,9 @@
 //!   entries are written and objects deleted;
 //! - **names it owns**: it removes only what it wrote.
 //!
-//! Every method blocks (the store calls them off the async threads).
+//! Every method blocks: the store calls them only from blocking threads,
+//! never on an async worker and never holding a mutex of its own, and a
+//! remote backend bounds every call by its timeout.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -89,7 +91,9 @@ pub trait Backend: Send + Sync + 'static {
     /// How long ago the object was written (orphans younger than a grace
     /// period may still be about to get their entry).
     fn object_age(&self, digest: &str) -> Option<Duration>;
-    fn open_object(&self, digest: &str) -> io::Result<Box<dyn ObjectRead>>;
+    /// Open an object of `len` bytes (the index knows it: objects are
+    /// immutable, so a remote backend opens it without a round trip).
+    fn open_object(&self, digest: &str, len: u64) -> io::Result<Box<dyn ObjectRead>>;
     /// Make the verified spool file the object `digest`, with its
     /// checksums; `Ok(true)` when the object was there already.
     fn put_object(&self, spool: &Path, file: File, digest: &str, sums: &[u8]) -> io::Result<bool>;
@@ -101,7 +105,9 @@ pub trait Backend: Send + Sync + 'static {
     fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64>;
     fn delete_entry(&self, name: &str);
 
-    fn read_sums(&self, digest: &str) -> Option<Vec<u8>>;
+    /// An object's checksums: `Ok(None)` when it has none, `Err` when the
+    /// backend did not answer.
+    fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>>;
     fn write_sums(&self, digest: &str, body: &[u8]) -> io::Result<()>;
 
     /// Is the backend reachable, answered within `limit` (`/readyz`)? A

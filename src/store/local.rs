@@ -137,10 +137,8 @@ impl Backend for LocalDir {
             .and_then(|t| t.elapsed().ok())
     }
 
-    fn open_object(&self, digest: &str) -> io::Result<Box<dyn ObjectRead>> {
-        let file = open_regular(&self.layout.object(digest))?;
-        let len = file.metadata()?.len();
-        Ok(Box::new(LocalObject { file, len }))
+    fn open_object(&self, digest: &str, _len: u64) -> io::Result<Box<dyn ObjectRead>> {
+        open_mapped(&self.layout.object(digest))
     }
 
     fn put_object(&self, spool: &Path, file: File, digest: &str, sums: &[u8]) -> io::Result<bool> {
@@ -200,8 +198,13 @@ impl Backend for LocalDir {
         let _ = fs::remove_file(self.layout.index().join(name));
     }
 
-    fn read_sums(&self, digest: &str) -> Option<Vec<u8>> {
-        read_regular(&self.layout.sums_file(digest)).ok()
+    fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>> {
+        match read_regular(&self.layout.sums_file(digest)) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            // Anything else there (a stranger, unreadable): none to check by.
+            Err(_) => Ok(None),
+        }
     }
 
     fn write_sums(&self, digest: &str, body: &[u8]) -> io::Result<()> {
@@ -364,6 +367,13 @@ pub(super) fn open_regular(path: &Path) -> io::Result<File> {
         ));
     }
     Ok(f)
+}
+
+/// A regular file of the store's own, opened for reads by memory maps.
+pub(super) fn open_mapped(path: &Path) -> io::Result<Box<dyn ObjectRead>> {
+    let file = open_regular(path)?;
+    let len = file.metadata()?.len();
+    Ok(Box::new(LocalObject { file, len }))
 }
 
 /// Read a small regular file (an index entry, a checksum list).

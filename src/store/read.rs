@@ -32,6 +32,8 @@ pub struct StoredObject {
     pub(super) object: Box<dyn ObjectRead>,
     pub(super) sums: Option<Arc<Sums>>,
     pub(super) lease: Lease,
+    /// Read from a bucket's local tier (a mismatch drops the copy only).
+    pub(super) tiered: bool,
 }
 
 /// The windows a read of `start..end` (of an object of `size` bytes)
@@ -63,6 +65,7 @@ struct Check<'a> {
     digest: &'a str,
     object: &'a dyn ObjectRead,
     sums: Option<&'a Sums>,
+    tiered: bool,
 }
 
 impl Check<'_> {
@@ -89,6 +92,9 @@ impl Check<'_> {
                 let off = (at - from) as usize;
                 let data = &b[off..off + n as usize];
                 if !fresh_sums.as_ref().unwrap_or(s).check(block as usize, data) {
+                    if self.tiered {
+                        return Err(self.store.tier_mismatch(self.digest, block));
+                    }
                     // Either the checksums rotted (the object hashes right:
                     // they are rewritten) or these bytes did: they go out only
                     // if they match the checksums computed afresh.
@@ -138,6 +144,11 @@ impl StoredObject {
         self.entry.size == 0
     }
 
+    /// Are its bytes read from a bucket (not from local disk)?
+    pub fn reads_remote(&self) -> bool {
+        !self.tiered && self.lease.store.is_remote()
+    }
+
     /// Stream bytes `start..end` (end exclusive, within the object),
     /// holding the lease until the end. Each step reads one chunk (the
     /// local backend maps it read-only: page cache to socket in one copy)
@@ -156,6 +167,7 @@ impl StoredObject {
             object,
             sums,
             lease,
+            tiered,
         } = self;
         let object: Arc<dyn ObjectRead> = Arc::from(object);
         let size = entry.size;
@@ -190,10 +202,14 @@ impl StoredObject {
                         digest: &digest,
                         object: &*object,
                         sums: sums.as_deref(),
+                        tiered,
                     };
                     let r = span
                         .next_bytes((to - from) as usize)
                         .and_then(|b| check.blocks(from, to, b));
+                    if let Err(e) = &r {
+                        store.read_failed(&digest, e);
+                    }
                     (span, r)
                 })
                 .await;
@@ -235,11 +251,18 @@ impl StoredObject {
         let buf = self
             .object
             .read_chunk(0, self.entry.size as usize)
-            .map_err(|e| Error::io(format!("reading {}", self.entry.key), e))?;
+            .map_err(|e| {
+                self.lease.store.read_failed(&self.entry.digest, &e);
+                Error::io(format!("reading {}", self.entry.key), e)
+            })?;
         let got = hex::encode(Sha256::digest(&buf));
         if got != self.entry.digest {
             let reason = format!("its bytes hash to sha256:{got}");
-            self.lease.store.quarantine(&self.entry.digest, &reason);
+            if self.tiered {
+                let _ = self.lease.store.tier_mismatch(&self.entry.digest, 0);
+            } else {
+                self.lease.store.quarantine(&self.entry.digest, &reason);
+            }
             return Err(Error::io(
                 format!("stored object {}", self.entry.key),
                 io::Error::new(io::ErrorKind::InvalidData, reason),
@@ -268,6 +291,7 @@ impl io::Read for ChunkReader {
                 digest: &self.obj.lease.digest,
                 object: &*self.obj.object,
                 sums: self.obj.sums.as_deref(),
+                tiered: self.obj.tiered,
             };
             self.buf = check.window(from, to)?;
             self.pos += self.buf.len() as u64;

@@ -4,7 +4,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod frozen_bucket;
 mod garage_cluster;
 mod s3_store;
+mod slow_readers;
 mod trust_store;
 mod trust_upstream;

@@ -14,7 +14,9 @@ use crate::support::{Service, curl, curl_spawn, eventually, sha256_hex};
 const PREFIX: &str = "store";
 
 /// `serve --store s3://talos-gen/store` through Garage node `node`, its
-/// spool in a fresh directory under the factory's.
+/// spool in a fresh directory under the factory's. Without the local tier
+/// (`--local-cache-max-size 0`): these tests are about reads from the
+/// bucket (the tier has `frozen_bucket.rs`).
 fn replica(f: &Factory, g: &Garage, node: usize, name: &str, extra: &[&str]) -> Service {
     let spool = f.dir.path().join(format!("spool-{name}"));
     std::fs::create_dir_all(&spool).unwrap();
@@ -26,6 +28,7 @@ fn replica(f: &Factory, g: &Garage, node: usize, name: &str, extra: &[&str]) -> 
         .args(["--s3-endpoint", &g.endpoint(node)])
         .env("AWS_ACCESS_KEY_ID", &g.key_id)
         .env("AWS_SECRET_ACCESS_KEY", &g.secret)
+        .args(["--local-cache-max-size", "0"])
         .args(extra)
         .start()
 }

@@ -10,6 +10,7 @@
 //! let g = support::garage::Garage::cluster(&bin, 3);
 //! g.endpoint(0); g.bucket; g.key_id; g.secret; g.region;
 //! g.stop_node(1); g.start_node(1);
+//! g.freeze(0); g.thaw(0); // SIGSTOP / SIGCONT: a hung bucket
 //! ```
 //!
 //! Set up as an operator would: `garage server` per node, `garage node id`,
@@ -283,6 +284,23 @@ api_bind_addr = "127.0.0.1:{s3_port}"
         if let Some(mut p) = self.nodes[i].proc.take() {
             p.kill();
         }
+    }
+
+    /// Freeze node `i` (SIGSTOP): its sockets stay open and connections
+    /// are still accepted, but nothing answers, as a hung bucket.
+    pub fn freeze(&self, i: usize) {
+        self.signal(i, libc::SIGSTOP);
+    }
+
+    /// Let a frozen node `i` go on (SIGCONT).
+    pub fn thaw(&self, i: usize) {
+        self.signal(i, libc::SIGCONT);
+    }
+
+    fn signal(&self, i: usize, sig: libc::c_int) {
+        let p = self.nodes[i].proc.as_ref().expect("node running");
+        // SAFETY: a signal to a child process we started and still hold.
+        assert_eq!(unsafe { libc::kill(p.id() as libc::pid_t, sig) }, 0);
     }
 
     /// Start node `i` again on its own directories and ports; it finds its

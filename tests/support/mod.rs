@@ -26,6 +26,7 @@
 //! - CDI's importer's reading of an HTTP source: nbdkit's curl plugin and
 //!   qemu-img `info` / `convert` over NBD ([`nbd::NbdCurl`]);
 //! - `/proc` readings ([`rss_kib`], [`rss_anon_kib`], [`fd_count`]);
+//!   [`small_window_client`] (a slow reader that really holds the sender);
 //! - waiting on a condition, never a fixed sleep ([`eventually`],
 //!   [`eventually_some`], in [`wait`]);
 //! - skips recorded for the run's summary ([`skip`]).
@@ -461,6 +462,42 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// A loopback connection to `port` whose receive buffer is 4 KiB, so a
+/// client that reads slowly (or not at all) really holds the sender back
+/// (loopback buffers can otherwise swallow tens of MiB).
+pub fn small_window_client(port: u16) -> std::net::TcpStream {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain socket calls on a descriptor we own; on success the
+    // descriptor is handed to TcpStream, which closes it.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let size: libc::c_int = 4096;
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &size as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        let r = libc::connect(
+            fd,
+            &addr as *const _ as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+        std::net::TcpStream::from_raw_fd(fd)
+    }
 }
 
 /// Open file descriptors of `pid`.

@@ -29,9 +29,13 @@
 //! not, the lock orders this process's own threads only and deletions
 //! across replicas are not serialized (logged once at start).
 //!
+//! # Parts
+//! This file: the config, the client, the [`Backend`] calls; [`upload`]
+//! (multipart from the spool), [`lock`] (the lease), [`span`] (reads).
+//!
 //! # Blocking calls
-//! The [`Backend`] trait blocks (the store calls it from `spawn_blocking`
-//! threads, and a few short calls inline); the backend owns a small
+//! The [`Backend`] trait blocks (the store calls it only from blocking
+//! threads, never on an async worker); the backend owns a small
 //! multi-threaded tokio runtime of its own: every S3 call is spawned onto
 //! it and waited for with `futures::executor::block_on`, which unlike
 //! `Handle::block_on` may be called from any thread, an async worker
@@ -41,9 +45,8 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -56,18 +59,16 @@ use object_store::{
 };
 use sha2::{Digest, Sha256};
 
-use super::backend::{Backend, Listed, LockGuard, ObjectRead, Span};
+use super::backend::{Backend, Listed, LockGuard, ObjectRead};
 use super::local::{Layout, is_hex64, is_index_name};
 
-/// Bytes per multipart part (S3 wants at least 5 MiB but for the last).
-pub const PART: usize = 8 << 20;
-/// Parts uploading at once (memory per upload: this many parts and one
-/// being read).
-pub const PARTS_IN_FLIGHT: usize = 2;
-/// How long a lease lives unless renewed.
-pub const LEASE_TTL: Duration = Duration::from_secs(20);
-/// How often a held lease is renewed.
-const LEASE_RENEW: Duration = Duration::from_secs(5);
+mod lock;
+mod span;
+mod upload;
+
+pub use lock::LEASE_TTL;
+use span::S3Object;
+pub use upload::{PART, PARTS_IN_FLIGHT};
 
 /// Where the bucket is and how to reach it (parsed at the CLI edge).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +83,9 @@ pub struct S3Config {
     pub timeout: Duration,
     /// The local spool directory (`--cache-dir`).
     pub spool: PathBuf,
+    /// Bytes of the local tier under the spool (`serve
+    /// --local-cache-max-size`; 0: none, every read from the bucket).
+    pub local_tier: u64,
 }
 
 impl S3Config {
@@ -165,13 +169,6 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Lease {
-    owner: String,
-    /// Milliseconds since the epoch.
-    expires: u64,
 }
 
 /// The S3 client: for `streams`, the one span GETs use (no bound on the
@@ -419,160 +416,6 @@ impl S3Backend {
             Err(e) => Err(e),
         }
     }
-
-    /// Upload the spool file as `path`: one PUT when it fits a part, else
-    /// a multipart upload streamed from the file, aborted on failure.
-    fn upload(&self, path: &ObjPath, file: &File, len: u64) -> io::Result<()> {
-        let read = |pos: u64, n: usize| -> io::Result<Bytes> {
-            let mut buf = vec![0u8; n];
-            file.read_exact_at(&mut buf, pos)?;
-            Ok(Bytes::from(buf))
-        };
-        if len <= PART as u64 {
-            let body = read(0, len as usize)?;
-            let s3 = self.s3.clone();
-            let p = path.clone();
-            return self
-                .call(async move { s3.put(&p, PutPayload::from(body)).await })
-                .map(drop);
-        }
-        let s3 = self.s3.clone();
-        let p = path.clone();
-        let mut up = self.call(async move { s3.put_multipart(&p).await })?;
-        let rt = self.rt.as_ref().expect("runtime present until drop");
-        let res = (|| {
-            let mut inflight = std::collections::VecDeque::new();
-            let mut pos = 0u64;
-            while pos < len {
-                let n = ((len - pos) as usize).min(PART);
-                let body = read(pos, n)?;
-                pos += n as u64;
-                if inflight.len() >= PARTS_IN_FLIGHT {
-                    let h: tokio::task::JoinHandle<_> =
-                        inflight.pop_front().expect("a part in flight");
-                    wait_part(h)?;
-                }
-                let part = up.put_part(PutPayload::from(body));
-                let limit = self.cfg.timeout;
-                inflight
-                    .push_back(rt.spawn(async move { tokio::time::timeout(limit, part).await }));
-            }
-            for h in inflight {
-                wait_part(h)?;
-            }
-            Ok::<_, io::Error>(())
-        })();
-        // `complete` and `abort` need the upload back on the runtime.
-        let (tx, rx) = std::sync::mpsc::channel();
-        let limit = self.cfg.timeout;
-        let ok = res.is_ok();
-        rt.spawn(async move {
-            let r = if ok {
-                tokio::time::timeout(limit, up.complete())
-                    .await
-                    .map(|r| r.map(drop))
-            } else {
-                tokio::time::timeout(limit, up.abort()).await
-            };
-            let _ = tx.send(r);
-        });
-        let done = rx
-            .recv_timeout(limit + Duration::from_secs(1))
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "completing an upload"))?;
-        res?;
-        match done {
-            Ok(r) => r.map_err(io_err),
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("completing an upload did not finish within {limit:?}"),
-            )),
-        }
-    }
-
-    fn read_lease(&self) -> io::Result<Option<(Lease, String)>> {
-        let s3 = self.s3.clone();
-        let p = self.path("lock");
-        let got = self.call(async move {
-            let r = s3.get_opts(&p, Default::default()).await?;
-            let etag = r.meta.e_tag.clone().unwrap_or_default();
-            Ok((r.bytes().await?, etag))
-        });
-        match got {
-            Ok((b, etag)) => Ok(serde_json::from_slice::<Lease>(&b).ok().map(|l| (l, etag))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn lease_body(&self) -> Vec<u8> {
-        serde_json::to_vec(&Lease {
-            owner: self.owner.clone(),
-            expires: now_ms() + LEASE_TTL.as_millis() as u64,
-        })
-        .expect("a lease encodes")
-    }
-
-    /// Take the lease: create it; while another holds it, wait (bounded);
-    /// take over one whose holder let it expire.
-    fn take_lease(&self) -> io::Result<String> {
-        let deadline = std::time::Instant::now() + self.cfg.timeout * 2;
-        let mut pause = Duration::from_millis(20);
-        loop {
-            match self.put_bytes(self.path("lock"), self.lease_body(), PutMode::Create) {
-                Ok(etag) => return Ok(etag.unwrap_or_default()),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
-            if let Some((lease, etag)) = self.read_lease()?
-                && lease.expires < now_ms()
-            {
-                tracing::warn!(holder = %lease.owner, "taking over an expired store lease");
-                if self.conditional_update {
-                    let v = UpdateVersion {
-                        e_tag: Some(etag),
-                        version: None,
-                    };
-                    match self.put_bytes(self.path("lock"), self.lease_body(), PutMode::Update(v)) {
-                        Ok(etag) => return Ok(etag.unwrap_or_default()),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(e),
-                    }
-                } else {
-                    let s3 = self.s3.clone();
-                    let p = self.path("lock");
-                    let _ = self.call(async move { s3.delete(&p).await });
-                }
-                continue;
-            }
-            if std::time::Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the store lock of {} stayed taken for {:?}",
-                        self.describe(),
-                        self.cfg.timeout * 2
-                    ),
-                ));
-            }
-            let jitter = Duration::from_millis(rand::random::<u64>() % 20);
-            std::thread::sleep(pause + jitter);
-            pause = (pause * 2).min(Duration::from_millis(250));
-        }
-    }
-}
-
-fn wait_part(
-    h: tokio::task::JoinHandle<Result<object_store::Result<()>, tokio::time::error::Elapsed>>,
-) -> io::Result<()> {
-    match futures::executor::block_on(h) {
-        Ok(Ok(r)) => r.map_err(io_err),
-        Ok(Err(_)) => Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "uploading a part timed out",
-        )),
-        Err(e) => Err(io::Error::other(e)),
-    }
 }
 
 fn hostname() -> String {
@@ -590,269 +433,6 @@ impl Drop for S3Backend {
     }
 }
 
-/// The held lease: renewed by a task on the backend's runtime, deleted
-/// (when still ours) on drop.
-struct LeaseGuard<'a> {
-    backend: &'a S3Backend,
-    _local: MutexGuard<'a, ()>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    renewer: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for LeaseGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(h) = self.renewer.take() {
-            let _ = futures::executor::block_on(h);
-        }
-        let b = self.backend;
-        // Delete it only if it is still ours (a lease that expired while
-        // we were stalled may be another's by now).
-        if let Ok(Some((lease, _))) = b.read_lease()
-            && lease.owner == b.owner
-        {
-            let s3 = b.s3.clone();
-            let p = b.path("lock");
-            let _ = b.call(async move { s3.delete(&p).await });
-        }
-    }
-}
-
-struct LocalGuard<'a>(#[allow(dead_code)] MutexGuard<'a, ()>);
-
-/// An object in the bucket: read by ranged GETs, or a stream's whole span
-/// through one GET ([`S3Span`]).
-#[derive(Clone)]
-struct S3Object {
-    s3: Arc<AmazonS3>,
-    /// The client of span GETs.
-    streams: Arc<AmazonS3>,
-    path: ObjPath,
-    len: u64,
-    timeout: Duration,
-    rt: tokio::runtime::Handle,
-}
-
-impl ObjectRead for S3Object {
-    fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// A stream's bytes through one GET of the whole span: a ranged GET per
-    /// 1 MiB chunk, even 4 of them in flight, reached 0.42x a direct GET
-    /// from Garage (`bench/s3.sh`); one GET, about 0.7x.
-    fn span(&self, from: u64, to: u64) -> Option<Box<dyn Span>> {
-        if from >= to || to > self.len {
-            // Chunk by chunk: `read_chunk` says what is wrong.
-            return None;
-        }
-        let mut span = S3Span {
-            object: self.clone(),
-            pos: from,
-            to,
-            rx: None,
-            buf: Bytes::new(),
-            reopens: 0,
-            brought: 0,
-        };
-        span.open();
-        Some(Box::new(span))
-    }
-
-    fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes> {
-        if len == 0 {
-            return Ok(Bytes::new());
-        }
-        if pos + len as u64 > self.len {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "stored object is shorter than its entry",
-            ));
-        }
-        let s3 = self.s3.clone();
-        let p = self.path.clone();
-        let limit = self.timeout;
-        let task = self.rt.spawn(async move {
-            tokio::time::timeout(limit, s3.get_range(&p, pos..pos + len as u64)).await
-        });
-        let b = match futures::executor::block_on(task) {
-            Ok(Ok(r)) => r.map_err(io_err)?,
-            Ok(Err(_)) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("a ranged GET did not finish within {limit:?}"),
-                ));
-            }
-            Err(e) => return Err(io::Error::other(e)),
-        };
-        if b.len() != len {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("a ranged GET gave {} bytes of {len}", b.len()),
-            ));
-        }
-        Ok(b)
-    }
-}
-
-/// Body chunks a span's GET may have in flight ahead of its reader (the
-/// HTTP client's reads: up to about 400 KiB each, so about 2 MiB queued).
-const SPAN_BUFFER: usize = 4;
-/// Times in a row a span opens its GET again, from where it was, after a
-/// failed one (a GET that brought [`SPAN_FLOOR`] bytes starts the count
-/// anew: a bucket that fails every few KiB is cut, as the floor says).
-const SPAN_REOPENS: u32 = 2;
-/// A span's GET must bring this many bytes within each timeout (time spent
-/// waiting for the reader not counted): the floor a ranged GET per 1 MiB,
-/// each bounded by the timeout, used to give.
-const SPAN_FLOOR: usize = 1 << 20;
-
-/// `pos..to` of an object read through one GET: a task on the backend's
-/// runtime pulls the body into a bounded channel the reader takes from,
-/// cut when it brings less than [`SPAN_FLOOR`] bytes in a timeout. A GET
-/// that fails part way is opened again from the next byte, at most
-/// [`SPAN_REOPENS`] times in a row; the reader dropping the span ends the
-/// GET at its next chunk.
-struct S3Span {
-    object: S3Object,
-    pos: u64,
-    to: u64,
-    rx: Option<tokio::sync::mpsc::Receiver<io::Result<Bytes>>>,
-    buf: Bytes,
-    reopens: u32,
-    /// Bytes the current GET brought.
-    brought: usize,
-}
-
-impl S3Span {
-    fn open(&mut self) {
-        self.brought = 0;
-        let (tx, rx) = tokio::sync::mpsc::channel(SPAN_BUFFER);
-        let (s3, path, limit) = (
-            self.object.streams.clone(),
-            self.object.path.clone(),
-            self.object.timeout,
-        );
-        let range = self.pos..self.to;
-        self.object.rt.spawn(async move {
-            let late = |what: &str| {
-                io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("{what} did not come within {limit:?}"),
-                )
-            };
-            let opts = object_store::GetOptions {
-                range: Some(object_store::GetRange::Bounded(range)),
-                ..Default::default()
-            };
-            let get = tokio::select! {
-                r = tokio::time::timeout(limit, s3.get_opts(&path, opts)) => r,
-                _ = tx.closed() => return,
-            };
-            let mut body = match get {
-                Ok(Ok(r)) => r.into_stream(),
-                Ok(Err(e)) => {
-                    let _ = tx.send(Err(io_err(e))).await;
-                    return;
-                }
-                Err(_) => {
-                    let _ = tx.send(Err(late("the answer to a GET"))).await;
-                    return;
-                }
-            };
-            // The floor: SPAN_FLOOR bytes per `limit` of waiting on the body.
-            let (mut budget, mut got) = (limit, 0usize);
-            loop {
-                let t = tokio::time::Instant::now();
-                let next = tokio::select! {
-                    r = tokio::time::timeout(budget, body.next()) => r,
-                    _ = tx.closed() => return,
-                };
-                budget = budget.saturating_sub(t.elapsed());
-                let item = match next {
-                    Ok(Some(Ok(b))) => {
-                        got += b.len();
-                        if got >= SPAN_FLOOR {
-                            (budget, got) = (limit, got % SPAN_FLOOR);
-                        }
-                        Ok(b)
-                    }
-                    Ok(Some(Err(e))) => Err(io_err(e)),
-                    Ok(None) => return,
-                    Err(_) => Err(late(&format!("{SPAN_FLOOR} bytes of a GET"))),
-                };
-                let failed = item.is_err();
-                // A reader gone (the client left) ends the GET here.
-                if tx.send(item).await.is_err() || failed {
-                    return;
-                }
-            }
-        });
-        self.rx = Some(rx);
-    }
-}
-
-impl Span for S3Span {
-    fn next_bytes(&mut self, n: usize) -> io::Result<Bytes> {
-        if self.pos + n as u64 > self.to {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "a span read past its end",
-            ));
-        }
-        let mut out = bytes::BytesMut::new();
-        while out.len() < n {
-            if self.buf.is_empty() {
-                let got = match self.rx.as_mut() {
-                    Some(rx) => rx.blocking_recv(),
-                    None => None,
-                };
-                match got {
-                    Some(Ok(b)) => {
-                        self.brought += b.len();
-                        if self.brought >= SPAN_FLOOR {
-                            self.reopens = 0;
-                        }
-                        self.buf = b;
-                    }
-                    // Ended or failed before the span's end: again from
-                    // the next byte, a bounded number of times.
-                    other => {
-                        let err = match other {
-                            Some(Err(e)) => e,
-                            _ => io::Error::new(
-                                io::ErrorKind::UnexpectedEof,
-                                "a GET ended before the bytes asked for",
-                            ),
-                        };
-                        if self.reopens >= SPAN_REOPENS {
-                            return Err(err);
-                        }
-                        self.reopens += 1;
-                        tracing::warn!(error = %err, "a GET from the bucket failed part way; asking again from where it was");
-                        self.open();
-                    }
-                }
-                continue;
-            }
-            // A chunk that holds the whole read is handed out as it is.
-            if out.is_empty() && self.buf.len() >= n {
-                self.pos += n as u64;
-                return Ok(self.buf.split_to(n));
-            }
-            if out.capacity() == 0 {
-                out.reserve(n);
-            }
-            let take = (n - out.len()).min(self.buf.len());
-            out.extend_from_slice(&self.buf.split_to(take));
-            self.pos += take as u64;
-        }
-        Ok(out.freeze())
-    }
-}
-
 impl Backend for S3Backend {
     fn describe(&self) -> String {
         self.cfg.url()
@@ -863,60 +443,7 @@ impl Backend for S3Backend {
     }
 
     fn lock(&self) -> io::Result<LockGuard<'_>> {
-        let local = self.local.lock().unwrap_or_else(|p| p.into_inner());
-        if !self.conditional_create {
-            return Ok(Box::new(LocalGuard(local)));
-        }
-        let mut etag = self.take_lease()?;
-        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let s3 = self.s3.clone();
-        let p = self.path("lock");
-        let owner = self.owner.clone();
-        let update = self.conditional_update;
-        let limit = self.cfg.timeout;
-        let rt = self.rt.as_ref().expect("runtime present until drop");
-        let renewer = rt.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = &mut stopped => return,
-                    _ = tokio::time::sleep(LEASE_RENEW) => {}
-                }
-                let body = serde_json::to_vec(&Lease {
-                    owner: owner.clone(),
-                    expires: now_ms() + LEASE_TTL.as_millis() as u64,
-                })
-                .expect("a lease encodes");
-                let mode = if update {
-                    PutMode::Update(UpdateVersion {
-                        e_tag: Some(etag.clone()),
-                        version: None,
-                    })
-                } else {
-                    PutMode::Overwrite
-                };
-                let put = s3.put_opts(
-                    &p,
-                    PutPayload::from(body),
-                    PutOptions {
-                        mode,
-                        ..Default::default()
-                    },
-                );
-                match tokio::time::timeout(limit, put).await {
-                    Ok(Ok(r)) => etag = r.e_tag.unwrap_or_default(),
-                    Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "renewing the store lease failed");
-                    }
-                    Err(_) => tracing::warn!("renewing the store lease timed out"),
-                }
-            }
-        });
-        Ok(Box::new(LeaseGuard {
-            backend: self,
-            _local: local,
-            stop: Some(stop),
-            renewer: Some(renewer),
-        }))
+        self.take_lock()
     }
 
     fn spool(&self) -> io::Result<(PathBuf, File)> {
@@ -957,15 +484,14 @@ impl Backend for S3Backend {
         Some(t.elapsed().unwrap_or_default())
     }
 
-    fn open_object(&self, digest: &str) -> io::Result<Box<dyn ObjectRead>> {
-        let s3 = self.s3.clone();
-        let p = self.object_path(digest);
-        let m = self.call(async move { s3.head(&p).await })?;
+    /// No round trip: the length is the index's (objects are immutable);
+    /// a missing object shows at its first read.
+    fn open_object(&self, digest: &str, len: u64) -> io::Result<Box<dyn ObjectRead>> {
         Ok(Box::new(S3Object {
             s3: self.s3.clone(),
             streams: self.streams.clone(),
             path: self.object_path(digest),
-            len: m.size,
+            len,
             timeout: self.cfg.timeout,
             rt: self.rt.as_ref().expect("runtime present").handle().clone(),
         }))
@@ -1054,10 +580,12 @@ impl Backend for S3Backend {
         let _ = self.call(async move { s3.delete(&p).await });
     }
 
-    fn read_sums(&self, digest: &str) -> Option<Vec<u8>> {
-        self.get_bytes(self.path(&format!("sums/{digest}")))
-            .ok()
-            .map(|(b, _)| b.to_vec())
+    fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>> {
+        match self.get_bytes(self.path(&format!("sums/{digest}"))) {
+            Ok((b, _)) => Ok(Some(b.to_vec())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn write_sums(&self, digest: &str, body: &[u8]) -> io::Result<()> {

@@ -1,0 +1,627 @@
+//! The entry store: the index in memory (keys, change tokens, pins,
+//! leases, LRU eviction), the start-up scan, and what other processes
+//! wrote, read in under the store lock before anything is deleted.
+//!
+//! The state mutex is held for memory work only: every backend call
+//! (a listing, an entry read or write, a deletion) runs with it released,
+//! its result applied afterwards.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::local::{index_name, is_hex64};
+use super::sums::Sums;
+use super::{Entry, Meta, Store, backend, now_secs};
+use crate::error::{Error, Result};
+
+/// Unreferenced objects younger than this survive a startup.
+const ORPHAN_GRACE: Duration = Duration::from_secs(600);
+/// How stale this process's view of other processes' writes may be before
+/// an eviction check re-reads the index.
+pub(super) const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+pub(super) struct State {
+    pub(super) keys: HashMap<String, Entry>,
+    pub(super) objects: HashMap<String, Obj>,
+    pub(super) total: u64,
+    clock: u64,
+    /// Wall-clock last read per object digest (seconds since the epoch).
+    used_at: HashMap<String, u64>,
+    /// Entry name -> change token as last read (every write replaces the
+    /// entry, so a changed token is another process's write).
+    seen: HashMap<String, u64>,
+    last_refresh: Option<Instant>,
+    /// Bumped by every entry this process writes (a refresh that listed
+    /// before it must not take its key for one another process removed).
+    written: u64,
+}
+
+/// What the store knows of one object while it is held: immutable facts
+/// (size, checksums), read once.
+pub(super) struct Obj {
+    pub(super) size: u64,
+    pub(super) readers: usize,
+    last_used: u64,
+    pub(super) keys: Vec<String>,
+    /// Loaded once: `Some(None)` when the object has no checksums.
+    pub(super) sums: Option<Option<Arc<Sums>>>,
+}
+
+impl Obj {
+    fn new(size: u64, t: u64) -> Obj {
+        Obj {
+            size,
+            readers: 0,
+            last_used: t,
+            keys: Vec::new(),
+            sums: None,
+        }
+    }
+}
+
+impl State {
+    pub(super) fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Point `entry.key` at `entry.digest` in memory only. Returns the
+    /// digest the key named before, if different.
+    pub(super) fn insert(&mut self, entry: Entry) -> Option<String> {
+        let t = self.tick();
+        let digest = entry.digest.clone();
+        let key = entry.key.clone();
+        let size = entry.size;
+        let old = self
+            .keys
+            .insert(key.clone(), entry)
+            .map(|o| o.digest)
+            .filter(|d| *d != digest);
+        if let Some(d) = &old {
+            self.forget_key(&key, d);
+        }
+        let is_new = !self.objects.contains_key(&digest);
+        let obj = self
+            .objects
+            .entry(digest.clone())
+            .or_insert_with(|| Obj::new(size, t));
+        obj.last_used = obj.last_used.max(t);
+        if !obj.keys.contains(&key) {
+            obj.keys.push(key);
+        }
+        if is_new {
+            self.total += size;
+        }
+        old
+    }
+
+    /// Drop `key` from `digest`'s key list in memory; an object left with no
+    /// key leaves memory too (its bytes are the caller's business).
+    /// Returns whether the object has no key left.
+    fn forget_key(&mut self, key: &str, digest: &str) -> bool {
+        let gone = match self.objects.get_mut(digest) {
+            Some(o) => {
+                o.keys.retain(|k| k != key);
+                o.keys.is_empty()
+            }
+            None => false,
+        };
+        if gone && let Some(o) = self.objects.remove(digest) {
+            self.total -= o.size;
+        }
+        gone
+    }
+
+    /// Take a reader's lease on `digest` (nothing evicts it until the
+    /// lease is released); marks it used. `None` when it is not held.
+    pub(super) fn lease(&mut self, digest: &str) -> Option<&mut Obj> {
+        let t = self.tick();
+        self.used_at.insert(digest.to_string(), now_secs());
+        let o = self.objects.get_mut(digest)?;
+        o.readers += 1;
+        o.last_used = t;
+        Some(o)
+    }
+
+    /// Remove `key` from memory: the entry name to delete, and the object
+    /// to delete when no key is left on it.
+    fn take_key(&mut self, key: &str) -> Option<(String, Option<String>)> {
+        let old = self.keys.remove(key)?;
+        let name = index_name(key);
+        self.seen.remove(&name);
+        let orphan = self.forget_key(key, &old.digest).then_some(old.digest);
+        Some((name, orphan))
+    }
+}
+
+/// Parse an entry the backend gave, checking it against its name.
+fn parse_entry(name: &str, body: &[u8]) -> std::result::Result<Entry, String> {
+    let en: Entry =
+        serde_json::from_slice(body).map_err(|_| format!("index entry {name} does not parse"))?;
+    if index_name(&en.key) != name || !is_hex64(&en.digest) {
+        return Err(format!(
+            "index entry {name} does not match its key {}",
+            en.key
+        ));
+    }
+    Ok(en)
+}
+
+/// What a scan of one listed entry found wrong, if anything.
+fn entry_problem(en: &Entry, on_disk: &HashMap<String, u64>) -> Option<String> {
+    match on_disk.get(&en.digest) {
+        None => Some(format!(
+            "{}: object sha256:{} is missing",
+            en.key, en.digest
+        )),
+        Some(&n) if n != en.size => Some(format!(
+            "{}: object sha256:{} has {n} bytes, its entry says {} ({})",
+            en.key,
+            en.digest,
+            en.size,
+            if n > en.size {
+                "bytes appended"
+            } else {
+                "truncated"
+            }
+        )),
+        Some(_) => None,
+    }
+}
+
+impl Store {
+    /// The start-up scan (under the store lock, before the store is
+    /// shared): spool leftovers, objects, index entries, orphans, and every
+    /// object's checksums, loaded once.
+    pub(super) fn scan(&self) -> Result<(State, Vec<String>)> {
+        let b = self.backend();
+        let io = |e| Error::io(format!("reading the store {}", b.describe()), e);
+        b.clean_spool();
+        let mut state = State::default();
+        let mut dropped = Vec::new();
+        let on_disk = b.list_objects().map_err(io)?;
+        for l in b.list_entries().map_err(io)? {
+            let parsed = b
+                .read_entry(&l.name)
+                .ok_or_else(|| format!("index entry {} cannot be read", l.name))
+                .and_then(|(body, _)| parse_entry(&l.name, &body));
+            let problem = match &parsed {
+                Err(p) => Some(p.clone()),
+                Ok(en) => entry_problem(en, &on_disk),
+            };
+            match (parsed, problem) {
+                (Ok(en), None) => {
+                    state.seen.insert(l.name, l.token);
+                    let t = en.fetched;
+                    let digest = en.digest.clone();
+                    state.insert(en);
+                    if let Some(o) = state.objects.get_mut(&digest) {
+                        o.last_used = o.last_used.max(t);
+                    }
+                }
+                (_, Some(p)) => {
+                    tracing::warn!(problem = %p, "dropping an index entry");
+                    b.delete_entry(&l.name);
+                    dropped.push(p);
+                }
+                (Err(_), None) => unreachable!("an unparsed entry is a problem"),
+            }
+        }
+        // Objects no key names are garbage (unless just written: a process
+        // of an older release, without the store lock, may be about to write
+        // their index entry).
+        for digest in on_disk.keys() {
+            if !state.objects.contains_key(digest) {
+                let young = b.object_age(digest).is_some_and(|age| age < ORPHAN_GRACE);
+                if !young {
+                    tracing::info!(%digest, "removing an unreferenced object");
+                    b.delete_object(digest);
+                }
+            }
+        }
+        let mut unchecked = 0;
+        for (digest, o) in state.objects.iter_mut() {
+            if let Ok(s) = self.load_sums(digest, o.size) {
+                unchecked += usize::from(s.is_none());
+                o.sums = Some(s);
+            }
+        }
+        if unchecked > 0 {
+            tracing::warn!(
+                objects = unchecked,
+                "objects without chunk checksums (written by an older talos-gen) are served unchecked; `talos-gen mirror verify` adds them"
+            );
+        }
+        // LRU order from fetch times; the clock continues above them.
+        state.clock = state
+            .objects
+            .values()
+            .map(|o| o.last_used)
+            .max()
+            .unwrap_or(0);
+        state.last_refresh = Some(Instant::now());
+        Ok((state, dropped))
+    }
+
+    /// The entry for `key`, without taking a lease.
+    pub fn entry(&self, key: &str) -> Option<Entry> {
+        self.lock().keys.get(key).cloned()
+    }
+
+    /// When the object with `digest` was last read through [`Store::get`]
+    /// since this process started (seconds since the epoch).
+    pub fn last_use(&self, digest: &str) -> Option<u64> {
+        self.lock().used_at.get(digest).copied()
+    }
+
+    /// Distinct objects held.
+    pub fn object_count(&self) -> usize {
+        self.lock().objects.len()
+    }
+
+    /// Every entry (for the mirror job).
+    pub fn entries(&self) -> Vec<Entry> {
+        let mut v: Vec<Entry> = self.lock().keys.values().cloned().collect();
+        v.sort_by(|a, b| a.key.cmp(&b.key));
+        v
+    }
+
+    /// The entries whose key starts with `prefix`, sorted by key. Other
+    /// processes' writes (an import, a sync on the same store) are read in
+    /// when this process's view is older than a second: at once for a
+    /// local directory, in the background for a bucket (the answer is the
+    /// view in memory; the next one sees what the refresh found).
+    pub fn entries_with_prefix(&self, prefix: &str) -> Vec<Entry> {
+        let stale = self
+            .lock()
+            .last_refresh
+            .is_none_or(|t| t.elapsed() >= REFRESH_EVERY);
+        if stale {
+            if self.is_remote() {
+                self.refresh_in_background();
+            } else {
+                self.refresh();
+            }
+        }
+        let st = self.lock();
+        let mut v: Vec<Entry> = st
+            .keys
+            .values()
+            .filter(|e| e.key.starts_with(prefix))
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.key.cmp(&b.key));
+        v
+    }
+
+    fn refresh_in_background(&self) {
+        if self.inner.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let store = self.clone();
+        let run = move || {
+            store.refresh();
+            store.inner.refreshing.store(false, Ordering::Release);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => drop(h.spawn_blocking(run)),
+            Err(_) => run(),
+        }
+    }
+
+    /// Load `key`'s index entry written by another process, if its object
+    /// is there with the right size (blocking).
+    pub(super) fn adopt(&self, key: &str) -> Option<()> {
+        let name = index_name(key);
+        let (body, token) = self.backend().read_entry(&name)?;
+        let en = parse_entry(&name, &body).ok()?;
+        if self.backend().object_len(&en.digest) != Some(en.size) {
+            return None;
+        }
+        let mut st = self.lock();
+        if st.keys.contains_key(key) {
+            return Some(());
+        }
+        st.seen.insert(name, token);
+        st.insert(en);
+        Some(())
+    }
+
+    /// Re-read the index entries other processes wrote or removed since we
+    /// last looked (blocking; before deciding to delete, under the store
+    /// lock). The backend is read with the state unlocked; what it said is
+    /// applied after.
+    pub(super) fn refresh(&self) {
+        let b = self.backend();
+        let (seen, written) = {
+            let st = self.lock();
+            (st.seen.clone(), st.written)
+        };
+        let Ok(list) = b.list_entries() else {
+            return;
+        };
+        let mut present = HashSet::new();
+        let mut fresh = Vec::new();
+        for l in list {
+            present.insert(l.name.clone());
+            if seen.get(&l.name) == Some(&l.token) {
+                continue;
+            }
+            let Some(en) = b
+                .read_entry(&l.name)
+                .and_then(|(body, _)| parse_entry(&l.name, &body).ok())
+            else {
+                continue;
+            };
+            if b.object_len(&en.digest) != Some(en.size) {
+                continue;
+            }
+            fresh.push((l.name, l.token, en));
+        }
+        let mut st = self.lock();
+        for (name, token, en) in fresh {
+            st.seen.insert(name, token);
+            // A key the other process re-pointed: the old object's bytes
+            // are its business (it deleted them if unreferenced).
+            let _ = st.insert(en);
+        }
+        // Keys whose entry another process removed (unless this process
+        // wrote an entry since the listing: it may be one of them).
+        if st.written == written {
+            let vanished: Vec<(String, String)> = st
+                .keys
+                .values()
+                .filter(|en| !present.contains(&index_name(&en.key)))
+                .map(|en| (en.key.clone(), en.digest.clone()))
+                .collect();
+            for (k, d) in vanished {
+                st.keys.remove(&k);
+                st.seen.remove(&index_name(&k));
+                st.forget_key(&k, &d);
+            }
+        }
+        st.last_refresh = Some(Instant::now());
+    }
+
+    /// Point `key` at an object already in the store (e.g. a tag at a
+    /// manifest digest). Fails with NotFound when the object is absent.
+    pub async fn link(&self, key: &str, digest: &str, meta: Meta) -> Result<Entry> {
+        let size = {
+            let st = self.lock();
+            st.objects.get(digest).map(|o| o.size)
+        }
+        .ok_or_else(|| Error::NotFound(format!("object sha256:{digest} is not in the store")))?;
+        let entry = Entry {
+            key: key.to_string(),
+            digest: digest.to_string(),
+            size,
+            content_type: meta.content_type,
+            fetched: now_secs(),
+            pinned: meta.pinned,
+            meta: meta.meta,
+        };
+        self.put_entry(entry.clone()).await?;
+        Ok(entry)
+    }
+
+    /// Write `entry` under the store lock (the object must be there), then
+    /// evict; all on a blocking thread.
+    async fn put_entry(&self, entry: Entry) -> Result<()> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let digest = entry.digest.clone();
+            let lock = store.lock_store()?;
+            store.put_entry_locked(&lock, entry)?;
+            drop(lock);
+            store.evict(Some(&digest));
+            Ok(())
+        })
+        .await
+        .map_err(|e| Error::io("index task", std::io::Error::other(e)))?
+    }
+
+    /// Write the index entry for `entry` and update the in-memory state.
+    /// The caller holds the store lock (blocking).
+    pub(super) fn put_entry_locked(
+        &self,
+        _lock: &backend::LockGuard<'_>,
+        entry: Entry,
+    ) -> Result<()> {
+        if self.backend().object_len(&entry.digest) != Some(entry.size) {
+            // Another process removed it since we looked.
+            let mut st = self.lock();
+            if let Some(o) = st.objects.remove(&entry.digest) {
+                st.total -= o.size;
+            }
+            return Err(Error::NotFound(format!(
+                "object sha256:{} is not in the store",
+                entry.digest
+            )));
+        }
+        let name = index_name(&entry.key);
+        let body = serde_json::to_vec_pretty(&entry)
+            .map_err(|e| Error::io("encoding an index entry", std::io::Error::other(e)))?;
+        let token = self.backend().write_entry(&name, &body).map_err(|e| {
+            Error::io(
+                format!("writing the index entry {name} in {}", self.describe()),
+                e,
+            )
+        })?;
+        let old = {
+            let mut st = self.lock();
+            st.written += 1;
+            st.seen.insert(name, token);
+            st.insert(entry)
+        };
+        if let Some(old) = old {
+            // The key named another object before: delete it if nothing
+            // (here or in another process) names it any more.
+            self.refresh();
+            if !self.lock().objects.contains_key(&old) {
+                self.delete_object(&old);
+            }
+        }
+        Ok(())
+    }
+
+    /// Forget `key` (its object goes when no other key names it). Blocking.
+    pub fn remove(&self, key: &str) {
+        let Ok(_lock) = self.lock_store() else {
+            return;
+        };
+        self.refresh();
+        self.remove_key_locked(key);
+    }
+
+    /// Remove `key`'s entry and, when no key is left on its object, the
+    /// object. Caller holds the store lock and has refreshed.
+    fn remove_key_locked(&self, key: &str) {
+        let taken = self.lock().take_key(key);
+        self.delete_taken(taken);
+    }
+
+    /// Delete what [`State::take_key`] took out of memory: entries, and
+    /// objects no key names any more.
+    fn delete_taken(&self, taken: impl IntoIterator<Item = (String, Option<String>)>) {
+        for (name, orphan) in taken {
+            self.backend().delete_entry(&name);
+            if let Some(d) = orphan {
+                self.delete_object(&d);
+            }
+        }
+    }
+
+    /// Delete an object's bytes (and its local tier copy).
+    pub(super) fn delete_object(&self, digest: &str) {
+        if let Some(t) = self.tier() {
+            t.remove(digest);
+        }
+        self.backend().delete_object(digest);
+    }
+
+    /// Drop every key naming `digest` (caller holds the store lock, and
+    /// has refreshed); the object with the last. Returns the keys.
+    pub(super) fn remove_object_locked(&self, digest: &str) -> Vec<String> {
+        let (keys, taken) = {
+            let mut st = self.lock();
+            let keys = st
+                .objects
+                .get(digest)
+                .map(|o| o.keys.clone())
+                .unwrap_or_default();
+            let taken: Vec<_> = keys.iter().filter_map(|k| st.take_key(k)).collect();
+            (keys, taken)
+        };
+        self.delete_taken(taken);
+        keys
+    }
+
+    /// Set or clear the pin on `key`.
+    pub async fn set_pinned(&self, key: &str, pinned: bool) -> Result<()> {
+        let mut entry = self
+            .entry(key)
+            .ok_or_else(|| Error::NotFound(format!("{key} is not in the store")))?;
+        if entry.pinned == pinned {
+            return Ok(());
+        }
+        entry.pinned = pinned;
+        self.put_entry(entry).await
+    }
+
+    /// Evict least-recently-used objects that no reader holds and no key
+    /// pins until the total is within the limit. `keep` is never evicted.
+    /// Before deciding, the index is re-read under the store lock, so an
+    /// object another process pinned (or re-pointed a key to) is kept.
+    /// Blocking: call it off the async threads.
+    pub fn evict(&self, keep: Option<&str>) {
+        let Some(max) = self.inner.max_size else {
+            return;
+        };
+        {
+            let st = self.lock();
+            let fresh = st.last_refresh.is_some_and(|t| t.elapsed() < REFRESH_EVERY);
+            if st.total <= max && fresh {
+                return;
+            }
+        }
+        let Ok(_lock) = self.lock_store() else {
+            return;
+        };
+        self.refresh();
+        loop {
+            // The victim leaves memory with its keys in one hold of the
+            // state lock (no reader can lease it after the choice); its
+            // entries and bytes are deleted after, unlocked.
+            let (digest, taken) = {
+                let mut st = self.lock();
+                if st.total <= max {
+                    break;
+                }
+                let victim = st
+                    .objects
+                    .iter()
+                    .filter(|(d, o)| {
+                        o.readers == 0
+                            && Some(d.as_str()) != keep
+                            && !o
+                                .keys
+                                .iter()
+                                .any(|k| st.keys.get(k).is_some_and(|e| e.pinned))
+                    })
+                    .min_by_key(|(_, o)| o.last_used)
+                    .map(|(d, o)| (d.clone(), o.keys.clone()));
+                let Some((digest, keys)) = victim else {
+                    break;
+                };
+                let taken: Vec<_> = keys.iter().filter_map(|k| st.take_key(k)).collect();
+                (digest, taken)
+            };
+            tracing::info!(%digest, "evicting");
+            self.delete_taken(taken);
+        }
+    }
+
+    /// A reader's lease ended.
+    pub(super) fn release(&self, digest: &str) {
+        let over = {
+            let mut st = self.lock();
+            if let Some(o) = st.objects.get_mut(digest) {
+                o.readers = o.readers.saturating_sub(1);
+            }
+            self.inner.max_size.is_some_and(|m| st.total > m)
+        };
+        // A burst's objects become evictable as their readers leave. One
+        // eviction runs at a time; a release during it asks for another
+        // round, so the last reader to leave is never missed.
+        if !over {
+            return;
+        }
+        self.inner.evict_again.store(true, Ordering::Release);
+        if !self.inner.evicting.swap(true, Ordering::AcqRel) {
+            let store = self.clone();
+            let run = move || {
+                loop {
+                    store.inner.evict_again.store(false, Ordering::Release);
+                    store.evict(None);
+                    store.inner.evicting.store(false, Ordering::Release);
+                    // A release between the round and the flag: go again
+                    // unless that release started its own round.
+                    if !store.inner.evict_again.load(Ordering::Acquire)
+                        || store.inner.evicting.swap(true, Ordering::AcqRel)
+                    {
+                        break;
+                    }
+                }
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => {
+                    h.spawn_blocking(run);
+                }
+                Err(_) => run(),
+            }
+        }
+    }
+}

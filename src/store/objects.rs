@@ -1,0 +1,397 @@
+//! The object store: bodies and their block checksums. An object is
+//! opened under a lease with what the entry store already knows (its size
+//! and checksums, read once): a warm read makes no backend round trip
+//! before its first byte. The commit (spool file -> object -> entry), the
+//! checks that drop rotten objects, and for a bucket the local tier.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::backend::ObjectRead;
+use super::read::{Lease, StoredObject};
+use super::sums::{self, Sums};
+use super::{Entry, Meta, STREAM_CHUNK, Store, TempObject, now_secs};
+use crate::error::{Error, Result};
+
+/// The store holds the object but could not reach it (a bucket that does
+/// not answer, with no copy in the local tier): the request fails (503),
+/// it is never fetched again from the upstream.
+#[derive(Debug, Clone)]
+pub struct Unavailable(pub String);
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Store {
+    /// Open the object for `key` for reading (blocking); the returned
+    /// lease keeps it from eviction until dropped. `None` when absent or
+    /// unreachable (see [`Store::lookup`] to tell them apart).
+    pub fn get(&self, key: &str) -> Option<StoredObject> {
+        self.lookup(key).ok().flatten()
+    }
+
+    /// [`Store::lookup`] on a blocking thread: what the async paths call.
+    pub async fn open_key(
+        &self,
+        key: &str,
+    ) -> std::result::Result<Option<StoredObject>, Unavailable> {
+        let store = self.clone();
+        let key = key.to_string();
+        tokio::task::spawn_blocking(move || store.lookup(&key))
+            .await
+            .unwrap_or_else(|e| Err(Unavailable(format!("opening a stored object: {e}"))))
+    }
+
+    /// A small stored object whole (at most `max` bytes, its sha256
+    /// checked: a rotten one is dropped), opened and read on a blocking
+    /// thread; `None` when absent, unreachable or unreadable (logged).
+    pub async fn read_small_key(&self, key: &str, max: u64) -> Option<(Entry, bytes::Bytes)> {
+        let store = self.clone();
+        let key = key.to_string();
+        tokio::task::spawn_blocking(move || {
+            let o = store.get(&key)?;
+            let entry = o.entry.clone();
+            match o.read_small(max) {
+                Ok(b) => Some((entry, b)),
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "reading a stored object");
+                    None
+                }
+            }
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// Open the object for `key` (blocking): `Ok(None)` when the store
+    /// does not have it, `Err` when it does but cannot reach it now.
+    /// Marks it recently used. A held object's size and checksums are in
+    /// memory, so this reaches the backend only for a key another process
+    /// wrote (adopted) or checksums not yet loaded.
+    pub fn lookup(&self, key: &str) -> std::result::Result<Option<StoredObject>, Unavailable> {
+        let down = || {
+            Unavailable(format!(
+                "the store {} does not answer; try again",
+                self.describe()
+            ))
+        };
+        let known = self.lock().keys.get(key).cloned();
+        let entry = match known {
+            Some(e) => e,
+            None if !self.available() => return Err(down()),
+            None => {
+                // Another process (the mirror job) may have added it.
+                if self.adopt(key).is_none() {
+                    return Ok(None);
+                }
+                match self.lock().keys.get(key) {
+                    Some(e) => e.clone(),
+                    None => return Ok(None),
+                }
+            }
+        };
+        // Take the reader's lease first (nothing evicts the object from
+        // here on), then open it with the state unlocked.
+        let known_sums = {
+            let mut st = self.lock();
+            match st.lease(&entry.digest) {
+                Some(o) => o.sums.clone(),
+                None => return Ok(None),
+            }
+        };
+        let lease = Lease {
+            store: self.clone(),
+            digest: entry.digest.clone(),
+        };
+        let tiered = self
+            .tier()
+            .and_then(|t| t.open_copy(&entry.digest, entry.size));
+        if tiered.is_none() && self.is_remote() && !self.available() {
+            return Err(down());
+        }
+        let sums = match known_sums {
+            Some(s) => s,
+            None => match self.load_sums(&entry.digest, entry.size) {
+                Ok(s) => {
+                    if let Some(o) = self.lock().objects.get_mut(&entry.digest) {
+                        o.sums = Some(s.clone());
+                    }
+                    s
+                }
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "the store did not answer");
+                    self.set_available(false);
+                    return Err(down());
+                }
+            },
+        };
+        let tier = tiered.is_some();
+        let object = match tiered {
+            Some(o) => o,
+            None => match self.backend().open_object(&entry.digest, entry.size) {
+                Ok(o) => o,
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    // The backend did not answer (an S3 outage): the entry
+                    // stays; the request fails rather than refetching.
+                    tracing::warn!(key, error = %e, "the store did not answer");
+                    self.set_available(false);
+                    return Err(down());
+                }
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "object missing; dropping its entry");
+                    drop(lease);
+                    self.remove(key);
+                    return Ok(None);
+                }
+            },
+        };
+        if !tier && let Some(t) = self.tier() {
+            t.want(self, &entry.digest, entry.size, sums.clone());
+        }
+        Ok(Some(StoredObject {
+            lease,
+            object,
+            sums,
+            entry,
+            tiered: tier,
+        }))
+    }
+
+    /// The checksums of an object of `size` bytes, if they are there and
+    /// fit (`Ok(None)`: none, served unchecked); `Err`: the backend did
+    /// not answer.
+    pub(super) fn load_sums(&self, digest: &str, size: u64) -> std::io::Result<Option<Arc<Sums>>> {
+        let Some(b) = self.backend().read_sums(digest)? else {
+            return Ok(None);
+        };
+        match Sums::decode(&b) {
+            Ok(s) if s.fits(size) => Ok(Some(Arc::new(s))),
+            _ => {
+                tracing::warn!(%digest, "the checksums do not fit their object; serving it unchecked");
+                Ok(None)
+            }
+        }
+    }
+
+    /// A new temp file for a fill. Hashes what is written through it.
+    pub fn temp(&self) -> Result<TempObject> {
+        let (path, file) = self
+            .backend()
+            .spool()
+            .map_err(|e| Error::io(format!("creating a temp file in {}", self.describe()), e))?;
+        Ok(TempObject::new(path, file))
+    }
+
+    /// Fsync `tmp`, move it into place as its sha256 and point `key` at it
+    /// (replacing what the key named before), with `meta` (a pin included:
+    /// one index write). Evicts down to the size limit, never the object
+    /// just committed. Every step on a blocking thread.
+    pub async fn commit(&self, tmp: TempObject, key: &str, meta: Meta) -> Result<Entry> {
+        let (file, src, digest, size, sums) = tmp.into_parts();
+        let entry = Entry {
+            key: key.to_string(),
+            digest,
+            size,
+            content_type: meta.content_type,
+            fetched: now_secs(),
+            pinned: meta.pinned,
+            meta: meta.meta,
+        };
+        let store = self.clone();
+        let en = entry.clone();
+        tokio::task::spawn_blocking(move || {
+            let res = store.commit_blocking(file, &src, en.clone(), sums);
+            // The spool file is gone on success; on failure it must go too.
+            let _ = std::fs::remove_file(&src);
+            if res.is_ok() {
+                store.evict(Some(&en.digest));
+            }
+            res
+        })
+        .await
+        .map_err(|e| Error::io("commit task", std::io::Error::other(e)))??;
+        Ok(entry)
+    }
+
+    fn commit_blocking(&self, file: File, src: &Path, entry: Entry, sums: Sums) -> Result<()> {
+        let put = |file: File| {
+            self.backend()
+                .put_object(src, file, &entry.digest, &sums.encode())
+                .map_err(|e| {
+                    Error::io(
+                        format!("storing sha256:{} in {}", entry.digest, self.describe()),
+                        e,
+                    )
+                })
+        };
+        // An upload (S3) runs before the lock, so replicas do not wait on
+        // each other's uploads; under the lock the object is checked again
+        // (another replica may have deleted it meanwhile) and uploaded
+        // again if it went.
+        let early = if self.backend().upload_outside_lock() {
+            let f = file
+                .try_clone()
+                .map_err(|e| Error::io("reopening a fill", e))?;
+            Some(put(f)?)
+        } else {
+            None
+        };
+        let lock = self.lock_store()?;
+        let existed = match early {
+            Some(existed) if self.backend().object_len(&entry.digest) == Some(entry.size) => {
+                existed
+            }
+            _ => put(file)?,
+        };
+        if let Err(e) = self.put_entry_locked(&lock, entry.clone()) {
+            // No index entry: the object must not stay behind as an orphan
+            // (unless another key, here or in another process, names it).
+            if !existed {
+                self.refresh();
+                if !self.lock().objects.contains_key(&entry.digest) {
+                    self.delete_object(&entry.digest);
+                }
+            }
+            return Err(e);
+        }
+        drop(lock);
+        // The checksums are known: the first read loads nothing.
+        let sums = Arc::new(sums);
+        if let Some(o) = self.lock().objects.get_mut(&entry.digest) {
+            o.sums = Some(Some(sums.clone()));
+        }
+        // A bucket's fill is verified on local disk already: it becomes
+        // the local tier's copy.
+        if let Some(t) = self.tier() {
+            t.adopt_spool(src, &entry.digest, entry.size);
+        }
+        Ok(())
+    }
+
+    /// A chunk of `digest` failed its checksum. If the whole object still
+    /// hashes to its digest, the checksums were what rotted: they are
+    /// rewritten and handed back (`Ok`), so the caller checks the bytes it
+    /// holds against them. Otherwise the object is dropped with every key
+    /// naming it (`Err`: the response is cut).
+    pub(super) fn chunk_mismatch(
+        &self,
+        digest: &str,
+        object: &dyn ObjectRead,
+        chunk: u64,
+    ) -> std::io::Result<Sums> {
+        let (got, sums) = hash_and_sum(object)?;
+        if got == digest {
+            tracing::warn!(%digest, chunk, "a chunk checksum was wrong but the object is intact; rewriting its checksums");
+            let _ = self.write_sums(digest, &sums);
+            return Ok(sums);
+        }
+        let reason =
+            format!("chunk {chunk} does not match its checksum (the bytes hash to sha256:{got})");
+        self.quarantine(digest, &reason);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("stored object sha256:{digest} is corrupt: {reason}; dropped"),
+        ))
+    }
+
+    /// A read of `digest` failed (blocking). The object gone from the
+    /// backend (another replica deleted it): its keys go, so the next
+    /// request fetches it again; any other failure is the backend not
+    /// answering.
+    pub(super) fn read_failed(&self, digest: &str, e: &std::io::Error) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            return;
+        }
+        let Ok(_lock) = self.lock_store() else {
+            return;
+        };
+        self.refresh();
+        let keys = self.remove_object_locked(digest);
+        tracing::warn!(%digest, ?keys, "object missing from the store; dropping its keys");
+    }
+
+    /// A chunk of the local tier's copy of `digest` failed its checksum:
+    /// the copy goes (the bucket stays the truth), the read is cut.
+    pub(super) fn tier_mismatch(&self, digest: &str, chunk: u64) -> std::io::Error {
+        tracing::error!(%digest, chunk, "the local tier's copy is corrupt; dropped (the bucket's is read next)");
+        if let Some(t) = self.tier() {
+            t.remove(digest);
+        }
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the local copy of sha256:{digest} is corrupt (chunk {chunk}); dropped"),
+        )
+    }
+
+    /// Drop a corrupt object with every key naming it (here and in the
+    /// backend), log it and count it ([`Store::corrupt_dropped`]).
+    pub(super) fn quarantine(&self, digest: &str, reason: &str) {
+        self.inner
+            .corrupt
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Ok(_lock) = self.lock_store() else {
+            return;
+        };
+        self.refresh();
+        let keys = self.remove_object_locked(digest);
+        tracing::error!(%digest, ?keys, reason, "corrupt object in the store; dropped (the next request fetches it again)");
+        if keys.is_empty() {
+            self.delete_object(digest);
+        }
+    }
+
+    /// The object's checksums as stored (`None`: none, or unreadable).
+    pub fn stored_sums(&self, digest: &str) -> Option<Sums> {
+        Sums::decode(&self.backend().read_sums(digest).ok()??).ok()
+    }
+
+    /// Write (replace) an object's checksums (for `mirror verify`, after it
+    /// re-hashed the object whole).
+    pub fn write_sums(&self, digest: &str, sums: &Sums) -> Result<()> {
+        self.backend()
+            .write_sums(digest, &sums.encode())
+            .map_err(|e| Error::io(format!("writing the checksums of sha256:{digest}"), e))?;
+        if let Some(o) = self.lock().objects.get_mut(digest) {
+            o.sums = Some(Some(Arc::new(sums.clone())));
+        }
+        Ok(())
+    }
+
+    /// Open an object's bytes by digest, unleased and unchecked (for
+    /// `mirror verify`, which hashes them whole).
+    pub fn open_raw(&self, digest: &str) -> Result<Box<dyn ObjectRead>> {
+        let size = self.backend().object_len(digest).ok_or_else(|| {
+            Error::NotFound(format!("object sha256:{digest} is not in the store"))
+        })?;
+        self.backend()
+            .open_object(digest, size)
+            .map_err(|e| Error::io(format!("opening sha256:{digest}"), e))
+    }
+
+    /// Drop the object `digest` and every key naming it (for `mirror verify`).
+    pub fn drop_object(&self, digest: &str, reason: &str) {
+        self.quarantine(digest, reason);
+    }
+}
+
+/// sha256 (hex) and chunk checksums of a whole object, streamed.
+pub fn hash_and_sum(object: &dyn ObjectRead) -> std::io::Result<(String, Sums)> {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    let mut b = sums::SumsBuilder::default();
+    let len = object.len();
+    let mut pos = 0u64;
+    while pos < len {
+        let n = ((len - pos) as usize).min(STREAM_CHUNK);
+        let chunk = object.read_chunk(pos, n)?;
+        h.update(&chunk);
+        b.update(&chunk);
+        pos += n as u64;
+    }
+    Ok((hex::encode(h.finalize()), b.finish()))
+}

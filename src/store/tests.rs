@@ -1,0 +1,413 @@
+//! The store's unit tests (index, leases, eviction, checks on read).
+
+use super::sums::Sums;
+use super::*;
+use sha2::{Digest, Sha256};
+use std::fs;
+use std::time::Duration;
+
+async fn put(store: &Store, key: &str, body: &[u8], pinned: bool) -> Entry {
+    let mut t = store.temp().unwrap();
+    t.write_all(body).await.unwrap();
+    store
+        .commit(
+            t,
+            key,
+            Meta {
+                pinned,
+                ..Meta::default()
+            },
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn commit_get_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let e = put(&store, "../../etc/passwd", b"hello", false).await;
+    assert_eq!(e.digest, hex::encode(Sha256::digest(b"hello")));
+    let o = store.get("../../etc/passwd").unwrap();
+    assert_eq!(&o.read_small(64).unwrap()[..], b"hello");
+    // keys never become paths: the object is under the store's own dir
+    let p = store.object_path(&e.digest).unwrap();
+    assert!(p.starts_with(dir.path()) && p.exists());
+    // leftovers: a partial fill and a stray index entry
+    std::fs::write(dir.path().join("tmp/fill-partial"), b"part").unwrap();
+    std::fs::write(dir.path().join("tmp/fill-999999999-1-2"), b"part").unwrap();
+    std::fs::write(dir.path().join("index/bogus.json"), b"{").unwrap();
+    let orphan = dir.path().join("objects/sha256").join("a".repeat(64));
+    std::fs::write(&orphan, b"orphan").unwrap();
+    let old = SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&orphan)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let young = dir.path().join("objects/sha256").join("b".repeat(64));
+    std::fs::write(&young, b"young").unwrap();
+    drop(store);
+    let store = Store::open(dir.path(), None).unwrap();
+    assert_eq!(store.entries().len(), 1);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+        0
+    );
+    // not a name the store writes: left alone
+    assert!(dir.path().join("index/bogus.json").exists());
+    assert!(!orphan.exists());
+    assert!(
+        young.exists(),
+        "a just-written object may still get its entry"
+    );
+    assert_eq!(store.total_size(), 5);
+    // a truncated object drops its entry
+    let p = store.object_path(&e.digest).unwrap();
+    std::fs::write(&p, b"hel").unwrap();
+    drop(store);
+    let store = Store::open(dir.path(), None).unwrap();
+    assert!(store.get("../../etc/passwd").is_none());
+}
+
+#[tokio::test]
+async fn link_replace_remove() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let a = put(&store, "a", b"one", false).await;
+    store.link("b", &a.digest, Meta::default()).await.unwrap();
+    assert!(
+        store
+            .link("c", &"0".repeat(64), Meta::default())
+            .await
+            .is_err()
+    );
+    store.remove("a");
+    assert!(store.get("b").is_some());
+    put(&store, "b", b"two", false).await;
+    assert!(!store.object_path(&a.digest).unwrap().exists());
+    assert_eq!(store.total_size(), 3);
+}
+
+#[tokio::test]
+async fn eviction_lru_leases_pins() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Some(25)).unwrap();
+    put(&store, "pinned", &[1; 10], true).await;
+    put(&store, "old", &[2; 10], false).await;
+    let held = store.get("old").unwrap();
+    put(&store, "new", &[3; 10], false).await; // 30 > 25: "old" is held, "pinned" pinned
+    assert!(store.get("old").is_some());
+    drop(held);
+    put(&store, "newer", &[4; 10], false).await;
+    // now "old" (least recently used, unheld) and then "new" may go
+    assert!(store.get("pinned").is_some());
+    assert!(store.get("newer").is_some());
+    assert!(store.total_size() <= 25);
+    assert!(store.get("old").is_none());
+}
+
+#[tokio::test]
+async fn pinning_an_only_key_keeps_its_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    put(&store, "only", &[7; 10], false).await;
+    let digest = store.entry("only").unwrap().digest;
+    store.set_pinned("only", true).await.unwrap();
+    assert!(store.entry("only").unwrap().pinned);
+    assert!(store.get("only").is_some());
+    assert!(store.object_path(&digest).is_some_and(|p| p.exists()));
+    assert_eq!(store.total_size(), 10);
+    drop(store);
+    let store = Store::open(dir.path(), None).unwrap();
+    assert!(store.get("only").is_some(), "survives a reopen");
+}
+
+#[tokio::test]
+async fn pinning_or_relinking_keeps_the_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Some(1)).unwrap();
+    let e = put(&store, "k", b"bytes", false).await;
+    store.set_pinned("k", true).await.unwrap();
+    assert!(store.object_path(&e.digest).unwrap().exists());
+    store
+        .link(
+            "k",
+            &e.digest,
+            Meta {
+                pinned: true,
+                ..Meta::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(store.object_path(&e.digest).unwrap().exists());
+    assert_eq!(store.total_size(), 5);
+    drop(store);
+    let store = Store::open(dir.path(), Some(1)).unwrap();
+    assert!(store.get("k").is_some_and(|o| o.entry.pinned));
+}
+
+#[tokio::test]
+async fn sees_entries_written_by_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Store::open(dir.path(), None).unwrap();
+    let mirror = Store::open(dir.path(), None).unwrap();
+    put(&mirror, "k", b"mirrored", true).await;
+    let o = serve.get("k").expect("adopted from disk");
+    assert_eq!(o.entry.size, 8);
+    assert!(o.entry.pinned);
+    assert_eq!(serve.total_size(), 8);
+    // a live writer's temp file survives another's startup (it holds
+    // the file's lock; PIDs say nothing across PID namespaces)
+    let t = mirror.temp().unwrap();
+    let p = t.path().to_path_buf();
+    drop(Store::open(dir.path(), None).unwrap());
+    assert!(p.exists());
+    drop(t);
+    assert!(!p.exists());
+}
+
+#[tokio::test]
+async fn streams_ranges() {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let body: Vec<u8> = (0..(STREAM_CHUNK * 2 + 12345))
+        .map(|i| (i % 253) as u8)
+        .collect();
+    put(&store, "k", &body, false).await;
+    for (a, b) in [
+        (0, body.len()),
+        (5000, 5001),
+        (4095, STREAM_CHUNK + 3),
+        (10, 10),
+    ] {
+        let o = store.get("k").unwrap();
+        let mut s = Box::pin(o.stream(a as u64, b as u64));
+        let mut got = Vec::new();
+        while let Some(c) = s.next().await {
+            got.extend_from_slice(&c.unwrap());
+        }
+        assert!(got == body[a..b], "{a}..{b}");
+    }
+}
+
+#[tokio::test]
+async fn temp_dropped_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let mut t = store.temp().unwrap();
+    t.write_all(b"x").await.unwrap();
+    let p = t.path().to_path_buf();
+    assert!(p.exists());
+    drop(t);
+    assert!(!p.exists());
+}
+
+async fn read_whole(o: StoredObject) -> std::io::Result<Vec<u8>> {
+    use futures::StreamExt;
+    let n = o.len();
+    let mut s = Box::pin(o.stream(0, n));
+    let mut got = Vec::new();
+    while let Some(c) = s.next().await {
+        got.extend_from_slice(&c?);
+    }
+    Ok(got)
+}
+
+fn flip_byte(path: &Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    b[0] ^= 0x20;
+    f.write_all_at(&b, at).unwrap();
+}
+
+#[tokio::test]
+async fn a_rotten_chunk_cuts_the_read_and_drops_the_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let body: Vec<u8> = (0..(STREAM_CHUNK * 2 + 999))
+        .map(|i| (i % 241) as u8)
+        .collect();
+    let e = put(&store, "k", &body, true).await;
+    store
+        .link("alias", &e.digest, Meta::default())
+        .await
+        .unwrap();
+    assert_eq!(read_whole(store.get("k").unwrap()).await.unwrap(), body);
+    flip_byte(
+        &store.object_path(&e.digest).unwrap(),
+        STREAM_CHUNK as u64 + 17,
+    );
+    // across a restart too: the checksums live beside the index
+    drop(store);
+    let store = Store::open(dir.path(), None).unwrap();
+    // a range inside the intact first chunk is still served
+    {
+        use futures::StreamExt;
+        let o = store.get("k").unwrap();
+        let mut s = Box::pin(o.stream(10, 20));
+        assert_eq!(&s.next().await.unwrap().unwrap()[..], &body[10..20]);
+    }
+    let err = read_whole(store.get("k").unwrap()).await.unwrap_err();
+    assert!(err.to_string().contains("corrupt"), "{err}");
+    assert_eq!(store.corrupt_dropped(), 1);
+    assert!(store.get("k").is_none(), "dropped");
+    assert!(store.get("alias").is_none(), "with every key naming it");
+    assert!(!store.object_path(&e.digest).unwrap().exists());
+    assert!(!dir.path().join("sums").join(&e.digest).exists());
+    // the next fill stores it again
+    put(&store, "k", &body, false).await;
+    assert_eq!(read_whole(store.get("k").unwrap()).await.unwrap(), body);
+}
+
+#[tokio::test]
+async fn a_rotten_small_object_is_dropped_by_read_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let e = put(&store, "m", b"{\"schemaVersion\":2}", false).await;
+    assert!(store.get("m").unwrap().read_small(1024).is_ok());
+    flip_byte(&store.object_path(&e.digest).unwrap(), 3);
+    assert!(store.get("m").unwrap().read_small(1024).is_err());
+    assert!(store.get("m").is_none());
+    assert_eq!(store.corrupt_dropped(), 1);
+}
+
+#[tokio::test]
+async fn a_rotten_checksum_file_is_rewritten_not_the_object_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let body = vec![5u8; STREAM_CHUNK + 10];
+    let e = put(&store, "k", &body, true).await;
+    let sums = dir.path().join("sums").join(&e.digest);
+    flip_byte(&sums, 9);
+    drop(store);
+    let store = Store::open(dir.path(), None).unwrap();
+    assert_eq!(read_whole(store.get("k").unwrap()).await.unwrap(), body);
+    assert_eq!(store.corrupt_dropped(), 0);
+    assert_eq!(store.stored_sums(&e.digest).unwrap(), Sums::of(&body));
+}
+
+#[tokio::test]
+async fn a_pin_written_by_another_process_holds_against_eviction() {
+    let dir = tempfile::tempdir().unwrap();
+    // "serve": a size limit, the object in memory unpinned
+    let serve = Store::open(dir.path(), Some(25)).unwrap();
+    let e = put(&serve, "boot", &[1; 10], false).await;
+    drop(serve.get("boot"));
+    // "mirror sync", another process on the same directory, pins it
+    let mirror = Store::open(dir.path(), None).unwrap();
+    mirror.set_pinned("boot", true).await.unwrap();
+    // serve fills past its limit: the least recently used ("boot") would go
+    put(&serve, "a", &[2; 10], false).await;
+    put(&serve, "b", &[3; 10], false).await;
+    put(&serve, "c", &[4; 10], false).await;
+    assert!(
+        serve.object_path(&e.digest).unwrap().exists(),
+        "pinned on disk: kept"
+    );
+    let o = serve.get("boot").expect("still served");
+    assert!(o.entry.pinned, "serve learnt the pin");
+    assert!(serve.total_size() <= 25 + 10);
+}
+
+#[tokio::test]
+async fn objects_read_in_a_burst_are_evicted_when_their_readers_leave() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Some(13)).unwrap();
+    let mut held = Vec::new();
+    for (i, k) in ["a", "b", "c", "d"].iter().enumerate() {
+        put(&store, k, &[i as u8; 6], false).await;
+        held.push(store.get(k).unwrap());
+    }
+    assert_eq!(store.total_size(), 24, "every object has a reader");
+    drop(held);
+    let on_disk = || {
+        fs::read_dir(dir.path().join("objects/sha256"))
+            .unwrap()
+            .count()
+    };
+    // The bytes go just after the objects leave memory: wait for both.
+    for _ in 0..1000 {
+        if store.total_size() <= 13 && on_disk() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(store.total_size() <= 13, "{}", store.total_size());
+    assert_eq!(on_disk(), 2);
+}
+
+#[tokio::test]
+async fn a_failed_index_write_leaves_no_orphaned_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    // A directory where the key's index file must go makes the rename
+    // fail, as a full disk would (root ignores permissions, so a
+    // read-only directory would not).
+    fs::create_dir(dir.path().join("index").join(local::index_name("k"))).unwrap();
+    let mut t = store.temp().unwrap();
+    t.write_all(b"orphan?").await.unwrap();
+    let err = store.commit(t, "k", Meta::default()).await.unwrap_err();
+    assert!(err.to_string().contains("index entry"), "{err}");
+    assert_eq!(
+        fs::read_dir(dir.path().join("objects/sha256"))
+            .unwrap()
+            .count(),
+        0
+    );
+    assert_eq!(fs::read_dir(dir.path().join("sums")).unwrap().count(), 0);
+    assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+    assert!(store.get("k").is_none());
+    assert_eq!(store.total_size(), 0);
+}
+
+#[test]
+fn strangers_in_the_store_are_never_opened_or_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path(), None).unwrap());
+    let mut strangers = Vec::new();
+    for (sub, name) in [
+        ("index", format!("{}.json", "c".repeat(64))),
+        ("objects/sha256", "d".repeat(64)),
+        ("tmp", "fill-1-fifo".to_string()),
+        ("sums", "e".repeat(64)),
+    ] {
+        let p = dir.path().join(sub).join(name);
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        strangers.push(p);
+    }
+    let note = dir.path().join("objects/sha256/README");
+    fs::write(&note, b"mine").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", dir.path().join("index/link.json")).unwrap();
+    // Opening must not block on a FIFO: do it on a thread with a deadline.
+    let d = dir.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(Store::open(d, Some(1)).map(|s| s.entries().len())));
+    let n = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("open did not hang")
+        .unwrap();
+    assert_eq!(n, 0);
+    for p in strangers.iter().chain([&note]) {
+        assert!(fs::symlink_metadata(p).is_ok(), "{} kept", p.display());
+    }
+    assert!(fs::symlink_metadata(dir.path().join("index/link.json")).is_ok());
+    assert!(Path::new("/etc/passwd").exists());
+}
+
+#[test]
+fn an_empty_cache_dir_is_refused() {
+    let err = Store::open("", None).err().unwrap();
+    assert_eq!(err.exit_code(), 2);
+}

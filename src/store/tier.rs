@@ -1,0 +1,327 @@
+//! The local tier of a bucket (`serve --local-cache-max-size`): copies of
+//! objects read from the bucket, kept under the spool directory
+//! (`--cache-dir`, `tier/<hex>`), so hot objects are read at local speed
+//! and keep being served while the bucket is slow or gone. The bucket
+//! stays the truth: a copy is a cache, checked on every read against the
+//! checksums held in memory (a rotten copy is dropped, never the object),
+//! least recently used out above the bound, and whatever the store drops
+//! goes from here too.
+//!
+//! A copy comes from a fill (the verified spool file, renamed here after
+//! the upload) or, for an object another replica stored, from a
+//! background read of the bucket after its first request (checked block
+//! by block and hashed whole before it is renamed into place).
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::STREAM_CHUNK;
+use super::Store;
+use super::backend::ObjectRead;
+use super::local::{is_hex64, open_mapped};
+use super::sums::Sums;
+
+/// Background copies from the bucket at once.
+const COPIES: usize = 2;
+
+pub(super) struct Tier {
+    dir: PathBuf,
+    max: u64,
+    state: Mutex<TierState>,
+}
+
+#[derive(Default)]
+struct TierState {
+    /// digest -> (size, last use).
+    files: HashMap<String, (u64, u64)>,
+    total: u64,
+    clock: u64,
+    /// Copies from the bucket in progress.
+    copying: HashSet<String>,
+}
+
+impl Tier {
+    /// Open (creating) the tier in `dir`, bounded by `max` bytes: the
+    /// copies there are kept in the order of their modification times,
+    /// leftovers of interrupted copies removed.
+    pub(super) fn open(dir: PathBuf, max: u64) -> std::io::Result<Tier> {
+        fs::create_dir_all(&dir)?;
+        let mut found = Vec::new();
+        for e in fs::read_dir(&dir)?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Ok(md) = e.metadata() else { continue };
+            if !md.file_type().is_file() {
+                continue;
+            }
+            if is_hex64(&name) {
+                found.push((md.modified().ok(), name, md.len()));
+            } else if name.starts_with(".copy-") {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+        found.sort();
+        let mut st = TierState::default();
+        for (_, name, len) in found {
+            st.clock += 1;
+            st.total += len;
+            st.files.insert(name, (len, st.clock));
+        }
+        Ok(Tier {
+            dir,
+            max,
+            state: Mutex::new(st),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TierState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn path(&self, digest: &str) -> PathBuf {
+        self.dir.join(digest)
+    }
+
+    /// Keep only the copies `keep(digest, size)` accepts (start-up: the
+    /// objects the bucket holds, at their size).
+    pub(super) fn keep_only(&self, keep: impl Fn(&str, u64) -> bool) {
+        let gone: Vec<String> = {
+            let mut st = self.lock();
+            let gone: Vec<String> = st
+                .files
+                .iter()
+                .filter(|(d, (n, _))| !keep(d, *n))
+                .map(|(d, _)| d.clone())
+                .collect();
+            for d in &gone {
+                if let Some((n, _)) = st.files.remove(d) {
+                    st.total -= n;
+                }
+            }
+            gone
+        };
+        for d in gone {
+            let _ = fs::remove_file(self.path(&d));
+        }
+        self.shrink();
+    }
+
+    /// Bytes and copies held.
+    pub(super) fn usage(&self) -> (u64, usize) {
+        let st = self.lock();
+        (st.total, st.files.len())
+    }
+
+    /// The local copy of `digest` (of `size` bytes), opened, if there is
+    /// one; marks it used (blocking: a file open).
+    pub(super) fn open_copy(&self, digest: &str, size: u64) -> Option<Box<dyn ObjectRead>> {
+        {
+            let mut st = self.lock();
+            st.clock += 1;
+            let t = st.clock;
+            match st.files.get_mut(digest) {
+                Some((n, last)) if *n == size => *last = t,
+                _ => return None,
+            }
+        }
+        match open_mapped(&self.path(digest)) {
+            Ok(o) if o.len() == size => Some(o),
+            _ => {
+                self.remove(digest);
+                None
+            }
+        }
+    }
+
+    /// Drop the copy of `digest`, if any (a reader holding its map keeps
+    /// reading it).
+    pub(super) fn remove(&self, digest: &str) {
+        let had = {
+            let mut st = self.lock();
+            match st.files.remove(digest) {
+                Some((n, _)) => {
+                    st.total -= n;
+                    true
+                }
+                None => false,
+            }
+        };
+        if had {
+            let _ = fs::remove_file(self.path(digest));
+        }
+    }
+
+    fn insert(&self, digest: &str, size: u64) {
+        {
+            let mut st = self.lock();
+            st.clock += 1;
+            let t = st.clock;
+            if let Some((n, _)) = st.files.insert(digest.to_string(), (size, t)) {
+                st.total -= n;
+            }
+            st.total += size;
+        }
+        self.shrink();
+    }
+
+    /// Least recently used copies out until within the bound.
+    fn shrink(&self) {
+        let victims: Vec<String> = {
+            let mut st = self.lock();
+            let mut v = Vec::new();
+            while st.total > self.max {
+                let Some(d) = st
+                    .files
+                    .iter()
+                    .min_by_key(|(_, (_, last))| *last)
+                    .map(|(d, _)| d.clone())
+                else {
+                    break;
+                };
+                if let Some((n, _)) = st.files.remove(&d) {
+                    st.total -= n;
+                }
+                v.push(d);
+            }
+            v
+        };
+        for d in victims {
+            tracing::debug!(digest = %d, "out of the local tier");
+            let _ = fs::remove_file(self.path(&d));
+        }
+    }
+
+    /// A fill's verified spool file becomes the copy of `digest`.
+    pub(super) fn adopt_spool(&self, spool: &Path, digest: &str, size: u64) {
+        if size > self.max {
+            return;
+        }
+        if fs::rename(spool, self.path(digest)).is_ok() {
+            self.insert(digest, size);
+        }
+    }
+
+    /// `digest` was read from the bucket: copy it here in the background
+    /// (at most [`COPIES`] at once; a request meanwhile reads the bucket).
+    pub(super) fn want(&self, store: &Store, digest: &str, size: u64, sums: Option<Arc<Sums>>) {
+        if size > self.max {
+            return;
+        }
+        {
+            let mut st = self.lock();
+            if st.files.contains_key(digest)
+                || st.copying.contains(digest)
+                || st.copying.len() >= COPIES
+            {
+                return;
+            }
+            st.copying.insert(digest.to_string());
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.lock().copying.remove(digest);
+            return;
+        };
+        let (store, digest) = (store.clone(), digest.to_string());
+        rt.spawn_blocking(move || {
+            let Some(tier) = store.tier() else { return };
+            match tier.copy(&store, &digest, size, sums.as_deref()) {
+                Ok(()) => tier.insert(&digest, size),
+                Err(e) => tracing::warn!(%digest, error = %e, "copying into the local tier failed"),
+            }
+            tier.lock().copying.remove(&digest);
+        });
+    }
+
+    /// Read `digest` from the bucket into a temp file here, every block
+    /// checked and the whole hashed, then rename it into place.
+    fn copy(
+        &self,
+        store: &Store,
+        digest: &str,
+        size: u64,
+        sums: Option<&Sums>,
+    ) -> std::io::Result<()> {
+        use sha2::Digest as _;
+        let object = store.backend().open_object(digest, size)?;
+        let tmp = self
+            .dir
+            .join(format!(".copy-{digest}-{:08x}", rand::random::<u32>()));
+        let res = (|| {
+            let mut out = fs::File::create(&tmp)?;
+            let mut h = sha2::Sha256::new();
+            let mut span = object.span(0, size);
+            let mut pos = 0u64;
+            while pos < size {
+                let n = ((size - pos) as usize).min(STREAM_CHUNK);
+                let b = match span.as_mut() {
+                    Some(s) => s.next_bytes(n)?,
+                    None => object.read_chunk(pos, n)?,
+                };
+                if let Some(s) = sums {
+                    let bs = s.chunk();
+                    for (i, block) in b.chunks(bs).enumerate() {
+                        if !s.check(pos as usize / bs + i, block) {
+                            return Err(std::io::Error::new(
+                                std::io::ErrorKind::InvalidData,
+                                "a block does not match its checksum",
+                            ));
+                        }
+                    }
+                }
+                h.update(&b);
+                out.write_all(&b)?;
+                pos += n as u64;
+            }
+            if hex::encode(h.finalize()) != digest {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the bytes do not hash to their digest",
+                ));
+            }
+            fs::rename(&tmp, self.path(digest))
+        })();
+        if res.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_recently_used_copies_go_above_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let tier = Tier::open(dir.path().join("tier"), 10).unwrap();
+        let (a, b, c) = ("a".repeat(64), "b".repeat(64), "c".repeat(64));
+        for d in [&a, &b] {
+            let spool = dir.path().join("spool");
+            fs::write(&spool, b"12345").unwrap();
+            tier.adopt_spool(&spool, d, 5);
+        }
+        assert_eq!(tier.usage(), (10, 2));
+        assert!(tier.open_copy(&a, 5).is_some(), "a used: b is the oldest");
+        let spool = dir.path().join("spool");
+        fs::write(&spool, b"12345").unwrap();
+        tier.adopt_spool(&spool, &c, 5);
+        assert_eq!(tier.usage(), (10, 2));
+        assert!(tier.open_copy(&b, 5).is_none(), "b went");
+        assert!(!dir.path().join("tier").join(&b).exists());
+        assert!(tier.open_copy(&a, 5).is_some() && tier.open_copy(&c, 5).is_some());
+        // Asked for another size: not served.
+        assert!(tier.open_copy(&c, 6).is_none());
+        // Reopened: the copies are found again; keep_only drops strangers.
+        drop(tier);
+        fs::write(dir.path().join("tier/.copy-x-1"), b"partial").unwrap();
+        let tier = Tier::open(dir.path().join("tier"), 10).unwrap();
+        assert_eq!(tier.usage(), (10, 2));
+        assert!(!dir.path().join("tier/.copy-x-1").exists());
+        tier.keep_only(|d, _| d == a);
+        assert_eq!(tier.usage(), (5, 1));
+        assert!(!dir.path().join("tier").join(&c).exists());
+    }
+}

@@ -1,0 +1,86 @@
+//! Memory under slow readers: 400 clients join one fill (nginx as the
+//! factory, rate-limited so the fill lasts seconds) and read a KiB now and
+//! then; the service's anonymous memory stays under 96 MiB in total,
+//! because a reader of a growing file reads the spool in small windows and
+//! hyper queues little per connection (before: about 1 MiB each).
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use crate::support::factory::{A, Factory, image_path};
+use crate::support::{curl, rss_anon_kib, small_window_client};
+
+const READERS: usize = 400;
+const LIMIT_KIB: u64 = 96 * 1024;
+
+/// Bytes of the fill's spool file so far (the one `tmp/fill-*`).
+fn spooled(cache: &std::path::Path) -> u64 {
+    std::fs::read_dir(cache.join("tmp"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("fill-"))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn four_hundred_slow_readers_of_one_fill_hold_little_memory() {
+    // 40 MiB at 8 MiB/s: the fill lasts about five seconds.
+    let up = Factory::new(40, 0, &[A], Some("8m"));
+    let svc = up.serve(&["--write-timeout", "120"]);
+    let base = rss_anon_kib(svc.pid());
+    let mut readers = Vec::new();
+    for _ in 0..READERS {
+        let mut s = small_window_client(svc.port);
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(s, "GET {} HTTP/1.1\r\nHost: x\r\n\r\n", image_path(A)).unwrap();
+        readers.push(s);
+    }
+    // Every reader has its answer started (it joined the fill).
+    let mut buf = [0u8; 1024];
+    for s in &mut readers {
+        let n = s.read(&mut buf).unwrap();
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+    }
+    // Slow readers: a KiB each, round after round, while the fill grows;
+    // the peak of anonymous memory is kept.
+    let total = up.xz.len() as u64;
+    let mut peak = 0;
+    let t = Instant::now();
+    loop {
+        for s in &mut readers {
+            let _ = s.read(&mut buf);
+        }
+        peak = peak.max(rss_anon_kib(svc.pid()));
+        let at = spooled(&up.cache());
+        if at == 0 || at >= total * 9 / 10 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "the fill did not progress"
+        );
+    }
+    peak = peak.max(rss_anon_kib(svc.pid()));
+    eprintln!(
+        "{READERS} slow readers: anonymous memory {base} KiB before, peak {peak} KiB ({} KiB a reader)",
+        peak.saturating_sub(base) / READERS as u64
+    );
+    assert!(
+        peak < LIMIT_KIB,
+        "{READERS} slow readers of one fill took {peak} KiB of anonymous memory (limit {LIMIT_KIB} KiB, {base} KiB before)"
+    );
+    drop(readers);
+    // The fill was not disturbed: the artifact is whole.
+    let got = curl(&[&format!("{}{}", svc.url(), image_path(A))]);
+    assert_eq!(got.status, 200);
+    assert!(got.body == up.xz, "wrong bytes");
+}
