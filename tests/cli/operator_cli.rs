@@ -610,10 +610,11 @@ fn help_describes_every_flag() {
                 "store",
                 "s3-endpoint",
                 "s3-region",
+                "local-cache-max-size",
             ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
-            assert_eq!(checked.len(), 25, "{checked:?}");
+            assert_eq!(checked.len(), 26, "{checked:?}");
         }
     }
     // The upstream bounds, on both commands that have them.
