@@ -614,10 +614,11 @@ fn help_describes_every_flag() {
                 "s3-endpoint",
                 "s3-region",
                 "trust-forwarded-for",
+                "local-cache-max-size",
             ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
-            assert_eq!(checked.len(), 26, "{checked:?}");
+            assert_eq!(checked.len(), 27, "{checked:?}");
         }
     }
     // The upstream bounds, on both commands that have them.
