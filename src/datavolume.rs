@@ -215,7 +215,7 @@ pub fn parse_sha256_file(body: &str, asset: &str) -> std::result::Result<String,
     let line = body.lines().next().unwrap_or("").trim();
     let mut parts = line.split_whitespace();
     let hex = parts.next().unwrap_or("");
-    if !crate::registry::names::is_hex64(hex) {
+    if !crate::text::is_hex64(hex) {
         return Err(format!(
             "not a sha256 line (<64 hex>  <name>): {:?}",
             shown(line)

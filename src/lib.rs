@@ -5,6 +5,7 @@
 
 pub mod error;
 pub mod goyaml;
+pub mod text;
 pub mod version;
 pub mod yaml;
 

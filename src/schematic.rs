@@ -448,7 +448,7 @@ pub fn id_and_canonical(text: &str) -> Result<(String, String)> {
 
 /// True for a well-formed schematic ID: 64 lowercase hex digits.
 pub fn is_valid_id(id: &str) -> bool {
-    id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    crate::text::is_hex64(id)
 }
 
 /// Convert free-form option values into emission form: mappings with keys

@@ -227,7 +227,7 @@ const STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One line per key that goes (or would), then the total.
 fn print_prune(r: &crate::mirror::PruneReport) {
-    let human = crate::mirror::sync::human;
+    let human = crate::text::human_size;
     let verb = if r.dry_run { "would remove" } else { "removed" };
     for (k, size) in &r.keys {
         println!("{verb} {k} ({})", human(*size));
@@ -379,7 +379,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             println!(
                 "mirror verify: {} objects ({}) checked, {} bad, {} entries dropped on open{}",
                 r.objects,
-                mirror::sync::human(r.bytes),
+                crate::text::human_size(r.bytes),
                 r.bad.len(),
                 r.dropped_at_open.len(),
                 if r.sums_written > 0 {
@@ -428,9 +428,9 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                     format.name(),
                     r.items,
                     r.files,
-                    mirror::sync::human(r.bytes),
+                    crate::text::human_size(r.bytes),
                     r.copied,
-                    mirror::sync::human(r.copied_bytes),
+                    crate::text::human_size(r.copied_bytes),
                     r.files - r.copied,
                     r.removed
                 );
@@ -441,7 +441,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 "mirror export: {} keys, {} objects ({}) written to {output}",
                 r.keys,
                 r.objects,
-                mirror::sync::human(r.bytes)
+                crate::text::human_size(r.bytes)
             );
             Ok(0)
         }

@@ -113,21 +113,6 @@ struct ReleaseRow {
     what: String,
 }
 
-/// `3d 4h`, `5m 12s`, `40s`.
-pub fn human_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    let (days, h, m, sec) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
-    if days > 0 {
-        format!("{days}d {h}h")
-    } else if h > 0 {
-        format!("{h}h {m}m")
-    } else if m > 0 {
-        format!("{m}m {sec}s")
-    } else {
-        format!("{sec}s")
-    }
-}
-
 /// The names of known schematics for any 64-hex segment of `key`.
 fn schematic_label(key: &str, names: &std::collections::HashMap<&str, &str>) -> String {
     key.split(['/', ':'])
@@ -147,21 +132,7 @@ fn tera() -> &'static tera::Tera {
     })
 }
 
-/// `1.5 GiB`-style sizes.
-pub fn human_size(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+use crate::text::{human_duration, human_size};
 
 fn when(secs: Option<u64>) -> String {
     match secs {
@@ -457,7 +428,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
                     stored: format!("{} of {} items", r.stored, r.items),
                     size: format!(
                         "{} ({} objects)",
-                        crate::mirror::sync::human(r.bytes),
+                        crate::text::human_size(r.bytes),
                         r.objects
                     ),
                     what: r.what,

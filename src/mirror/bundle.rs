@@ -170,7 +170,7 @@ impl ImportReport {
             "{} keys, {} objects ({}) imported; {} keys already present",
             self.keys,
             self.objects,
-            super::sync::human(self.bytes),
+            crate::text::human_size(self.bytes),
             self.present
         )
     }

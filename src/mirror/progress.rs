@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use indicatif::{HumanBytes, MultiProgress, ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+use crate::text::human_size;
 use tokio::sync::{AcquireError, Semaphore, SemaphorePermit};
 
 /// No byte for this long and an item says `stalled`.
@@ -324,8 +326,8 @@ impl Meter {
 /// The text of a stalled item's line (after its elapsed time).
 fn stalled_text(quiet: Duration, pos: u64, len: Option<u64>, name: &str) -> String {
     let of = match len {
-        Some(n) => format!("{} of {}", HumanBytes(pos), HumanBytes(n)),
-        None => format!("{} so far", HumanBytes(pos)),
+        Some(n) => format!("{} of {}", human_size(pos), human_size(n)),
+        None => format!("{} so far", human_size(pos)),
     };
     format!("stalled, no bytes for {}s, {of}: {name}", quiet.as_secs())
 }

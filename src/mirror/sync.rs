@@ -126,9 +126,7 @@ impl SyncReport {
     }
 }
 
-pub fn human(n: u64) -> String {
-    indicatif::HumanBytes(n).to_string()
-}
+use crate::text::human_size as human;
 
 /// Counters of one item, shared by its concurrent parts.
 #[derive(Default)]

@@ -127,9 +127,7 @@ pub fn is_tag(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
-pub fn is_hex64(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
-}
+pub use crate::text::is_hex64;
 
 /// One path component: `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`.
 fn is_component(s: &str) -> bool {

@@ -342,9 +342,7 @@ pub(super) fn index_name(key: &str) -> String {
     format!("{}.json", hex::encode(Sha256::digest(key.as_bytes())))
 }
 
-pub(super) fn is_hex64(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
+pub(super) use crate::text::is_hex64;
 
 /// Is `name` an index file name the store writes (`<hex64>.json`)?
 pub(super) fn is_index_name(name: &str) -> bool {

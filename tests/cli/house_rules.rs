@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 /// layers only (same-layer modules do not use each other).
 const LAYERS: &[&[&str]] = &[
     &["error"],
-    &["version", "goyaml", "input"],
+    &["version", "goyaml", "input", "text"],
     &["yaml", "cosign", "store"],
     &["matrix", "schematic", "upstream", "metrics", "inventory"],
     &["schematics", "fill"],
