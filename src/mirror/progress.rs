@@ -351,7 +351,7 @@ mod tests {
     #[test]
     fn stalled_text_says_so_without_a_bar() {
         let t = stalled_text(Duration::from_millis(4200), 512, Some(1024), "x");
-        assert_eq!(t, "stalled, no bytes for 4s, 512 B of 1.00 KiB: x");
+        assert_eq!(t, "stalled, no bytes for 4s, 512 B of 1.0 KiB: x");
         let t = stalled_text(Duration::from_secs(3), 0, None, "y");
         assert_eq!(t, "stalled, no bytes for 3s, 0 B so far: y");
     }
