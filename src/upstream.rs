@@ -62,14 +62,11 @@ impl std::fmt::Display for FetchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FetchError::Status { status, body, .. } => {
-                // One line: an HTML error page says nothing the status does not.
-                let text = String::from_utf8_lossy(body);
-                let text: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-                if text.is_empty() || text.starts_with('<') {
+                let text = one_line(&String::from_utf8_lossy(body));
+                if text.is_empty() {
                     write!(f, "upstream answered {status}")
                 } else {
-                    let short: String = text.chars().take(200).collect();
-                    write!(f, "upstream answered {status}: {short}")
+                    write!(f, "upstream answered {status}: {text}")
                 }
             }
             FetchError::Timeout(m) | FetchError::Failed(m) | FetchError::Local(m) => f.write_str(m),
@@ -357,10 +354,85 @@ pub async fn small_body(resp: reqwest::Response, limits: &Limits) -> Bytes {
     Bytes::from(out)
 }
 
-/// Turn a response into the fill's view: 2xx gives the head (length,
+/// Most characters [`one_line`] keeps.
+pub const ONE_LINE_MAX: usize = 200;
+
+/// An upstream's error body, or an error text that carries one (an S3
+/// client's error quotes the body), as one short line for a log or a
+/// terminal: an XML error (S3's `<Error>`) reduced to its `Code` and
+/// `Message`, an HTML page to its `<title>`, other markup dropped, control
+/// characters and runs of whitespace made one space, at most
+/// [`ONE_LINE_MAX`] characters (`...` marks a cut).
+pub fn one_line(text: &str) -> String {
+    // ASCII lowercasing keeps every byte offset.
+    let lower = text.to_ascii_lowercase();
+    let element = |name: &str| -> Option<&str> {
+        let open = format!("<{name}>");
+        let start = lower.find(&open)? + open.len();
+        let end = lower[start..].find(&format!("</{name}>"))? + start;
+        Some(&text[start..end])
+    };
+    let summary = match lower.find('<') {
+        None => text.to_string(),
+        Some(at) => {
+            let before = text[..at].trim_end().trim_end_matches(':');
+            let gist = match (element("code"), element("message"), element("title")) {
+                (Some(c), Some(m), _) => format!("{c}: {m}"),
+                (Some(c), None, _) => c.to_string(),
+                (None, Some(m), _) => m.to_string(),
+                (None, None, Some(t)) => t.to_string(),
+                (None, None, None) => {
+                    let mut out = String::new();
+                    let mut in_tag = false;
+                    for c in text[at..].chars() {
+                        match c {
+                            '<' => in_tag = true,
+                            '>' => {
+                                in_tag = false;
+                                out.push(' ');
+                            }
+                            c if !in_tag => out.push(c),
+                            _ => {}
+                        }
+                    }
+                    out
+                }
+            };
+            // The page's gist survives a long lead (an S3 client's own words).
+            let gist = squeeze(&gist, ONE_LINE_MAX / 2);
+            let before = squeeze(before, ONE_LINE_MAX - gist.chars().count());
+            return match (before.is_empty(), gist.is_empty()) {
+                (true, _) => gist,
+                (false, true) => before,
+                (false, false) => format!("{before}: {gist}"),
+            };
+        }
+    };
+    squeeze(&summary, ONE_LINE_MAX)
+}
+
+/// Whitespace and control characters made single spaces, cut at `max`
+/// characters (`...` marks the cut).
+fn squeeze(text: &str, max: usize) -> String {
+    let words: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let joined = words.join(" ");
+    if joined.chars().count() > max {
+        let cut: String = joined.chars().take(max).collect();
+        format!("{cut}...")
+    } else {
+        joined
+    }
+}
+
+/// Turn a response into the fill's view: 200 gives the head (length,
 /// content type, and the named headers kept as meta) and the bounded body
 /// stream; 4xx is passed through as [`FetchError::Status`]; anything else
-/// fails.
+/// fails. Only a 200 is a whole object: no fill sends `Range`, so a 206
+/// (part of the body) or any other 2xx (204, 203, ...) is a failure (502),
+/// never stored.
 pub async fn open_response(
     resp: reqwest::Response,
     limits: &Limits,
@@ -374,7 +446,7 @@ pub async fn open_response(
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
     };
-    if status.is_success() {
+    if status == reqwest::StatusCode::OK {
         let mut head = Head {
             len: resp.content_length(),
             content_type: text("content-type"),
@@ -406,6 +478,12 @@ pub async fn open_response(
             body,
         });
     }
+    if status.is_success() {
+        return Err(FetchError::Failed(format!(
+            "upstream {} answered {status} to a request for the whole object; only 200 is the whole object, nothing stored",
+            redact(&url)
+        )));
+    }
     Err(FetchError::Failed(format!(
         "upstream {} answered {status}",
         redact(&url)
@@ -415,6 +493,22 @@ pub async fn open_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_bodies_become_one_line() {
+        let html = "<!DOCTYPE html>\n<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n<center><h1>502 Bad Gateway</h1></center>\n<hr><center>nginx</center>\n</body>\n</html>\n";
+        assert_eq!(one_line(html), "502 Bad Gateway");
+        let s3 = "Client error with status 403 Forbidden: <?xml version=\"1.0\"?>\n<Error><Code>AccessDenied</Code><Message>Access\n Denied</Message></Error>";
+        assert_eq!(
+            one_line(s3),
+            "Client error with status 403 Forbidden: AccessDenied: Access Denied"
+        );
+        assert_eq!(one_line("  plain\n\ttext\r\n"), "plain text");
+        assert_eq!(one_line("<p>a</p>\n<p>b</p>"), "a b");
+        let long = "x".repeat(500);
+        assert_eq!(one_line(&long).chars().count(), ONE_LINE_MAX + 3);
+        assert!(!one_line("a\u{1b}[31mb").contains('\u{1b}'));
+    }
 
     fn chunks(
         v: Vec<(u64, &'static [u8])>,

@@ -159,6 +159,91 @@ pub fn routes() -> Vec<(&'static str, &'static [u16], MethodRouter<AppState>)> {
     ]
 }
 
+/// Who may write through a route, and what a write may keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writes {
+    /// The route only reads (GET/HEAD); what a read fills from an upstream
+    /// is cache: unpinned, counted in `--cache-max-size`, evicted LRU.
+    None,
+    /// With `--api-token-file`, every write (any method but
+    /// GET/HEAD/OPTIONS) needs `Authorization: Bearer <token>`: 401
+    /// otherwise. It stores nothing (`/api/v1/...` answers are computed).
+    Token,
+    /// Open to every client, as the Image Factory's `POST /schematics` is;
+    /// what it stores is pinned (kept through eviction) only when
+    /// `--api-token-file` is given and the request carries the token.
+    /// Otherwise it is cache: unpinned, counted in `--cache-max-size` and
+    /// evictable, so no unauthenticated client can grow the store past
+    /// its limit. (What the mirror config names, `mirror sync` pins.)
+    PinnedWithToken,
+}
+
+/// The policy of one route: [`ROUTE_POLICY`] by route template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub writes: Writes,
+    /// Answered 503 at once while the store (an S3 bucket) does not
+    /// answer; the probes, metrics, status page and the computed API are not.
+    pub store_gated: bool,
+}
+
+const fn policy(writes: Writes, store_gated: bool) -> Policy {
+    Policy {
+        writes,
+        store_gated,
+    }
+}
+
+/// The one table of what each route of [`routes()`] may do
+/// ([`limits::enforce`] applies it by the matched template; a unit test
+/// checks that every route has exactly one row). Request bodies are
+/// bounded apart from it: 1 MiB ([`limits::BODY_LIMIT`], and the
+/// schematic's own `MAX_SIZE`).
+pub const ROUTE_POLICY: &[(&str, Policy)] = &[
+    ("/", policy(Writes::None, false)),
+    ("/healthz", policy(Writes::None, false)),
+    ("/readyz", policy(Writes::None, false)),
+    ("/metrics", policy(Writes::None, false)),
+    ("/api/v1/matrix", policy(Writes::Token, false)),
+    ("/api/v1/matrix/check", policy(Writes::Token, false)),
+    ("/api/v1/machineconfig", policy(Writes::Token, false)),
+    ("/api/v1/kubelet-reservations", policy(Writes::Token, false)),
+    ("/schematics", policy(Writes::PinnedWithToken, true)),
+    ("/schematics/{id}", policy(Writes::None, true)),
+    ("/v2/", policy(Writes::None, true)),
+    ("/v2/{*rest}", policy(Writes::None, true)),
+    ("/versions", policy(Writes::None, true)),
+    ("/oci/cosign/signing-key.pub", policy(Writes::None, true)),
+    ("/secureboot/signing-cert.pem", policy(Writes::None, true)),
+    (
+        "/version/{version}/extensions/official",
+        policy(Writes::None, true),
+    ),
+    (
+        "/version/{version}/overlays/official",
+        policy(Writes::None, true),
+    ),
+    (
+        "/image/{schematic}/{version}/{asset}",
+        policy(Writes::None, true),
+    ),
+    ("/talosctl/{version}/{path}", policy(Writes::None, true)),
+    (
+        "/pxe/{schematic}/{version}/{path}",
+        policy(Writes::None, true),
+    ),
+];
+
+/// The policy of a route template; a route missing from the table gets the
+/// strictest (writes need the token, gated by the store).
+pub fn route_policy(template: &str) -> Policy {
+    ROUTE_POLICY
+        .iter()
+        .find(|(t, _)| *t == template)
+        .map(|(_, p)| *p)
+        .unwrap_or(policy(Writes::Token, true))
+}
+
 /// All routes.
 pub fn router(state: AppState) -> Router {
     let mut router = Router::new();
@@ -172,13 +257,10 @@ pub fn router(state: AppState) -> Router {
         // Buffering extractors (the POST endpoints) stop at 1 MiB: 413.
         // (`POST /schematics` reads its body under the same limit itself.)
         .layer(axum::extract::DefaultBodyLimit::max(limits::BODY_LIMIT))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            limits::require_token,
-        ))
+        // The route policy table: token, what a write may pin, store gate.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            ops::store_gate,
+            limits::enforce,
         ))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -331,4 +413,19 @@ pub async fn shutdown_signal() {
         _ = term => {},
     }
     tracing::info!("shutdown signal received");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_route_has_one_policy_row() {
+        let routes: Vec<&str> = super::routes().into_iter().map(|r| r.0).collect();
+        for r in &routes {
+            let rows = super::ROUTE_POLICY.iter().filter(|p| p.0 == *r).count();
+            assert_eq!(rows, 1, "{r}: {rows} policy rows");
+        }
+        for (t, _) in super::ROUTE_POLICY {
+            assert!(routes.contains(t), "{t}: a policy row of no route");
+        }
+    }
 }

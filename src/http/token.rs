@@ -1,5 +1,5 @@
 //! The bearer token `/api/v1/` writes require with `--api-token-file`
-//! ([`super::limits::require_token`] asks it). The comparison is
+//! ([`super::limits::enforce`] asks it, by the route policy table). The comparison is
 //! constant-time (both sides hashed to 32 bytes first, so not even the
 //! length leaks); neither the token nor the header is ever logged or
 //! printed (`Debug` is redacted).

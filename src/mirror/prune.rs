@@ -46,6 +46,14 @@ pub struct PruneReport {
 /// removed) when some item of `cfg` is not fully stored: a partial store
 /// is no picture of what the config needs (sync it first).
 pub async fn prune(store: &Store, cfg: &Config, dry_run: bool) -> Result<PruneReport> {
+    // A config that names nothing (an empty file, `{}`, `talosVersions:
+    // []`: an empty ConfigMap) would make every mirrored key a candidate:
+    // refused, as `mirror sync` refuses it, dry or not.
+    if cfg.items().is_empty() {
+        return Err(Error::bad_input(
+            "mirror prune: the config names nothing to keep (no workers, images, installers, talosctl or extraImages); pruning would remove every mirrored key, nothing pruned",
+        ));
+    }
     let (reach, missing) = super::reachable_keys(store, cfg);
     if !missing.is_empty() {
         return Err(Error::refused(format!(

@@ -43,6 +43,7 @@ impl Registry {
 
     /// A stored manifest, if any.
     async fn stored_manifest(&self, d: &Digest) -> Option<Manifest> {
+        self.drop_misnamed(&manifest_key(d));
         let obj = self.store.get(&manifest_key(d))?;
         let media_type = obj
             .entry

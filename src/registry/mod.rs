@@ -20,7 +20,7 @@ pub mod client;
 mod error;
 pub mod layout;
 mod listing;
-mod locks;
+pub(crate) mod locks;
 mod manifest;
 pub mod names;
 mod service;

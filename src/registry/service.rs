@@ -221,6 +221,7 @@ impl Registry {
     /// verified against the digest).
     pub async fn blob(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<Blob, OciError> {
         let key = blob_key(d);
+        self.drop_misnamed(&key);
         if self.offline {
             return match self.store.get(&key) {
                 Some(obj) => {
@@ -257,6 +258,18 @@ impl Registry {
         joined.object().await.map_err(|e| fill_error(e, repo, d))
     }
 
+    /// A key that names a digest its object does not have (an imported
+    /// bundle that lied) is dropped, never served: offline the digest is
+    /// unknown, online it is fetched again.
+    pub(super) fn drop_misnamed(&self, key: &str) {
+        if let Some(e) = self.store.entry(key)
+            && let Err(why) = layout::check_claim(key, &e.digest)
+        {
+            tracing::warn!(key, reason = %why, "stored key names another object; dropped, not served");
+            self.store.remove(key);
+        }
+    }
+
     pub(super) fn metric(&self, f: impl FnOnce(&Metrics)) {
         if let Some(m) = &self.metrics {
             f(m);
@@ -280,6 +293,7 @@ impl Registry {
 
     /// Whether a blob is already stored (no upstream call), and its size.
     pub fn stored_blob_size(&self, d: &Digest) -> Option<u64> {
+        self.drop_misnamed(&blob_key(d));
         self.store.entry(&blob_key(d)).map(|e| e.size)
     }
 

@@ -405,9 +405,9 @@ fn output_secrets_never_overwrites_a_different_bundle() {
     assert_eq!(std::fs::read(&a).unwrap(), first);
     assert_eq!(std::fs::read(&cfg).unwrap(), first_cfg);
 
-    // The same bundle: fine, and the config is the same.
+    // The same bundle as input: the config is the same.
     let mut same = base.to_vec();
-    same.extend(["--with-secrets", a_s, "--output-secrets", a_s]);
+    same.extend(["--with-secrets", a_s]);
     let (code, out, err) = mc(&same, None);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.as_bytes(), first_cfg.as_slice());
@@ -450,4 +450,53 @@ fn output_secrets_never_overwrites_a_different_bundle() {
         names.iter().all(|n| !n.ends_with(".tmp")),
         "temp files left: {names:?}"
     );
+}
+
+/// Issue 20 item 5: the secrets bundle is never an output. `-o` or
+/// `--output-secrets` naming the `--with-secrets` file, by its name, another
+/// spelling, a symbolic link or a hard link, is exit 2 before anything is
+/// written: the bundle keeps its bytes (it used to be overwritten by the
+/// worker config, the cluster's CA keys gone).
+#[test]
+fn the_secrets_bundle_is_never_an_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let sec = dir.path().join("sec.yaml");
+    let base = ["--talos-version", "v1.13.6"];
+    let mut args = base.to_vec();
+    args.extend(["--output-secrets", sec.to_str().unwrap()]);
+    let (code, _, err) = mc(&args, None);
+    assert_eq!(code, 0, "{err}");
+    let bundle = std::fs::read(&sec).unwrap();
+    let soft = dir.path().join("soft.yaml");
+    std::os::unix::fs::symlink(&sec, &soft).unwrap();
+    let hard = dir.path().join("hard.yaml");
+    std::fs::hard_link(&sec, &hard).unwrap();
+    let spelled = dir.path().join(".").join("sec.yaml");
+    for flag in ["-o", "--output-secrets"] {
+        for out in [&sec, &spelled, &soft, &hard] {
+            let mut args = base.to_vec();
+            args.extend(["--with-secrets", sec.to_str().unwrap()]);
+            args.extend([flag, out.to_str().unwrap()]);
+            let (code, stdout, err) = mc(&args, None);
+            assert_eq!(code, 2, "{flag} {}: {err}", out.display());
+            assert!(
+                err.contains(flag) && err.contains("--with-secrets"),
+                "{flag}: {err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(stdout.is_empty());
+            assert_eq!(
+                std::fs::read(&sec).unwrap(),
+                bundle,
+                "{flag} {}",
+                out.display()
+            );
+            assert!(
+                std::fs::symlink_metadata(&soft)
+                    .unwrap()
+                    .file_type()
+                    .is_symlink()
+            );
+        }
+    }
 }
