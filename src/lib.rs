@@ -5,6 +5,7 @@
 
 pub mod error;
 pub mod goyaml;
+pub mod input;
 pub mod version;
 pub mod yaml;
 

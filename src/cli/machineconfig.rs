@@ -358,7 +358,11 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
     if let Some(path) = &args.output_secrets {
         // Never replace a different bundle: configs already made from it
         // would stop matching the cluster. The same bundle is left as it is.
-        match std::fs::read_to_string(path) {
+        match crate::input::read_string(
+            std::path::Path::new(path),
+            crate::input::MAX_INPUT,
+            crate::input::Kind::File,
+        ) {
             Ok(existing) => {
                 let same = crate::machineconfig::secrets::Bundle::parse(&existing, path)
                     .is_ok_and(|b| b == out.bundle);

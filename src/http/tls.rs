@@ -99,37 +99,14 @@ pub fn load(files: &TlsFiles) -> Result<(Arc<CertifiedKey>, String)> {
 /// Largest certificate chain or key file read: 1 MiB (a chain is a few KiB).
 pub const MAX_FILE: u64 = 1 << 20;
 
-/// Read a certificate or key file like every other input: opened without
-/// blocking (`O_NONBLOCK`: a FIFO or a device never holds the open), only a
-/// regular file (links followed: a Secret volume is links), at most
-/// [`MAX_FILE`] bytes, also when it grows while being read. So neither the
-/// start nor the reload task ever waits on, or reads without end from, a
-/// FIFO or `/dev/zero` put in a file's place.
+/// A certificate or key file, read like every other input
+/// ([`crate::input`]): opened without blocking (a FIFO or a device never
+/// holds the open), only a regular file (links followed: a Secret volume
+/// is links), at most [`MAX_FILE`] bytes, also when it grows while being
+/// read. So neither the start nor the reload task ever waits on, or reads
+/// without end from, a FIFO or `/dev/zero` put in a file's place.
 fn read_bounded(p: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(p)?;
-    let meta = f.metadata()?;
-    if !meta.file_type().is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    if meta.len() > MAX_FILE {
-        return Err(std::io::Error::other(format!(
-            "{} bytes, larger than the {MAX_FILE} bytes a certificate or key file may hold",
-            meta.len()
-        )));
-    }
-    let mut out = Vec::with_capacity(meta.len() as usize);
-    f.take(MAX_FILE + 1).read_to_end(&mut out)?;
-    if out.len() as u64 > MAX_FILE {
-        return Err(std::io::Error::other(format!(
-            "larger than the {MAX_FILE} bytes a certificate or key file may hold"
-        )));
-    }
-    Ok(out)
+    crate::input::read(p, MAX_FILE, crate::input::Kind::File)
 }
 
 /// `names ..., valid until ...` of a certificate, for the log.

@@ -500,3 +500,60 @@ fn the_secrets_bundle_is_never_an_output() {
         }
     }
 }
+
+/// Issue 20 hostile pass: every input file is read like the TLS files: a
+/// device (`/dev/zero`, read without end before: killed for memory) is
+/// exit 2 naming it, a pipe that never ends is cut at 16 MiB (exit 2), a
+/// FIFO with no writer does not hang, and a shell's `<(...)` still works.
+#[test]
+fn input_files_are_files_or_pipes_and_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let sec = dir.path().join("sec.yaml");
+    let base = ["--talos-version", "v1.13.6"];
+    let mut args = base.to_vec();
+    args.extend(["--output-secrets", sec.to_str().unwrap(), "-o", "/dev/null"]);
+    let (code, _, err) = mc(&args, None);
+    assert_eq!(code, 0, "{err}");
+    let fifo = dir.path().join("fifo");
+    let st = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for (flag, path, why) in [
+        ("--with-secrets", "/dev/zero", "not a regular file"),
+        ("--values", "/dev/zero", "not a regular file"),
+        ("--matrix", "/dev/zero", "not a regular file"),
+    ] {
+        let mut args = base.to_vec();
+        args.extend([flag, path]);
+        let (code, _, err) = mc(&args, None);
+        assert_eq!(code, 2, "{flag} {path}: {err}");
+        assert!(
+            err.contains(flag) && err.contains(path) && err.contains(why),
+            "{err}"
+        );
+    }
+    // A FIFO nobody writes to: read as empty at once, not waited on.
+    let mut args = base.to_vec();
+    args.extend(["--with-secrets", fifo.to_str().unwrap()]);
+    let (code, _, err) = mc(&args, None);
+    assert_eq!(code, 2, "{err}");
+    let bin = env!("CARGO_BIN_EXE_talos-gen");
+    let sh = |script: String| {
+        std::process::Command::new("bash")
+            .args(["-c", &script])
+            .output()
+            .unwrap()
+    };
+    let common =
+        "machineconfig --cluster-name c1 --endpoint https://c1.ns.svc:6443 --talos-version v1.13.6";
+    let o = sh(format!(
+        "{bin} {common} --with-secrets <(cat {}) >/dev/null",
+        sec.display()
+    ));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = sh(format!("{bin} {common} --values <(yes) >/dev/null"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("larger than 16777216 bytes"));
+}

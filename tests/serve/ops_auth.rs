@@ -149,7 +149,22 @@ fn unusable_token_file_is_bad_input() {
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty");
     std::fs::write(&empty, "\n").unwrap();
-    for f in [empty, dir.path().join("missing")] {
+    // A FIFO nobody writes to and a device: refused at once (a FIFO used
+    // to hang the start, /dev/zero to be read without end).
+    let fifo = dir.path().join("fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    for f in [
+        empty,
+        dir.path().join("missing"),
+        fifo,
+        std::path::PathBuf::from("/dev/zero"),
+    ] {
         let o = Command::new(env!("CARGO_BIN_EXE_talos-gen"))
             .args([
                 "serve",
