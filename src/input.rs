@@ -26,8 +26,9 @@ pub enum Kind {
     FileOrPipe,
 }
 
-/// The bytes of `path`, at most `max` of them (see the module).
-pub fn read(path: &Path, max: u64, kind: Kind) -> std::io::Result<Vec<u8>> {
+/// `path` opened for reading as the module says (no bound on its size:
+/// for a stream the caller reads as it goes, e.g. a `mirror import` tar).
+pub fn open(path: &Path, kind: Kind) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     use std::os::unix::io::AsRawFd;
     let f = std::fs::OpenOptions::new()
@@ -47,7 +48,14 @@ pub fn read(path: &Path, max: u64, kind: Kind) -> std::io::Result<Vec<u8>> {
         }
     } else if !ft.is_file() {
         return Err(std::io::Error::other("not a regular file"));
-    } else if meta.len() > max {
+    }
+    Ok((f, meta))
+}
+
+/// The bytes of `path`, at most `max` of them (see the module).
+pub fn read(path: &Path, max: u64, kind: Kind) -> std::io::Result<Vec<u8>> {
+    let (f, meta) = open(path, kind)?;
+    if meta.file_type().is_file() && meta.len() > max {
         return Err(too_big(max));
     }
     let mut out = Vec::with_capacity(meta.len().min(max) as usize);

@@ -17,7 +17,8 @@ pub const EMBEDDED: &[(&str, &str)] = &[
 /// since, kept in the [`Store`](crate::store::Store) under
 /// `schematic/<id>` (canonical bytes) so they survive restarts, `mirror
 /// verify` and `mirror export`; pinned (kept through eviction) when
-/// `mirror sync` or a POST with the API token stored them, else cache. The object's sha256 is the
+/// `mirror sync` stored them or a POST did that carried the API token (or
+/// came to a service without `--api-token-file`), else cache. The object's sha256 is the
 /// schematic ID itself; reading it re-checks that.
 pub struct Registry {
     store: crate::store::Store,

@@ -70,7 +70,9 @@ pub async fn enforce(State(st): State<AppState>, mut req: Request, next: Next) -
         )
             .into_response();
     }
-    let pin = policy.writes == Writes::PinnedWithToken && token == Some(true);
+    // Without --api-token-file every client is trusted alike (pinned, as
+    // before); with it, only the token's bearer pins.
+    let pin = policy.writes == Writes::PinnedWithToken && token != Some(false);
     req.extensions_mut().insert(PinWrites(pin));
     if policy.store_gated && !st.store.available() {
         return (

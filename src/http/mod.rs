@@ -169,12 +169,13 @@ pub enum Writes {
     /// GET/HEAD/OPTIONS) needs `Authorization: Bearer <token>`: 401
     /// otherwise. It stores nothing (`/api/v1/...` answers are computed).
     Token,
-    /// Open to every client, as the Image Factory's `POST /schematics` is;
-    /// what it stores is pinned (kept through eviction) only when
-    /// `--api-token-file` is given and the request carries the token.
-    /// Otherwise it is cache: unpinned, counted in `--cache-max-size` and
-    /// evictable, so no unauthenticated client can grow the store past
-    /// its limit. (What the mirror config names, `mirror sync` pins.)
+    /// Open to every client, as the Image Factory's `POST /schematics` is.
+    /// With `--api-token-file`, what it stores is pinned (kept through
+    /// eviction) only when the request carries the token; without it, it
+    /// is cache: unpinned, counted in `--cache-max-size` and evictable, so
+    /// no unauthenticated client can grow the store past its limit.
+    /// Without `--api-token-file` every client is trusted alike: pinned.
+    /// (What the mirror config names, `mirror sync` pins.)
     PinnedWithToken,
 }
 

@@ -165,7 +165,8 @@ pub struct ImportReport {
 
 /// Import `file` into the store at `loc`.
 pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportReport> {
-    let f = std::fs::File::open(file)
+    // A file or a pipe (`/dev/stdin`), opened without waiting for a writer.
+    let (f, _) = crate::input::open(file, crate::input::Kind::FileOrPipe)
         .map_err(|e| Error::bad_input(format!("{}: {e}", file.display())))?;
     let loc = loc.into();
     let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, None))

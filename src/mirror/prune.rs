@@ -7,7 +7,7 @@
 //! mirror job writes: `image/`, `talosctl/`, `oci/` (tags, manifests,
 //! blobs, signatures) and `factory/` (the factory's documents). `serve`'s
 //! own cache is never pinned (eviction's business, `--cache-max-size`),
-//! and `schematic/` keys stay whoever stored them (a POSTed schematic is
+//! and `schematic/` keys stay whoever stored them (a POSTed schematic may be
 //! pinned too, and costs a few hundred bytes). Everything the config still
 //! reaches ([`super::reachable_keys`]) is kept, so a blob shared by a
 //! kept and a dropped image stays; [`crate::store::Store::remove`] deletes

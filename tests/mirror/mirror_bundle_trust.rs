@@ -53,15 +53,15 @@ fn bundle(path: &Path, entries: &[serde_json::Value], members: &[(String, Vec<u8
     let f = std::fs::File::create(path).unwrap();
     let mut t = tar::Builder::new(f);
     let index = serde_json::to_vec(&serde_json::json!({"format": 1, "entries": entries})).unwrap();
-    let mut h = header(
+    let h = header(
         "talos-gen-mirror.json",
         index.len() as u64,
         tar::EntryType::Regular,
     );
-    t.append(&mut h, &index[..]).unwrap();
+    t.append(&h, &index[..]).unwrap();
     for (name, data) in members {
-        let mut h = header(name, data.len() as u64, tar::EntryType::Regular);
-        t.append(&mut h, &data[..]).unwrap();
+        let h = header(name, data.len() as u64, tar::EntryType::Regular);
+        t.append(&h, &data[..]).unwrap();
     }
     t.finish().unwrap();
 }
@@ -192,12 +192,12 @@ fn sparse_special_and_oversized_members_are_refused_before_a_byte_is_written() {
         )];
         let index =
             serde_json::to_vec(&serde_json::json!({"format": 1, "entries": entries})).unwrap();
-        let mut h = header(
+        let h = header(
             "talos-gen-mirror.json",
             index.len() as u64,
             tar::EntryType::Regular,
         );
-        t.append(&mut h, &index[..]).unwrap();
+        t.append(&h, &index[..]).unwrap();
         let mut h = tar::Header::new_gnu();
         h.set_path(format!("objects/sha256/{digest}")).unwrap();
         h.set_mode(0o644);
@@ -234,18 +234,18 @@ fn sparse_special_and_oversized_members_are_refused_before_a_byte_is_written() {
         ];
         let index =
             serde_json::to_vec(&serde_json::json!({"format": 1, "entries": entries})).unwrap();
-        let mut h = header(
+        let h = header(
             "talos-gen-mirror.json",
             index.len() as u64,
             tar::EntryType::Regular,
         );
-        t.append(&mut h, &index[..]).unwrap();
-        let mut h = header(
+        t.append(&h, &index[..]).unwrap();
+        let h = header(
             &format!("objects/sha256/{fifo_digest}"),
             0,
             tar::EntryType::Fifo,
         );
-        t.append(&mut h, &[][..]).unwrap();
+        t.append(&h, &[][..]).unwrap();
         let mut h = header(
             &format!("objects/sha256/{link_digest}"),
             0,
@@ -254,12 +254,12 @@ fn sparse_special_and_oversized_members_are_refused_before_a_byte_is_written() {
         h.set_link_name("/etc/passwd").unwrap();
         h.set_cksum();
         t.append(&h, &[][..]).unwrap();
-        let mut h = header(
+        let h = header(
             &format!("objects/sha256/{sd}"),
             small.len() as u64,
             tar::EntryType::Regular,
         );
-        t.append(&mut h, &small[..]).unwrap();
+        t.append(&h, &small[..]).unwrap();
         t.finish().unwrap();
     }
     for (file, named) in [
@@ -286,5 +286,54 @@ fn sparse_special_and_oversized_members_are_refused_before_a_byte_is_written() {
             started.elapsed() < std::time::Duration::from_secs(60),
             "refused at once"
         );
+    }
+}
+
+/// Hostile pass: `mirror import` of a FIFO nobody writes to used to hang
+/// in `open` for ever; a device is refused naming it. Both exit 2 at once.
+#[test]
+fn import_never_waits_on_a_fifo_or_reads_a_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("bundle.tar");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let cache = dir.path().join("cache");
+    let c = cache.to_str().unwrap();
+    for (file, why) in [
+        (fifo.to_str().unwrap(), "empty"),
+        ("/dev/zero", "not a regular file"),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+            .args(["mirror", "import", file, "--cache-dir", c])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if started.elapsed() > std::time::Duration::from_secs(30) {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        use std::io::Read;
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert_eq!(status.and_then(|s| s.code()), Some(2), "{file}: {err}");
+        assert!(err.contains(file) && err.contains(why), "{file}: {err}");
     }
 }
