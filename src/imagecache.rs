@@ -202,6 +202,11 @@ pub struct ImageCache {
     /// How long a stored factory document is answered without asking
     /// the factory ([`ImageCache::document`]).
     pub metadata_ttl: Duration,
+    /// One factory request per document at a time (the others wait and
+    /// take what it kept), as artifacts are coalesced by their fill.
+    doc_locks: Arc<crate::keyed_locks::KeyedLocks>,
+    /// Factory document requests running at once (`--max-concurrent-fills`).
+    doc_slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl ImageCache {
@@ -219,7 +224,16 @@ impl ImageCache {
             metrics,
             fill_timeout: Duration::from_secs(3600),
             metadata_ttl: DEFAULT_METADATA_TTL,
+            doc_locks: Default::default(),
+            doc_slots: None,
         }
+    }
+
+    /// At most `n` factory document requests at once (the service gives
+    /// it `--max-concurrent-fills`, the artifacts' bound).
+    pub fn with_document_limit(mut self, n: usize) -> ImageCache {
+        self.doc_slots = Some(Arc::new(tokio::sync::Semaphore::new(n.max(1))));
+        self
     }
 
     pub fn fills(&self) -> &Fills {
@@ -631,14 +645,28 @@ impl ImageCache {
                 ))
             });
         }
-        if let Some((e, d)) = &stored {
-            let age = std::time::SystemTime::now()
-                .duration_since(e.fetched_time())
-                .unwrap_or_default();
-            if age < ttl {
-                return Ok(d.clone());
-            }
+        let fresh = |stored: &Option<(crate::store::Entry, Document)>| {
+            stored.as_ref().and_then(|(e, d)| {
+                let age = std::time::SystemTime::now()
+                    .duration_since(e.fetched_time())
+                    .unwrap_or_default();
+                (age < ttl).then(|| d.clone())
+            })
+        };
+        if let Some(d) = fresh(&stored) {
+            return Ok(d);
         }
+        // Coalesced: one factory request per document at a time; who
+        // waited takes what it kept.
+        let _one = self.doc_locks.lock(&doc.store_key()).await;
+        let stored = self.stored_document(doc).await;
+        if let Some(d) = fresh(&stored) {
+            return Ok(d);
+        }
+        let _slot = match &self.doc_slots {
+            Some(s) => s.clone().acquire_owned().await.ok(),
+            None => None,
+        };
         match self.fetch_document(doc).await {
             Ok(d) => {
                 let pinned = stored.as_ref().is_some_and(|(e, _)| e.pinned);
@@ -671,8 +699,8 @@ impl ImageCache {
         };
         let url = format!("{base}{}", doc.path);
         let resp = up.get(&url, &[]).await?;
-        if !resp.status().is_success() {
-            // 4xx passed through, anything else failed, as for every fetch.
+        if resp.status() != reqwest::StatusCode::OK {
+            // 4xx passed through, anything else (a 206 too) failed, as for every fetch.
             let st = resp.status();
             return Err(match open_response(resp, up.limits(), &[]).await {
                 Err(e) => e,
@@ -764,7 +792,7 @@ async fn open_image(
             let b = small_body(posted, up.limits()).await;
             return Err(FetchError::Failed(format!(
                 "teaching the factory schematic {id}: {st}: {}",
-                String::from_utf8_lossy(&b).trim()
+                crate::text::one_line(&String::from_utf8_lossy(&b))
             )));
         }
         up.get(&url, &[]).await?

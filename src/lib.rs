@@ -5,6 +5,8 @@
 
 pub mod error;
 pub mod goyaml;
+pub mod input;
+pub mod keyed_locks;
 pub mod text;
 pub mod version;
 pub mod yaml;

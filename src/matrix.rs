@@ -184,8 +184,12 @@ impl Matrix {
     /// Read a replacement data file. Any problem is bad input (exit 2).
     pub fn from_file(path: &Path) -> Result<Matrix> {
         let what = format!("--matrix {}", path.display());
-        let text =
-            std::fs::read_to_string(path).map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
+        let text = crate::input::read_string(
+            path,
+            crate::input::MAX_INPUT,
+            crate::input::Kind::FileOrPipe,
+        )
+        .map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
         Matrix::parse(&text, &what, Some(Matrix::embedded()))
     }
 

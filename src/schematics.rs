@@ -37,8 +37,10 @@ pub fn id_or_name(s: &str) -> &str {
 /// Schematics the service knows: the named ones (from `--schematics-dir`,
 /// default the embedded `schematics/`), kept in memory, and every one POSTed
 /// since, kept in the [`Store`](crate::store::Store) under
-/// `schematic/<id>` (canonical bytes, pinned) so they survive restarts,
-/// eviction, `mirror verify` and `mirror export`. The object's sha256 is the
+/// `schematic/<id>` (canonical bytes) so they survive restarts, `mirror
+/// verify` and `mirror export`; pinned (kept through eviction) when
+/// `mirror sync` stored them or a POST did that carried the API token (or
+/// came to a service without `--api-token-file`), else cache. The object's sha256 is the
 /// schematic ID itself; reading it re-checks that.
 pub struct Registry {
     store: crate::store::Store,
@@ -130,22 +132,33 @@ impl Registry {
         self.names.get(name).map(String::as_str)
     }
 
-    /// Store a schematic, pinned (no-op when already stored); returns `(id, canonical)`.
-    pub async fn put(&self, schematic: &Schematic) -> Result<(String, String)> {
+    /// Store a schematic; returns `(id, canonical)`. `pinned`: kept
+    /// through eviction (`mirror sync`, a POST with the API token);
+    /// otherwise a cache object, counted in `--cache-max-size` and evicted
+    /// like any other (an unauthenticated POST). A stored one is left as
+    /// it is, but pinned when asked (a pin is never taken away here).
+    pub async fn put(&self, schematic: &Schematic, pinned: bool) -> Result<(String, String)> {
         let canonical = schematic.canonical();
         let id = id_of(canonical.as_bytes());
         // Stored even when it is also a named one: the named set can change
         // with --schematics-dir, what was POSTed stays known.
         let key = store_key(&id);
-        if self.store.entry(&key).is_none_or(|e| e.digest != id) {
-            let mut tmp = self.store.temp()?;
-            tmp.write_all(canonical.as_bytes()).await?;
-            let meta = crate::store::Meta {
-                content_type: Some("application/yaml".into()),
-                pinned: true,
-                ..Default::default()
-            };
-            self.store.commit(tmp, &key, meta).await?;
+        match self.store.entry(&key) {
+            Some(e) if e.digest == id => {
+                if pinned && !e.pinned {
+                    self.store.set_pinned(&key, true).await?;
+                }
+            }
+            _ => {
+                let mut tmp = self.store.temp()?;
+                tmp.write_all(canonical.as_bytes()).await?;
+                let meta = crate::store::Meta {
+                    content_type: Some("application/yaml".into()),
+                    pinned,
+                    ..Default::default()
+                };
+                self.store.commit(tmp, &key, meta).await?;
+            }
         }
         Ok((id, canonical))
     }
@@ -203,9 +216,9 @@ mod tests {
             Some("customization: {}\n")
         );
         let sch = Schematic::parse("customization: {extraKernelArgs: [a]}").unwrap();
-        let (id, canonical) = r.put(&sch).await.unwrap();
-        // Idempotent.
-        assert_eq!(r.put(&sch).await.unwrap().0, id);
+        let (id, canonical) = r.put(&sch, true).await.unwrap();
+        // Idempotent; an unpinned put never takes the pin away.
+        assert_eq!(r.put(&sch, false).await.unwrap().0, id);
         drop(r);
         let store = Store::open(tmp.path(), Some(1)).unwrap();
         // Pinned: a 1-byte limit keeps it; its object is named by the ID.

@@ -120,12 +120,15 @@ impl Service {
         if cfg.direct_upstreams {
             registry = registry.allow_direct_upstreams();
         }
-        let images = ImageCache::new(
+        let mut images = ImageCache::new(
             fills.clone(),
             upstream.clone().map(|u| (u, factory_url.clone())),
             schematics.clone(),
             metrics.clone(),
         );
+        if let Some(n) = cfg.max_concurrent_fills {
+            images = images.with_document_limit(n);
+        }
         Ok(Service {
             metrics,
             store,

@@ -1,7 +1,7 @@
 //! Small text grammars and formats every layer shares, written once: a
-//! sha256 in hex (schematic IDs, object names, digests), and sizes and
+//! sha256 in hex (schematic IDs, object names, digests), sizes and
 //! durations as a person reads them (the status page, the mirror job's
-//! lines and progress bars).
+//! lines and progress bars), and an upstream's error body as one line.
 
 use std::time::Duration;
 
@@ -42,9 +42,98 @@ pub fn human_duration(d: Duration) -> String {
     }
 }
 
+/// Most characters [`one_line`] keeps.
+pub const ONE_LINE_MAX: usize = 200;
+
+/// An upstream's error body, or an error text that carries one (an S3
+/// client's error quotes the body), as one short line for a log or a
+/// terminal: an XML error (S3's `<Error>`) reduced to its `Code` and
+/// `Message`, an HTML page to its `<title>`, other markup dropped, control
+/// characters and runs of whitespace made one space, at most
+/// [`ONE_LINE_MAX`] characters (`...` marks a cut).
+pub fn one_line(text: &str) -> String {
+    // ASCII lowercasing keeps every byte offset.
+    let lower = text.to_ascii_lowercase();
+    let element = |name: &str| -> Option<&str> {
+        let open = format!("<{name}>");
+        let start = lower.find(&open)? + open.len();
+        let end = lower[start..].find(&format!("</{name}>"))? + start;
+        Some(&text[start..end])
+    };
+    let summary = match lower.find('<') {
+        None => text.to_string(),
+        Some(at) => {
+            let before = text[..at].trim_end().trim_end_matches(':');
+            let gist = match (element("code"), element("message"), element("title")) {
+                (Some(c), Some(m), _) => format!("{c}: {m}"),
+                (Some(c), None, _) => c.to_string(),
+                (None, Some(m), _) => m.to_string(),
+                (None, None, Some(t)) => t.to_string(),
+                (None, None, None) => {
+                    let mut out = String::new();
+                    let mut in_tag = false;
+                    for c in text[at..].chars() {
+                        match c {
+                            '<' => in_tag = true,
+                            '>' => {
+                                in_tag = false;
+                                out.push(' ');
+                            }
+                            c if !in_tag => out.push(c),
+                            _ => {}
+                        }
+                    }
+                    out
+                }
+            };
+            // The page's gist survives a long lead (an S3 client's own words).
+            let gist = squeeze(&gist, ONE_LINE_MAX / 2);
+            let before = squeeze(before, ONE_LINE_MAX - gist.chars().count());
+            return match (before.is_empty(), gist.is_empty()) {
+                (true, _) => gist,
+                (false, true) => before,
+                (false, false) => format!("{before}: {gist}"),
+            };
+        }
+    };
+    squeeze(&summary, ONE_LINE_MAX)
+}
+
+/// Whitespace and control characters made single spaces, cut at `max`
+/// characters (`...` marks the cut).
+fn squeeze(text: &str, max: usize) -> String {
+    let words: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let joined = words.join(" ");
+    if joined.chars().count() > max {
+        let cut: String = joined.chars().take(max).collect();
+        format!("{cut}...")
+    } else {
+        joined
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_bodies_become_one_line() {
+        let html = "<!DOCTYPE html>\n<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n<center><h1>502 Bad Gateway</h1></center>\n<hr><center>nginx</center>\n</body>\n</html>\n";
+        assert_eq!(one_line(html), "502 Bad Gateway");
+        let s3 = "Client error with status 403 Forbidden: <?xml version=\"1.0\"?>\n<Error><Code>AccessDenied</Code><Message>Access\n Denied</Message></Error>";
+        assert_eq!(
+            one_line(s3),
+            "Client error with status 403 Forbidden: AccessDenied: Access Denied"
+        );
+        assert_eq!(one_line("  plain\n\ttext\r\n"), "plain text");
+        assert_eq!(one_line("<p>a</p>\n<p>b</p>"), "a b");
+        let long = "x".repeat(500);
+        assert_eq!(one_line(&long).chars().count(), ONE_LINE_MAX + 3);
+        assert!(!one_line("a\u{1b}[31mb").contains('\u{1b}'));
+    }
 
     #[test]
     fn formats_and_grammars() {

@@ -65,14 +65,11 @@ impl std::fmt::Display for FetchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FetchError::Status { status, body, .. } => {
-                // One line: an HTML error page says nothing the status does not.
-                let text = String::from_utf8_lossy(body);
-                let text: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-                if text.is_empty() || text.starts_with('<') {
+                let text = crate::text::one_line(&String::from_utf8_lossy(body));
+                if text.is_empty() {
                     write!(f, "upstream answered {status}")
                 } else {
-                    let short: String = text.chars().take(200).collect();
-                    write!(f, "upstream answered {status}: {short}")
+                    write!(f, "upstream answered {status}: {text}")
                 }
             }
             FetchError::Timeout(m)
@@ -363,10 +360,12 @@ pub async fn small_body(resp: reqwest::Response, limits: &Limits) -> Bytes {
     Bytes::from(out)
 }
 
-/// Turn a response into the fill's view: 2xx gives the head (length,
+/// Turn a response into the fill's view: 200 gives the head (length,
 /// content type, and the named headers kept as meta) and the bounded body
 /// stream; 4xx is passed through as [`FetchError::Status`]; anything else
-/// fails.
+/// fails. Only a 200 is a whole object: no fill sends `Range`, so a 206
+/// (part of the body) or any other 2xx (204, 203, ...) is a failure (502),
+/// never stored.
 pub async fn open_response(
     resp: reqwest::Response,
     limits: &Limits,
@@ -380,7 +379,7 @@ pub async fn open_response(
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
     };
-    if status.is_success() {
+    if status == reqwest::StatusCode::OK {
         let mut head = Head {
             len: resp.content_length(),
             content_type: text("content-type"),
@@ -411,6 +410,12 @@ pub async fn open_response(
             content_type,
             body,
         });
+    }
+    if status.is_success() {
+        return Err(FetchError::Failed(format!(
+            "upstream {} answered {status} to a request for the whole object; only 200 is the whole object, nothing stored",
+            redact(&url)
+        )));
     }
     Err(FetchError::Failed(format!(
         "upstream {} answered {status}",

@@ -317,6 +317,23 @@ fn tempfile_in(dir: &std::path::Path) -> std::io::Result<(std::path::PathBuf, st
 pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
     use crate::machineconfig::Request;
     use crate::yaml::Value;
+    // The secrets bundle is an input only: neither output may be it (by
+    // name, or the same inode through a link), checked before any write.
+    if let Some(input) = &args.with_secrets {
+        let outputs = [
+            ("-o/--output", args.output.as_deref().filter(|p| *p != "-")),
+            ("--output-secrets", args.output_secrets.as_deref()),
+        ];
+        for (flag, out) in outputs {
+            if let Some(out) = out
+                && same_file(input, out)
+            {
+                return Err(crate::Error::bad_input(format!(
+                    "{flag}: {out:?} is the --with-secrets file {input:?}; it would be overwritten: give another file"
+                )));
+            }
+        }
+    }
     let secrets = match &args.with_secrets {
         Some(path) => Some(Value::String(super::read_yaml_input(
             path,
@@ -384,7 +401,11 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
     if let Some(path) = &args.output_secrets {
         // Never replace a different bundle: configs already made from it
         // would stop matching the cluster. The same bundle is left as it is.
-        match std::fs::read_to_string(path) {
+        match crate::input::read_string(
+            std::path::Path::new(path),
+            crate::input::MAX_INPUT,
+            crate::input::Kind::File,
+        ) {
             Ok(existing) => {
                 let same = crate::machineconfig::secrets::Bundle::parse(&existing, path)
                     .is_ok_and(|b| b == out.bundle);

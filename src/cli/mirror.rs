@@ -485,9 +485,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 eprintln!("talos-gen: mirror import: recording the result in the store: {e}");
             }
             for b in &r.bad {
-                eprintln!(
-                    "talos-gen: mirror import: {b}: bytes do not match its name; not imported"
-                );
+                eprintln!("talos-gen: mirror import: {b}; refused");
             }
             for k in &r.missing {
                 eprintln!(

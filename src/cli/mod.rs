@@ -223,6 +223,12 @@ pub fn read_input(path: &str, what: &str) -> crate::Result<String> {
             .map_err(|e| Error::bad_input(format!("{what}: reading standard input: {e}")))?;
         Ok(s)
     } else {
-        std::fs::read_to_string(path).map_err(|e| Error::bad_input(format!("{what}: {path}: {e}")))
+        // A file or a pipe (`<(...)`), at most 16 MiB; never a device.
+        crate::input::read_string(
+            std::path::Path::new(path),
+            crate::input::MAX_INPUT,
+            crate::input::Kind::FileOrPipe,
+        )
+        .map_err(|e| Error::bad_input(format!("{what}: {path}: {e}")))
     }
 }

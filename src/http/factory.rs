@@ -59,6 +59,16 @@ pub async fn pxe(
     let script = crate::imagecache::rewrite_pxe(&String::from_utf8_lossy(&bytes), &base);
     let mut r = Response::from_parts(parts, Body::from(script));
     r.headers_mut().remove(header::CONTENT_LENGTH);
+    if state.cfg.public_url.is_none() {
+        // Built from the request's headers: a shared cache in front must
+        // not hand one client's host to another.
+        r.headers_mut().insert(
+            header::VARY,
+            HeaderValue::from_static("Host, X-Forwarded-Host, X-Forwarded-Proto"),
+        );
+        r.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
+    }
     r
 }
 

@@ -1,8 +1,11 @@
 //! Limits and access control at the HTTP edge:
 //!
-//! - [`require_token`]: with `--api-token-file`, every write (any method but
-//!   GET/HEAD/OPTIONS) under `/api/v1/` needs `Authorization: Bearer
-//!   <token>` ([`super::token::ApiToken`]); 401 otherwise.
+//! - [`enforce`]: the route policy table ([`super::ROUTE_POLICY`]): with
+//!   `--api-token-file`, a write to a [`Writes::Token`] route needs
+//!   `Authorization: Bearer <token>` ([`super::token::ApiToken`]), 401
+//!   otherwise; a [`Writes::PinnedWithToken`] route learns whether what it
+//!   stores may be pinned ([`PinWrites`]); a store-gated route is 503 while the
+//!   store does not answer.
 //! - [`track`]: request counts and latency by route template and status.
 //! - [`WriteGuard`]: a socket wrapper that fails a write stalled for longer
 //!   than the write timeout, so a client that stops reading cannot hold a
@@ -20,6 +23,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::Writes;
 use super::state::AppState;
 
 /// Largest request body accepted (POST endpoints): 1 MiB.
@@ -31,31 +35,55 @@ pub const HEADER_LIMIT: usize = 32 << 10;
 /// Most header fields accepted in one request.
 pub const MAX_HEADERS: usize = 100;
 
-/// Is this request a write to the service's own API?
-fn is_api_write(req: &Request) -> bool {
-    req.uri().path().starts_with("/api/v1/")
-        && !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
+/// What a write may keep, as [`enforce`] decided it for the request: pinned
+/// (never evicted) only with the token, else cache (`--cache-max-size`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PinWrites(pub bool);
+
+/// Is this request a write (any method but GET/HEAD/OPTIONS)?
+fn is_write(req: &Request) -> bool {
+    !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
-/// Middleware: refuse `/api/v1/` writes without the bearer token (when one is configured).
-pub async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(tok) = &st.api_token
-        && is_api_write(&req)
-    {
+/// Middleware: apply the route's row of [`super::ROUTE_POLICY`].
+pub async fn enforce(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+    let template = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_default();
+    let policy = super::route_policy(&template);
+    let token = st.api_token.as_ref().map(|tok| {
         let auth = req
             .headers()
             .get(header::AUTHORIZATION)
             .map(|v| v.as_bytes());
-        if !tok.accepts(auth) {
-            st.metrics.auth_failure();
-            tracing::warn!(path = %req.uri().path(), "refused: missing or wrong bearer token");
-            return (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Bearer realm=\"talos-gen\"")],
-                "error: this endpoint requires Authorization: Bearer <token> (--api-token-file)\n",
-            )
-                .into_response();
-        }
+        tok.accepts(auth)
+    });
+    if policy.writes == Writes::Token && is_write(&req) && token == Some(false) {
+        st.metrics.auth_failure();
+        tracing::warn!(path = %req.uri().path(), "refused: missing or wrong bearer token");
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"talos-gen\"")],
+            "error: this endpoint requires Authorization: Bearer <token> (--api-token-file)\n",
+        )
+            .into_response();
+    }
+    // Without --api-token-file every client is trusted alike (pinned, as
+    // before); with it, only the token's bearer pins.
+    let pin = policy.writes == Writes::PinnedWithToken && token != Some(false);
+    req.extensions_mut().insert(PinWrites(pin));
+    if policy.gated(req.method(), req.uri().path()) && !st.store.available() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [("retry-after", "5")],
+            format!(
+                "the store {} does not answer; try again\n",
+                st.store.describe()
+            ),
+        )
+            .into_response();
     }
     next.run(req).await
 }

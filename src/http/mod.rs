@@ -167,6 +167,130 @@ pub fn routes() -> Vec<(&'static str, &'static [u16], MethodRouter<AppState>)> {
     ]
 }
 
+/// Who may write through a route, and what a write may keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writes {
+    /// The route only reads (GET/HEAD); what a read fills from an upstream
+    /// is cache: unpinned, counted in `--cache-max-size`, evicted LRU.
+    None,
+    /// With `--api-token-file`, every write (any method but
+    /// GET/HEAD/OPTIONS) needs `Authorization: Bearer <token>`: 401
+    /// otherwise. It stores nothing (`/api/v1/...` answers are computed).
+    Token,
+    /// Open to every client, as the Image Factory's `POST /schematics` is.
+    /// With `--api-token-file`, what it stores is pinned (kept through
+    /// eviction) only when the request carries the token; without it, it
+    /// is cache: unpinned, counted in `--cache-max-size` and evictable, so
+    /// no unauthenticated client can grow the store past its limit.
+    /// Without `--api-token-file` every client is trusted alike: pinned.
+    /// (What the mirror config names, `mirror sync` pins.)
+    PinnedWithToken,
+}
+
+/// Whether a route waits on the store: while the store (an S3 bucket) does
+/// not answer, a gated request is answered 503 at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Never gated: the probes, metrics, the status page, the computed API.
+    Open,
+    /// Gated.
+    Store,
+    /// GET/HEAD go on to the core, which serves what the bucket's local
+    /// tier holds and answers 503 at once for the rest; other methods gated.
+    ReadsThrough,
+    /// As `ReadsThrough` for blob reads (`/v2/.../blobs/...`) only; the
+    /// rest of `/v2/` (manifests, tags, referrers) gated.
+    BlobReadsThrough,
+}
+
+/// The policy of one route: [`ROUTE_POLICY`] by route template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub writes: Writes,
+    pub gate: Gate,
+}
+
+impl Policy {
+    /// Is this request answered 503 while the store does not answer?
+    pub fn gated(&self, method: &axum::http::Method, path: &str) -> bool {
+        let read = matches!(*method, axum::http::Method::GET | axum::http::Method::HEAD);
+        match self.gate {
+            Gate::Open => false,
+            Gate::Store => true,
+            Gate::ReadsThrough => !read,
+            Gate::BlobReadsThrough => !(read && path.contains("/blobs/")),
+        }
+    }
+}
+
+const fn policy(writes: Writes, gate: Gate) -> Policy {
+    Policy { writes, gate }
+}
+
+/// The one table of what each route of [`routes()`] may do
+/// ([`limits::enforce`] applies it by the matched template; a unit test
+/// checks that every route has exactly one row). Request bodies are
+/// bounded apart from it: 1 MiB ([`limits::BODY_LIMIT`], and the
+/// schematic's own `MAX_SIZE`).
+pub const ROUTE_POLICY: &[(&str, Policy)] = &[
+    ("/", policy(Writes::None, Gate::Open)),
+    ("/healthz", policy(Writes::None, Gate::Open)),
+    ("/readyz", policy(Writes::None, Gate::Open)),
+    ("/metrics", policy(Writes::None, Gate::Open)),
+    ("/api/v1/matrix", policy(Writes::Token, Gate::Open)),
+    ("/api/v1/matrix/check", policy(Writes::Token, Gate::Open)),
+    ("/api/v1/machineconfig", policy(Writes::Token, Gate::Open)),
+    (
+        "/api/v1/kubelet-reservations",
+        policy(Writes::Token, Gate::Open),
+    ),
+    // Reads (or fills) the artifact whose checksum it writes.
+    ("/api/v1/datavolume", policy(Writes::Token, Gate::Store)),
+    ("/schematics", policy(Writes::PinnedWithToken, Gate::Store)),
+    ("/schematics/{id}", policy(Writes::None, Gate::Store)),
+    ("/v2/", policy(Writes::None, Gate::Store)),
+    ("/v2/{*rest}", policy(Writes::None, Gate::BlobReadsThrough)),
+    ("/versions", policy(Writes::None, Gate::Store)),
+    (
+        "/oci/cosign/signing-key.pub",
+        policy(Writes::None, Gate::Store),
+    ),
+    (
+        "/secureboot/signing-cert.pem",
+        policy(Writes::None, Gate::Store),
+    ),
+    (
+        "/version/{version}/extensions/official",
+        policy(Writes::None, Gate::Store),
+    ),
+    (
+        "/version/{version}/overlays/official",
+        policy(Writes::None, Gate::Store),
+    ),
+    (
+        "/image/{schematic}/{version}/{asset}",
+        policy(Writes::None, Gate::ReadsThrough),
+    ),
+    (
+        "/talosctl/{version}/{path}",
+        policy(Writes::None, Gate::ReadsThrough),
+    ),
+    (
+        "/pxe/{schematic}/{version}/{path}",
+        policy(Writes::None, Gate::Store),
+    ),
+];
+
+/// The policy of a route template; a route missing from the table gets the
+/// strictest (writes need the token, gated by the store).
+pub fn route_policy(template: &str) -> Policy {
+    ROUTE_POLICY
+        .iter()
+        .find(|(t, _)| *t == template)
+        .map(|(_, p)| *p)
+        .unwrap_or(policy(Writes::Token, Gate::Store))
+}
+
 /// All routes.
 pub fn router(state: AppState) -> Router {
     let mut router = Router::new();
@@ -180,13 +304,10 @@ pub fn router(state: AppState) -> Router {
         // Buffering extractors (the POST endpoints) stop at 1 MiB: 413.
         // (`POST /schematics` reads its body under the same limit itself.)
         .layer(axum::extract::DefaultBodyLimit::max(limits::BODY_LIMIT))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            limits::require_token,
-        ))
+        // The route policy table: token, what a write may pin, store gate.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            ops::store_gate,
+            limits::enforce,
         ))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -350,4 +471,19 @@ pub async fn shutdown_signal() {
         _ = term => {},
     }
     tracing::info!("shutdown signal received");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_route_has_one_policy_row() {
+        let routes: Vec<&str> = super::routes().into_iter().map(|r| r.0).collect();
+        for r in &routes {
+            let rows = super::ROUTE_POLICY.iter().filter(|p| p.0 == *r).count();
+            assert_eq!(rows, 1, "{r}: {rows} policy rows");
+        }
+        for (t, _) in super::ROUTE_POLICY {
+            assert!(routes.contains(t), "{t}: a policy row of no route");
+        }
+    }
 }

@@ -114,9 +114,10 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// The `ns` query parameter, if any (repeated: refused).
+/// The `ns` query parameter, if any (repeated: refused), lowercased: a
+/// host name is case-insensitive (`?ns=GHCR.IO` is `ghcr.io`).
 fn ns_param(query: Option<&str>) -> Result<Option<String>, OciError> {
-    query_param(query, "ns")
+    Ok(query_param(query, "ns")?.map(|ns| ns.to_ascii_lowercase()))
 }
 
 /// `n` and `last` of a tag list request.

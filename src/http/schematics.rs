@@ -16,9 +16,12 @@ use crate::schematic::{MAX_SIZE, Schematic};
 /// with the reason when invalid; 413 when over 1 MiB.
 pub async fn create(
     State(st): State<AppState>,
+    pin: Option<axum::Extension<super::limits::PinWrites>>,
     headers: axum::http::HeaderMap,
     body: Body,
 ) -> Response {
+    // Pinned only with the API token (the route policy table); else cache.
+    let pinned = pin.is_some_and(|p| p.0.0);
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -52,9 +55,9 @@ pub async fn create(
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
-    match st.schematics.put(&schematic).await {
+    match st.schematics.put(&schematic, pinned).await {
         Ok((id, canonical)) => {
-            tracing::info!(%id, "schematic stored");
+            tracing::info!(%id, pinned, "schematic stored");
             let body = serde_json::json!({ "id": id, "schematic": canonical });
             (
                 StatusCode::CREATED,

@@ -61,7 +61,7 @@ pub fn load(files: &TlsFiles) -> Result<(Arc<CertifiedKey>, String)> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let read = |flag: &str, p: &Path| {
-        std::fs::read(p).map_err(|e| Error::bad_input(format!("{flag} {}: {e}", p.display())))
+        read_bounded(p).map_err(|e| Error::bad_input(format!("{flag} {}: {e}", p.display())))
     };
     let cert_pem = read("--tls-cert", &files.cert)?;
     let key_pem = read("--tls-key", &files.key)?;
@@ -94,6 +94,19 @@ pub fn load(files: &TlsFiles) -> Result<(Arc<CertifiedKey>, String)> {
         ))
     })?;
     Ok((Arc::new(ck), about))
+}
+
+/// Largest certificate chain or key file read: 1 MiB (a chain is a few KiB).
+pub const MAX_FILE: u64 = 1 << 20;
+
+/// A certificate or key file, read like every other input
+/// ([`crate::input`]): opened without blocking (a FIFO or a device never
+/// holds the open), only a regular file (links followed: a Secret volume
+/// is links), at most [`MAX_FILE`] bytes, also when it grows while being
+/// read. So neither the start nor the reload task ever waits on, or reads
+/// without end from, a FIFO or `/dev/zero` put in a file's place.
+fn read_bounded(p: &Path) -> std::io::Result<Vec<u8>> {
+    crate::input::read(p, MAX_FILE, crate::input::Kind::File)
 }
 
 /// `names ..., valid until ...` of a certificate, for the log.

@@ -1,5 +1,5 @@
 //! The bearer token `/api/v1/` writes require with `--api-token-file`
-//! ([`super::limits::require_token`] asks it). The comparison is
+//! ([`super::limits::enforce`] asks it, by the route policy table). The comparison is
 //! constant-time (both sides hashed to 32 bytes first, so not even the
 //! length leaks); neither the token nor the header is ever logged or
 //! printed (`Debug` is redacted).
@@ -27,7 +27,8 @@ impl ApiToken {
     /// Read the token from `path`: the file's content without surrounding
     /// whitespace; an empty or unreadable file is bad input.
     pub fn from_file(path: &Path) -> Result<ApiToken> {
-        let text = std::fs::read_to_string(path)
+        // A regular file of at most 64 KiB (never a FIFO or /dev/zero).
+        let text = crate::input::read_string(path, 64 << 10, crate::input::Kind::File)
             .map_err(|e| Error::bad_input(format!("--api-token-file: {}: {e}", path.display())))?;
         let token = text.trim();
         if token.is_empty() {

@@ -178,7 +178,8 @@ impl ImportReport {
 
 /// Import `file` into the store at `loc`.
 pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportReport> {
-    let f = std::fs::File::open(file)
+    // A file or a pipe (`/dev/stdin`), opened without waiting for a writer.
+    let (f, _) = crate::input::open(file, crate::input::Kind::FileOrPipe)
         .map_err(|e| Error::bad_input(format!("{}: {e}", file.display())))?;
     let loc = loc.into();
     let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, None))
@@ -233,11 +234,17 @@ pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportRepor
         }
         idx
     };
+    let mut report = ImportReport::default();
     let mut by_digest: HashMap<String, Vec<Entry>> = HashMap::new();
     for e in index.entries {
+        // A key that names a digest (a blob, a manifest, a schematic) must
+        // name its object's: never imported otherwise, whatever the bytes.
+        if let Err(why) = crate::registry::layout::check_claim(&e.key, &e.digest) {
+            report.bad.push(why);
+            continue;
+        }
         by_digest.entry(e.digest.clone()).or_default().push(e);
     }
-    let mut report = ImportReport::default();
     let mut known: std::collections::HashSet<String> =
         store.entries().into_iter().map(|e| e.digest).collect();
     let mut buf = vec![0u8; 1 << 20];
@@ -254,6 +261,13 @@ pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportRepor
             continue; // named by no key: nothing would keep it
         };
         let want = entries[0].size;
+        // Only a plain file whose bytes are all in the tar, of the size
+        // the index gives: a sparse member (GNU or PAX), a link, a device
+        // or a size that differs is refused before a byte is written.
+        if let Some(why) = refuse_member(&mut member, want) {
+            report.bad.push(format!("{name}: {why}"));
+            continue;
+        }
         let mut tmp = store.temp()?;
         let mut ok = true;
         loop {
@@ -270,7 +284,9 @@ pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportRepor
             tmp.write_all(&buf[..n]).await?;
         }
         if !ok || tmp.len() != want || tmp.digest() != digest {
-            report.bad.push(format!("sha256:{digest}"));
+            report
+                .bad
+                .push(format!("sha256:{digest}: bytes do not match its name"));
             continue;
         }
         for e in entries {
@@ -305,4 +321,32 @@ pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportRepor
     }
     report.missing.sort();
     Ok(report)
+}
+
+/// Why a tar member cannot be an object of `want` bytes, if it cannot:
+/// not a regular file (sparse `S`, links, devices, FIFOs, directories), a
+/// PAX sparse file (`GNU.sparse.*`), or a header size other than `want`.
+/// For a regular member the header size is the bytes the tar holds.
+fn refuse_member<R: Read>(member: &mut tar::Entry<'_, R>, want: u64) -> Option<String> {
+    let kind = member.header().entry_type();
+    if !matches!(kind, tar::EntryType::Regular | tar::EntryType::Continuous) {
+        return Some(format!(
+            "a {kind:?} member, not a regular file; not imported"
+        ));
+    }
+    if let Ok(Some(pax)) = member.pax_extensions() {
+        for ext in pax.flatten() {
+            if ext.key().is_ok_and(|k| k.starts_with("GNU.sparse")) {
+                return Some("a sparse member (PAX GNU.sparse); not imported".into());
+            }
+        }
+    }
+    let real = member.header().entry_size().unwrap_or(u64::MAX);
+    if real != want || member.size() != want {
+        return Some(format!(
+            "{} bytes in the file, the index says {want}; not imported",
+            real.min(member.size())
+        ));
+    }
+    None
 }

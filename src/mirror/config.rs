@@ -284,8 +284,12 @@ fn schematic_source(s: RawSchematic, base: &Path, at: &str) -> Result<SchematicS
         }
         RawSchematic::File { file } => {
             let p = base.join(&file);
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| Error::bad_input(format!("{at}: file {}: {e}", p.display())))?;
+            let text = crate::input::read_string(
+                &p,
+                crate::input::MAX_INPUT,
+                crate::input::Kind::FileOrPipe,
+            )
+            .map_err(|e| Error::bad_input(format!("{at}: file {}: {e}", p.display())))?;
             let (id, canonical) = crate::schematic::id_and_canonical(&text)
                 .map_err(|e| Error::bad_input(format!("{at}: file {}: {e}", p.display())))?;
             SchematicSource {
@@ -305,8 +309,12 @@ impl Config {
 
     /// [`Config::load`] with a support matrix (`--matrix`) for `workers:`.
     pub fn load_with(path: &Path, matrix: &crate::matrix::Matrix) -> Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::bad_input(format!("--config {}: {e}", path.display())))?;
+        let text = crate::input::read_string(
+            path,
+            crate::input::MAX_INPUT,
+            crate::input::Kind::FileOrPipe,
+        )
+        .map_err(|e| Error::bad_input(format!("--config {}: {e}", path.display())))?;
         let base = path.parent().unwrap_or(Path::new("."));
         Config::parse_with(&text, base, &format!("--config {}", path.display()), matrix)
     }

@@ -7,7 +7,7 @@
 //! mirror job writes: `image/`, `talosctl/`, `oci/` (tags, manifests,
 //! blobs, signatures) and `factory/` (the factory's documents). `serve`'s
 //! own cache is never pinned (eviction's business, `--cache-max-size`),
-//! and `schematic/` keys stay whoever stored them (a POSTed schematic is
+//! and `schematic/` keys stay whoever stored them (a POSTed schematic may be
 //! pinned too, and costs a few hundred bytes). Everything the config still
 //! reaches ([`super::reachable_keys`]) is kept, so a blob shared by a
 //! kept and a dropped image stays; [`crate::store::Store::remove`] deletes
@@ -46,6 +46,14 @@ pub struct PruneReport {
 /// removed) when some item of `cfg` is not fully stored: a partial store
 /// is no picture of what the config needs (sync it first).
 pub async fn prune(store: &Store, cfg: &Config, dry_run: bool) -> Result<PruneReport> {
+    // A config that names nothing (an empty file, `{}`, `talosVersions:
+    // []`: an empty ConfigMap) would make every mirrored key a candidate:
+    // refused, as `mirror sync` refuses it, dry or not.
+    if cfg.items().is_empty() {
+        return Err(Error::bad_input(
+            "mirror prune: the config names nothing to keep (no workers, images, installers, talosctl or extraImages); pruning would remove every mirrored key, nothing pruned",
+        ));
+    }
     let (reach, missing) = super::reachable_keys(store, cfg);
     if !missing.is_empty() {
         return Err(Error::refused(format!(

@@ -231,7 +231,7 @@ pub async fn sync(
         // factory that lost it, and `mirror export` carries it.
         let stored = match crate::schematic::Schematic::parse(canonical) {
             Ok(parsed) => schematics
-                .put(&parsed)
+                .put(&parsed, true)
                 .await
                 .map(drop)
                 .map_err(|e| format!("storing the schematic: {e}")),
@@ -369,7 +369,7 @@ async fn post_schematic(
     if !st.is_success() {
         return Err(format!(
             "POST {url}: {st}: {}",
-            String::from_utf8_lossy(&body).trim()
+            crate::text::one_line(&String::from_utf8_lossy(&body))
         ));
     }
     #[derive(serde::Deserialize)]

@@ -50,7 +50,19 @@ pub fn verify(loc: impl Into<crate::store::Location>) -> Result<VerifyReport> {
     }
     let store = Store::open_at(&loc, None)?;
     let mut by_digest: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
+    // A key that names a digest (blob, manifest, schematic) whose object
+    // has another is bad whatever the bytes: named, and the key dropped
+    // (the object stays for the keys that name it rightly).
+    let mut misnamed = Vec::new();
     for e in store.entries() {
+        if let Err(why) = crate::registry::layout::check_claim(&e.key, &e.digest) {
+            misnamed.push(BadObject {
+                digest: e.digest.clone(),
+                keys: vec![e.key.clone()],
+                reason: why,
+            });
+            continue;
+        }
         let v = by_digest
             .entry(e.digest.clone())
             .or_insert((e.size, Vec::new()));
@@ -131,6 +143,11 @@ pub fn verify(loc: impl Into<crate::store::Location>) -> Result<VerifyReport> {
     for b in &bad {
         store.drop_object(&b.digest, &b.reason);
     }
+    for m in &misnamed {
+        tracing::warn!(key = %m.keys[0], reason = %m.reason, "dropping a misnamed key");
+        store.remove(&m.keys[0]);
+    }
+    bad.extend(misnamed);
     report.bad = bad;
     report.dropped_at_open = store.dropped_at_open().to_vec();
     Ok(report)

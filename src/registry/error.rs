@@ -95,8 +95,14 @@ pub(super) fn fetch_error(e: FetchError) -> OciError {
 }
 
 pub(super) fn check_status(st: StatusCode, repo: &str, reference: &str) -> Result<(), OciError> {
-    if st.is_success() {
+    if st == StatusCode::OK {
         return Ok(());
+    }
+    if st.is_success() {
+        // Nothing here sends `Range`: a 206 (or a 204...) is not the whole object.
+        return Err(OciError::upstream(format!(
+            "upstream answered {st} for {repo} ({reference}); only 200 is the whole object"
+        )));
     }
     if st == StatusCode::UNAUTHORIZED || st == StatusCode::FORBIDDEN {
         return Err(OciError::new(

@@ -29,6 +29,31 @@ pub fn blob_key(d: &Digest) -> String {
     format!("oci/blob/{d}")
 }
 
+/// The digest (hex) a key claims its object has, for the keys that name
+/// one: `oci/blob/sha256:<hex>`, `oci/manifest/sha256:<hex>` and
+/// `schematic/<id>` (a schematic's ID is the sha256 of its canonical
+/// bytes). A key that claims a digest its object does not have is never
+/// imported, is bad in `mirror verify`, and is never served.
+pub fn claimed_digest(key: &str) -> Option<&str> {
+    [
+        "oci/blob/sha256:",
+        "oci/manifest/sha256:",
+        crate::schematics::STORE_PREFIX,
+    ]
+    .iter()
+    .find_map(|p| key.strip_prefix(p))
+}
+
+/// `Err(why)` when `key` claims a digest other than `object` (hex).
+pub fn check_claim(key: &str, object: &str) -> Result<(), String> {
+    match claimed_digest(key) {
+        Some(c) if c != object => Err(format!(
+            "{key} names sha256:{c} but its object is sha256:{object}"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The store key of a tag mapping.
 pub fn tag_key(up: &UpstreamId, repo: &str, tag: &str) -> String {
     format!("oci/tag/{}/{repo}:{tag}", up.key_name())

@@ -46,6 +46,7 @@ impl Registry {
 
     /// A stored manifest, if any.
     async fn stored_manifest(&self, d: &Digest) -> Option<Manifest> {
+        self.drop_misnamed(&manifest_key(d)).await;
         // Checked against its digest by the read (off the async threads);
         // a rotten one is dropped.
         let (entry, body) = self

@@ -14,7 +14,7 @@
 //! [`Registry`], routing, the registries the store holds, blobs),
 //! `manifest` (manifest fetch, verify, commit, tags), `listing` (tag lists
 //! and OCI 1.1 referrers, online and from the store), `error`
-//! ([`OciError`] and its mappings), `locks` (one upstream fetch per key),
+//! ([`OciError`] and its mappings),
 //! `source` (the factory's source image proxy: `siderolabs/<image>` from
 //! `ghcr.io` without `?ns=`).
 
@@ -22,7 +22,7 @@ pub mod client;
 mod error;
 pub mod layout;
 mod listing;
-mod locks;
+
 mod manifest;
 pub mod names;
 mod service;

@@ -260,7 +260,8 @@ impl MirrorTable {
                 ));
             }
             let url = check_base_url(url).map_err(|e| format!("--mirror-upstream {ns}: {e}"))?;
-            map.insert(ns.to_string(), url);
+            // Host names are case-insensitive: kept lowercase, as `?ns=` is read.
+            map.insert(ns.to_ascii_lowercase(), url);
         }
         Ok(MirrorTable { map })
     }
@@ -367,7 +368,7 @@ pub fn parse_image_reference(s: &str) -> Result<(String, String, Reference), Nam
     };
     let (host, path) = match rest.split_once('/') {
         Some((first, p)) if first.contains('.') || first.contains(':') || first == "localhost" => {
-            (first.to_string(), p)
+            (first.to_ascii_lowercase(), p)
         }
         _ => ("docker.io".to_string(), rest),
     };

@@ -13,9 +13,9 @@ use reqwest::{Method, StatusCode};
 use super::client::RegistryClient;
 use super::error::{OciError, blob_unknown, check_status, fetch_error, fill_error};
 use super::layout::{self, blob_key};
-use super::locks::KeyedLocks;
 use super::names::{self, Digest, MirrorTable, NameError, UpstreamId};
 use crate::fill::{FillSpec, Fills, Joined};
+use crate::keyed_locks::KeyedLocks;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::upstream::{FetchError, Opened};
@@ -253,6 +253,7 @@ impl Registry {
     /// verified against the digest).
     pub async fn blob(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<Blob, OciError> {
         let key = blob_key(d);
+        self.drop_misnamed(&key).await;
         if self.store_only(up) {
             let held = self.store.open_key(&key).await;
             let held = held.map_err(|e| fill_error(FetchError::Unavailable(e.0), repo, d))?;
@@ -296,6 +297,20 @@ impl Registry {
         joined.object().await.map_err(|e| fill_error(e, repo, d))
     }
 
+    /// A key that names a digest its object does not have (an imported
+    /// bundle that lied) is dropped, never served: offline the digest is
+    /// unknown, online it is fetched again.
+    pub(super) async fn drop_misnamed(&self, key: &str) {
+        if let Some(e) = self.store.entry(key)
+            && let Err(why) = layout::check_claim(key, &e.digest)
+        {
+            tracing::warn!(key, reason = %why, "stored key names another object; dropped, not served");
+            // The removal writes the index: on a blocking thread.
+            let (store, key) = (self.store.clone(), key.to_string());
+            let _ = tokio::task::spawn_blocking(move || store.remove(&key)).await;
+        }
+    }
+
     pub(super) fn metric(&self, f: impl FnOnce(&Metrics)) {
         if let Some(m) = &self.metrics {
             f(m);
@@ -318,7 +333,8 @@ impl Registry {
     }
 
     /// Whether a blob is already stored (no upstream call), and its size.
-    pub fn stored_blob_size(&self, d: &Digest) -> Option<u64> {
+    pub async fn stored_blob_size(&self, d: &Digest) -> Option<u64> {
+        self.drop_misnamed(&blob_key(d)).await;
         self.store.entry(&blob_key(d)).map(|e| e.size)
     }
 
@@ -329,7 +345,7 @@ impl Registry {
         repo: &str,
         d: &Digest,
     ) -> Result<u64, OciError> {
-        if let Some(n) = self.stored_blob_size(d) {
+        if let Some(n) = self.stored_blob_size(d).await {
             return Ok(n);
         }
         if self.store_only(up) {

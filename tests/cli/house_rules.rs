@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 /// layers only (same-layer modules do not use each other).
 const LAYERS: &[&[&str]] = &[
     &["error"],
-    &["version", "goyaml", "input", "text"],
+    &["version", "goyaml", "input", "text", "keyed_locks"],
     &["yaml", "cosign", "store"],
     &["matrix", "schematic", "upstream", "metrics", "inventory"],
     &["schematics", "fill"],
@@ -122,7 +122,7 @@ fn nothing_lower_imports_anything_higher() {
 }
 
 #[test]
-fn serde_yaml_only_behind_yaml_and_unsafe_only_in_the_memory_map() {
+fn serde_yaml_only_behind_yaml_and_unsafe_only_where_justified() {
     for (path, top, code) in sources() {
         if top != "yaml" {
             assert!(
@@ -131,10 +131,13 @@ fn serde_yaml_only_behind_yaml_and_unsafe_only_in_the_memory_map() {
                 path.display()
             );
         }
-        if !path.ends_with("store/local.rs") {
+        // The memory map of a committed (immutable) object, and the
+        // `fcntl` that makes a pipe's reads wait for its writer on a
+        // descriptor `input` owns: each justified where it stands.
+        if !path.ends_with("store/local.rs") && !path.ends_with("src/input.rs") {
             assert!(
                 !code.contains("unsafe"),
-                "{}: unsafe outside store/local.rs",
+                "{}: unsafe outside store/local.rs and input.rs",
                 path.display()
             );
         }

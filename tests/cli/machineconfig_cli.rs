@@ -405,9 +405,9 @@ fn output_secrets_never_overwrites_a_different_bundle() {
     assert_eq!(std::fs::read(&a).unwrap(), first);
     assert_eq!(std::fs::read(&cfg).unwrap(), first_cfg);
 
-    // The same bundle: fine, and the config is the same.
+    // The same bundle as input: the config is the same.
     let mut same = base.to_vec();
-    same.extend(["--with-secrets", a_s, "--output-secrets", a_s]);
+    same.extend(["--with-secrets", a_s]);
     let (code, out, err) = mc(&same, None);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.as_bytes(), first_cfg.as_slice());
@@ -555,4 +555,110 @@ fn outputs_that_are_not_regular_files_are_written_to_never_replaced() {
             .is_symlink()
     );
     assert_eq!(std::fs::read_to_string(&real).unwrap(), want);
+}
+
+/// Issue 20 item 5: the secrets bundle is never an output. `-o` or
+/// `--output-secrets` naming the `--with-secrets` file, by its name, another
+/// spelling, a symbolic link or a hard link, is exit 2 before anything is
+/// written: the bundle keeps its bytes (it used to be overwritten by the
+/// worker config, the cluster's CA keys gone).
+#[test]
+fn the_secrets_bundle_is_never_an_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let sec = dir.path().join("sec.yaml");
+    let base = ["--talos-version", "v1.13.6"];
+    let mut args = base.to_vec();
+    args.extend(["--output-secrets", sec.to_str().unwrap()]);
+    let (code, _, err) = mc(&args, None);
+    assert_eq!(code, 0, "{err}");
+    let bundle = std::fs::read(&sec).unwrap();
+    let soft = dir.path().join("soft.yaml");
+    std::os::unix::fs::symlink(&sec, &soft).unwrap();
+    let hard = dir.path().join("hard.yaml");
+    std::fs::hard_link(&sec, &hard).unwrap();
+    let spelled = dir.path().join(".").join("sec.yaml");
+    for flag in ["-o", "--output-secrets"] {
+        for out in [&sec, &spelled, &soft, &hard] {
+            let mut args = base.to_vec();
+            args.extend(["--with-secrets", sec.to_str().unwrap()]);
+            args.extend([flag, out.to_str().unwrap()]);
+            let (code, stdout, err) = mc(&args, None);
+            assert_eq!(code, 2, "{flag} {}: {err}", out.display());
+            assert!(
+                err.contains(flag) && err.contains("--with-secrets"),
+                "{flag}: {err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(stdout.is_empty());
+            assert_eq!(
+                std::fs::read(&sec).unwrap(),
+                bundle,
+                "{flag} {}",
+                out.display()
+            );
+            assert!(
+                std::fs::symlink_metadata(&soft)
+                    .unwrap()
+                    .file_type()
+                    .is_symlink()
+            );
+        }
+    }
+}
+
+/// Issue 20 hostile pass: every input file is read like the TLS files: a
+/// device (`/dev/zero`, read without end before: killed for memory) is
+/// exit 2 naming it, a pipe that never ends is cut at 16 MiB (exit 2), a
+/// FIFO with no writer does not hang, and a shell's `<(...)` still works.
+#[test]
+fn input_files_are_files_or_pipes_and_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let sec = dir.path().join("sec.yaml");
+    let base = ["--talos-version", "v1.13.6"];
+    let mut args = base.to_vec();
+    args.extend(["--output-secrets", sec.to_str().unwrap(), "-o", "/dev/null"]);
+    let (code, _, err) = mc(&args, None);
+    assert_eq!(code, 0, "{err}");
+    let fifo = dir.path().join("fifo");
+    let st = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for (flag, path, why) in [
+        ("--with-secrets", "/dev/zero", "not a regular file"),
+        ("--values", "/dev/zero", "not a regular file"),
+        ("--matrix", "/dev/zero", "not a regular file"),
+    ] {
+        let mut args = base.to_vec();
+        args.extend([flag, path]);
+        let (code, _, err) = mc(&args, None);
+        assert_eq!(code, 2, "{flag} {path}: {err}");
+        assert!(
+            err.contains(flag) && err.contains(path) && err.contains(why),
+            "{err}"
+        );
+    }
+    // A FIFO nobody writes to: read as empty at once, not waited on.
+    let mut args = base.to_vec();
+    args.extend(["--with-secrets", fifo.to_str().unwrap()]);
+    let (code, _, err) = mc(&args, None);
+    assert_eq!(code, 2, "{err}");
+    let bin = env!("CARGO_BIN_EXE_talos-gen");
+    let sh = |script: String| {
+        std::process::Command::new("bash")
+            .args(["-c", &script])
+            .output()
+            .unwrap()
+    };
+    let common =
+        "machineconfig --cluster-name c1 --endpoint https://c1.ns.svc:6443 --talos-version v1.13.6";
+    let o = sh(format!(
+        "{bin} {common} --with-secrets <(cat {}) >/dev/null",
+        sec.display()
+    ));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = sh(format!("{bin} {common} --values <(yes) >/dev/null"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("larger than 16777216 bytes"));
 }

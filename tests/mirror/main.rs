@@ -5,6 +5,7 @@
 mod support;
 
 mod air_gap_e2e;
+mod mirror_bundle_trust;
 mod mirror_carriers;
 mod mirror_e2e;
 mod mirror_progress;

@@ -360,3 +360,65 @@ async fn dropping_a_release_prunes_only_what_it_alone_named() {
     );
     assert!(!page.contains(&format!("<code>{OLD}</code>")), "{page}");
 }
+
+/// A config that names nothing (an empty ConfigMap, `{}`, a comment,
+/// `talosVersions: []`) is refused by `mirror prune`, dry or not, exit 2,
+/// and nothing is removed (it used to remove every mirrored key).
+#[tokio::test(flavor = "multi_thread")]
+async fn prune_refuses_a_config_that_names_nothing() {
+    require_tool("curl");
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let path = root.join(format!("image/{ID}/{NEW}/metal-amd64.iso"));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let body = random_bytes(MIB + 3, 41);
+    std::fs::write(&path, &body).unwrap();
+    let nginx = Nginx::start(&root, NginxOpts::default());
+    let cache = dir.path().join("cache");
+    let run = |args: &[&str], config: &Path| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_talos-gen"));
+        c.arg("mirror").args(args).arg("--config").arg(config);
+        c.arg("--cache-dir").arg(&cache);
+        if args[0] == "sync" {
+            c.args(["--factory-url", &nginx.url()]);
+        }
+        c.env("RUST_LOG", "warn").output().unwrap()
+    };
+    let cfg = dir.path().join("mirror.yaml");
+    std::fs::write(
+        &cfg,
+        format!("schematics: [{ID}]\ntalosVersions: [{NEW}]\nimages: [metal-amd64.iso]\n"),
+    )
+    .unwrap();
+    let o = run(&["sync"], &cfg);
+    assert!(o.status.success(), "sync: {}", text(&o));
+    let keys = || std::fs::read_dir(cache.join("index")).unwrap().count();
+    let before = keys();
+    assert!(before >= 1);
+    let object = cache.join("objects/sha256").join(sha256_hex(&body));
+    assert!(object.exists());
+    for (name, content) in [
+        ("empty.yaml", ""),
+        ("braces.yaml", "{}\n"),
+        ("comment.yaml", "# nothing here yet\n"),
+        ("no-releases.yaml", "talosVersions: []\n"),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, content).unwrap();
+        for args in [&["prune"][..], &["prune", "--dry-run"][..]] {
+            let o = run(args, &p);
+            assert_eq!(o.status.code(), Some(2), "{name} {args:?}: {}", text(&o));
+            assert!(
+                text(&o).contains("names nothing") || text(&o).contains("nothing to"),
+                "{name} {args:?}: {}",
+                text(&o)
+            );
+            assert_eq!(keys(), before, "{name} {args:?}: nothing removed");
+            assert!(object.exists(), "{name} {args:?}: the image stays");
+        }
+    }
+    // The real config still prunes normally (nothing to remove).
+    let o = run(&["prune"], &cfg);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(keys(), before);
+}

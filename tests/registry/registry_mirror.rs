@@ -123,6 +123,16 @@ async fn mirrored_images_are_pinned_and_served_offline() {
     .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body, kubelet.index.as_slice());
+    // Issue 20 item 7: a host name is case-insensitive (`?ns=GHCR.IO` was 403).
+    for ns in ["GHCR.IO", "GhCr.Io"] {
+        let r = send(http.get(format!(
+            "{}/v2/siderolabs/kubelet/manifests/v1.35.6?ns={ns}",
+            svc.url()
+        )))
+        .await;
+        assert_eq!(r.status, 200, "ns={ns}");
+        assert_eq!(r.body, kubelet.index.as_slice(), "ns={ns}");
+    }
     for b in &kubelet.blobs {
         assert_ns_blob(&http, &svc.url(), "siderolabs/kubelet", "ghcr.io", b).await;
     }

@@ -370,3 +370,65 @@ fn mirror_sync_keeps_them_per_release_notes_a_404_and_export_carries_them() {
     }
     assert_eq!(get(&off, &overlay_path(V)).status, 404);
 }
+
+/// Issue 20 item 7: factory documents are coalesced like artifacts: 30
+/// concurrent cold GETs of a slow `/versions` make one factory request
+/// (50 used to make 12), and every client gets the whole document. And the
+/// iPXE script built from the request's `X-Forwarded-Host` says so
+/// (`Vary`, `Cache-Control: private`), so a shared cache in front never
+/// hands one client's host to another.
+#[test]
+fn documents_are_coalesced_and_a_script_built_from_headers_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    // ~120 KiB of releases at 100 KiB/s: the first request is still
+    // running when the others arrive.
+    let list: Vec<String> = (0..12000)
+        .map(|i| format!("\"v1.{}.{}\"", i / 100, i % 100))
+        .collect();
+    let versions = format!("[{}]", list.join(","));
+    write(&root, "/versions", versions.as_bytes());
+    let script = format!(
+        "#!ipxe\nkernel https://pxe.factory.talos.dev/image/{S}/{V}/kernel-amd64 talos.platform=metal\ninitrd https://pxe.factory.talos.dev/image/{S}/{V}/initramfs-amd64.xz\nboot\n"
+    );
+    write(
+        &root,
+        &format!("/pxe/{S}/{V}/metal-amd64"),
+        script.as_bytes(),
+    );
+    let ng = Nginx::start(
+        &root,
+        NginxOpts {
+            limit_rate: Some("100k".into()),
+            server_extra: "location = /versions { default_type application/json; }".into(),
+            ..Default::default()
+        },
+    );
+    let cache = dir.path().join("cache");
+    let svc = Service::start(&[
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--factory-url",
+        &ng.url(),
+    ]);
+    let url = format!("{}/versions", svc.url());
+    let clients: Vec<_> = (0..30).map(|_| support::curl_spawn(&[&url])).collect();
+    for c in clients {
+        let r = c.wait();
+        assert_eq!(r.status, 200, "{}", r.stderr);
+        assert_eq!(r.body, versions.as_bytes());
+    }
+    assert_eq!(gets(&ng, "/versions"), 1, "{}", ng.access_log());
+
+    let pxe = format!("{}/pxe/{S}/{V}/metal-amd64", svc.url());
+    let r = curl(&["-H", "X-Forwarded-Host: talos-gen.example", &pxe]);
+    assert_eq!(r.status, 200);
+    let body = String::from_utf8_lossy(&r.body);
+    assert!(body.contains("http://talos-gen.example/image/"), "{body}");
+    let vary = r.header("vary").unwrap_or_default().to_ascii_lowercase();
+    assert!(
+        vary.contains("x-forwarded-host") && vary.contains("host"),
+        "vary: {vary}"
+    );
+    assert_eq!(r.header("cache-control").as_deref(), Some("private"));
+}

@@ -259,3 +259,136 @@ fn bad_tls_flags_are_one_line_and_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("\"a b\""));
 }
+
+/// Issue 20 item 6: the TLS files are read like every other input. At
+/// start, a FIFO as `--tls-key` (it used to hang `serve` for ever), a
+/// device and a file over 1 MiB are exit 2 naming the file. While serving,
+/// a certificate swapped for a link to `/dev/zero` (it used to be read
+/// without end, 1.9 GB, and wedge the reload and SIGTERM) keeps the old
+/// pair, logs one line, and SIGTERM still stops the service.
+#[test]
+fn tls_files_are_regular_bounded_and_never_block() {
+    let work = tempfile::tempdir().unwrap();
+    let tls = work.path().join("tls");
+    cert(&tls);
+    let cache = work.path().join("cache").display().to_string();
+    let crt = tls.join("tls.crt").display().to_string();
+    let key = tls.join("tls.key").display().to_string();
+    let fifo = work.path().join("key.fifo");
+    let st = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success());
+    let big = work.path().join("big.crt");
+    std::fs::write(&big, vec![b'A'; (1 << 20) + 1]).unwrap();
+    let fifo_s = fifo.display().to_string();
+    let big_s = big.display().to_string();
+    for (flag, cert_arg, key_arg, named, why) in [
+        (
+            "--tls-key",
+            crt.as_str(),
+            fifo_s.as_str(),
+            fifo_s.as_str(),
+            "not a regular file",
+        ),
+        (
+            "--tls-cert",
+            "/dev/zero",
+            key.as_str(),
+            "/dev/zero",
+            "not a regular file",
+        ),
+        (
+            "--tls-cert",
+            big_s.as_str(),
+            key.as_str(),
+            big_s.as_str(),
+            "larger than",
+        ),
+    ] {
+        let errf = work.path().join("serve.err");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_talos-gen"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--cache-dir", &cache])
+            .args(["--tls-cert", cert_arg, "--tls-key", key_arg])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&errf).unwrap());
+        let mut p = support::Proc::spawn("talos-gen serve", cmd);
+        let status = p.wait_exit(Duration::from_secs(30));
+        let err = std::fs::read_to_string(&errf).unwrap_or_default();
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(2),
+            "{flag} {named}: exit 2 at once: {err}"
+        );
+        assert!(
+            err.contains(flag) && err.contains(named) && err.contains(why),
+            "{flag} {named}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+
+    // While serving: the certificate becomes a link to /dev/zero.
+    let svc = Service::builder()
+        .arg("--cache-dir")
+        .arg(&cache)
+        .tls(&tls)
+        .start();
+    let ca = tls.join("ca.crt");
+    let health = format!("{}/healthz", svc.url());
+    assert_eq!(curl_tls(&health, Some(&ca)).0, 0);
+    let good = work.path().join("good.crt");
+    std::fs::copy(tls.join("tls.crt"), &good).unwrap();
+    let link = tls.join("zero.link");
+    std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+    std::fs::rename(&link, tls.join("tls.crt")).unwrap();
+    let start = Instant::now();
+    let said = |svc: &Service| {
+        svc.log_text()
+            .lines()
+            .filter(|l| l.contains("do not load"))
+            .count()
+    };
+    while said(&svc) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the bad reload is logged: {}",
+            svc.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = svc.log_text();
+    let line = log.lines().find(|l| l.contains("do not load")).unwrap();
+    assert!(line.contains("not a regular file"), "{line}");
+    assert_eq!(
+        curl_tls(&health, Some(&ca)).0,
+        0,
+        "the old pair stays in use"
+    );
+    // The reload task is not wedged: the good pair put back is reloaded,
+    // and the bad one was said once.
+    std::fs::copy(&good, tls.join("back.crt")).unwrap();
+    std::fs::rename(tls.join("back.crt"), tls.join("tls.crt")).unwrap();
+    while !svc.log_text().contains("tls certificate reloaded") {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the good pair is reloaded: {}",
+            svc.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(said(&svc), 1, "one line: {}", svc.log_text());
+    assert_eq!(
+        curl_tls(&health, Some(&ca)).0,
+        0,
+        "the old pair stays in use"
+    );
+    let rss = support::rss_kib(svc.pid());
+    assert!(
+        rss < 200 * 1024,
+        "RSS {rss} KiB: nothing read from /dev/zero"
+    );
+    assert_eq!(
+        svc.terminate(Duration::from_secs(30)),
+        Some(0),
+        "SIGTERM stops it"
+    );
+}

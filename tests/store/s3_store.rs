@@ -485,3 +485,43 @@ fn a_stream_from_the_bucket_is_cut_when_the_bucket_goes_away() {
         f.xz.len()
     );
 }
+
+/// Issue 20 item 7: an S3 endpoint that answers with an HTML page (a proxy
+/// or a captive portal in front of the bucket; nginx here) is named in one
+/// line, the page's title, not the whole page on stderr.
+#[test]
+fn an_s3_endpoint_answering_html_is_one_line() {
+    let root = tempfile::tempdir().unwrap();
+    let page = format!(
+        "<!DOCTYPE html>\n<html>\n<head><title>403 Forbidden by the proxy</title></head>\n<body>\n{}</body>\n</html>\n",
+        "<p>You are not allowed to reach this bucket from here. Ask your administrator.</p>\n"
+            .repeat(40)
+    );
+    let ng = support::Nginx::start(
+        root.path(),
+        support::NginxOpts {
+            server_extra: format!(
+                "location ^~ /bucket/ {{ default_type text/html; return 403 '{}'; }}",
+                page.replace('\'', "")
+            ),
+            ..Default::default()
+        },
+    );
+    let spool = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+        .args(["mirror", "verify", "--store", "s3://bucket/store"])
+        .args(["--s3-endpoint", &ng.url()])
+        .arg("--cache-dir")
+        .arg(spool.path())
+        .env("AWS_ACCESS_KEY_ID", "GKtest")
+        .env("AWS_SECRET_ACCESS_KEY", "secret")
+        .env("AWS_REGION", "garage")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("403 Forbidden by the proxy"), "{err}");
+    assert!(!err.contains("<p>") && !err.contains("<html"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.len() < 1000, "{} bytes: {err}", err.len());
+}

@@ -140,3 +140,62 @@ fn mirror_sync_names_the_item_that_timed_out_and_goes_on() {
     // The good item was stored.
     assert_eq!(up.count(&image("v1.13.6")), 1);
 }
+
+/// Issue 20 item 4: only a 200 is a whole artifact. nginx, as the factory
+/// and the registry, answers a plain GET (no `Range`) with a 206 and part
+/// of a body, or a 204: the client gets a 502, nothing is stored (the next
+/// GET asks the upstream again). Before, any 2xx was committed as the whole
+/// artifact (a kernel has no decode check to catch it).
+#[test]
+fn only_a_200_is_a_whole_artifact() {
+    let root = tempfile::tempdir().unwrap();
+    let blob = b"the first bytes of a layer, and no more";
+    let digest = support::sha256_digest(blob);
+    let nginx = support::Nginx::start(
+        root.path(),
+        support::NginxOpts {
+            server_extra: format!(
+                "location ^~ /image/ {{ add_header Content-Range \"bytes 0-6/100\"; return 206 \"partial\"; }}\n\
+                 location ^~ /talosctl/ {{ return 204; }}\n\
+                 location ^~ /v2/ {{ default_type application/octet-stream; return 206 \"{}\"; }}\n",
+                std::str::from_utf8(blob).unwrap()
+            ),
+            ..Default::default()
+        },
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let svc = Service::start(&[
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+        "--factory-url",
+        &nginx.url(),
+        "--registry-url",
+        &nginx.url(),
+    ]);
+    let paths = [
+        format!("/image/{S}/v1.13.0/kernel-amd64"),
+        "/talosctl/v1.13.0/talosctl-linux-amd64".to_string(),
+        format!("/v2/installer/{S}/blobs/{digest}"),
+    ];
+    for p in &paths {
+        for round in 0..2 {
+            let r = curl(&[&format!("{}{p}", svc.url())]);
+            assert_eq!(
+                r.status,
+                502,
+                "{p} (round {round}): {}",
+                String::from_utf8_lossy(&r.body)
+            );
+        }
+        let asked = nginx
+            .access_log()
+            .lines()
+            .filter(|l| l.contains(p.as_str()))
+            .count();
+        assert_eq!(asked, 2, "{p}: nothing stored, the upstream asked again");
+    }
+    let objects = std::fs::read_dir(cache.path().join("objects/sha256"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(objects, 0, "nothing stored");
+}

@@ -151,7 +151,7 @@ fn io_err(e: object_store::Error) -> io::Error {
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
         _ => io::ErrorKind::Other,
     };
-    io::Error::new(kind, e.to_string())
+    io::Error::new(kind, crate::text::one_line(&e.to_string()))
 }
 
 /// A change token from what the store says of an entry.

@@ -5,12 +5,12 @@ use std::sync::{Arc, Mutex};
 
 /// One async mutex per key, so one upstream fetch runs per key at a time.
 #[derive(Default)]
-pub(super) struct KeyedLocks {
+pub(crate) struct KeyedLocks {
     map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl KeyedLocks {
-    pub(super) async fn lock(&self, key: &str) -> KeyedGuard<'_> {
+    pub(crate) async fn lock(&self, key: &str) -> KeyedGuard<'_> {
         let m = {
             let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
             map.entry(key.to_string()).or_default().clone()
@@ -24,7 +24,7 @@ impl KeyedLocks {
     }
 }
 
-pub(super) struct KeyedGuard<'a> {
+pub(crate) struct KeyedGuard<'a> {
     locks: &'a KeyedLocks,
     key: String,
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
