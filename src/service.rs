@@ -14,7 +14,8 @@ use crate::imagecache::ImageCache;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::schematics;
-use crate::store::{Location, Store};
+pub use crate::store::Location;
+use crate::store::Store;
 use crate::upstream::{Limits, Upstream, UpstreamConfig};
 
 /// What the service is built from (parsed and checked at the CLI edge).

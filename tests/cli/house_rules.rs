@@ -143,3 +143,16 @@ fn serde_yaml_only_behind_yaml_and_unsafe_only_where_justified() {
         }
     }
 }
+
+#[test]
+fn the_http_edge_names_no_store_type() {
+    for (path, top, code) in sources() {
+        if top == "http" {
+            assert!(
+                !code.contains("crate::store") && !code.contains("store::"),
+                "{}: the HTTP edge names the store (it holds an Inventory and calls the core)",
+                path.display()
+            );
+        }
+    }
+}
