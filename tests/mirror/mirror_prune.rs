@@ -229,7 +229,7 @@ async fn dropping_a_release_prunes_only_what_it_alone_named() {
         + old_inst.manifests.iter().map(|m| m.1.len()).sum::<usize>();
     let summary = out.lines().last().unwrap().to_string();
     assert!(summary.starts_with("mirror prune --dry-run: "), "{summary}");
-    let human = indicatif::HumanBytes(old_bytes as u64).to_string();
+    let human = talos_gen::text::human_size(old_bytes as u64);
     assert!(
         summary.contains(&format!("({human}) would be freed")),
         "{summary} vs {human}"
