@@ -66,12 +66,6 @@ fn bundle(path: &Path, entries: &[serde_json::Value], members: &[(String, Vec<u8
     t.finish().unwrap();
 }
 
-fn objects(cache: &Path) -> usize {
-    std::fs::read_dir(cache.join("objects/sha256"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 /// The objects of `cache` other than the import's own report (the
 /// `status/mirror-sync` document `mirror import` writes, failed or not, so
 /// the status page shows it): what a bundle put there.

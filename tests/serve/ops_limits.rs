@@ -193,41 +193,6 @@ fn idle_connection_flood_does_not_starve_healthz() {
     );
 }
 
-/// A loopback connection with a 4 KiB receive buffer, so that a client that
-/// stops reading really stalls the sender (loopback buffers can otherwise
-/// swallow tens of MiB).
-fn small_window_connect(port: u16) -> TcpStream {
-    use std::os::fd::FromRawFd;
-    // SAFETY: plain socket calls on a descriptor we own; on success the
-    // descriptor is handed to TcpStream, which closes it.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        assert!(fd >= 0);
-        let size: libc::c_int = 4096;
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            &size as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-        let addr = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: port.to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
-            },
-            sin_zero: [0; 8],
-        };
-        let r = libc::connect(
-            fd,
-            &addr as *const _ as *const libc::sockaddr,
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        );
-        assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
-        TcpStream::from_raw_fd(fd)
-    }
-}
 
 #[test]
 fn slow_reader_neither_slows_others_nor_grows_memory() {
@@ -251,7 +216,7 @@ fn slow_reader_neither_slows_others_nor_grows_memory() {
     // Ten clients that ask for the artifact and then stop reading.
     let mut stalled = Vec::new();
     for _ in 0..10 {
-        let mut s = small_window_connect(svc.port);
+        let mut s = crate::support::small_window_client(svc.port);
         write!(s, "GET {} HTTP/1.1\r\nHost: x\r\n\r\n", image_path(A)).unwrap();
         let mut b = [0u8; 1024];
         let _ = s.read(&mut b).unwrap();
