@@ -193,7 +193,6 @@ fn idle_connection_flood_does_not_starve_healthz() {
     );
 }
 
-
 #[test]
 fn slow_reader_neither_slows_others_nor_grows_memory() {
     // 24 MiB of random data: more than the loopback socket buffers hold.
