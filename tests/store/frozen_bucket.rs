@@ -280,7 +280,9 @@ fn an_image_pulled_once_pulls_again_while_the_bucket_is_frozen() {
         let hosts = cd_dir.path().join("hosts");
         hosts_toml(&hosts, "factory.talos.dev", &one.url());
         let reference = format!("factory.talos.dev/{repo}:v1.13.6");
+        let t = Instant::now();
         cd.fetch_all(&hosts, &reference);
+        eprintln!("frozen: containerd fetched the image in {:?}", t.elapsed());
         cd.assert_holds(&reference, &img);
     }
     // The document and the schematic it read.
