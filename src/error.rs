@@ -19,6 +19,10 @@ pub enum Error {
     /// An upstream failed: exit 1, HTTP 502.
     #[error("{0}")]
     Upstream(String),
+    /// The store holds it but does not answer now (a bucket down): exit 1,
+    /// HTTP 503. Never a reason to fetch it again.
+    #[error("{0}")]
+    Unavailable(String),
     /// Local I/O failed: exit 1, HTTP 500.
     #[error("{context}: {source}")]
     Io {
@@ -40,6 +44,7 @@ impl Error {
             Error::Refused(_) => 422,
             Error::NotFound(_) => 404,
             Error::Upstream(_) => 502,
+            Error::Unavailable(_) => 503,
             Error::Io { .. } => 500,
         }
     }

@@ -609,34 +609,45 @@ pub struct Document {
 }
 
 impl ImageCache {
-    /// The stored copy of `doc`, with its entry.
-    async fn stored_document(&self, doc: &FactoryDoc) -> Option<(crate::store::Entry, Document)> {
-        let (entry, body) = self
+    /// The stored copy of `doc`, with its entry; `Err` (503) when the
+    /// store holds it but does not answer (a bucket down, no local copy).
+    async fn stored_document(
+        &self,
+        doc: &FactoryDoc,
+    ) -> Result<Option<(crate::store::Entry, Document)>, ImageError> {
+        let read = self
             .fills
             .store()
-            .read_small_key(&doc.store_key(), MAX_DOCUMENT as u64)
-            .await?;
+            .read_small_at(&doc.store_key(), MAX_DOCUMENT as u64)
+            .await;
+        let Some((entry, body)) =
+            read.map_err(|e| ImageError::Fetch(FetchError::Unavailable(e.0)))?
+        else {
+            return Ok(None);
+        };
         let content_type = entry
             .content_type
             .clone()
             .unwrap_or_else(|| doc.default_content_type().into());
-        Some((
+        Ok(Some((
             entry,
             Document {
                 content_type,
                 body,
                 stale: false,
             },
-        ))
+        )))
     }
 
     /// A factory document: the stored copy while younger than `ttl`, else
     /// the factory's (checked, then kept); when the factory cannot be asked
     /// (offline, down, 5xx, a timeout, an answer that is not the document)
     /// the stored copy of any age. A 4xx from the factory is passed
-    /// through: it has spoken.
+    /// through: it has spoken. While the store does not answer (a bucket
+    /// down) the factory is not asked (nothing could be kept): the copy in
+    /// the local tier answers, anything else is 503.
     pub async fn document(&self, doc: &FactoryDoc, ttl: Duration) -> Result<Document, ImageError> {
-        let stored = self.stored_document(doc).await;
+        let stored = self.stored_document(doc).await?;
         if self.upstream.is_none() {
             return stored.map(|(_, d)| d).ok_or_else(|| {
                 ImageError::NotCached(format!(
@@ -656,10 +667,24 @@ impl ImageCache {
         if let Some(d) = fresh(&stored) {
             return Ok(d);
         }
+        let store = self.fills.store();
+        if !store.available() {
+            return match stored {
+                Some((_, mut d)) => {
+                    self.metrics.stale("document");
+                    d.stale = true;
+                    Ok(d)
+                }
+                None => Err(ImageError::Fetch(FetchError::Unavailable(format!(
+                    "the store {} does not answer; try again",
+                    store.describe()
+                )))),
+            };
+        }
         // Coalesced: one factory request per document at a time; who
         // waited takes what it kept.
         let _one = self.doc_locks.lock(&doc.store_key()).await;
-        let stored = self.stored_document(doc).await;
+        let stored = self.stored_document(doc).await?;
         if let Some(d) = fresh(&stored) {
             return Ok(d);
         }

@@ -177,7 +177,12 @@ impl Registry {
             return Ok(Some(c.clone()));
         }
         let key = store_key(id);
-        let Some(obj) = self.store.get(&key) else {
+        // Held but out of reach (a bucket down, no local copy): 503, never 404.
+        let Some(obj) = self
+            .store
+            .lookup(&key)
+            .map_err(|e| Error::Unavailable(e.0))?
+        else {
             return Ok(None);
         };
         if obj.entry.size > MAX_SIZE as u64 {

@@ -12,6 +12,7 @@
 //! | upstream failed | 502 |
 //! | upstream timed out | 504 |
 //! | upstream 4xx | as it came |
+//! | the store holds it but does not answer (a bucket down) | 503, `Retry-After: 5` |
 //! | local I/O | 500 |
 
 use axum::http::{HeaderValue, StatusCode, header};
@@ -53,7 +54,12 @@ impl IntoResponse for Error {
         if status.is_server_error() {
             tracing::error!(error = %self, "request failed");
         }
-        text(status, self.to_string())
+        let mut r = text(status, self.to_string());
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
+        r
     }
 }
 

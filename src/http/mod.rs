@@ -198,9 +198,10 @@ pub enum Gate {
     /// GET/HEAD go on to the core, which serves what the bucket's local
     /// tier holds and answers 503 at once for the rest; other methods gated.
     ReadsThrough,
-    /// As `ReadsThrough` for blob reads (`/v2/.../blobs/...`) only; the
-    /// rest of `/v2/` (manifests, tags, referrers) gated.
-    BlobReadsThrough,
+    /// As `ReadsThrough` for manifest and blob reads
+    /// (`/v2/.../manifests/...`, `/v2/.../blobs/...`: an image pulled once
+    /// pulls again from the local tier); tags lists and referrers gated.
+    OciReadsThrough,
 }
 
 /// The policy of one route: [`ROUTE_POLICY`] by route template.
@@ -218,7 +219,9 @@ impl Policy {
             Gate::Open => false,
             Gate::Store => true,
             Gate::ReadsThrough => !read,
-            Gate::BlobReadsThrough => !(read && path.contains("/blobs/")),
+            Gate::OciReadsThrough => {
+                !(read && (path.contains("/blobs/") || path.contains("/manifests/")))
+            }
         }
     }
 }
@@ -247,25 +250,26 @@ pub const ROUTE_POLICY: &[(&str, Policy)] = &[
     // Reads (or fills) the artifact whose checksum it writes.
     ("/api/v1/datavolume", policy(Writes::Token, Gate::Store)),
     ("/schematics", policy(Writes::PinnedWithToken, Gate::Store)),
-    ("/schematics/{id}", policy(Writes::None, Gate::Store)),
-    ("/v2/", policy(Writes::None, Gate::Store)),
-    ("/v2/{*rest}", policy(Writes::None, Gate::BlobReadsThrough)),
-    ("/versions", policy(Writes::None, Gate::Store)),
+    ("/schematics/{id}", policy(Writes::None, Gate::ReadsThrough)),
+    // The API version check: reads nothing.
+    ("/v2/", policy(Writes::None, Gate::Open)),
+    ("/v2/{*rest}", policy(Writes::None, Gate::OciReadsThrough)),
+    ("/versions", policy(Writes::None, Gate::ReadsThrough)),
     (
         "/oci/cosign/signing-key.pub",
-        policy(Writes::None, Gate::Store),
+        policy(Writes::None, Gate::ReadsThrough),
     ),
     (
         "/secureboot/signing-cert.pem",
-        policy(Writes::None, Gate::Store),
+        policy(Writes::None, Gate::ReadsThrough),
     ),
     (
         "/version/{version}/extensions/official",
-        policy(Writes::None, Gate::Store),
+        policy(Writes::None, Gate::ReadsThrough),
     ),
     (
         "/version/{version}/overlays/official",
-        policy(Writes::None, Gate::Store),
+        policy(Writes::None, Gate::ReadsThrough),
     ),
     (
         "/image/{schematic}/{version}/{asset}",
@@ -277,7 +281,7 @@ pub const ROUTE_POLICY: &[(&str, Policy)] = &[
     ),
     (
         "/pxe/{schematic}/{version}/{path}",
-        policy(Writes::None, Gate::Store),
+        policy(Writes::None, Gate::ReadsThrough),
     ),
 ];
 

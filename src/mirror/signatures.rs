@@ -63,15 +63,18 @@ pub async fn before(
     if want == Signature::No {
         return Ok(Checked(None));
     }
+    // Without keys there is nothing to refuse: committed pinned at once
+    // (one index write); with keys, pinned only once verified.
+    let pin = want != Signature::Verify;
     let r = Reference::parse(reference).map_err(|e| format!("{e:?}"))?;
     let top = registry
-        .manifest(up, repo, &r)
+        .manifest_kept(up, repo, &r, pin)
         .await
         .map_err(|e| format!("manifest {repo}:{reference}: {}", e.message))?
         .digest;
     let tag = crate::cosign::signature_tag(top.as_str());
     let sig = match registry
-        .manifest(up, repo, &Reference::Tag(tag.clone()))
+        .manifest_kept(up, repo, &Reference::Tag(tag.clone()), pin)
         .await
     {
         Ok(m) => m,
@@ -88,7 +91,7 @@ pub async fn before(
     let refs = manifest_refs(&sig.body).map_err(|e| format!("signature {repo}:{tag}: {e}"))?;
     let mut blobs = Vec::new();
     for (d, _) in &refs.blobs {
-        match registry.blob(up, repo, d).await {
+        match registry.blob_kept(up, repo, d, pin).await {
             Ok(b) => {
                 b.complete()
                     .await

@@ -1,6 +1,15 @@
 //! `mirror sync`: fetch every item of a config into the store, through the
 //! same [`ImageCache`] and [`Registry`] the service uses (one store, one
 //! fill, one verification), pinning what it mirrors.
+//!
+//! What the sync fetches itself (disk images, talosctl, blobs, manifests,
+//! tags, referrers indexes, factory documents, schematics, signatures
+//! without `--cosign-key`) is committed pinned: one index write per key.
+//! What `serve` stored before (cache, unpinned) is pinned: that is its one
+//! write. Under `--cosign-key` a signature and the manifest it signs are
+//! committed unpinned and pinned once verified, so a refused item leaves
+//! nothing pinned. An item that fails half way may leave pinned manifests
+//! whose blobs the next sync completes.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -561,7 +570,7 @@ async fn sync_oci(
         };
         let m = ctx
             .registry
-            .manifest(up, repo, &r)
+            .manifest_kept(up, repo, &r, true)
             .await
             .map_err(|e| format!("manifest {repo}:{}: {}", ref_str(&r), e.message))?;
         if manifests.contains(&m.digest) {
@@ -595,7 +604,7 @@ async fn sync_oci(
     // Blobs, concurrently; every one is tried even when another failed.
     let errors: Vec<String> = futures::stream::iter(blobs.iter().map(|(d, size)| async move {
         let _permit = meter.slot(&ctx.sem).await.map_err(|e| e.to_string())?;
-        match ctx.registry.blob(up, repo, d).await {
+        match ctx.registry.blob_kept(up, repo, d, true).await {
             Ok(Blob::Stored(o)) => {
                 if size.is_none() {
                     meter.resolved(o.entry.size);

@@ -58,7 +58,7 @@ impl From<crate::Error> for OciError {
             crate::Error::BadInput(_) => "UNSUPPORTED",
             crate::Error::Refused(_) => "DENIED",
             crate::Error::NotFound(_) => "NAME_UNKNOWN",
-            crate::Error::Upstream(_) => "UNAVAILABLE",
+            crate::Error::Upstream(_) | crate::Error::Unavailable(_) => "UNAVAILABLE",
             crate::Error::Io { .. } => "UNKNOWN",
         };
         OciError::new(e.http_status(), code, e.to_string())

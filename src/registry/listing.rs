@@ -255,7 +255,8 @@ impl Registry {
 
     /// The whole referrers index of `d` and where it came from. With
     /// `keep_empty` (the mirror job) an empty answer is stored too, so the
-    /// store records that the manifest was asked about.
+    /// store records that the manifest was asked about, and what is kept
+    /// is committed pinned (one index write).
     pub async fn referrers_index(
         &self,
         up: &UpstreamId,
@@ -274,7 +275,7 @@ impl Registry {
         let _g = self.locks.lock(&key).await;
         let answer = match self.upstream_referrers(up, repo, d).await {
             Ok(Some(body)) => {
-                self.keep_index(&key, &body).await?;
+                self.keep_index(&key, &body, keep_empty).await?;
                 return Ok((body, ReferrersSource::Upstream));
             }
             // No API upstream.
@@ -288,7 +289,7 @@ impl Registry {
             },
         };
         if keep_empty && answer.1 == ReferrersSource::Empty {
-            self.keep_index(&key, &answer.0).await?;
+            self.keep_index(&key, &answer.0, keep_empty).await?;
         }
         Ok(answer)
     }
@@ -389,8 +390,8 @@ impl Registry {
     }
 
     /// Store `body` under `key` unless it holds those bytes already; a
-    /// pinned (mirrored) key stays pinned.
-    async fn keep_index(&self, key: &str, body: &[u8]) -> Result<(), OciError> {
+    /// pinned (mirrored) key stays pinned, and `pin` pins it.
+    async fn keep_index(&self, key: &str, body: &[u8], pin: bool) -> Result<(), OciError> {
         let old = self.store.entry(key);
         if old
             .as_ref()
@@ -402,7 +403,7 @@ impl Registry {
         tmp.write_all(body).await?;
         let meta = Meta {
             content_type: Some(INDEX_MEDIA_TYPE.into()),
-            pinned: old.is_some_and(|e| e.pinned),
+            pinned: pin || old.is_some_and(|e| e.pinned),
             ..Meta::default()
         };
         self.store.commit(tmp, key, meta).await?;

@@ -2,6 +2,11 @@
 //! the digest, and against `Docker-Content-Digest`, before they are
 //! committed byte for byte), tags revalidated after [`super::TAG_REVALIDATE`] with
 //! the last known mapping served when the upstream fails.
+//!
+//! While the store does not answer (a bucket down), what it holds in the
+//! local tier is served as it is (a tag's last known mapping, not
+//! revalidated: nothing fetched could be kept), and the rest is 503 at
+//! once: never fetched again from the upstream, never 404.
 
 use std::time::SystemTime;
 
@@ -31,38 +36,73 @@ pub struct Manifest {
 }
 
 impl Registry {
-    /// The manifest `reference` names in `repo` on upstream `up`.
+    /// The manifest `reference` names in `repo` on upstream `up`; what it
+    /// fetches is cache (unpinned).
     pub async fn manifest(
         &self,
         up: &UpstreamId,
         repo: &str,
         reference: &Reference,
     ) -> Result<Manifest, OciError> {
+        self.manifest_kept(up, repo, reference, false).await
+    }
+
+    /// [`Registry::manifest`], committing what it fetches (the manifest,
+    /// and a tag's mapping) pinned when `pin` (the mirror job's own fills:
+    /// one index write each, never a commit and then a pin).
+    pub async fn manifest_kept(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        reference: &Reference,
+        pin: bool,
+    ) -> Result<Manifest, OciError> {
         match reference {
-            Reference::Digest(d) => self.manifest_by_digest(up, repo, d).await,
-            Reference::Tag(t) => self.manifest_by_tag(up, repo, t).await,
+            Reference::Digest(d) => self.manifest_by_digest(up, repo, d, pin).await,
+            Reference::Tag(t) => self.manifest_by_tag(up, repo, t, pin).await,
         }
     }
 
-    /// A stored manifest, if any.
-    async fn stored_manifest(&self, d: &Digest) -> Option<Manifest> {
+    /// A stored manifest, if any; `Err` (503) when the store holds it but
+    /// cannot read it now.
+    async fn stored_manifest(&self, d: &Digest) -> Result<Option<Manifest>, OciError> {
         self.drop_misnamed(&manifest_key(d)).await;
         // Checked against its digest by the read (off the async threads);
         // a rotten one is dropped.
-        let (entry, body) = self
+        let Some((entry, body)) = self
             .store
-            .read_small_key(&manifest_key(d), MAX_MANIFEST as u64)
-            .await?;
+            .read_small_at(&manifest_key(d), MAX_MANIFEST as u64)
+            .await
+            .map_err(|e| OciError::new(503, "UNAVAILABLE", e.0))?
+        else {
+            return Ok(None);
+        };
         let media_type = entry
             .content_type
             .clone()
             .unwrap_or_else(|| "application/vnd.oci.image.manifest.v1+json".into());
-        Some(Manifest {
+        Ok(Some(Manifest {
             digest: d.clone(),
             media_type,
             body,
             stale: false,
-        })
+        }))
+    }
+
+    /// 503 while the store does not answer: what it does not hold in the
+    /// local tier is not fetched (it could not be kept).
+    pub(super) fn store_answers(&self) -> Result<(), OciError> {
+        if self.store.available() {
+            return Ok(());
+        }
+        Err(OciError::new(
+            503,
+            "UNAVAILABLE",
+            format!(
+                "the store {} does not answer; try again",
+                self.store.describe()
+            ),
+        ))
     }
 
     async fn manifest_by_digest(
@@ -70,8 +110,9 @@ impl Registry {
         up: &UpstreamId,
         repo: &str,
         d: &Digest,
+        pin: bool,
     ) -> Result<Manifest, OciError> {
-        if let Some(m) = self.stored_manifest(d).await {
+        if let Some(m) = self.stored_manifest(d).await? {
             self.metric(|x| x.hit("manifest"));
             return Ok(m);
         }
@@ -80,13 +121,17 @@ impl Registry {
             self.metric(|x| x.offline_miss("manifest", &path));
             return Err(self.store_miss(up, manifest_unknown(repo, d.as_str())));
         }
+        self.store_answers()?;
         self.metric(|x| x.miss("manifest"));
         let key = manifest_key(d);
         let _g = self.locks.lock(&key).await;
-        if let Some(m) = self.stored_manifest(d).await {
+        if let Some(m) = self.stored_manifest(d).await? {
             return Ok(m);
         }
-        match self.fetch_manifest(up, repo, d.as_str(), Some(d)).await? {
+        match self
+            .fetch_manifest(up, repo, d.as_str(), Some(d), pin)
+            .await?
+        {
             Some(m) => Ok(m),
             None => Err(manifest_unknown(repo, d.as_str())),
         }
@@ -97,6 +142,7 @@ impl Registry {
         up: &UpstreamId,
         repo: &str,
         tag: &str,
+        pin: bool,
     ) -> Result<Manifest, OciError> {
         let key = tag_key(up, repo, tag);
         let known = |store: &Store| {
@@ -108,11 +154,18 @@ impl Registry {
                 Digest::from_hex(&e.digest).map(|d| (d, fresh))
             })
         };
+        // The store down: the last known mapping as it is (a revalidation
+        // could keep nothing), marked stale once past its interval.
+        let down = !self.store.available();
         if let Some((d, fresh)) = known(&self.store)
-            && (fresh || self.store_only(up))
-            && let Some(m) = self.stored_manifest(&d).await
+            && (fresh || self.store_only(up) || down)
+            && let Some(mut m) = self.stored_manifest(&d).await?
         {
             self.metric(|x| x.hit("manifest"));
+            if !fresh && !self.store_only(up) {
+                self.metric(|x| x.stale("manifest"));
+                m.stale = true;
+            }
             return Ok(m);
         }
         if self.store_only(up) {
@@ -120,11 +173,12 @@ impl Registry {
             self.metric(|x| x.offline_miss("manifest", &path));
             return Err(self.store_miss(up, manifest_unknown(repo, tag)));
         }
+        self.store_answers()?;
         self.metric(|x| x.miss("manifest"));
         let _g = self.locks.lock(&key).await;
         let last = known(&self.store);
         if let Some((d, true)) = &last
-            && let Some(m) = self.stored_manifest(d).await
+            && let Some(m) = self.stored_manifest(d).await?
         {
             return Ok(m);
         }
@@ -138,14 +192,14 @@ impl Registry {
         if let Some((d, _)) = &last {
             match self.head_manifest_digest(up, repo, tag).await {
                 Ok(Some(now)) if now == *d => {
-                    if let Some(m) = self.stored_manifest(d).await {
-                        self.link_tag(&key, &m).await;
+                    if let Some(m) = self.stored_manifest(d).await? {
+                        self.link_tag(&key, &m, pin).await;
                         return Ok(m);
                     }
                 }
                 Ok(_) => {}
                 Err(e) if e.status >= 500 => {
-                    if let Some(m) = self.stored_manifest(d).await {
+                    if let Some(m) = self.stored_manifest(d).await? {
                         return Ok(stale(&e, m));
                     }
                     return Err(e);
@@ -153,14 +207,14 @@ impl Registry {
                 Err(_) => {}
             }
         }
-        match self.fetch_manifest(up, repo, tag, None).await {
+        match self.fetch_manifest(up, repo, tag, None, pin).await {
             Ok(Some(m)) => {
-                self.link_tag(&key, &m).await;
+                self.link_tag(&key, &m, pin).await;
                 Ok(m)
             }
             Ok(None) => Err(manifest_unknown(repo, tag)),
             Err(e) if e.status >= 500 => match &last {
-                Some((d, _)) => match self.stored_manifest(d).await {
+                Some((d, _)) => match self.stored_manifest(d).await? {
                     Some(m) => Ok(stale(&e, m)),
                     None => Err(e),
                 },
@@ -170,9 +224,15 @@ impl Registry {
         }
     }
 
-    async fn link_tag(&self, key: &str, m: &Manifest) {
+    /// Record `key` -> `m` (pinned when `pin`). Not while the store does
+    /// not answer (the write would wait on it, and the mapping it has is
+    /// the one served).
+    async fn link_tag(&self, key: &str, m: &Manifest, pin: bool) {
+        if !self.store.available() {
+            return;
+        }
         // A pinned (mirrored) tag stays pinned when revalidated.
-        let pinned = self.store.entry(key).is_some_and(|e| e.pinned);
+        let pinned = pin || self.store.entry(key).is_some_and(|e| e.pinned);
         let meta = Meta {
             content_type: Some(m.media_type.clone()),
             pinned,
@@ -239,6 +299,7 @@ impl Registry {
         repo: &str,
         reference: &str,
         expect: Option<&Digest>,
+        pin: bool,
     ) -> Result<Option<Manifest>, OciError> {
         let t0 = std::time::Instant::now();
         let (url, resp) = self.ask_manifest(Method::GET, up, repo, reference).await?;
@@ -291,13 +352,13 @@ impl Registry {
             body: Bytes::from(body),
             stale: false,
         };
-        self.commit_manifest(&m).await?;
+        self.commit_manifest(&m, pin).await?;
         self.metric(|x| x.upstream_fetch("manifest", &manifest_key(&m.digest), None, t0.elapsed()));
         tracing::info!(repo, reference, digest = %m.digest, ms = t0.elapsed().as_millis() as u64, "manifest fetched");
         Ok(Some(m))
     }
 
-    async fn commit_manifest(&self, m: &Manifest) -> Result<(), OciError> {
+    async fn commit_manifest(&self, m: &Manifest, pin: bool) -> Result<(), OciError> {
         let key = manifest_key(&m.digest);
         if self.store.entry(&key).is_some() {
             return Ok(());
@@ -306,6 +367,7 @@ impl Registry {
         tmp.write_all(&m.body).await?;
         let meta = Meta {
             content_type: Some(m.media_type.clone()),
+            pinned: pin,
             ..Meta::default()
         };
         self.store.commit(tmp, &key, meta).await?;

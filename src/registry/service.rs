@@ -250,8 +250,20 @@ impl Registry {
 
     /// A blob: from the store, or from the shared fill (one upstream fetch
     /// streamed to every waiting reader, committed only when whole and
-    /// verified against the digest).
+    /// verified against the digest); what it fetches is cache.
     pub async fn blob(&self, up: &UpstreamId, repo: &str, d: &Digest) -> Result<Blob, OciError> {
+        self.blob_kept(up, repo, d, false).await
+    }
+
+    /// [`Registry::blob`], its fill committed pinned when `pin` (the
+    /// mirror job's own fills: one index write).
+    pub async fn blob_kept(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        d: &Digest,
+        pin: bool,
+    ) -> Result<Blob, OciError> {
         let key = blob_key(d);
         self.drop_misnamed(&key).await;
         if self.store_only(up) {
@@ -286,6 +298,7 @@ impl Registry {
                 // The upstream's own bounds fire first; this is the backstop.
                 spec.idle_timeout = idle;
                 spec.meta.content_type = Some("application/octet-stream".into());
+                spec.meta.pinned = pin;
                 spec
             })
             .await
@@ -351,6 +364,7 @@ impl Registry {
         if self.store_only(up) {
             return Err(self.store_miss(up, blob_unknown(repo, d)));
         }
+        self.store_answers()?;
         let url = self.upstream_url(up, repo, "blobs", d.as_str())?;
         let resp = self
             .client

@@ -388,12 +388,27 @@ impl Store {
 
     /// Point `key` at an object already in the store (e.g. a tag at a
     /// manifest digest). Fails with NotFound when the object is absent.
+    /// The same link made again within a second (same object, same facts)
+    /// writes nothing: the entry would differ only by that second.
     pub async fn link(&self, key: &str, digest: &str, meta: Meta) -> Result<Entry> {
-        let size = {
+        let (size, same) = {
             let st = self.lock();
-            st.objects.get(digest).map(|o| o.size)
+            let size = st.objects.get(digest).map(|o| o.size);
+            let same = st.keys.get(key).filter(|e| {
+                e.digest == digest
+                    && e.content_type == meta.content_type
+                    && e.pinned == meta.pinned
+                    && e.meta == meta.meta
+                    && e.fetched + 1 >= now_secs()
+            });
+            (size, same.cloned())
+        };
+        let size = size.ok_or_else(|| {
+            Error::NotFound(format!("object sha256:{digest} is not in the store"))
+        })?;
+        if let Some(e) = same {
+            return Ok(e);
         }
-        .ok_or_else(|| Error::NotFound(format!("object sha256:{digest} is not in the store")))?;
         let entry = Entry {
             key: key.to_string(),
             digest: digest.to_string(),

@@ -50,22 +50,54 @@ impl Store {
     /// checked: a rotten one is dropped), opened and read on a blocking
     /// thread; `None` when absent, unreachable or unreadable (logged).
     pub async fn read_small_key(&self, key: &str, max: u64) -> Option<(Entry, bytes::Bytes)> {
+        self.read_small_at(key, max).await.ok().flatten()
+    }
+
+    /// [`Store::read_small_key`] telling the store's silence apart: `Err`
+    /// when the store holds the key but cannot read it now (a bucket that
+    /// does not answer, and no copy in the local tier), so the caller
+    /// answers 503 rather than fetching it again; `Ok(None)` when absent,
+    /// too large, or rotten (dropped).
+    pub async fn read_small_at(
+        &self,
+        key: &str,
+        max: u64,
+    ) -> std::result::Result<Option<(Entry, bytes::Bytes)>, Unavailable> {
         let store = self.clone();
         let key = key.to_string();
         tokio::task::spawn_blocking(move || {
-            let o = store.get(&key)?;
+            let Some(o) = store.lookup(&key)? else {
+                return Ok(None);
+            };
             let entry = o.entry.clone();
             match o.read_small(max) {
-                Ok(b) => Some((entry, b)),
+                Ok(b) => Ok(Some((entry, b))),
                 Err(e) => {
                     tracing::warn!(key, error = %e, "reading a stored object");
-                    None
+                    match &e {
+                        // A bucket that stopped answering mid-read (not
+                        // bytes read and found rotten, dropped; not an
+                        // object gone; not a large one).
+                        Error::Io { source, .. }
+                            if store.is_remote()
+                                && !matches!(
+                                    source.kind(),
+                                    std::io::ErrorKind::InvalidData | std::io::ErrorKind::NotFound
+                                ) =>
+                        {
+                            store.set_available(false);
+                            Err(Unavailable(format!(
+                                "the store {} does not answer; try again",
+                                store.describe()
+                            )))
+                        }
+                        _ => Ok(None),
+                    }
                 }
             }
         })
         .await
-        .ok()
-        .flatten()
+        .unwrap_or_else(|e| Err(Unavailable(format!("reading a stored object: {e}"))))
     }
 
     /// Open the object for `key` (blocking): `Ok(None)` when the store

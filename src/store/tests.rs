@@ -411,3 +411,131 @@ fn an_empty_cache_dir_is_refused() {
     let err = Store::open("", None).err().unwrap();
     assert_eq!(err.exit_code(), 2);
 }
+
+/// A local directory that counts the calls a read could make for an
+/// object's metadata (its length, entry, checksums, a listing).
+struct Counting {
+    inner: LocalDir,
+    meta_calls: Arc<AtomicU64>,
+}
+
+impl Counting {
+    fn count(&self) {
+        self.meta_calls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Backend for Counting {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn local_dir(&self) -> Option<&Path> {
+        // Seen as a bucket: nothing is assumed local.
+        None
+    }
+    fn lock(&self) -> std::io::Result<backend::LockGuard<'_>> {
+        self.inner.lock()
+    }
+    fn spool(&self) -> std::io::Result<(PathBuf, std::fs::File)> {
+        self.inner.spool()
+    }
+    fn clean_spool(&self) {
+        self.inner.clean_spool()
+    }
+    fn list_objects(&self) -> std::io::Result<std::collections::HashMap<String, u64>> {
+        self.count();
+        self.inner.list_objects()
+    }
+    fn object_len(&self, digest: &str) -> Option<u64> {
+        self.count();
+        self.inner.object_len(digest)
+    }
+    fn object_age(&self, digest: &str) -> Option<Duration> {
+        self.count();
+        self.inner.object_age(digest)
+    }
+    fn open_object(&self, digest: &str, len: u64) -> std::io::Result<Box<dyn ObjectRead>> {
+        self.inner.open_object(digest, len)
+    }
+    fn put_object(
+        &self,
+        spool: &Path,
+        file: std::fs::File,
+        digest: &str,
+        sums: &[u8],
+    ) -> std::io::Result<bool> {
+        self.inner.put_object(spool, file, digest, sums)
+    }
+    fn delete_object(&self, digest: &str) {
+        self.inner.delete_object(digest)
+    }
+    fn list_entries(&self) -> std::io::Result<Vec<backend::Listed>> {
+        self.count();
+        self.inner.list_entries()
+    }
+    fn read_entry(&self, name: &str) -> Option<(Vec<u8>, u64)> {
+        self.count();
+        self.inner.read_entry(name)
+    }
+    fn write_entry(&self, name: &str, body: &[u8]) -> std::io::Result<u64> {
+        self.inner.write_entry(name, body)
+    }
+    fn delete_entry(&self, name: &str) {
+        self.inner.delete_entry(name)
+    }
+    fn read_sums(&self, digest: &str) -> std::io::Result<Option<Vec<u8>>> {
+        self.count();
+        self.inner.read_sums(digest)
+    }
+    fn write_sums(&self, digest: &str, body: &[u8]) -> std::io::Result<()> {
+        self.inner.write_sums(digest, body)
+    }
+    fn check(&self, limit: Duration) -> std::io::Result<()> {
+        self.count();
+        self.inner.check(limit)
+    }
+}
+
+/// Metadata apart from bodies: an object's size and checksums are read
+/// once (at start-up for what another process stored, at commit for this
+/// one's fills) and kept while it is held, so a warm read (whole, a range,
+/// a small read) asks the backend for nothing before its first byte.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_read_asks_the_backend_for_no_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let body: Vec<u8> = (0..(3 << 20) + 17).map(|i| (i % 251) as u8).collect();
+    put(
+        &Store::open(dir.path(), None).unwrap(),
+        "theirs",
+        &body,
+        false,
+    )
+    .await;
+    let meta_calls = Arc::new(AtomicU64::new(0));
+    let backend = Counting {
+        inner: LocalDir::open(dir.path().to_path_buf()).unwrap(),
+        meta_calls: meta_calls.clone(),
+    };
+    let store = Store::with_backend(Box::new(backend), None).unwrap();
+    put(&store, "ours", b"a small one", false).await;
+    let before = meta_calls.load(Ordering::Relaxed);
+    for _ in 0..3 {
+        let o = store.lookup("theirs").unwrap().unwrap();
+        assert!(read_whole(o).await.unwrap() == body);
+        let o = store.open_key("theirs").await.unwrap().unwrap();
+        let (from, to) = (1 << 20, (1 << 20) + 70_000);
+        let mut s = Box::pin(o.stream(from, to));
+        let mut range = Vec::new();
+        while let Some(c) = futures::StreamExt::next(&mut s).await {
+            range.extend_from_slice(&c.unwrap());
+        }
+        assert!(range[..] == body[from as usize..to as usize]);
+        let (e, b) = store.read_small_at("ours", 64).await.unwrap().unwrap();
+        assert_eq!((e.size, &b[..]), (11, &b"a small one"[..]));
+    }
+    assert_eq!(
+        meta_calls.load(Ordering::Relaxed),
+        before,
+        "a warm read asked the backend for an object's metadata"
+    );
+}

@@ -10,9 +10,12 @@
 //! A copy comes from a fill (the verified spool file, renamed here after
 //! the upload) or, for an object another replica stored, from a
 //! background read of the bucket after its first request (checked block
-//! by block and hashed whole before it is renamed into place).
+//! by block and hashed whole before it is renamed into place). Those
+//! reads run [`COPIES`] at a time; what is asked meanwhile waits its turn
+//! (up to [`PENDING`]), so every object of an image pulled once (its
+//! manifests and blobs, read at once) gets its copy.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -26,6 +29,9 @@ use super::sums::Sums;
 
 /// Background copies from the bucket at once.
 const COPIES: usize = 2;
+/// Copies waiting for one of those (beyond, a request is dropped: the
+/// object's next read asks again).
+const PENDING: usize = 1024;
 
 pub(super) struct Tier {
     dir: PathBuf,
@@ -41,6 +47,8 @@ struct TierState {
     clock: u64,
     /// Copies from the bucket in progress.
     copying: HashSet<String>,
+    /// Copies waiting for a slot: (digest, size, checksums).
+    pending: VecDeque<(String, u64, Option<Arc<Sums>>)>,
 }
 
 impl Tier {
@@ -204,33 +212,54 @@ impl Tier {
     }
 
     /// `digest` was read from the bucket: copy it here in the background
-    /// (at most [`COPIES`] at once; a request meanwhile reads the bucket).
+    /// (at most [`COPIES`] at once, the rest queued; a request meanwhile
+    /// reads the bucket).
     pub(super) fn want(&self, store: &Store, digest: &str, size: u64, sums: Option<Arc<Sums>>) {
         if size > self.max {
             return;
         }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         {
             let mut st = self.lock();
-            if st.files.contains_key(digest)
-                || st.copying.contains(digest)
-                || st.copying.len() >= COPIES
-            {
+            if st.files.contains_key(digest) || st.copying.contains(digest) {
+                return;
+            }
+            if st.copying.len() >= COPIES {
+                if st.pending.len() < PENDING && !st.pending.iter().any(|(d, ..)| d == digest) {
+                    st.pending.push_back((digest.to_string(), size, sums));
+                }
                 return;
             }
             st.copying.insert(digest.to_string());
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            self.lock().copying.remove(digest);
-            return;
-        };
-        let (store, digest) = (store.clone(), digest.to_string());
+        let store = store.clone();
+        let mut next = Some((digest.to_string(), size, sums));
         rt.spawn_blocking(move || {
             let Some(tier) = store.tier() else { return };
-            match tier.copy(&store, &digest, size, sums.as_deref()) {
-                Ok(()) => tier.insert(&digest, size),
-                Err(e) => tracing::warn!(%digest, error = %e, "copying into the local tier failed"),
+            while let Some((digest, size, sums)) = next.take() {
+                match tier.copy(&store, &digest, size, sums.as_deref()) {
+                    Ok(()) => tier.insert(&digest, size),
+                    Err(e) => {
+                        tracing::warn!(%digest, error = %e, "copying into the local tier failed")
+                    }
+                }
+                let mut st = tier.lock();
+                st.copying.remove(&digest);
+                if !store.available() {
+                    // The bucket does not answer: nothing waits on it.
+                    st.pending.clear();
+                }
+                // The next one waiting, unless it got its copy meanwhile.
+                while let Some(w) = st.pending.pop_front() {
+                    if !st.files.contains_key(&w.0) && !st.copying.contains(&w.0) {
+                        st.copying.insert(w.0.clone());
+                        next = Some(w);
+                        break;
+                    }
+                }
             }
-            tier.lock().copying.remove(&digest);
         });
     }
 

@@ -465,3 +465,170 @@ fn shipped_config_and_manifests_are_consistent() {
     let d = &docs[2]["spec"]["template"]["spec"]["containers"][0];
     assert!(d["readinessProbe"].is_mapping());
 }
+
+/// Index writes into `dir` (a local store's `index/`) while it is watched:
+/// every entry write is a rename into place (`IN_MOVED_TO`), counted per
+/// entry name by inotify.
+struct IndexWrites {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<std::collections::BTreeMap<String, usize>>>,
+}
+
+impl IndexWrites {
+    fn watch(dir: &Path) -> IndexWrites {
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: plain system calls on a descriptor this helper owns and
+        // closes; the event buffer is read within the length read() gave.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(fd >= 0, "inotify_init1");
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        let wd = unsafe {
+            libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_MOVED_TO | libc::IN_CREATE)
+        };
+        assert!(wd >= 0, "inotify_add_watch {}", dir.display());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut counts = std::collections::BTreeMap::new();
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                let stopping = flag.load(std::sync::atomic::Ordering::Acquire);
+                loop {
+                    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+                    if n <= 0 {
+                        break;
+                    }
+                    let mut at = 0usize;
+                    let head = std::mem::size_of::<libc::inotify_event>();
+                    while at + head <= n as usize {
+                        let ev: libc::inotify_event =
+                            unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+                        let name = &buf[at + head..at + head + ev.len as usize];
+                        let name = String::from_utf8_lossy(name)
+                            .trim_end_matches('\0')
+                            .to_string();
+                        *counts.entry(name).or_insert(0) += 1;
+                        at += head + ev.len as usize;
+                    }
+                }
+                if stopping {
+                    unsafe { libc::close(fd) };
+                    return counts;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        IndexWrites {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop watching: writes per entry name.
+    fn finish(mut self) -> std::collections::BTreeMap<String, usize> {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// Every key named by `index`: (entry name, key, pinned).
+fn index_keys(cache: &Path) -> Vec<(String, String, bool)> {
+    let mut v: Vec<(String, String, bool)> = std::fs::read_dir(cache.join("index"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let en: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                en["key"].as_str().unwrap().to_string(),
+                en["pinned"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every key the sync leaves, pinned, written exactly once while `w` watched.
+fn assert_one_write_each(cache: &Path, w: IndexWrites, what: &str) -> usize {
+    let writes = w.finish();
+    let keys = index_keys(cache);
+    assert!(!keys.is_empty(), "{what}: nothing stored");
+    for (name, key, pinned) in &keys {
+        assert!(*pinned, "{what}: {key} not pinned");
+        assert_eq!(
+            writes.get(name).copied().unwrap_or(0),
+            1,
+            "{what}: {key} written {} times",
+            writes.get(name).copied().unwrap_or(0)
+        );
+    }
+    let names: Vec<&String> = keys.iter().map(|k| &k.0).collect();
+    for (name, n) in &writes {
+        assert!(
+            names.contains(&name),
+            "{what}: {name} written {n} times, then gone"
+        );
+    }
+    keys.len()
+}
+
+/// A mirror fill commits pinned: one index write per key, never a commit
+/// and then a pin. Into an empty store every key the sync leaves was
+/// written once; over what `serve` cached before (unpinned), pinning it is
+/// its one write.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_mirror_fill_is_one_index_write() {
+    let fx = Fixture::new(1, None).await;
+    let cache = fx.path("cache");
+    drop(talos_gen::store::Store::open(&cache, None).unwrap());
+    let w = IndexWrites::watch(&cache.join("index"));
+    let o = fx.sync("mirror.yaml", "cache");
+    ok(&o, "sync into an empty store");
+    let n = assert_one_write_each(&cache, w, "sync into an empty store");
+    eprintln!("an empty store: {n} keys, one write each");
+
+    // `serve` caches the installer, the extra image and an asset first.
+    let warm = fx.path("warm");
+    let mut svc = Service::start(&[
+        "--cache-dir",
+        warm.to_str().unwrap(),
+        "--factory-url",
+        &fx.nginx.url(),
+        "--registry-url",
+        &fx.reg.url(),
+        "--mirror-upstream",
+        &format!("ghcr.io={}", fx.reg.url()),
+    ]);
+    let out = tempfile::tempdir().unwrap();
+    let files = skopeo_copy_ok(
+        &svc.host(),
+        &fx.installer.repo,
+        V,
+        out.path(),
+        "the installer",
+    );
+    fx.installer.assert_copied(&files, "the installer");
+    let base = format!("{}/v2/siderolabs/kubelet", svc.url());
+    assert_eq!(
+        curl(&format!("{base}/manifests/v1.35.6?ns=ghcr.io")),
+        fx.kubelet.index
+    );
+    let (a, bytes) = &fx.assets[0];
+    assert!(curl(&format!("{}/image/{}/{V}/{a}", svc.url(), fx.id)) == *bytes);
+    svc.stop();
+    let cached = index_keys(&warm);
+    assert!(
+        cached.iter().all(|(_, _, pinned)| !pinned),
+        "serve pinned: {cached:?}"
+    );
+    let w = IndexWrites::watch(&warm.join("index"));
+    let o = fx.sync("mirror.yaml", "warm");
+    ok(&o, "sync over serve's cache");
+    let n = assert_one_write_each(&warm, w, "sync over serve's cache");
+    eprintln!(
+        "over serve's cache: {n} keys ({} cached before), one write each",
+        cached.len()
+    );
+}

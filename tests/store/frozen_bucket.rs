@@ -1,16 +1,20 @@
 //! A frozen bucket (a real Garage node stopped with SIGSTOP: connections
 //! accepted, nothing answered) under `serve --store s3://...`: the probes,
 //! `/metrics` and the status page keep answering at once, `/readyz` turns
-//! 503, an object in the local tier is served whole, one only in the
-//! bucket fails in bounded time with 503 (never fetched again from the
-//! upstream), and serving resumes within seconds of SIGCONT, no restart.
+//! 503, an object in the local tier is served whole (an artifact; an OCI
+//! image pulled once, by skopeo and containerd; factory documents and
+//! schematics), one only in the bucket fails in bounded time with 503
+//! (never fetched again from the upstream), and serving resumes within
+//! seconds of SIGCONT, no restart.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::support;
-use crate::support::factory::{A, A2, Factory, image_path};
+use crate::support::containerd::{Containerd, hosts_toml};
+use crate::support::factory::{A, A2, Factory, S, image_path};
 use crate::support::garage::Garage;
+use crate::support::registry::{Registry, push_factory_image, skopeo_copy, skopeo_copy_ok};
 use crate::support::{Service, curl, curl_spawn, sha256_hex};
 
 const PREFIX: &str = "frozen";
@@ -141,4 +145,210 @@ fn a_frozen_bucket_leaves_the_service_answering() {
     let r = curl(&[&format!("{}/readyz", one.url())]);
     assert_eq!(r.status, 200);
     assert_eq!((f.gets(A), f.gets(A2)), gets_before);
+}
+
+/// Requests the upstream registry saw for `repo` (GET and HEAD, from its
+/// access log).
+fn upstream_asks(up: &Registry, repo: &str) -> usize {
+    std::fs::read_to_string(&up.log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.contains(&format!("\"GET /v2/{repo}/")) || l.contains(&format!("\"HEAD /v2/{repo}/"))
+        })
+        .count()
+}
+
+/// An OCI image pulled once through a replica (skopeo), the factory's
+/// documents and a schematic it read: while the bucket is frozen they are
+/// answered from its local tier, whole and checked, by skopeo and
+/// containerd alike, with no request to the upstreams; what only the
+/// bucket holds is 503 (not 404, not fetched again); all of it serves again
+/// after SIGCONT.
+#[test]
+fn an_image_pulled_once_pulls_again_while_the_bucket_is_frozen() {
+    let Some(bin) = support::garage::binary() else {
+        return;
+    };
+    let g = Garage::cluster(&bin, 1);
+    let f = Factory::new(1, 0, &[], None);
+    // The factory's documents, as nginx publishes them.
+    std::fs::write(f.root().join("versions"), br#"["v1.13.6","v1.13.5"]"#).unwrap();
+    let ext = f.root().join("version/v1.13.6/extensions");
+    std::fs::create_dir_all(&ext).unwrap();
+    std::fs::write(ext.join("official"), b"[]").unwrap();
+    let up = Registry::start();
+    let repo = format!("installer/{S}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let img = rt.block_on(push_factory_image(
+        &up.url(),
+        &repo,
+        "v1.13.6",
+        &[300 << 10, 40 << 10],
+        11,
+    ));
+    let other = rt.block_on(push_factory_image(
+        &up.url(),
+        &repo,
+        "v1.13.5",
+        &[100 << 10],
+        12,
+    ));
+    let reg = ["--registry-url", &up.url()];
+    let out = tempfile::tempdir().unwrap();
+    let (id, canonical) = talos_gen::schematic::id_and_canonical(
+        "customization:\n  extraKernelArgs:\n    - frozen-bucket\n",
+    )
+    .unwrap();
+
+    // Replica `two` (no local tier) fills all of it into the bucket.
+    let (two, _) = replica(
+        &f,
+        &g,
+        "two",
+        &[&["--local-cache-max-size", "0"][..], &reg].concat(),
+    );
+    for (tag, im) in [("v1.13.6", &img), ("v1.13.5", &other)] {
+        let files = skopeo_copy_ok(&two.host(), &repo, tag, &out.path().join(tag), "via two");
+        im.assert_copied(&files, "via two");
+    }
+    for doc in ["/versions", "/version/v1.13.6/extensions/official"] {
+        let r = curl(&[&format!("{}{doc}", two.url())]);
+        assert_eq!(r.status, 200, "{doc}: {}", two.log_text());
+    }
+    let r = curl(&[
+        "-X",
+        "POST",
+        "--data-binary",
+        &canonical,
+        &format!("{}/schematics", two.url()),
+    ]);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    drop(two);
+
+    // Replica `one` pulls the image once (skopeo) and reads /versions and
+    // the schematic: each object it read is copied into its local tier.
+    let (one, spool) = replica(&f, &g, "one", &reg);
+    let files = skopeo_copy_ok(
+        &one.host(),
+        &repo,
+        "v1.13.6",
+        &out.path().join("one"),
+        "via one",
+    );
+    img.assert_copied(&files, "via one");
+    let versions = curl(&[&format!("{}/versions", one.url())]);
+    assert_eq!(versions.status, 200);
+    let schematic_url = format!("{}/schematics/{id}", one.url());
+    let r = curl(&[&schematic_url]);
+    assert_eq!(r.status, 200);
+    assert_eq!(String::from_utf8_lossy(&r.body), canonical);
+    let tier = spool.join("tier");
+    let mut wanted: Vec<String> = img
+        .contents()
+        .iter()
+        .map(|(d, _)| d.trim_start_matches("sha256:").to_string())
+        .collect();
+    wanted.push(sha256_hex(&versions.body));
+    wanted.push(id.clone());
+    eventually(
+        "the local tier's copies of all one read",
+        Duration::from_secs(30),
+        || wanted.iter().all(|d| tier.join(d).is_file()),
+    );
+    let asks_before = upstream_asks(&up, &repo);
+    let docs_before = f.nginx.count("\"GET /version");
+
+    g.freeze(0);
+    let r = curl(&["--max-time", "30", &format!("{}/readyz", one.url())]);
+    assert_eq!(r.status, 503);
+
+    // skopeo pulls the whole image from the local tier.
+    let t = Instant::now();
+    let files = skopeo_copy_ok(
+        &one.host(),
+        &repo,
+        "v1.13.6",
+        &out.path().join("frozen"),
+        "via one, the bucket frozen",
+    );
+    eprintln!("frozen: skopeo pulled the image in {:?}", t.elapsed());
+    img.assert_copied(&files, "via one, the bucket frozen");
+    // containerd too, through the mirror path a Talos worker uses.
+    let cd_dir = tempfile::tempdir().unwrap();
+    if let Some(cd) = Containerd::start(cd_dir.path()) {
+        let hosts = cd_dir.path().join("hosts");
+        hosts_toml(&hosts, "factory.talos.dev", &one.url());
+        let reference = format!("factory.talos.dev/{repo}:v1.13.6");
+        let t = Instant::now();
+        cd.fetch_all(&hosts, &reference);
+        eprintln!("frozen: containerd fetched the image in {:?}", t.elapsed());
+        cd.assert_holds(&reference, &img);
+    }
+    // The document and the schematic it read.
+    let (st, body, took) = timed(&format!("{}/versions", one.url()));
+    eprintln!("frozen: /versions {st} in {took:?}");
+    assert_eq!((st, body), (200, versions.body.clone()));
+    let (st, body, _) = timed(&schematic_url);
+    assert_eq!(st, 200);
+    assert_eq!(String::from_utf8_lossy(&body), canonical);
+
+    // What only the bucket holds: 503 in bounded time, never 404.
+    let base = format!("{}/v2/{repo}", one.url());
+    let accept = "Accept: application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json";
+    let (arch, _, m) = &other.manifests[0];
+    for url in [
+        format!("{base}/manifests/v1.13.5"),
+        format!("{base}/manifests/{}", other.index_digest),
+        format!("{base}/manifests/{m}"),
+        format!("{base}/blobs/{}", other.blobs[0].digest),
+        format!("{}/version/v1.13.6/extensions/official", one.url()),
+    ] {
+        let t = Instant::now();
+        let r = curl(&["--max-time", "30", "-H", accept, &url]);
+        eprintln!("frozen: {url} ({arch}) {} in {:?}", r.status, t.elapsed());
+        assert_eq!(r.status, 503, "{url}");
+        assert!(
+            t.elapsed() < Duration::from_secs(12),
+            "{url}: {:?}",
+            t.elapsed()
+        );
+    }
+    let o = skopeo_copy(&one.host(), &repo, "v1.13.5", &out.path().join("other"));
+    assert!(
+        !o.status.success(),
+        "the other image cannot come from a frozen bucket"
+    );
+    assert_eq!(
+        upstream_asks(&up, &repo),
+        asks_before,
+        "the upstream registry was asked while the bucket was frozen"
+    );
+    assert_eq!(f.nginx.count("\"GET /version"), docs_before);
+
+    g.thaw(0);
+    let back = eventually(
+        "the other image served again",
+        Duration::from_secs(15),
+        || {
+            curl(&[
+                "--max-time",
+                "10",
+                "-H",
+                accept,
+                &format!("{base}/manifests/{}", other.index_digest),
+            ])
+            .status
+                == 200
+        },
+    );
+    eprintln!("thawed: the other image's index served again after {back:?}");
+    let files = skopeo_copy_ok(
+        &one.host(),
+        &repo,
+        "v1.13.5",
+        &out.path().join("thawed"),
+        "thawed",
+    );
+    other.assert_copied(&files, "thawed");
 }
