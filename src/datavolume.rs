@@ -12,8 +12,8 @@
 //! one YAML emitter.
 
 use crate::error::{Error, Result};
+use crate::factory::ImageKey;
 use crate::goyaml::{Map, Node};
-use crate::imagecache::ImageKey;
 
 /// Default platform and architecture of the disk image (as `workers:`).
 pub const DEFAULT_PLATFORM: &str = "openstack";

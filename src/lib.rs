@@ -20,8 +20,8 @@ pub mod images;
 
 pub mod machineconfig;
 
+pub mod factory;
 pub mod fill;
-pub mod imagecache;
 pub mod inventory;
 pub mod metrics;
 pub mod registry;

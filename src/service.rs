@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::factory::ImageCache;
 use crate::fill::Fills;
-use crate::imagecache::ImageCache;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::schematics;

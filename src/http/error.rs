@@ -18,7 +18,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::Error;
-use crate::imagecache::ImageError;
+use crate::factory::ImageError;
 use crate::upstream::FetchError;
 
 /// A plain-text answer: `msg` and a newline.

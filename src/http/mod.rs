@@ -93,7 +93,7 @@ impl ServeConfig {
             write_timeout: Duration::from_secs(60),
             max_concurrent_fills: 16,
             upstream_limits: crate::upstream::Limits::default(),
-            metadata_ttl: crate::imagecache::DEFAULT_METADATA_TTL,
+            metadata_ttl: crate::factory::DEFAULT_METADATA_TTL,
             tls: None,
             public_url: None,
             trust_forwarded_for: false,

@@ -23,7 +23,7 @@ pub struct Shared {
     pub fills: crate::fill::Fills,
     /// `None` when offline.
     pub upstream: Option<crate::upstream::Upstream>,
-    pub images: crate::imagecache::ImageCache,
+    pub images: crate::factory::ImageCache,
     pub registry: crate::registry::Registry,
     /// `--api-token-file`: the token `/api/v1/` writes require.
     pub api_token: Option<token::ApiToken>,

@@ -40,7 +40,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::{Config, Item, tag_key};
 use crate::error::{Error, Result};
-use crate::imagecache::{FactoryDoc, ImageKey};
+use crate::factory::{FactoryDoc, ImageKey};
 use crate::registry::{Digest, UpstreamId};
 use crate::store::{Entry, Store};
 
@@ -178,7 +178,7 @@ fn plan_http(
             let Some((v, f)) = rest.split_once('/') else {
                 continue;
             };
-            let Ok(k) = crate::imagecache::TalosctlKey::parse(v, f) else {
+            let Ok(k) = crate::factory::TalosctlKey::parse(v, f) else {
                 continue;
             };
             if k.store_key() == e.key {

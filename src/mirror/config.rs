@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::imagecache::ImageKey;
+use crate::factory::ImageKey;
 use crate::registry::names;
 
 #[derive(Debug, Deserialize)]
@@ -248,7 +248,7 @@ pub enum Item {
     /// An `extraImages` entry through its registry.
     Extra(ExtraImage),
     /// `/talosctl/<version>/<file>` of the factory.
-    Talosctl(crate::imagecache::TalosctlKey),
+    Talosctl(crate::factory::TalosctlKey),
 }
 
 impl Item {
@@ -373,7 +373,7 @@ impl Config {
         }
         let probe_version = "v1.11.0";
         for (i, t) in raw.talosctl.iter().enumerate() {
-            crate::imagecache::TalosctlKey::from_platform(probe_version, t).map_err(|e| {
+            crate::factory::TalosctlKey::from_platform(probe_version, t).map_err(|e| {
                 Error::bad_input(format!(
                     "{what}: talosctl[{i}]: {t:?}: expected <os>-<arch> such as linux-amd64 ({e})"
                 ))
@@ -388,7 +388,7 @@ impl Config {
             )));
         }
         for (i, p) in raw.pxe.iter().enumerate() {
-            crate::imagecache::FactoryDoc::pxe(&probe, probe_version, p)
+            crate::factory::FactoryDoc::pxe(&probe, probe_version, p)
                 .map_err(|e| Error::bad_input(format!("{what}: pxe[{i}]: {e}")))?;
             if !cfg.pxe.contains(p) {
                 cfg.pxe.push(p.clone());
@@ -539,12 +539,12 @@ impl Config {
     /// The factory documents `mirror sync` keeps: the keys and lists of
     /// every release, and the iPXE script of each `pxe:` entry per
     /// schematic and `talosVersions` entry.
-    pub fn factory_docs(&self) -> Vec<crate::imagecache::FactoryDoc> {
-        let mut out = crate::imagecache::FactoryDoc::for_releases(&self.talos_versions());
+    pub fn factory_docs(&self) -> Vec<crate::factory::FactoryDoc> {
+        let mut out = crate::factory::FactoryDoc::for_releases(&self.talos_versions());
         for s in &self.schematics {
             for v in &self.versions {
                 for p in &self.pxe {
-                    if let Ok(d) = crate::imagecache::FactoryDoc::pxe(&s.id, v, p) {
+                    if let Ok(d) = crate::factory::FactoryDoc::pxe(&s.id, v, p) {
                         out.push(d);
                     }
                 }
@@ -600,7 +600,7 @@ impl Config {
                 }
                 // What each iPXE script boots.
                 for p in &self.pxe {
-                    for a in crate::imagecache::pxe_assets(p) {
+                    for a in crate::factory::pxe_assets(p) {
                         if let Ok(k) = ImageKey::parse(&s.id, v, &a) {
                             let item = Item::Image(k);
                             if !out.contains(&item) {
@@ -613,7 +613,7 @@ impl Config {
         }
         for v in &self.versions {
             for t in &self.talosctl {
-                if let Ok(k) = crate::imagecache::TalosctlKey::from_platform(v, t) {
+                if let Ok(k) = crate::factory::TalosctlKey::from_platform(v, t) {
                     out.push(Item::Talosctl(k));
                 }
             }

@@ -3,7 +3,7 @@
 //! as a static HTTP tree or an OCI image layout, `carriers`).
 //!
 //! Everything goes through the same [`crate::store::Store`] the service
-//! reads, with its keys ([`crate::imagecache`], [`crate::registry::layout`]):
+//! reads, with its keys ([`crate::factory`], [`crate::registry::layout`]):
 //! `image/<schematic>/<version>/<asset>`, `oci/manifest/<digest>`,
 //! `oci/blob/<digest>`, `oci/tag/<upstream>/<repo>:<tag>`,
 //! `oci/referrers/<upstream>/<repo>@<digest>`. Mirrored keys are pinned, so

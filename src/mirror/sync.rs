@@ -15,8 +15,8 @@ use tokio::sync::Semaphore;
 use super::config::{Config, Item};
 use super::progress::{Meter, Total};
 use crate::error::Result;
+use crate::factory::{ImageCache, ImageError};
 use crate::fill::{FetchError, FillHandle, Joined};
-use crate::imagecache::{ImageCache, ImageError};
 use crate::registry::layout::{blob_key, manifest_key, manifest_refs, referrers_key, tag_key};
 use crate::registry::{Blob, Digest, Reference, Registry, UpstreamId};
 use crate::store::Store;
@@ -299,7 +299,7 @@ pub async fn sync(
 }
 
 /// Fetch one factory document and keep it pinned; a 404 is a note.
-async fn sync_document(ctx: &Ctx, doc: &crate::imagecache::FactoryDoc) -> ItemReport {
+async fn sync_document(ctx: &Ctx, doc: &crate::factory::FactoryDoc) -> ItemReport {
     let t = Instant::now();
     let mut rep = ItemReport {
         name: format!("factory {}", doc.path),

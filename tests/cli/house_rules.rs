@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["matrix", "schematic", "upstream", "metrics", "inventory"],
     &["schematics", "fill"],
     &["images", "verifiers"],
-    &["machineconfig", "imagecache", "registry"],
+    &["machineconfig", "factory", "registry"],
     &["datavolume", "service"],
     &["mirror"],
     &["http"],
