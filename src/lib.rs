@@ -16,7 +16,7 @@ pub mod matrix;
 pub mod schematic;
 pub mod schematics;
 
-pub mod images;
+pub mod pull_list;
 
 pub mod machineconfig;
 

@@ -382,7 +382,7 @@ fn air_gap(
         let k = crate::cosign::PublicKey::from_pem(text, "--image-verification-key")?;
         let mut patterns: Vec<String> = Vec::new();
         for p in &pulls {
-            let r = crate::images::repository_of(p).to_string();
+            let r = crate::pull_list::repository_of(p).to_string();
             if !patterns.contains(&r) {
                 patterns.push(r);
             }

@@ -246,7 +246,7 @@ struct OciRef {
 /// stored cosign signatures), or every tag the store holds.
 fn oci_refs(store: &Store, cfg: Option<&Config>) -> Vec<OciRef> {
     let host_of = |up: &UpstreamId| match up {
-        UpstreamId::Installer => crate::images::FACTORY_HOST.to_string(),
+        UpstreamId::Installer => crate::pull_list::FACTORY_HOST.to_string(),
         UpstreamId::Mirror(ns) => ns.clone(),
     };
     let tag_digest = |up: &UpstreamId, repo: &str, tag: &str| -> Option<Digest> {
@@ -292,7 +292,7 @@ fn oci_refs(store: &Store, cfg: Option<&Config>) -> Vec<OciRef> {
                     continue;
                 };
                 let host = match up {
-                    "installer" => crate::images::FACTORY_HOST.to_string(),
+                    "installer" => crate::pull_list::FACTORY_HOST.to_string(),
                     u => match u.strip_prefix("ns=") {
                         Some(ns) => ns.to_string(),
                         None => continue,

@@ -182,7 +182,7 @@ pub const DEFAULT_ARCH: &str = "amd64";
 #[derive(Debug, Clone)]
 pub struct Worker {
     /// The worker's pull list (installer, kubelet, pause, optional images).
-    pub pull: crate::images::PullList,
+    pub pull: crate::pull_list::PullList,
     pub schematic: SchematicSource,
     pub platform: String,
     pub arch: String,
@@ -205,8 +205,8 @@ impl Worker {
 /// registry (`factory.talos.dev/<installer>/<schematic>`, fetched from
 /// `--registry-url`) or an image of its own registry.
 pub fn item_for_reference(reference: &str, what: &str) -> Result<Item> {
-    if let Some(rest) = reference.strip_prefix(&format!("{}/", crate::images::FACTORY_HOST)) {
-        let repo = crate::images::repository_of(rest);
+    if let Some(rest) = reference.strip_prefix(&format!("{}/", crate::pull_list::FACTORY_HOST)) {
+        let repo = crate::pull_list::repository_of(rest);
         let tag = rest[repo.len()..].trim_start_matches(':');
         if names::is_installer_repository(repo) && names::is_tag(tag) {
             return Ok(Item::Installer {
@@ -438,13 +438,13 @@ impl Config {
         let schematic = match w.schematic {
             Some(s) => schematic_source(s, base, &format!("{at}.schematic"))?,
             None => SchematicSource {
-                id: crate::images::VANILLA_SCHEMATIC.to_string(),
+                id: crate::pull_list::VANILLA_SCHEMATIC.to_string(),
                 canonical: None,
                 file: None,
             },
         };
         let platform = w.platform.unwrap_or_else(|| DEFAULT_PLATFORM.to_string());
-        crate::images::check_platform(&platform, &format!("{at}.platform"))?;
+        crate::pull_list::check_platform(&platform, &format!("{at}.platform"))?;
         let arch = w.arch.unwrap_or_else(|| DEFAULT_ARCH.to_string());
         if !matches!(arch.as_str(), "amd64" | "arm64") {
             return Err(Error::bad_input(format!(
@@ -458,9 +458,9 @@ impl Config {
             format!("workers[{i}].installerRepository"),
             format!("workers[{i}].platform"),
         ];
-        let pull = crate::images::plan(
+        let pull = crate::pull_list::plan(
             matrix,
-            &crate::images::PullRequest {
+            &crate::pull_list::PullRequest {
                 talos: &w.talos,
                 kubernetes: &w.kubernetes,
                 schematic: Some(&schematic.id),
@@ -469,7 +469,7 @@ impl Config {
                 // entry names a repository; the platform is the disk image's.
                 platform: None,
                 optional: w.optional_images,
-                names: crate::images::Names {
+                names: crate::pull_list::Names {
                     talos: &names[0],
                     kubernetes: &names[1],
                     schematic: &names[2],
@@ -665,7 +665,7 @@ impl Config {
             out.push_str(&format!("  disk image  {}\n", w.disk.path()));
             for (p, item) in w.pull.images.iter().zip(&w.oci) {
                 let extra = match p.role {
-                    crate::images::Role::Installer => " (every platform of the index)",
+                    crate::pull_list::Role::Installer => " (every platform of the index)",
                     r if r.optional() => " (optional)",
                     _ => "",
                 };
@@ -713,7 +713,7 @@ impl Config {
                 Item::Image(k) => ("image", k.path()),
                 Item::Installer { repo, tag } => (
                     "installer",
-                    format!("{}/{repo}:{tag}", crate::images::FACTORY_HOST),
+                    format!("{}/{repo}:{tag}", crate::pull_list::FACTORY_HOST),
                 ),
                 Item::Extra(x) => ("oci", x.display()),
                 Item::Talosctl(t) => ("talosctl", t.path()),
@@ -751,7 +751,7 @@ impl Config {
 fn item_repository(item: &Item) -> String {
     match item {
         Item::Image(k) => k.path(),
-        Item::Installer { repo, .. } => format!("{}/{repo}", crate::images::FACTORY_HOST),
+        Item::Installer { repo, .. } => format!("{}/{repo}", crate::pull_list::FACTORY_HOST),
         Item::Extra(x) => format!("{}/{}", x.host, x.repo),
         Item::Talosctl(t) => t.path(),
     }
@@ -792,7 +792,7 @@ mod tests {
         let c = Config::parse(&text, dir.path(), "cfg").unwrap();
         assert!(c.notes.is_empty(), "{:?}", c.notes);
         let names: Vec<String> = c.items().iter().map(Item::name).collect();
-        let v = crate::images::VANILLA_SCHEMATIC;
+        let v = crate::pull_list::VANILLA_SCHEMATIC;
         assert_eq!(
             names,
             [

@@ -340,7 +340,7 @@ pub fn route(
                     truncate(ns)
                 )));
             }
-            let installer_ns = ns == crate::images::FACTORY_HOST || installer_host == Some(ns);
+            let installer_ns = ns == crate::pull_list::FACTORY_HOST || installer_host == Some(ns);
             if installer_ns && is_installer_repository(repo) {
                 Ok(UpstreamId::Installer)
             } else if mirrors.get(ns).is_some() {

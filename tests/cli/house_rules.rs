@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["yaml", "cosign", "store"],
     &["matrix", "schematic", "upstream", "metrics", "inventory"],
     &["schematics", "fill"],
-    &["images", "verifiers"],
+    &["pull_list", "verifiers"],
     &["machineconfig", "factory", "registry"],
     &["datavolume", "service"],
     &["mirror"],

@@ -4,7 +4,7 @@
 //! config's `workers:` and `machineconfig --air-gap-mirror`.
 //!
 //! ```
-//! use talos_gen::images::{plan, PullRequest};
+//! use talos_gen::pull_list::{plan, PullRequest};
 //! let m = talos_gen::matrix::Matrix::embedded();
 //! let p = plan(m, &PullRequest { talos: "v1.13.9", kubernetes: "v1.35", ..Default::default() }).unwrap();
 //! let refs: Vec<_> = p.images.iter().map(|i| i.reference.as_str()).collect();
