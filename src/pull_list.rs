@@ -1,6 +1,6 @@
 //! The worker's pull list: every image a Talos worker pulls, planned from
 //! one (Talos, Kubernetes, schematic) triple and the per-release image table
-//! ([`crate::matrix::images`]). Used by `talos-gen images`, the mirror
+//! ([`crate::matrix::release_images`]). Used by `talos-gen images`, the mirror
 //! config's `workers:` and `machineconfig --air-gap-mirror`.
 //!
 //! ```
