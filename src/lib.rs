@@ -12,9 +12,9 @@ pub mod version;
 pub mod yaml;
 
 pub mod cosign;
+pub mod known_schematics;
 pub mod matrix;
 pub mod schematic;
-pub mod schematics;
 
 pub mod pull_list;
 

@@ -40,8 +40,8 @@ pub trait SchematicLookup: Send + Sync {
     fn canonical(&self, id: &str) -> Option<Vec<u8>>;
 }
 
-/// Any `Fn(id) -> Option<bytes>` is a lookup, e.g. over the schematic
-/// registry: `Arc::new(move |id: &str| reg.get(id).ok().flatten().map(String::into_bytes))`.
+/// Any `Fn(id) -> Option<bytes>` is a lookup, e.g. over the
+/// known schematics: `Arc::new(move |id: &str| known.get(id).ok().flatten().map(String::into_bytes))`.
 impl<F> SchematicLookup for F
 where
     F: Fn(&str) -> Option<Vec<u8>> + Send + Sync,
@@ -123,9 +123,9 @@ impl ImageCache {
     }
 }
 
-/// The service's schematic registry (named files and earlier POSTs) is
+/// The schematics the service knows (named files and earlier POSTs) is
 /// what the factory is taught after a 404.
-impl SchematicLookup for crate::schematics::Registry {
+impl SchematicLookup for crate::known_schematics::KnownSchematics {
     fn canonical(&self, id: &str) -> Option<Vec<u8>> {
         self.get(id).ok().flatten().map(String::into_bytes)
     }

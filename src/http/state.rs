@@ -16,7 +16,7 @@ pub struct Shared {
     /// The support matrix (`--matrix FILE` or the embedded one).
     pub matrix: crate::matrix::Matrix,
     /// Known schematics: `--schematics-dir` (or embedded) plus POSTed ones.
-    pub schematics: Arc<crate::schematics::Registry>,
+    pub schematics: Arc<crate::known_schematics::KnownSchematics>,
     pub metrics: crate::metrics::Metrics,
     /// The store, read-only: figures and whether it answers.
     pub store: crate::inventory::Inventory,

@@ -259,7 +259,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
             manifests += 1;
         } else if e.key.starts_with("oci/blob/") {
             blobs += 1;
-        } else if e.key.starts_with(crate::schematics::STORE_PREFIX) {
+        } else if e.key.starts_with(crate::known_schematics::STORE_PREFIX) {
             schematics += 1;
         }
     }

@@ -269,7 +269,7 @@ fn schematic_source(s: RawSchematic, base: &Path, at: &str) -> Result<SchematicS
     Ok(match s {
         RawSchematic::Id(id) => {
             // An embedded schematic's name (`cozystack`) is taken for its ID.
-            let id = crate::schematics::id_or_name(&id).to_string();
+            let id = crate::known_schematics::id_or_name(&id).to_string();
             if crate::schematic::is_valid_id(&id) {
                 SchematicSource {
                     id,

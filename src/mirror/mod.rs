@@ -39,7 +39,7 @@ pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>
     let mut keys = Vec::new();
     let mut missing = Vec::new();
     for s in cfg.all_schematics() {
-        let key = crate::schematics::store_key(&s.id);
+        let key = crate::known_schematics::store_key(&s.id);
         if store.entry(&key).is_some() {
             keys.push(key);
         } else if s.canonical.is_some() {

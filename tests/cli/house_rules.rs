@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["version", "goyaml", "input", "text", "keyed_locks"],
     &["yaml", "cosign", "store"],
     &["matrix", "schematic", "upstream", "metrics", "inventory"],
-    &["schematics", "fill"],
+    &["known_schematics", "fill"],
     &["pull_list", "verifiers"],
     &["machineconfig", "factory", "registry"],
     &["datavolume", "service"],
