@@ -31,7 +31,7 @@ pub mod verifiers;
 
 pub mod datavolume;
 
-pub mod service;
+pub mod compose;
 
 pub mod mirror;
 

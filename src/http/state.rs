@@ -1,5 +1,5 @@
 //! The typed state every handler gets: built once from [`ServeConfig`] through
-//! the composition root ([`crate::service`]).
+//! the composition root ([`crate::compose`]).
 
 use std::sync::Arc;
 
@@ -47,7 +47,7 @@ impl AppState {
             .as_deref()
             .map(token::ApiToken::from_file)
             .transpose()?;
-        let svc = crate::service::Service::build(&crate::service::ServiceConfig {
+        let svc = crate::compose::Service::build(&crate::compose::ServiceConfig {
             store: cfg.store.clone(),
             cache_max_size: cfg.cache_max_size,
             factory_url: cfg.factory_url.clone(),
@@ -61,7 +61,7 @@ impl AppState {
             direct_upstreams: false,
         })
         .await?;
-        let crate::service::Service {
+        let crate::compose::Service {
             metrics,
             store,
             fills,

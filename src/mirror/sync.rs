@@ -167,7 +167,7 @@ pub async fn sync(
     opts: &SyncOptions,
 ) -> Result<SyncReport> {
     let t0 = Instant::now();
-    let svc = crate::service::Service::build(&crate::service::ServiceConfig {
+    let svc = crate::compose::Service::build(&crate::compose::ServiceConfig {
         factory_url: opts.factory_url.clone(),
         registry_url: opts.registry_url.clone(),
         mirror_upstreams: opts.mirror_upstreams.clone(),
@@ -176,10 +176,10 @@ pub async fn sync(
         limits: opts.limits,
         // extraImages hosts without --mirror-upstream are reached at https://<host>.
         direct_upstreams: true,
-        ..crate::service::ServiceConfig::new(store)
+        ..crate::compose::ServiceConfig::new(store)
     })
     .await?;
-    let crate::service::Service {
+    let crate::compose::Service {
         store,
         upstream,
         factory_url: factory,

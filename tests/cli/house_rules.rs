@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["known_schematics", "fill"],
     &["pull_list", "verifiers"],
     &["machineconfig", "factory", "registry"],
-    &["datavolume", "service"],
+    &["datavolume", "compose"],
     &["mirror"],
     &["http"],
     &["cli"],
