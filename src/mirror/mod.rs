@@ -1,6 +1,6 @@
 //! The mirror job: fill the store ahead of time (`sync`), re-hash it
 //! (`verify`), and carry it across an air gap (`export` / `import`; or
-//! as a static HTTP tree or an OCI image layout, `carriers`).
+//! as a static HTTP tree or an OCI image layout, `tree_export`).
 //!
 //! Everything goes through the same [`crate::store::Store`] the service
 //! reads, with its keys ([`crate::factory`], [`crate::registry::layout`]):
@@ -10,7 +10,6 @@
 //! `--cache-max-size` never evicts them.
 
 pub mod bundle;
-pub mod carriers;
 pub mod cert;
 pub mod config;
 pub mod progress;
@@ -18,13 +17,14 @@ pub mod prune;
 pub mod report;
 pub mod signatures;
 pub mod sync;
+pub mod tree_export;
 pub mod verify;
 
 pub use bundle::{ExportReport, ImportReport, export, import};
-pub use carriers::{Format, TreeReport, export_tree};
 pub use config::{Config, ExtraImage, Item, Signature, Worker};
 pub use prune::{PruneReport, ReleaseHolding, holdings, prune};
 pub use sync::{Output, SyncOptions, SyncReport, sync};
+pub use tree_export::{Format, TreeReport, export_tree};
 pub use verify::{VerifyReport, verify};
 
 use crate::registry::layout::{manifest_refs, referrers_key, tag_key};
