@@ -317,7 +317,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                     report.items.len() + report.factory.len()
                 );
             }
-            let store = mirror::bundle::open_store(&loc)?;
+            let store = mirror::open_store(&loc)?;
             let mut pruned = Ok(());
             if prune && failed.is_empty() {
                 pruned = rt
@@ -344,7 +344,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
         } => {
             let cfg = load_config(&config, matrix.as_deref())?;
             let loc = at.location(STORE_TIMEOUT)?;
-            let store = mirror::bundle::open_store(&loc)?;
+            let store = mirror::open_store(&loc)?;
             let rt = rt()?;
             let r = rt.block_on(mirror::prune(&store, &cfg, dry_run))?;
             print_prune(&r);

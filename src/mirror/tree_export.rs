@@ -117,8 +117,8 @@ pub fn export_tree(
     cfg: Option<&Config>,
     format: Format,
 ) -> Result<TreeReport> {
-    let store = super::bundle::open_store(&store.into())?;
-    let entries = super::bundle::selected_entries(&store, cfg)?;
+    let store = super::open_store(&store.into())?;
+    let entries = super::selected_entries(&store, cfg)?;
     let mut report = TreeReport::default();
     let plan = match format {
         Format::Http => plan_http(&entries, cfg, &mut report),
