@@ -17,6 +17,7 @@
 
 use crate::error::{Error, Result};
 use crate::matrix::Matrix;
+use crate::oci_ref::repository_of;
 use crate::version::Version;
 
 /// The vanilla schematic (`customization: {}`), the Image Factory's and
@@ -99,16 +100,6 @@ impl Pull {
     /// The tag.
     pub fn tag(&self) -> &str {
         self.reference[self.repository().len()..].trim_start_matches(':')
-    }
-}
-
-/// `host/repo` of `host/repo:tag` (a `:` in the host is a port).
-pub fn repository_of(reference: &str) -> &str {
-    let name = reference.split('@').next().unwrap_or(reference);
-    let last_slash = name.rfind('/').map_or(0, |i| i + 1);
-    match name[last_slash..].rfind(':') {
-        Some(i) => &name[..last_slash + i],
-        None => name,
     }
 }
 

@@ -87,50 +87,10 @@ impl ExtraImage {
     /// Parse a Docker-style reference: `[host/]repo[:tag][@digest]`; without
     /// a host it is Docker Hub (`library/` for single names), without a tag `latest`.
     pub fn parse(s: &str) -> Result<ExtraImage> {
-        let bad = |why: &str| Error::bad_input(format!("extraImages: {s:?}: {why}"));
-        let (name, digest) = match s.split_once('@') {
-            Some((n, d)) => (n, Some(d)),
-            None => (s, None),
-        };
-        let (host, rest) = match name.split_once('/') {
-            Some((h, r)) if h.contains('.') || h.contains(':') || h == "localhost" => {
-                (h.to_string(), r.to_string())
-            }
-            _ => ("docker.io".to_string(), name.to_string()),
-        };
-        // A tag is after the last ':' of the last path segment.
-        let last = rest.rsplit('/').next().unwrap_or("");
-        let (repo, tag) = match last.rsplit_once(':') {
-            Some((_, t)) => (
-                rest[..rest.len() - t.len() - 1].to_string(),
-                Some(t.to_string()),
-            ),
-            None => (rest.clone(), None),
-        };
-        let repo = if host == "docker.io" && !repo.contains('/') {
-            format!("library/{repo}")
-        } else {
-            repo
-        };
-        if !names::is_registry_host(&host) {
-            return Err(bad("the registry host is not host[:port]"));
-        }
-        if !names::is_repository(&repo) {
-            return Err(bad("not a valid repository name"));
-        }
-        let reference = match (digest, tag) {
-            (Some(d), _) => names::Digest::parse(d)
-                .map_err(|_| bad("the digest is not sha256:<64 hex>"))?
-                .as_str()
-                .to_string(),
-            (None, Some(t)) => {
-                if !names::is_tag(&t) {
-                    return Err(bad("not a valid tag"));
-                }
-                t
-            }
-            (None, None) => "latest".to_string(),
-        };
+        let r = crate::oci_ref::ImageRef::parse(s)
+            .map_err(|why| Error::bad_input(format!("extraImages: {s:?}: {why}")))?;
+        let (host, repo) = r.normalised();
+        let reference = r.digest.or(r.tag).unwrap_or("latest").to_string();
         Ok(ExtraImage {
             host,
             repo,
@@ -206,7 +166,7 @@ impl Worker {
 /// `--registry-url`) or an image of its own registry.
 pub fn item_for_reference(reference: &str, what: &str) -> Result<Item> {
     if let Some(rest) = reference.strip_prefix(&format!("{}/", crate::pull_list::FACTORY_HOST)) {
-        let repo = crate::pull_list::repository_of(rest);
+        let repo = crate::oci_ref::repository_of(rest);
         let tag = rest[repo.len()..].trim_start_matches(':');
         if names::is_installer_repository(repo) && names::is_tag(tag) {
             return Ok(Item::Installer {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["error"],
     &["version", "goyaml", "input", "text", "keyed_locks"],
-    &["yaml", "cosign", "store"],
+    &["yaml", "cosign", "store", "oci_ref"],
     &["matrix", "schematic", "upstream", "metrics", "inventory"],
     &["known_schematics", "fill"],
     &["pull_list", "verifiers"],
