@@ -25,11 +25,7 @@ const MAX_ASSET: usize = 128;
 impl ImageKey {
     /// Validate the three path segments; errors name the segment (HTTP 400).
     pub fn parse(schematic: &str, version: &str, asset: &str) -> crate::Result<ImageKey> {
-        if !(schematic.len() == 64
-            && schematic
-                .bytes()
-                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-        {
+        if !crate::text::is_hex64(schematic) {
             let shown: String = schematic.chars().take(80).collect();
             return Err(crate::Error::bad_input(format!(
                 "schematic: {shown:?} is not a 64-character lowercase hex schematic ID"
