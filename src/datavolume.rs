@@ -12,8 +12,8 @@
 //! one YAML emitter.
 
 use crate::error::{Error, Result};
+use crate::factory::ImageKey;
 use crate::goyaml::{Map, Node};
-use crate::imagecache::ImageKey;
 
 /// Default platform and architecture of the disk image (as `workers:`).
 pub const DEFAULT_PLATFORM: &str = "openstack";
@@ -170,7 +170,7 @@ pub fn plan(req: &Request, names: Names, resolve: &dyn Fn(&str) -> Option<String
     };
     let version = crate::version::Version::parse_named(&req.talos_version, n(Field::TalosVersion))?;
     let platform = req.platform.as_deref().unwrap_or(DEFAULT_PLATFORM);
-    crate::images::check_platform(platform, n(Field::Platform))?;
+    crate::pull_list::check_platform(platform, n(Field::Platform))?;
     let arch = req.arch.as_deref().unwrap_or(DEFAULT_ARCH);
     if !matches!(arch, "amd64" | "arm64") {
         return Err(Error::bad_input(format!(

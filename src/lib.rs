@@ -7,21 +7,22 @@ pub mod error;
 pub mod goyaml;
 pub mod input;
 pub mod keyed_locks;
+pub mod oci_ref;
 pub mod text;
 pub mod version;
 pub mod yaml;
 
 pub mod cosign;
+pub mod known_schematics;
 pub mod matrix;
 pub mod schematic;
-pub mod schematics;
 
-pub mod images;
+pub mod pull_list;
 
 pub mod machineconfig;
 
+pub mod factory;
 pub mod fill;
-pub mod imagecache;
 pub mod inventory;
 pub mod metrics;
 pub mod registry;
@@ -31,7 +32,7 @@ pub mod verifiers;
 
 pub mod datavolume;
 
-pub mod service;
+pub mod compose;
 
 pub mod mirror;
 

@@ -29,9 +29,9 @@ use serde::Deserialize;
 use crate::error::{Error, Result};
 use crate::version::Version;
 
-pub mod images;
+pub mod release_images;
 
-pub use images::{ImageTable, ReleaseImages};
+pub use release_images::{ImageTable, ReleaseImages};
 
 /// The embedded data file.
 pub const EMBEDDED: &str = include_str!("../matrix/matrix.yaml");
@@ -127,7 +127,7 @@ struct RawFile {
     cozystack_kubelet: Option<BTreeMap<String, String>>,
     /// Rows of the image table (the shape of `matrix/images.yaml`'s `releases`).
     #[serde(default)]
-    images: Option<Vec<images::RawRelease>>,
+    images: Option<Vec<release_images::RawRelease>>,
 }
 
 #[derive(Deserialize)]
@@ -318,7 +318,9 @@ impl Matrix {
         let images = match (raw.images, fallback) {
             (Some(rows), _) => ImageTable::from_raw(rows, &format!("{what}: images"))?,
             (None, Some(m)) => m.images.clone(),
-            (None, None) => ImageTable::from_yaml(images::EMBEDDED, "embedded matrix/images.yaml")?,
+            (None, None) => {
+                ImageTable::from_yaml(release_images::EMBEDDED, "embedded matrix/images.yaml")?
+            }
         };
         Ok(Matrix {
             entries,
@@ -418,7 +420,7 @@ impl Matrix {
                     .filter_map(|r| r.kubernetes.as_ref()),
             )
             .filter(stable)
-            .max_by(|a, b| crate::matrix::images::release_cmp(a, b))
+            .max_by(|a, b| crate::matrix::release_images::release_cmp(a, b))
             .map(|v| {
                 (
                     v.clone(),

@@ -101,145 +101,130 @@ fn kind(k: &str) -> Kind {
     }
 }
 
-impl Metrics {
-    pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("talos_gen");
-        let hits = Family::<Kind, Counter>::default();
-        let misses = Family::<Kind, Counter>::default();
-        let bytes_served = Family::<Kind, Counter>::default();
-        let fetches = Family::<KindResult, Counter>::default();
-        let fetch_seconds = Family::<Kind, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.05, 2.0, 16))
-        });
-        let responses = Family::<KindResult, Counter>::default();
-        let store_bytes = Gauge::default();
-        let requests = Family::<RouteStatus, Counter>::default();
-        let request_seconds = Family::<Route, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 2.0, 16))
-        });
-        let fills_in_flight = Gauge::default();
-        let fills_waiting = Gauge::default();
-        let store_objects = Gauge::default();
-        let store_keys = Gauge::default();
-        let mirror_pins = Gauge::default();
-        let auth_failures = Counter::default();
-        let store_corrupt = Counter::default();
-        registry.register(
+impl Inner {
+    /// Every exported name with its help text: one table, in the order
+    /// `/metrics` lists them. Kept whole on purpose: a row is a name, its
+    /// help and its metric, and the point of the table is to read them
+    /// together (cutting it would only scatter the list).
+    fn register(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "http_requests",
             "HTTP requests by route template and status code",
-            requests.clone(),
+            self.requests.clone(),
         );
-        registry.register(
+        r.register(
             "http_request_duration_seconds",
             "Time to the response head, by route template",
-            request_seconds.clone(),
+            self.request_seconds.clone(),
         );
-        registry.register(
+        r.register(
             "fills_in_flight",
             "Upstream fills running now",
-            fills_in_flight.clone(),
+            self.fills_in_flight.clone(),
         );
-        registry.register(
+        r.register(
             "fills_waiting",
             "Upstream fills waiting for a slot (--max-concurrent-fills)",
-            fills_waiting.clone(),
+            self.fills_waiting.clone(),
         );
-        registry.register(
+        r.register(
             "store_objects",
             "Distinct objects (by sha256) held by the store",
-            store_objects.clone(),
+            self.store_objects.clone(),
         );
-        registry.register(
+        r.register(
             "store_keys",
             "Keys (artifacts, tags, manifests, blobs) in the store index",
-            store_keys.clone(),
+            self.store_keys.clone(),
         );
-        registry.register(
+        r.register(
             "mirror_pins",
             "Store keys pinned by the mirror job (never evicted)",
-            mirror_pins.clone(),
+            self.mirror_pins.clone(),
         );
-        registry.register(
+        r.register(
             "auth_failures",
             "Requests refused for a missing or wrong bearer token",
-            auth_failures.clone(),
+            self.auth_failures.clone(),
         );
-        registry.register(
+        r.register(
             "store_corrupt_objects",
             "Stored objects dropped because a read found a chunk whose bytes no longer match its checksum",
-            store_corrupt.clone(),
+            self.store_corrupt.clone(),
         );
-        registry.register(
+        r.register(
             "cache_hits",
             "Requests answered from the store",
-            hits.clone(),
+            self.hits.clone(),
         );
-        registry.register(
+        r.register(
             "cache_misses",
             "Requests that started or joined an upstream fill",
-            misses.clone(),
+            self.misses.clone(),
         );
-        registry.register(
+        r.register(
             "bytes_served",
             "Body bytes sent to clients",
-            bytes_served.clone(),
+            self.bytes_served.clone(),
         );
-        registry.register(
+        r.register(
             "upstream_fetches",
             "Upstream fills by outcome",
-            fetches.clone(),
+            self.fetches.clone(),
         );
-        registry.register(
+        r.register(
             "upstream_fetch_duration_seconds",
             "Duration of upstream fills",
-            fetch_seconds.clone(),
+            self.fetch_seconds.clone(),
         );
-        registry.register(
+        r.register(
             "responses",
             "Responses by route kind and status class",
-            responses.clone(),
+            self.responses.clone(),
         );
-        registry.register(
+        r.register(
             "store_bytes",
             "Bytes held by the store",
-            store_bytes.clone(),
+            self.store_bytes.clone(),
         );
-        let mirror_last_run = Gauge::default();
-        let mirror_last_ok = Gauge::default();
-        registry.register(
+        r.register(
             "mirror_last_run_timestamp_seconds",
             "When the last mirror sync or import that wrote the store ended (Unix seconds; 0: none)",
-            mirror_last_run.clone(),
+            self.mirror_last_run.clone(),
         );
-        registry.register(
+        r.register(
             "mirror_last_run_ok",
             "Whether the last mirror sync or import that wrote the store succeeded (1/0)",
-            mirror_last_ok.clone(),
+            self.mirror_last_ok.clone(),
         );
-        let offline_misses = Family::<Kind, Counter>::default();
-        registry.register(
+        r.register(
             "offline_misses",
             "Requests for something not stored while --offline (404, no upstream contacted)",
-            offline_misses.clone(),
+            self.offline_misses.clone(),
         );
-        let stale_answers = Family::<Kind, Counter>::default();
-        registry.register(
+        r.register(
             "stale_answers",
             "Stored answers given because the upstream failed (sent with Warning: 110 - \"stale\")",
-            stale_answers.clone(),
+            self.stale_answers.clone(),
         );
+    }
+
+    /// Every counter exists from the start, at zero: per kind for
+    /// [`KINDS`] (and [`STALE_KINDS`]), per status class for the two
+    /// route kinds.
+    fn samples_from_start(&self) {
         for k in STALE_KINDS {
-            let _ = stale_answers.get_or_create(&kind(k));
+            let _ = self.stale_answers.get_or_create(&kind(k));
         }
-        // Every counter exists from the start, at zero, for every kind.
         for k in KINDS {
-            let _ = hits.get_or_create(&kind(k));
-            let _ = misses.get_or_create(&kind(k));
-            let _ = offline_misses.get_or_create(&kind(k));
-            let _ = bytes_served.get_or_create(&kind(k));
-            let _ = fetch_seconds.get_or_create(&kind(k));
+            let _ = self.hits.get_or_create(&kind(k));
+            let _ = self.misses.get_or_create(&kind(k));
+            let _ = self.offline_misses.get_or_create(&kind(k));
+            let _ = self.bytes_served.get_or_create(&kind(k));
+            let _ = self.fetch_seconds.get_or_create(&kind(k));
             for result in ["ok", "error"] {
-                let _ = fetches.get_or_create(&KindResult {
+                let _ = self.fetches.get_or_create(&KindResult {
                     kind: k.to_string(),
                     result: result.to_string(),
                 });
@@ -247,37 +232,49 @@ impl Metrics {
         }
         for k in ["image", "registry"] {
             for class in ["2xx", "3xx", "4xx", "5xx"] {
-                let _ = responses.get_or_create(&KindResult {
+                let _ = self.responses.get_or_create(&KindResult {
                     kind: k.to_string(),
                     result: class.to_string(),
                 });
             }
         }
-        Metrics(Arc::new(Inner {
-            offline_misses,
-            stale_answers,
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut inner = Inner {
+            registry: Registry::with_prefix("talos_gen"),
+            requests: Default::default(),
+            request_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 16))
+            }),
+            fills_in_flight: Default::default(),
+            fills_waiting: Default::default(),
+            store_objects: Default::default(),
+            store_keys: Default::default(),
+            mirror_pins: Default::default(),
+            auth_failures: Default::default(),
+            store_corrupt: Default::default(),
+            hits: Default::default(),
+            misses: Default::default(),
+            bytes_served: Default::default(),
+            fetches: Default::default(),
+            fetch_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.05, 2.0, 16))
+            }),
+            responses: Default::default(),
+            store_bytes: Default::default(),
+            offline_misses: Default::default(),
+            stale_answers: Default::default(),
             errors: Default::default(),
             missed: Default::default(),
-            mirror_last_run,
-            mirror_last_ok,
-            registry,
-            hits,
-            misses,
-            bytes_served,
-            fetches,
-            fetch_seconds,
-            responses,
-            store_bytes,
-            requests,
-            request_seconds,
-            fills_in_flight,
-            fills_waiting,
-            store_objects,
-            store_keys,
-            mirror_pins,
-            auth_failures,
-            store_corrupt,
-        }))
+            mirror_last_run: Default::default(),
+            mirror_last_ok: Default::default(),
+        };
+        inner.register();
+        inner.samples_from_start();
+        Metrics(Arc::new(inner))
     }
 
     pub fn hit(&self, k: &str) {

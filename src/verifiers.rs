@@ -227,7 +227,7 @@ mod tests {
             e.finish().unwrap()
         };
         for (name, good) in [("a.raw.gz", gz), ("a.raw.zst", zst)] {
-            let v = || crate::imagecache::verifier_for(name).unwrap();
+            let v = || crate::factory::verifier_for(name).unwrap();
             for step in [1, 7, 4096, 1 << 20] {
                 let r = verify(&mut *v(), &good, step);
                 assert!(r.is_ok(), "{name} {step}: {r:?}");
@@ -252,7 +252,7 @@ mod tests {
                 "{name} foreign"
             );
         }
-        assert!(crate::imagecache::verifier_for("a.iso").is_none());
-        assert!(crate::imagecache::verifier_for("a.raw.xz").is_some());
+        assert!(crate::factory::verifier_for("a.iso").is_none());
+        assert!(crate::factory::verifier_for("a.raw.xz").is_some());
     }
 }

@@ -77,7 +77,7 @@ pub fn run(args: DatavolumeArgs) -> crate::Result<i32> {
 
 /// The ID of an embedded schematic (`cozystack`).
 fn embedded_id(name: &str) -> Option<String> {
-    let (_, text) = crate::schematics::EMBEDDED
+    let (_, text) = crate::known_schematics::EMBEDDED
         .iter()
         .find(|(n, _)| *n == name)?;
     crate::schematic::id_and_canonical(text)

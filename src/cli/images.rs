@@ -33,9 +33,9 @@ pub struct ImagesArgs {
 
 pub fn run(args: ImagesArgs) -> crate::Result<i32> {
     let matrix = crate::matrix::Matrix::load(args.matrix.as_deref().map(std::path::Path::new))?;
-    let p = crate::images::plan(
+    let p = crate::pull_list::plan(
         &matrix,
-        &crate::images::PullRequest {
+        &crate::pull_list::PullRequest {
             talos: &args.talos,
             kubernetes: &args.kubernetes,
             schematic: args.schematic.as_deref(),

@@ -283,18 +283,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             if concurrency == 0 {
                 return Err(crate::Error::bad_input("--concurrency: must be at least 1"));
             }
-            let mut cfg = load_config(&config, matrix.as_deref())?;
-            if cfg.items().is_empty() && cfg.schematics.iter().all(|s| s.canonical.is_none()) {
-                return Err(crate::Error::bad_input(format!(
-                    "--config: {config}: nothing to mirror (no workers, images, installers or extraImages)"
-                )));
-            }
-            for k in &cosign_key {
-                let what = format!("--cosign-key {k}");
-                let text = super::read_input(k, "--cosign-key")?;
-                cfg.cosign_keys
-                    .push(crate::cosign::PublicKey::from_pem(&text, &what)?);
-            }
+            let cfg = sync_config(&config, matrix.as_deref(), &cosign_key)?;
             let opts = mirror::SyncOptions {
                 factory_url,
                 registry_url,
@@ -307,34 +296,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             let loc = at.location(upstream.upstream_timeout)?;
             let rt = rt()?;
             let report = rt.block_on(mirror::sync(&cfg, &loc, &opts))?;
-            println!("{}", report.summary());
-            let failed = report.failed();
-            // Each failed item was printed once, with its reason, as it ended.
-            if !failed.is_empty() {
-                eprintln!(
-                    "talos-gen: mirror sync: {} of {} items and factory documents failed (each listed above with its reason)",
-                    failed.len(),
-                    report.items.len() + report.factory.len()
-                );
-            }
-            let store = mirror::bundle::open_store(&loc)?;
-            let mut pruned = Ok(());
-            if prune && failed.is_empty() {
-                pruned = rt
-                    .block_on(mirror::prune(&store, &cfg, dry_run))
-                    .map(|r| print_prune(&r));
-            } else if prune {
-                eprintln!("talos-gen: mirror sync: --prune: the sync failed; nothing pruned");
-            }
-            // Kept in the store for serve's status page; a failure here
-            // does not undo the sync.
-            let mut status = mirror::report::SyncStatus::from_report(&report);
-            status.releases = mirror::holdings(&store, &cfg);
-            if let Err(e) = rt.block_on(mirror::report::write(&store, &status)) {
-                eprintln!("talos-gen: mirror sync: keeping the result for the status page: {e}");
-            }
-            pruned?;
-            Ok(if failed.is_empty() { 0 } else { 1 })
+            after_sync(&rt, &loc, &cfg, &report, prune.then_some(dry_run))
         }
         MirrorCommand::Prune {
             config,
@@ -344,7 +306,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
         } => {
             let cfg = load_config(&config, matrix.as_deref())?;
             let loc = at.location(STORE_TIMEOUT)?;
-            let store = mirror::bundle::open_store(&loc)?;
+            let store = mirror::open_store(&loc)?;
             let rt = rt()?;
             let r = rt.block_on(mirror::prune(&store, &cfg, dry_run))?;
             print_prune(&r);
@@ -375,33 +337,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
         }
         MirrorCommand::Verify { at } => {
             let loc = at.location(STORE_TIMEOUT)?;
-            let r = mirror::verify(&loc)?;
-            println!(
-                "mirror verify: {} objects ({}) checked, {} bad, {} entries dropped on open{}",
-                r.objects,
-                crate::text::human_size(r.bytes),
-                r.bad.len(),
-                r.dropped_at_open.len(),
-                if r.sums_written > 0 {
-                    format!(", chunk checksums written for {}", r.sums_written)
-                } else {
-                    String::new()
-                }
-            );
-            for d in &r.dropped_at_open {
-                eprintln!(
-                    "talos-gen: mirror verify: {d}; entry removed, run mirror sync to fetch it again"
-                );
-            }
-            for b in &r.bad {
-                eprintln!(
-                    "talos-gen: mirror verify: bad object sha256:{} ({}): {}; removed, run mirror sync to fetch it again",
-                    b.digest,
-                    b.keys.join(", "),
-                    b.reason
-                );
-            }
-            Ok(if r.dropped_anything() { 1 } else { 0 })
+            Ok(print_verify(&mirror::verify(&loc)?))
         }
         MirrorCommand::Export {
             at,
@@ -416,24 +352,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             let loc = at.location(STORE_TIMEOUT)?;
             if format != mirror::Format::Tar {
                 let r = mirror::export_tree(&loc, Path::new(&output), cfg.as_ref(), format)?;
-                for l in &r.left_out {
-                    eprintln!("talos-gen: mirror export: {l}");
-                }
-                let what = match format {
-                    mirror::Format::Oci => "image references",
-                    _ => "artifacts",
-                };
-                println!(
-                    "mirror export --format {}: {} {what}, {} files ({}) in {output}; {} copied ({}), {} unchanged, {} removed",
-                    format.name(),
-                    r.items,
-                    r.files,
-                    crate::text::human_size(r.bytes),
-                    r.copied,
-                    crate::text::human_size(r.copied_bytes),
-                    r.files - r.copied,
-                    r.removed
-                );
+                print_export_tree(&r, format, &output);
                 return Ok(0);
             }
             let r = mirror::export(&loc, Path::new(&output), cfg.as_ref())?;
@@ -447,24 +366,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
         }
         MirrorCommand::Cert { output_dir, name } => {
             let r = mirror::cert::issue(Path::new(&output_dir), &name)?;
-            let until = r
-                .not_after
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_default();
-            println!(
-                "mirror cert: {} for {} (valid until {until}){}",
-                r.written
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                name.join(", "),
-                if r.reused_ca {
-                    format!(", issued by the CA already in {output_dir}")
-                } else {
-                    String::new()
-                }
-            );
+            print_cert(&r, &name, &output_dir);
             Ok(0)
         }
 
@@ -473,30 +375,173 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             let started = std::time::Instant::now();
             let rt = rt()?;
             let r = rt.block_on(mirror::import(Path::new(&file), &loc))?;
-            println!("mirror import: {}", r.summary());
-            // Shown by serve's status page and /metrics like a sync.
-            let written = rt.block_on(mirror::report::write_import(
-                &loc,
-                &r,
-                &file,
-                started.elapsed(),
-            ));
-            if let Err(e) = written {
-                eprintln!("talos-gen: mirror import: recording the result in the store: {e}");
-            }
-            for b in &r.bad {
-                eprintln!("talos-gen: mirror import: {b}; refused");
-            }
-            for k in &r.missing {
-                eprintln!(
-                    "talos-gen: mirror import: {k}: its object is not in the file; not imported"
-                );
-            }
-            Ok(if r.bad.is_empty() && r.missing.is_empty() {
-                0
-            } else {
-                1
-            })
+            Ok(report_import(&rt, &loc, &file, started.elapsed(), &r))
         }
+    }
+}
+
+/// `mirror sync`'s config: the file (nothing to mirror is bad input) and
+/// the `--cosign-key` files.
+fn sync_config(
+    config: &str,
+    matrix: Option<&str>,
+    cosign_key: &[String],
+) -> crate::Result<crate::mirror::Config> {
+    let mut cfg = load_config(config, matrix)?;
+    if cfg.items().is_empty() && cfg.schematics.iter().all(|s| s.canonical.is_none()) {
+        return Err(crate::Error::bad_input(format!(
+            "--config: {config}: nothing to mirror (no workers, images, installers or extraImages)"
+        )));
+    }
+    for k in cosign_key {
+        let what = format!("--cosign-key {k}");
+        let text = super::read_input(k, "--cosign-key")?;
+        cfg.cosign_keys
+            .push(crate::cosign::PublicKey::from_pem(&text, &what)?);
+    }
+    Ok(cfg)
+}
+
+/// After `mirror sync`: its summary, `--prune` (`Some(dry_run)`) when
+/// nothing failed, and the result kept in the store for serve's status
+/// page (a failure there does not undo the sync). The exit code.
+fn after_sync(
+    rt: &tokio::runtime::Runtime,
+    loc: &crate::store::Location,
+    cfg: &crate::mirror::Config,
+    report: &crate::mirror::SyncReport,
+    prune: Option<bool>,
+) -> crate::Result<i32> {
+    use crate::mirror;
+    println!("{}", report.summary());
+    let failed = report.failed();
+    // Each failed item was printed once, with its reason, as it ended.
+    if !failed.is_empty() {
+        eprintln!(
+            "talos-gen: mirror sync: {} of {} items and factory documents failed (each listed above with its reason)",
+            failed.len(),
+            report.items.len() + report.factory.len()
+        );
+    }
+    let store = mirror::open_store(loc)?;
+    let mut pruned = Ok(());
+    match prune {
+        Some(dry_run) if failed.is_empty() => {
+            pruned = rt
+                .block_on(mirror::prune(&store, cfg, dry_run))
+                .map(|r| print_prune(&r));
+        }
+        Some(_) => eprintln!("talos-gen: mirror sync: --prune: the sync failed; nothing pruned"),
+        None => {}
+    }
+    let mut status = mirror::report::SyncStatus::from_report(report);
+    status.releases = mirror::holdings(&store, cfg);
+    if let Err(e) = rt.block_on(mirror::report::write(&store, &status)) {
+        eprintln!("talos-gen: mirror sync: keeping the result for the status page: {e}");
+    }
+    pruned?;
+    Ok(if failed.is_empty() { 0 } else { 1 })
+}
+
+/// `mirror verify`'s lines; the exit code (1 when anything was dropped).
+fn print_verify(r: &crate::mirror::VerifyReport) -> i32 {
+    println!(
+        "mirror verify: {} objects ({}) checked, {} bad, {} entries dropped on open{}",
+        r.objects,
+        crate::text::human_size(r.bytes),
+        r.bad.len(),
+        r.dropped_at_open.len(),
+        if r.sums_written > 0 {
+            format!(", chunk checksums written for {}", r.sums_written)
+        } else {
+            String::new()
+        }
+    );
+    for d in &r.dropped_at_open {
+        eprintln!(
+            "talos-gen: mirror verify: {d}; entry removed, run mirror sync to fetch it again"
+        );
+    }
+    for b in &r.bad {
+        eprintln!(
+            "talos-gen: mirror verify: bad object sha256:{} ({}): {}; removed, run mirror sync to fetch it again",
+            b.digest,
+            b.keys.join(", "),
+            b.reason
+        );
+    }
+    if r.dropped_anything() { 1 } else { 0 }
+}
+
+/// `mirror export --format http|oci`'s lines.
+fn print_export_tree(r: &crate::mirror::TreeReport, format: crate::mirror::Format, output: &str) {
+    use crate::mirror;
+    for l in &r.left_out {
+        eprintln!("talos-gen: mirror export: {l}");
+    }
+    let what = match format {
+        mirror::Format::Oci => "image references",
+        _ => "artifacts",
+    };
+    println!(
+        "mirror export --format {}: {} {what}, {} files ({}) in {output}; {} copied ({}), {} unchanged, {} removed",
+        format.name(),
+        r.items,
+        r.files,
+        crate::text::human_size(r.bytes),
+        r.copied,
+        crate::text::human_size(r.copied_bytes),
+        r.files - r.copied,
+        r.removed
+    );
+}
+
+/// `mirror cert`'s line.
+fn print_cert(r: &crate::mirror::cert::CertReport, name: &[String], output_dir: &str) {
+    let until = r
+        .not_after
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    println!(
+        "mirror cert: {} for {} (valid until {until}){}",
+        r.written
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        name.join(", "),
+        if r.reused_ca {
+            format!(", issued by the CA already in {output_dir}")
+        } else {
+            String::new()
+        }
+    );
+}
+
+/// `mirror import`'s lines, and its result recorded in the store (shown by
+/// serve's status page and /metrics like a sync). The exit code.
+fn report_import(
+    rt: &tokio::runtime::Runtime,
+    loc: &crate::store::Location,
+    file: &str,
+    took: std::time::Duration,
+    r: &crate::mirror::ImportReport,
+) -> i32 {
+    use crate::mirror;
+    println!("mirror import: {}", r.summary());
+    let written = rt.block_on(mirror::report::write_import(loc, r, file, took));
+    if let Err(e) = written {
+        eprintln!("talos-gen: mirror import: recording the result in the store: {e}");
+    }
+    for b in &r.bad {
+        eprintln!("talos-gen: mirror import: {b}; refused");
+    }
+    for k in &r.missing {
+        eprintln!("talos-gen: mirror import: {k}: its object is not in the file; not imported");
+    }
+    if r.bad.is_empty() && r.missing.is_empty() {
+        0
+    } else {
+        1
     }
 }

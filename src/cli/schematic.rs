@@ -34,7 +34,7 @@ pub fn run(args: SchematicArgs) -> crate::Result<i32> {
     };
     // A name of an embedded schematic (`cozystack`, `vanilla`) unless a file
     // of that name exists.
-    let embedded = crate::schematics::EMBEDDED
+    let embedded = crate::known_schematics::EMBEDDED
         .iter()
         .find(|(name, _)| *name == file.as_str())
         .filter(|_| !std::path::Path::new(file).exists());

@@ -14,12 +14,16 @@
 //! | upstream 4xx | as it came |
 //! | the store holds it but does not answer (a bucket down) | 503, `Retry-After: 5` |
 //! | local I/O | 500 |
+//! | the store does not answer | 503 |
+//!
+//! The statuses are [`Error::http_status`] and [`FetchError::http_status`];
+//! this module only answers with them.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::Error;
-use crate::imagecache::ImageError;
+use crate::factory::ImageError;
 use crate::upstream::FetchError;
 
 /// A plain-text answer: `msg` and a newline.
@@ -80,27 +84,25 @@ impl IntoResponse for JsonError {
 
 impl IntoResponse for FetchError {
     fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
         match self {
             FetchError::Status {
-                status,
-                content_type,
-                body,
+                content_type, body, ..
             } => {
-                let st = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-                let mut r = (st, body).into_response();
+                let mut r = (status, body).into_response();
                 if let Some(ct) = content_type.and_then(|c| HeaderValue::from_str(&c).ok()) {
                     r.headers_mut().insert(header::CONTENT_TYPE, ct);
                 }
                 r
             }
-            FetchError::Timeout(m) => text(StatusCode::GATEWAY_TIMEOUT, m),
-            FetchError::Failed(m) => text(StatusCode::BAD_GATEWAY, m),
-            FetchError::Local(m) => text(StatusCode::INTERNAL_SERVER_ERROR, m),
             FetchError::Unavailable(m) => {
-                let mut r = text(StatusCode::SERVICE_UNAVAILABLE, m);
+                let mut r = text(status, m);
                 r.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
                 r
+            }
+            FetchError::Timeout(m) | FetchError::Failed(m) | FetchError::Local(m) => {
+                text(status, m)
             }
         }
     }
@@ -149,6 +151,18 @@ mod tests {
             ]
         };
         for (e, same) in all().into_iter().zip(all()) {
+            let oci = crate::registry::OciError::from(same);
+            assert_eq!(oci.status, st(e.into_response()), "{oci:?}");
+        }
+        let fetches = || {
+            [
+                FetchError::Timeout("t".into()),
+                FetchError::Failed("f".into()),
+                FetchError::Local("l".into()),
+                FetchError::Unavailable("u".into()),
+            ]
+        };
+        for (e, same) in fetches().into_iter().zip(fetches()) {
             let oci = crate::registry::OciError::from(same);
             assert_eq!(oci.status, st(e.into_response()), "{oci:?}");
         }

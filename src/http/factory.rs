@@ -1,7 +1,7 @@
 //! The factory's keys and lists, as a verifying or browsing client fetches
 //! them: `GET /oci/cosign/signing-key.pub`, `/secureboot/signing-cert.pem`,
 //! `/version/{v}/extensions/official`, `/version/{v}/overlays/official`.
-//! Thin: name the document, ask [`crate::imagecache::ImageCache::document`]
+//! Thin: name the document, ask [`crate::factory::ImageCache::document`]
 //! (the stored copy within `--metadata-ttl`, the factory's otherwise, the
 //! stored one when the factory cannot be asked or `--offline`).
 
@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::text;
 use super::state::AppState;
-use crate::imagecache::FactoryDoc;
+use crate::factory::FactoryDoc;
 
 pub(super) async fn answer(state: &AppState, doc: crate::Result<FactoryDoc>) -> Response {
     let doc = match doc {
@@ -56,7 +56,7 @@ pub async fn pxe(
         );
     };
     let base = base_url(&state, &headers);
-    let script = crate::imagecache::rewrite_pxe(&String::from_utf8_lossy(&bytes), &base);
+    let script = crate::factory::rewrite_pxe(&String::from_utf8_lossy(&bytes), &base);
     let mut r = Response::from_parts(parts, Body::from(script));
     r.headers_mut().remove(header::CONTENT_LENGTH);
     if state.cfg.public_url.is_none() {

@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use super::error::text;
 use super::ranges::{Answer, Validators, respond};
 use super::state::AppState;
+use crate::factory::{ImageCache, ImageKey};
 use crate::fill::Object;
-use crate::imagecache::{ImageCache, ImageKey};
 
 pub use super::ranges::{ByteRange, RangeAsk, parse_range};
 
@@ -86,7 +86,7 @@ pub async fn get_talosctl(
     headers: HeaderMap,
 ) -> Response {
     let cache = &state.images;
-    let key = match crate::imagecache::TalosctlKey::parse(&version, &path) {
+    let key = match crate::factory::TalosctlKey::parse(&version, &path) {
         Ok(k) => k,
         Err(e) => return e.into_response(),
     };
@@ -110,7 +110,7 @@ pub async fn get_talosctl(
 
 /// `GET /versions`: the factory's list, kept for when it cannot be asked.
 pub async fn versions(State(state): State<AppState>) -> Response {
-    super::factory::answer(&state, Ok(crate::imagecache::FactoryDoc::versions())).await
+    super::factory::answer(&state, Ok(crate::factory::FactoryDoc::versions())).await
 }
 
 /// `<sha256>  <asset>`: known once the artifact is stored.

@@ -38,7 +38,7 @@ pub mod token;
 pub struct ServeConfig {
     pub listen: String,
     /// The store: a local directory (`--cache-dir`) or an S3 bucket.
-    pub store: crate::service::Location,
+    pub store: crate::compose::Location,
     pub factory_url: String,
     pub registry_url: Option<String>,
     pub offline: bool,
@@ -78,7 +78,7 @@ impl ServeConfig {
     pub fn new(listen: impl Into<String>, cache_dir: impl Into<PathBuf>) -> ServeConfig {
         ServeConfig {
             listen: listen.into(),
-            store: crate::service::Location::Dir(cache_dir.into()),
+            store: crate::compose::Location::Dir(cache_dir.into()),
             factory_url: "https://factory.talos.dev".into(),
             registry_url: None,
             offline: false,
@@ -93,7 +93,7 @@ impl ServeConfig {
             write_timeout: Duration::from_secs(60),
             max_concurrent_fills: 16,
             upstream_limits: crate::upstream::Limits::default(),
-            metadata_ttl: crate::imagecache::DEFAULT_METADATA_TTL,
+            metadata_ttl: crate::factory::DEFAULT_METADATA_TTL,
             tls: None,
             public_url: None,
             trust_forwarded_for: false,

@@ -1,5 +1,5 @@
 //! The typed state every handler gets: built once from [`ServeConfig`] through
-//! the composition root ([`crate::service`]).
+//! the composition root ([`crate::compose`]).
 
 use std::sync::Arc;
 
@@ -16,14 +16,14 @@ pub struct Shared {
     /// The support matrix (`--matrix FILE` or the embedded one).
     pub matrix: crate::matrix::Matrix,
     /// Known schematics: `--schematics-dir` (or embedded) plus POSTed ones.
-    pub schematics: Arc<crate::schematics::Registry>,
+    pub schematics: Arc<crate::known_schematics::KnownSchematics>,
     pub metrics: crate::metrics::Metrics,
     /// The store, read-only: figures and whether it answers.
     pub store: crate::inventory::Inventory,
     pub fills: crate::fill::Fills,
     /// `None` when offline.
     pub upstream: Option<crate::upstream::Upstream>,
-    pub images: crate::imagecache::ImageCache,
+    pub images: crate::factory::ImageCache,
     pub registry: crate::registry::Registry,
     /// `--api-token-file`: the token `/api/v1/` writes require.
     pub api_token: Option<token::ApiToken>,
@@ -47,7 +47,7 @@ impl AppState {
             .as_deref()
             .map(token::ApiToken::from_file)
             .transpose()?;
-        let svc = crate::service::Service::build(&crate::service::ServiceConfig {
+        let svc = crate::compose::Service::build(&crate::compose::ServiceConfig {
             store: cfg.store.clone(),
             cache_max_size: cfg.cache_max_size,
             factory_url: cfg.factory_url.clone(),
@@ -61,7 +61,7 @@ impl AppState {
             direct_upstreams: false,
         })
         .await?;
-        let crate::service::Service {
+        let crate::compose::Service {
             metrics,
             store,
             fills,

@@ -228,14 +228,53 @@ async fn probe_all(st: &AppState) -> Vec<UpstreamRow> {
 }
 
 /// Render the page for the current state.
+/// Each part's rows are built by a function of their own, then the template.
 pub async fn render(st: &AppState) -> Result<String, String> {
     let upstreams = probe_all(st).await;
     let names: std::collections::HashMap<&str, &str> =
         st.schematics.names().map(|(n, id)| (id, n)).collect();
+    let (store, artifacts, tags) = store_rows(st, &names);
+    let fills = fill_rows(st, &names);
+    let matrix = matrix_rows(st);
+    let settings = settings(st);
+    let (counts, errors, misses) = metric_rows(st);
+    let sync = sync_row(st).await;
+    let uptime = SystemTime::now()
+        .duration_since(st.started)
+        .unwrap_or_default();
+    let mut ctx = tera::Context::new();
+    ctx.insert("version", env!("CARGO_PKG_VERSION"));
+    ctx.insert(
+        "now",
+        &httpdate::fmt_http_date(SystemTime::now()).to_string(),
+    );
+    ctx.insert("upstreams", &upstreams);
+    ctx.insert("store", &store);
+    ctx.insert("fills", &fills);
+    ctx.insert("artifacts", &artifacts);
+    ctx.insert("tags", &tags);
+    ctx.insert("matrix", &matrix);
+    ctx.insert("settings", &settings);
+    ctx.insert("counts", &counts);
+    ctx.insert("errors", &errors);
+    ctx.insert("misses", &misses);
+    ctx.insert("sync", &sync);
+    ctx.insert("uptime", &human_duration(uptime));
+    ctx.insert("started", &httpdate::fmt_http_date(st.started).to_string());
+    tera()
+        .render("status.html", &ctx)
+        .map_err(|e| format!("rendering the status page: {e}"))
+}
+
+/// The store's row and its artifact and tag rows.
+fn store_rows(
+    st: &AppState,
+    names: &std::collections::HashMap<&str, &str>,
+) -> (StoreRow, Vec<ObjectRow>, Vec<ObjectRow>) {
     let entries = st.store.keys();
     let totals = st.store.totals();
     let row = |name: String, e: &crate::inventory::StoredKey| ObjectRow {
-        schematic: schematic_label(&name, &names),
+        schematic: schematic_label(&name, names),
         name,
         size: human_size(e.size),
         bytes: e.size,
@@ -259,7 +298,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
             manifests += 1;
         } else if e.key.starts_with("oci/blob/") {
             blobs += 1;
-        } else if e.key.starts_with(crate::schematics::STORE_PREFIX) {
+        } else if e.key.starts_with(crate::known_schematics::STORE_PREFIX) {
             schematics += 1;
         }
     }
@@ -274,8 +313,12 @@ pub async fn render(st: &AppState) -> Result<String, String> {
         blobs,
         schematics,
     };
-    let fills: Vec<FillRow> = st
-        .fills
+    (store, artifacts, tags)
+}
+
+/// The fills running now.
+fn fill_rows(st: &AppState, names: &std::collections::HashMap<&str, &str>) -> Vec<FillRow> {
+    st.fills
         .in_progress()
         .into_iter()
         .map(|f| {
@@ -289,7 +332,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
                 "-".into()
             };
             FillRow {
-                schematic: schematic_label(&f.key, &names),
+                schematic: schematic_label(&f.key, names),
                 key: f.key,
                 phase: f.phase,
                 written: human_size(f.written),
@@ -298,9 +341,12 @@ pub async fn render(st: &AppState) -> Result<String, String> {
                 rate,
             }
         })
-        .collect();
-    let matrix: Vec<MatrixRow> = st
-        .matrix
+        .collect()
+}
+
+/// The support matrix, a row per Talos minor.
+fn matrix_rows(st: &AppState) -> Vec<MatrixRow> {
+    st.matrix
         .entries()
         .iter()
         .map(|e| {
@@ -322,9 +368,13 @@ pub async fn render(st: &AppState) -> Result<String, String> {
                     .unwrap_or_default(),
             }
         })
-        .collect();
+        .collect()
+}
+
+/// The settings the service runs with, as an operator reads them.
+fn settings(st: &AppState) -> Vec<Setting> {
     let cfg = &st.cfg;
-    let settings = vec![
+    vec![
         Setting {
             name: "offline",
             value: if cfg.offline {
@@ -381,7 +431,11 @@ pub async fn render(st: &AppState) -> Result<String, String> {
                 "open (no --api-token-file)".into()
             },
         },
-    ];
+    ]
+}
+
+/// The cache counts, the last errors and the last offline misses.
+fn metric_rows(st: &AppState) -> (Vec<CountRow>, Vec<ErrorRow>, Vec<ErrorRow>) {
     let counts: Vec<CountRow> = st
         .metrics
         .cache_counts()
@@ -411,7 +465,12 @@ pub async fn render(st: &AppState) -> Result<String, String> {
             what,
         })
         .collect();
-    let sync = crate::mirror::report::read_from(&st.store)
+    (counts, errors, misses)
+}
+
+/// The last `mirror sync` or `mirror import`, as the store keeps it.
+async fn sync_row(st: &AppState) -> Option<SyncRow> {
+    crate::mirror::report::read_from(&st.store)
         .await
         .map(|s| SyncRow {
             kind: s.kind,
@@ -435,32 +494,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
                     release: r.release,
                 })
                 .collect(),
-        });
-    let uptime = SystemTime::now()
-        .duration_since(st.started)
-        .unwrap_or_default();
-    let mut ctx = tera::Context::new();
-    ctx.insert("version", env!("CARGO_PKG_VERSION"));
-    ctx.insert(
-        "now",
-        &httpdate::fmt_http_date(SystemTime::now()).to_string(),
-    );
-    ctx.insert("upstreams", &upstreams);
-    ctx.insert("store", &store);
-    ctx.insert("fills", &fills);
-    ctx.insert("artifacts", &artifacts);
-    ctx.insert("tags", &tags);
-    ctx.insert("matrix", &matrix);
-    ctx.insert("settings", &settings);
-    ctx.insert("counts", &counts);
-    ctx.insert("errors", &errors);
-    ctx.insert("misses", &misses);
-    ctx.insert("sync", &sync);
-    ctx.insert("uptime", &human_duration(uptime));
-    ctx.insert("started", &httpdate::fmt_http_date(st.started).to_string());
-    tera()
-        .render("status.html", &ctx)
-        .map_err(|e| format!("rendering the status page: {e}"))
+        })
 }
 
 pub async fn page(State(st): State<AppState>) -> Response {

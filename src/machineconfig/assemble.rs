@@ -77,7 +77,7 @@ fn named_schematic(req: &Request) -> Option<Request> {
     let id = req
         .schematic
         .as_deref()
-        .and_then(crate::schematics::embedded_id)?;
+        .and_then(crate::known_schematics::embedded_id)?;
     Some(Request {
         schematic: Some(id.to_string()),
         ..req.clone()
@@ -95,7 +95,7 @@ fn profile(req: &Request, warnings: &mut Vec<String>) -> Result<Option<cozystack
                 None => cozystack::Values::defaults(),
             };
             warnings.extend(values.warnings.iter().cloned());
-            if let Some(id) = crate::schematics::embedded_id(&values.schematic_id) {
+            if let Some(id) = crate::known_schematics::embedded_id(&values.schematic_id) {
                 values.schematic_id = id.to_string();
             }
             Some(values)

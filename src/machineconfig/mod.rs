@@ -166,120 +166,37 @@ fn tag_text(text: &str) -> String {
     format!("v{}", text.trim().trim_start_matches('v'))
 }
 
-/// One path component of an OCI repository: `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`.
-fn is_component(s: &str) -> bool {
-    let b = s.as_bytes();
-    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {
-        return false;
-    }
-    let mut i = 0;
-    while i < b.len() {
-        if alnum(b[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < b.len() && !alnum(b[i]) {
-            i += 1;
-        }
-        let sep = &s[start..i];
-        if !(sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|c| c == b'-')) {
-            return false;
-        }
-    }
-    true
-}
-
-/// A registry host as image references carry it: `host[:port]`.
-fn is_host(s: &str) -> bool {
-    let (host, port) = match s.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (s, None),
-    };
-    let port_ok =
-        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|c| c.is_ascii_digit()));
-    port_ok
-        && !host.is_empty()
-        && host.split('.').all(|l| {
-            !l.is_empty()
-                && l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        })
-}
-
 /// An installer repository as `talos.installerRepository` holds it:
 /// `host[:port]/path` (no tag, no trailing slash), e.g. `factory.talos.dev/installer`.
 fn check_repository(r: &str, what: &str) -> Result<()> {
-    let bad = |why: &str| {
+    use crate::oci_ref::{MAX_REPO_LEN, RefError, is_registry_host, is_repository};
+    let bad = |why: &dyn std::fmt::Display| {
         Error::bad_input(format!(
             "{what}: {r:?} is not an image repository ({why}; e.g. factory.talos.dev/installer)"
         ))
     };
     let r = r.strip_suffix('/').unwrap_or(r);
-    let (host, path) = r.split_once('/').ok_or_else(|| bad("expected host/path"))?;
-    if !is_host(host) {
-        return Err(bad("the registry host is not host[:port]"));
+    let (host, path) = r
+        .split_once('/')
+        .ok_or_else(|| bad(&"expected host/path"))?;
+    if !is_registry_host(host) {
+        return Err(bad(&RefError::Host));
     }
-    if r.len() > 255 || !path.split('/').all(is_component) {
-        return Err(bad("lowercase path components separated by single slashes"));
+    if r.len() > MAX_REPO_LEN || !is_repository(path) {
+        return Err(bad(&RefError::Repository));
     }
     Ok(())
 }
 
 /// A whole image reference, `[host/]repo:tag` or `...@sha256:<hex>`.
 fn check_image(image: &str, what: &str) -> Result<()> {
-    let bad = |why: &str| {
-        Error::bad_input(format!(
-            "{what}: {image:?} is not an image reference ({why})"
-        ))
-    };
-    let (name, digest) = match image.split_once('@') {
-        Some((n, d)) => (n, Some(d)),
-        None => (image, None),
-    };
-    if let Some(d) = digest {
-        let hex = d
-            .strip_prefix("sha256:")
-            .ok_or_else(|| bad("the digest is not sha256:<64 hex>"))?;
-        if !crate::schematic::is_valid_id(hex) {
-            return Err(bad("the digest is not sha256:<64 hex>"));
-        }
-    }
-    let last = name.rsplit('/').next().unwrap_or("");
-    let (repo, tag) = match last.rsplit_once(':') {
-        Some((_, t)) => (&name[..name.len() - t.len() - 1], Some(t)),
-        None => (name, None),
-    };
-    if let Some(t) = tag {
-        let b = t.as_bytes();
-        let ok = !b.is_empty()
-            && b.len() <= 128
-            && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
-            && b.iter()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
-        if !ok {
-            return Err(bad(&format!(
-                "tag {t:?}: letters, digits, '_', '.', '-' only"
-            )));
-        }
-    }
-    let path = match repo.split_once('/') {
-        Some((first, rest))
-            if first.contains('.') || first.contains(':') || first == "localhost" =>
-        {
-            if !is_host(first) {
-                return Err(bad("the registry host is not host[:port]"));
-            }
-            rest
-        }
-        _ => repo,
-    };
-    if !path.split('/').all(is_component) {
-        return Err(bad("lowercase path components separated by single slashes"));
-    }
-    Ok(())
+    crate::oci_ref::ImageRef::parse(image)
+        .map(drop)
+        .map_err(|why| {
+            Error::bad_input(format!(
+                "{what}: {image:?} is not an image reference ({why})"
+            ))
+        })
 }
 
 fn check_schematic(id: &str, what: &str) -> Result<()> {
@@ -382,7 +299,7 @@ fn air_gap(
         let k = crate::cosign::PublicKey::from_pem(text, "--image-verification-key")?;
         let mut patterns: Vec<String> = Vec::new();
         for p in &pulls {
-            let r = crate::images::repository_of(p).to_string();
+            let r = crate::oci_ref::repository_of(p).to_string();
             if !patterns.contains(&r) {
                 patterns.push(r);
             }

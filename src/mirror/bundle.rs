@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::Config;
+use super::{Config, open_store, selected_entries};
 use crate::error::{Error, Result};
 use crate::store::{Entry, Location, Meta, Store};
 
@@ -32,38 +32,6 @@ pub struct ExportReport {
     pub keys: usize,
     pub objects: usize,
     pub bytes: u64,
-}
-
-/// The store at `loc`, which must be one (an export never creates a
-/// local store; a bucket is opened as it is).
-pub fn open_store(loc: &Location) -> Result<Store> {
-    if let Some(dir) = loc.dir()
-        && !dir.join("index").is_dir()
-    {
-        return Err(Error::bad_input(format!(
-            "--cache-dir {}: not a talos-gen store",
-            dir.display()
-        )));
-    }
-    Store::open_at(loc, None)
-}
-
-/// The entries an export carries: all, or what `cfg` reaches. Items of
-/// `cfg` that are not (fully) stored refuse the export, named.
-pub(super) fn selected_entries(store: &Store, cfg: Option<&Config>) -> Result<Vec<Entry>> {
-    Ok(match cfg {
-        None => store.entries(),
-        Some(cfg) => {
-            let (keys, missing) = super::reachable_keys(store, cfg);
-            if !missing.is_empty() {
-                return Err(Error::refused(format!(
-                    "not in the store (run mirror sync first): {}",
-                    missing.join(", ")
-                )));
-            }
-            keys.iter().filter_map(|k| store.entry(k)).collect()
-        }
-    })
 }
 
 /// Write the store at `cache_dir` (all of it, or what `cfg` reaches) to `output`.

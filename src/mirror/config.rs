@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::imagecache::ImageKey;
+use crate::factory::ImageKey;
 use crate::registry::names;
 
 #[derive(Debug, Deserialize)]
@@ -87,50 +87,10 @@ impl ExtraImage {
     /// Parse a Docker-style reference: `[host/]repo[:tag][@digest]`; without
     /// a host it is Docker Hub (`library/` for single names), without a tag `latest`.
     pub fn parse(s: &str) -> Result<ExtraImage> {
-        let bad = |why: &str| Error::bad_input(format!("extraImages: {s:?}: {why}"));
-        let (name, digest) = match s.split_once('@') {
-            Some((n, d)) => (n, Some(d)),
-            None => (s, None),
-        };
-        let (host, rest) = match name.split_once('/') {
-            Some((h, r)) if h.contains('.') || h.contains(':') || h == "localhost" => {
-                (h.to_string(), r.to_string())
-            }
-            _ => ("docker.io".to_string(), name.to_string()),
-        };
-        // A tag is after the last ':' of the last path segment.
-        let last = rest.rsplit('/').next().unwrap_or("");
-        let (repo, tag) = match last.rsplit_once(':') {
-            Some((_, t)) => (
-                rest[..rest.len() - t.len() - 1].to_string(),
-                Some(t.to_string()),
-            ),
-            None => (rest.clone(), None),
-        };
-        let repo = if host == "docker.io" && !repo.contains('/') {
-            format!("library/{repo}")
-        } else {
-            repo
-        };
-        if !names::is_registry_host(&host) {
-            return Err(bad("the registry host is not host[:port]"));
-        }
-        if !names::is_repository(&repo) {
-            return Err(bad("not a valid repository name"));
-        }
-        let reference = match (digest, tag) {
-            (Some(d), _) => names::Digest::parse(d)
-                .map_err(|_| bad("the digest is not sha256:<64 hex>"))?
-                .as_str()
-                .to_string(),
-            (None, Some(t)) => {
-                if !names::is_tag(&t) {
-                    return Err(bad("not a valid tag"));
-                }
-                t
-            }
-            (None, None) => "latest".to_string(),
-        };
+        let r = crate::oci_ref::ImageRef::parse(s)
+            .map_err(|why| Error::bad_input(format!("extraImages: {s:?}: {why}")))?;
+        let (host, repo) = r.normalised();
+        let reference = r.digest.or(r.tag).unwrap_or("latest").to_string();
         Ok(ExtraImage {
             host,
             repo,
@@ -182,7 +142,7 @@ pub const DEFAULT_ARCH: &str = "amd64";
 #[derive(Debug, Clone)]
 pub struct Worker {
     /// The worker's pull list (installer, kubelet, pause, optional images).
-    pub pull: crate::images::PullList,
+    pub pull: crate::pull_list::PullList,
     pub schematic: SchematicSource,
     pub platform: String,
     pub arch: String,
@@ -205,8 +165,8 @@ impl Worker {
 /// registry (`factory.talos.dev/<installer>/<schematic>`, fetched from
 /// `--registry-url`) or an image of its own registry.
 pub fn item_for_reference(reference: &str, what: &str) -> Result<Item> {
-    if let Some(rest) = reference.strip_prefix(&format!("{}/", crate::images::FACTORY_HOST)) {
-        let repo = crate::images::repository_of(rest);
+    if let Some(rest) = reference.strip_prefix(&format!("{}/", crate::pull_list::FACTORY_HOST)) {
+        let repo = crate::oci_ref::repository_of(rest);
         let tag = rest[repo.len()..].trim_start_matches(':');
         if names::is_installer_repository(repo) && names::is_tag(tag) {
             return Ok(Item::Installer {
@@ -248,7 +208,7 @@ pub enum Item {
     /// An `extraImages` entry through its registry.
     Extra(ExtraImage),
     /// `/talosctl/<version>/<file>` of the factory.
-    Talosctl(crate::imagecache::TalosctlKey),
+    Talosctl(crate::factory::TalosctlKey),
 }
 
 impl Item {
@@ -269,7 +229,7 @@ fn schematic_source(s: RawSchematic, base: &Path, at: &str) -> Result<SchematicS
     Ok(match s {
         RawSchematic::Id(id) => {
             // An embedded schematic's name (`cozystack`) is taken for its ID.
-            let id = crate::schematics::id_or_name(&id).to_string();
+            let id = crate::known_schematics::id_or_name(&id).to_string();
             if crate::schematic::is_valid_id(&id) {
                 SchematicSource {
                     id,
@@ -373,7 +333,7 @@ impl Config {
         }
         let probe_version = "v1.11.0";
         for (i, t) in raw.talosctl.iter().enumerate() {
-            crate::imagecache::TalosctlKey::from_platform(probe_version, t).map_err(|e| {
+            crate::factory::TalosctlKey::from_platform(probe_version, t).map_err(|e| {
                 Error::bad_input(format!(
                     "{what}: talosctl[{i}]: {t:?}: expected <os>-<arch> such as linux-amd64 ({e})"
                 ))
@@ -388,7 +348,7 @@ impl Config {
             )));
         }
         for (i, p) in raw.pxe.iter().enumerate() {
-            crate::imagecache::FactoryDoc::pxe(&probe, probe_version, p)
+            crate::factory::FactoryDoc::pxe(&probe, probe_version, p)
                 .map_err(|e| Error::bad_input(format!("{what}: pxe[{i}]: {e}")))?;
             if !cfg.pxe.contains(p) {
                 cfg.pxe.push(p.clone());
@@ -438,13 +398,13 @@ impl Config {
         let schematic = match w.schematic {
             Some(s) => schematic_source(s, base, &format!("{at}.schematic"))?,
             None => SchematicSource {
-                id: crate::images::VANILLA_SCHEMATIC.to_string(),
+                id: crate::pull_list::VANILLA_SCHEMATIC.to_string(),
                 canonical: None,
                 file: None,
             },
         };
         let platform = w.platform.unwrap_or_else(|| DEFAULT_PLATFORM.to_string());
-        crate::images::check_platform(&platform, &format!("{at}.platform"))?;
+        crate::pull_list::check_platform(&platform, &format!("{at}.platform"))?;
         let arch = w.arch.unwrap_or_else(|| DEFAULT_ARCH.to_string());
         if !matches!(arch.as_str(), "amd64" | "arm64") {
             return Err(Error::bad_input(format!(
@@ -458,9 +418,9 @@ impl Config {
             format!("workers[{i}].installerRepository"),
             format!("workers[{i}].platform"),
         ];
-        let pull = crate::images::plan(
+        let pull = crate::pull_list::plan(
             matrix,
-            &crate::images::PullRequest {
+            &crate::pull_list::PullRequest {
                 talos: &w.talos,
                 kubernetes: &w.kubernetes,
                 schematic: Some(&schematic.id),
@@ -469,7 +429,7 @@ impl Config {
                 // entry names a repository; the platform is the disk image's.
                 platform: None,
                 optional: w.optional_images,
-                names: crate::images::Names {
+                names: crate::pull_list::Names {
                     talos: &names[0],
                     kubernetes: &names[1],
                     schematic: &names[2],
@@ -539,12 +499,12 @@ impl Config {
     /// The factory documents `mirror sync` keeps: the keys and lists of
     /// every release, and the iPXE script of each `pxe:` entry per
     /// schematic and `talosVersions` entry.
-    pub fn factory_docs(&self) -> Vec<crate::imagecache::FactoryDoc> {
-        let mut out = crate::imagecache::FactoryDoc::for_releases(&self.talos_versions());
+    pub fn factory_docs(&self) -> Vec<crate::factory::FactoryDoc> {
+        let mut out = crate::factory::FactoryDoc::for_releases(&self.talos_versions());
         for s in &self.schematics {
             for v in &self.versions {
                 for p in &self.pxe {
-                    if let Ok(d) = crate::imagecache::FactoryDoc::pxe(&s.id, v, p) {
+                    if let Ok(d) = crate::factory::FactoryDoc::pxe(&s.id, v, p) {
                         out.push(d);
                     }
                 }
@@ -600,7 +560,7 @@ impl Config {
                 }
                 // What each iPXE script boots.
                 for p in &self.pxe {
-                    for a in crate::imagecache::pxe_assets(p) {
+                    for a in crate::factory::pxe_assets(p) {
                         if let Ok(k) = ImageKey::parse(&s.id, v, &a) {
                             let item = Item::Image(k);
                             if !out.contains(&item) {
@@ -613,7 +573,7 @@ impl Config {
         }
         for v in &self.versions {
             for t in &self.talosctl {
-                if let Ok(k) = crate::imagecache::TalosctlKey::from_platform(v, t) {
+                if let Ok(k) = crate::factory::TalosctlKey::from_platform(v, t) {
                     out.push(Item::Talosctl(k));
                 }
             }
@@ -665,7 +625,7 @@ impl Config {
             out.push_str(&format!("  disk image  {}\n", w.disk.path()));
             for (p, item) in w.pull.images.iter().zip(&w.oci) {
                 let extra = match p.role {
-                    crate::images::Role::Installer => " (every platform of the index)",
+                    crate::pull_list::Role::Installer => " (every platform of the index)",
                     r if r.optional() => " (optional)",
                     _ => "",
                 };
@@ -713,7 +673,7 @@ impl Config {
                 Item::Image(k) => ("image", k.path()),
                 Item::Installer { repo, tag } => (
                     "installer",
-                    format!("{}/{repo}:{tag}", crate::images::FACTORY_HOST),
+                    format!("{}/{repo}:{tag}", crate::pull_list::FACTORY_HOST),
                 ),
                 Item::Extra(x) => ("oci", x.display()),
                 Item::Talosctl(t) => ("talosctl", t.path()),
@@ -751,7 +711,7 @@ impl Config {
 fn item_repository(item: &Item) -> String {
     match item {
         Item::Image(k) => k.path(),
-        Item::Installer { repo, .. } => format!("{}/{repo}", crate::images::FACTORY_HOST),
+        Item::Installer { repo, .. } => format!("{}/{repo}", crate::pull_list::FACTORY_HOST),
         Item::Extra(x) => format!("{}/{}", x.host, x.repo),
         Item::Talosctl(t) => t.path(),
     }
@@ -792,7 +752,7 @@ mod tests {
         let c = Config::parse(&text, dir.path(), "cfg").unwrap();
         assert!(c.notes.is_empty(), "{:?}", c.notes);
         let names: Vec<String> = c.items().iter().map(Item::name).collect();
-        let v = crate::images::VANILLA_SCHEMATIC;
+        let v = crate::pull_list::VANILLA_SCHEMATIC;
         assert_eq!(
             names,
             [

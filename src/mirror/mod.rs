@@ -1,16 +1,19 @@
 //! The mirror job: fill the store ahead of time (`sync`), re-hash it
 //! (`verify`), and carry it across an air gap (`export` / `import`; or
-//! as a static HTTP tree or an OCI image layout, `carriers`).
+//! as a static HTTP tree or an OCI image layout, `tree_export`).
 //!
 //! Everything goes through the same [`crate::store::Store`] the service
-//! reads, with its keys ([`crate::imagecache`], [`crate::registry::layout`]):
+//! reads, with its keys ([`crate::factory`], [`crate::registry::layout`]):
 //! `image/<schematic>/<version>/<asset>`, `oci/manifest/<digest>`,
 //! `oci/blob/<digest>`, `oci/tag/<upstream>/<repo>:<tag>`,
 //! `oci/referrers/<upstream>/<repo>@<digest>`. Mirrored keys are pinned, so
 //! `--cache-max-size` never evicts them.
+//!
+//! Here, shared by the commands: [`open_store`] (a store that must exist),
+//! the keys a config reaches ([`reachable_keys`]) and what an export
+//! carries.
 
 pub mod bundle;
-pub mod carriers;
 pub mod cert;
 pub mod config;
 pub mod progress;
@@ -18,28 +21,63 @@ pub mod prune;
 pub mod report;
 pub mod signatures;
 pub mod sync;
+pub mod tree_export;
 pub mod verify;
 
 pub use bundle::{ExportReport, ImportReport, export, import};
-pub use carriers::{Format, TreeReport, export_tree};
 pub use config::{Config, ExtraImage, Item, Signature, Worker};
 pub use prune::{PruneReport, ReleaseHolding, holdings, prune};
 pub use sync::{Output, SyncOptions, SyncReport, sync};
+pub use tree_export::{Format, TreeReport, export_tree};
 pub use verify::{VerifyReport, verify};
 
+use crate::error::{Error, Result};
 use crate::registry::layout::{manifest_refs, referrers_key, tag_key};
 use crate::registry::{Digest, UpstreamId};
+use crate::store::{Entry, Location, Store};
+
+/// The store at `loc`, which must be one (an export never creates a
+/// local store; a bucket is opened as it is).
+pub fn open_store(loc: &Location) -> Result<Store> {
+    if let Some(dir) = loc.dir()
+        && !dir.join("index").is_dir()
+    {
+        return Err(Error::bad_input(format!(
+            "--cache-dir {}: not a talos-gen store",
+            dir.display()
+        )));
+    }
+    Store::open_at(loc, None)
+}
+
+/// The entries an export carries: all, or what `cfg` reaches. Items of
+/// `cfg` that are not (fully) stored refuse the export, named.
+fn selected_entries(store: &Store, cfg: Option<&Config>) -> Result<Vec<Entry>> {
+    Ok(match cfg {
+        None => store.entries(),
+        Some(cfg) => {
+            let (keys, missing) = reachable_keys(store, cfg);
+            if !missing.is_empty() {
+                return Err(Error::refused(format!(
+                    "not in the store (run mirror sync first): {}",
+                    missing.join(", ")
+                )));
+            }
+            keys.iter().filter_map(|k| store.entry(k)).collect()
+        }
+    })
+}
 
 /// Every store key a config's items reach in `store` (schematics, the
 /// factory's documents, tags, manifests, blobs, images); the items not
 /// (fully) stored are named in the
 /// error list. A schematic given by file must be stored (sync stores it);
 /// one given by ID is carried when the store has it.
-pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>, Vec<String>) {
+pub fn reachable_keys(store: &Store, cfg: &Config) -> (Vec<String>, Vec<String>) {
     let mut keys = Vec::new();
     let mut missing = Vec::new();
     for s in cfg.all_schematics() {
-        let key = crate::schematics::store_key(&s.id);
+        let key = crate::known_schematics::store_key(&s.id);
         if store.entry(&key).is_some() {
             keys.push(key);
         } else if s.canonical.is_some() {
@@ -64,7 +102,7 @@ pub fn reachable_keys(store: &crate::store::Store, cfg: &Config) -> (Vec<String>
 
 /// Add the store keys `item` reaches to `keys` (each once); `false` when
 /// the item is not (fully) stored.
-pub fn item_keys(store: &crate::store::Store, item: &Item, keys: &mut Vec<String>) -> bool {
+pub fn item_keys(store: &Store, item: &Item, keys: &mut Vec<String>) -> bool {
     let (up, repo, reference) = match item {
         Item::Image(_) | Item::Talosctl(_) => {
             let key = match item {

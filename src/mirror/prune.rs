@@ -169,7 +169,7 @@ pub fn holdings(store: &Store, cfg: &Config) -> Vec<ReleaseHolding> {
             };
             *kinds.entry(kind).or_default() += 1;
         }
-        for doc in crate::imagecache::FactoryDoc::for_releases(std::slice::from_ref(&release)) {
+        for doc in crate::factory::FactoryDoc::for_releases(std::slice::from_ref(&release)) {
             let k = doc.store_key();
             if doc.path.starts_with("/version/") && store.entry(&k).is_some() {
                 keys.push(k);

@@ -24,8 +24,8 @@ use tokio::sync::Semaphore;
 use super::config::{Config, Item};
 use super::progress::{Meter, Total};
 use crate::error::Result;
+use crate::factory::{ImageCache, ImageError};
 use crate::fill::{FetchError, FillHandle, Joined};
-use crate::imagecache::{ImageCache, ImageError};
 use crate::registry::layout::{blob_key, manifest_key, manifest_refs, referrers_key, tag_key};
 use crate::registry::{Blob, Digest, Reference, Registry, UpstreamId};
 use crate::store::Store;
@@ -176,7 +176,7 @@ pub async fn sync(
     opts: &SyncOptions,
 ) -> Result<SyncReport> {
     let t0 = Instant::now();
-    let svc = crate::service::Service::build(&crate::service::ServiceConfig {
+    let svc = crate::compose::Service::build(&crate::compose::ServiceConfig {
         factory_url: opts.factory_url.clone(),
         registry_url: opts.registry_url.clone(),
         mirror_upstreams: opts.mirror_upstreams.clone(),
@@ -185,10 +185,10 @@ pub async fn sync(
         limits: opts.limits,
         // extraImages hosts without --mirror-upstream are reached at https://<host>.
         direct_upstreams: true,
-        ..crate::service::ServiceConfig::new(store)
+        ..crate::compose::ServiceConfig::new(store)
     })
     .await?;
-    let crate::service::Service {
+    let crate::compose::Service {
         store,
         upstream,
         factory_url: factory,
@@ -308,7 +308,7 @@ pub async fn sync(
 }
 
 /// Fetch one factory document and keep it pinned; a 404 is a note.
-async fn sync_document(ctx: &Ctx, doc: &crate::imagecache::FactoryDoc) -> ItemReport {
+async fn sync_document(ctx: &Ctx, doc: &crate::factory::FactoryDoc) -> ItemReport {
     let t = Instant::now();
     let mut rep = ItemReport {
         name: format!("factory {}", doc.path),

@@ -65,7 +65,22 @@ impl From<crate::Error> for OciError {
     }
 }
 
-/// How a failed blob fill is told to the client.
+/// A failed fetch under the OCI body shape: the status is the one
+/// mapping's ([`FetchError::http_status`]); only the code is OCI's.
+impl From<FetchError> for OciError {
+    fn from(e: FetchError) -> OciError {
+        let code = match e {
+            FetchError::Local(_) => "UNKNOWN",
+            _ => "UNAVAILABLE",
+        };
+        OciError::new(e.http_status(), code, e.to_string())
+    }
+}
+
+/// How a failed blob fill is told to the client: an upstream registry's
+/// own answer through [`check_status`] (its 401, 403 and 429 mean something
+/// to the client; a 404 is this blob unknown), anything else as any failed
+/// fetch.
 pub(super) fn fill_error(e: FetchError, repo: &str, d: &Digest) -> OciError {
     match e {
         FetchError::Status { status: 404, .. } => blob_unknown(repo, d),
@@ -77,21 +92,14 @@ pub(super) fn fill_error(e: FetchError, repo: &str, d: &Digest) -> OciError {
             Err(e) => e,
             Ok(()) => OciError::upstream(format!("upstream answered {status} for blob {d}")),
         },
-        FetchError::Timeout(m) => OciError::new(504, "UNAVAILABLE", m),
-        FetchError::Failed(m) => OciError::upstream(m),
-        FetchError::Local(m) => OciError::new(500, "UNKNOWN", m),
-        FetchError::Unavailable(m) => OciError::new(503, "UNAVAILABLE", m),
+        other => OciError::from(other),
     }
 }
 
-/// A transport failure toward an upstream registry: 504 when a bound
-/// fired, 502 otherwise.
+/// A transport failure toward an upstream registry (504 when a bound
+/// fired, 502 otherwise): [`OciError::from`] a [`FetchError`].
 pub(super) fn fetch_error(e: FetchError) -> OciError {
-    match e {
-        FetchError::Timeout(m) => OciError::new(504, "UNAVAILABLE", m),
-        FetchError::Unavailable(m) => OciError::new(503, "UNAVAILABLE", m),
-        other => OciError::upstream(other.to_string()),
-    }
+    OciError::from(e)
 }
 
 pub(super) fn check_status(st: StatusCode, repo: &str, reference: &str) -> Result<(), OciError> {

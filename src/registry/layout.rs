@@ -38,7 +38,7 @@ pub fn claimed_digest(key: &str) -> Option<&str> {
     [
         "oci/blob/sha256:",
         "oci/manifest/sha256:",
-        crate::schematics::STORE_PREFIX,
+        crate::known_schematics::STORE_PREFIX,
     ]
     .iter()
     .find_map(|p| key.strip_prefix(p))

@@ -29,7 +29,7 @@ use reqwest::{Method, StatusCode};
 use super::error::{OciError, check_status, fetch_error};
 use super::layout::{manifest_refs, referrers_key, tag_prefix};
 use super::names::{self, Digest, UpstreamId};
-use super::service::{Registry, scope};
+use super::proxy::{Registry, scope};
 use crate::store::Meta;
 
 /// The media type of a referrers answer.

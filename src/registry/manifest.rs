@@ -18,7 +18,7 @@ use super::client::MANIFEST_ACCEPT;
 use super::error::{OciError, check_status, fetch_error, manifest_unknown};
 use super::layout::{manifest_key, tag_key};
 use super::names::{Digest, Reference, UpstreamId};
-use super::service::{Registry, miss_path, scope};
+use super::proxy::{Registry, miss_path, scope};
 use crate::store::{Meta, Store};
 
 /// Largest manifest accepted from an upstream (distribution's own limit is 4 MiB).

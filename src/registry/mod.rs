@@ -10,7 +10,7 @@
 //! (or fails with 5xx), the last known mapping is served.
 //!
 //! Files: `names` (the grammar, the mirror table), `client` (the upstream
-//! client), `layout` (store keys, the manifest walk), `service` (the
+//! client), `layout` (store keys, the manifest walk), `proxy` (the
 //! [`Registry`], routing, the registries the store holds, blobs),
 //! `manifest` (manifest fetch, verify, commit, tags), `listing` (tag lists
 //! and OCI 1.1 referrers, online and from the store), `error`
@@ -25,7 +25,7 @@ mod listing;
 
 mod manifest;
 pub mod names;
-mod service;
+mod proxy;
 pub mod source;
 
 pub use error::OciError;
@@ -34,4 +34,4 @@ pub use listing::{
 };
 pub use manifest::{MAX_MANIFEST, Manifest, media_type_field};
 pub use names::{Digest, MirrorTable, NameError, Reference, UpstreamId};
-pub use service::{BLOB_FILL_TIMEOUT, Blob, Registry, TAG_REVALIDATE};
+pub use proxy::{BLOB_FILL_TIMEOUT, Blob, Registry, TAG_REVALIDATE};

@@ -1,15 +1,17 @@
-//! Grammar of what a `/v2/` client sends: repository names, references
-//! (tags and digests), the `?ns=` registry host, and the `--mirror-upstream`
-//! table. Everything here is pure: strings in, typed values or a clear error
-//! out. Nothing parsed here ever becomes a filesystem path.
+//! What a `/v2/` client sends, typed: digests, references (tags and
+//! digests), the factory's installer repositories, the `?ns=` routing and
+//! the `--mirror-upstream` table, on the one reference grammar of
+//! [`crate::oci_ref`] (re-exported here for the registry's callers).
+//! Everything here is pure: strings in, typed values or a clear error out.
+//! Nothing parsed here ever becomes a filesystem path.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// Longest repository name accepted (distribution's limit).
-pub const MAX_REPO_LEN: usize = 255;
-/// Longest tag (OCI distribution spec: 128 characters).
-pub const MAX_TAG_LEN: usize = 128;
+use crate::oci_ref::{ImageRef, RefError, is_alnum, is_component};
+pub use crate::oci_ref::{
+    MAX_REPO_LEN, MAX_TAG_LEN, is_dns_name, is_registry_host, is_repository, is_tag,
+};
 
 /// Why a name, reference or ns was refused; maps to an OCI error code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,52 +119,7 @@ impl fmt::Display for Reference {
     }
 }
 
-/// `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
-pub fn is_tag(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= MAX_TAG_LEN
-        && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
-}
-
 pub use crate::text::is_hex64;
-
-/// One path component: `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`.
-fn is_component(s: &str) -> bool {
-    let b = s.as_bytes();
-    if b.is_empty() || !is_alnum(b[0]) || !is_alnum(b[b.len() - 1]) {
-        return false;
-    }
-    let mut i = 0;
-    while i < b.len() {
-        if is_alnum(b[i]) {
-            i += 1;
-            continue;
-        }
-        // A separator run: ".", "_", "__", or "-"+; followed by alnum.
-        let start = i;
-        while i < b.len() && !is_alnum(b[i]) {
-            i += 1;
-        }
-        let sep = &s[start..i];
-        let ok = sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|c| c == b'-');
-        if !ok {
-            return false;
-        }
-    }
-    true
-}
-
-fn is_alnum(c: u8) -> bool {
-    c.is_ascii_lowercase() || c.is_ascii_digit()
-}
-
-/// A syntactically valid OCI repository name (`component(/component)*`).
-pub fn is_repository(s: &str) -> bool {
-    !s.is_empty() && s.len() <= MAX_REPO_LEN && s.split('/').all(is_component)
-}
 
 /// An installer repository of the Image Factory:
 /// `installer[-secureboot]/<schematic>` or
@@ -187,34 +144,6 @@ pub fn is_installer_repository(s: &str) -> bool {
         }
         None => false,
     }
-}
-
-/// A registry host as containerd sends it in `?ns=`: `host[:port]`.
-pub fn is_registry_host(s: &str) -> bool {
-    let (host, port) = match s.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (s, None),
-    };
-    if let Some(p) = port
-        && (p.is_empty() || p.len() > 5 || !p.bytes().all(|c| c.is_ascii_digit()))
-    {
-        return false;
-    }
-    is_dns_name(host)
-}
-
-/// A DNS name: dot-separated labels of letters, digits and inner `-`, at
-/// most 63 bytes each and 253 in all.
-pub fn is_dns_name(host: &str) -> bool {
-    !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-                && l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
-        })
 }
 
 /// Which upstream a request goes to.
@@ -340,7 +269,7 @@ pub fn route(
                     truncate(ns)
                 )));
             }
-            let installer_ns = ns == crate::images::FACTORY_HOST || installer_host == Some(ns);
+            let installer_ns = ns == crate::pull_list::FACTORY_HOST || installer_host == Some(ns);
             if installer_ns && is_installer_repository(repo) {
                 Ok(UpstreamId::Installer)
             } else if mirrors.get(ns).is_some() {
@@ -361,36 +290,17 @@ pub fn route(
 /// `localhost`) is a Docker Hub repository; a Docker Hub name without `/`
 /// is under `library/`; no tag means `latest`; a digest wins over a tag.
 pub fn parse_image_reference(s: &str) -> Result<(String, String, Reference), NameError> {
-    let bad = |why: &str| NameError::Invalid(format!("image reference {:?}: {why}", truncate(s)));
-    let (rest, digest) = match s.split_once('@') {
-        Some((r, d)) => (r, Some(Digest::parse(d)?)),
-        None => (s, None),
-    };
-    let (host, path) = match rest.split_once('/') {
-        Some((first, p)) if first.contains('.') || first.contains(':') || first == "localhost" => {
-            (first.to_ascii_lowercase(), p)
+    let r = ImageRef::parse(s).map_err(|why| {
+        let m = format!("image reference {:?}: {why}", truncate(s));
+        match why {
+            RefError::Digest => NameError::Digest(m),
+            _ => NameError::Invalid(m),
         }
-        _ => ("docker.io".to_string(), rest),
-    };
-    if !is_registry_host(&host) {
-        return Err(bad("bad registry host"));
-    }
-    let (repo, tag) = match path.rsplit_once(':') {
-        Some((r, t)) if !t.contains('/') => (r, Some(t)),
-        _ => (path, None),
-    };
-    let repo = if (host == "docker.io" || host == "index.docker.io") && !repo.contains('/') {
-        format!("library/{repo}")
-    } else {
-        repo.to_string()
-    };
-    if !is_repository(&repo) {
-        return Err(bad("bad repository name"));
-    }
-    let reference = match (digest, tag) {
-        (Some(d), _) => Reference::Digest(d),
-        (None, Some(t)) if is_tag(t) => Reference::Tag(t.to_string()),
-        (None, Some(_)) => return Err(bad("bad tag")),
+    })?;
+    let (host, repo) = r.normalised();
+    let reference = match (r.digest, r.tag) {
+        (Some(d), _) => Reference::Digest(Digest::parse(d)?),
+        (None, Some(t)) => Reference::Tag(t.to_string()),
         (None, None) => Reference::Tag("latest".to_string()),
     };
     Ok((host, repo, reference))

@@ -12,8 +12,8 @@
 
 use axum::http::HeaderValue;
 use proptest::prelude::*;
+use talos_gen::factory::ImageKey;
 use talos_gen::http::image::{RangeAsk, parse_range};
-use talos_gen::imagecache::ImageKey;
 use talos_gen::machineconfig::{Request, cozystack, duration, patch, quantity, secrets};
 use talos_gen::registry::names;
 use talos_gen::schematic::Schematic;
@@ -139,19 +139,19 @@ proptest! {
         // No segment that walks (`export --format http` makes paths of keys).
         let walks = |k: &str| k.split('/').any(|p| p.is_empty() || p == "." || p == "..")
             || k.contains('%') || k.contains('\\') || k.contains('\0');
-        if let Ok(k) = talos_gen::imagecache::TalosctlKey::parse(&v, &a) {
+        if let Ok(k) = talos_gen::factory::TalosctlKey::parse(&v, &a) {
             let key = k.store_key();
             prop_assert!(!walks(&key), "{key}");
             prop_assert_eq!(key.split('/').count(), 3, "{}", key);
         }
         let id = "0".repeat(64);
-        if let Ok(d) = talos_gen::imagecache::FactoryDoc::pxe(&id, &v, &a) {
+        if let Ok(d) = talos_gen::factory::FactoryDoc::pxe(&id, &v, &a) {
             let key = d.store_key();
             prop_assert!(!walks(&key), "{key}");
             prop_assert_eq!(key.split('/').count(), 5, "{}", key);
         }
         // The rewrite never panics and keeps every line.
-        let out = talos_gen::imagecache::rewrite_pxe(&a, "https://m.example");
+        let out = talos_gen::factory::rewrite_pxe(&a, "https://m.example");
         prop_assert_eq!(out.lines().count(), a.lines().count());
     }
 

@@ -413,9 +413,9 @@ fn manifests_are_what_a_cozystack_operator_applies() {
             .unwrap();
         let args = args_of(serve);
         // Every registry host of the worker's pull list has an upstream.
-        let plan = talos_gen::images::plan(
+        let plan = talos_gen::pull_list::plan(
             talos_gen::matrix::Matrix::embedded(),
-            &talos_gen::images::PullRequest {
+            &talos_gen::pull_list::PullRequest {
                 talos: "v1.13.6",
                 kubernetes: "v1.35",
                 schematic: None,

@@ -174,6 +174,8 @@ async fn pull_through_copy_equals_direct_and_survives_upstream_loss() {
     // Upstream gone, tag mapping past its revalidation time: the whole copy
     // still succeeds from the store.
     up.stop();
+    // The sleep is the point: the tag mapping must be past its
+    // `--tag-revalidate 1` before the copy, so it is answered stale.
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let offline = out.path().join("offline");
     skopeo_copy_ok(&svc.host(), &repo(), "v1.13.6", &offline, "upstream down");
@@ -490,6 +492,7 @@ async fn moving_tags_are_revalidated_and_offline_serves_the_store() {
     let b = push_factory_image(&up.url(), &repo(), "latest", &[MIB], 8).await;
     assert_ne!(a.index_digest, b.index_digest);
     assert_eq!(head(url.clone()).await, a.index_digest);
+    // The sleep is the point: the `--tag-revalidate 2` interval passes.
     std::thread::sleep(std::time::Duration::from_millis(2500));
     assert_eq!(head(url.clone()).await, b.index_digest);
     let out = tempfile::tempdir().unwrap();
@@ -503,14 +506,11 @@ async fn moving_tags_are_revalidated_and_offline_serves_the_store() {
         let name = format!("{}.json", &sha256_digest(key.as_bytes())["sha256:".len()..]);
         index.join(name).exists()
     };
-    let t0 = std::time::Instant::now();
-    while !b.blobs.iter().all(|x| committed(&x.digest)) {
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(10),
-            "commits did not land"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    support::eventually(
+        "the blobs' commits",
+        std::time::Duration::from_secs(10),
+        || b.blobs.iter().all(|x| committed(&x.digest)),
+    );
     svc.stop();
 
     // `serve --offline` on the same cache dir answers it all, no upstream.

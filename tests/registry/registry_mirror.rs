@@ -44,14 +44,14 @@ async fn mirrored_images_are_pinned_and_served_offline() {
     let direct = out.path().join("direct");
     skopeo_copy_ok(&up.host(), &repo, "v1.13.6", &direct, "direct");
     {
-        let reg = talos_gen::service::Service::build(&talos_gen::service::ServiceConfig {
+        let reg = talos_gen::compose::Service::build(&talos_gen::compose::ServiceConfig {
             factory_url: up.url(),
             mirror_upstreams: talos_gen::registry::MirrorTable::parse(&[format!(
                 "ghcr.io={}",
                 up.url()
             )])
             .unwrap(),
-            ..talos_gen::service::ServiceConfig::new(cache.path())
+            ..talos_gen::compose::ServiceConfig::new(cache.path())
         })
         .await
         .unwrap()

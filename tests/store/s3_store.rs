@@ -157,7 +157,11 @@ fn replicas_share_the_bucket() {
     f.nginx.stop();
     let r = client.wait();
     assert_ne!(r.exit, 0, "a fill cut by its upstream must not end cleanly");
-    std::thread::sleep(Duration::from_secs(1));
+    // Once the cut fill has ended (discarded), nothing of it can reach the
+    // bucket any more: then the bucket is looked at.
+    eventually("the cut fill to end", Duration::from_secs(20), || {
+        metric(&one, "talos_gen_fills_in_flight") == "talos_gen_fills_in_flight 0"
+    });
     assert_eq!(g.list(0, PREFIX), before, "nothing partial in the bucket");
     let uploads = g.curl(
         0,

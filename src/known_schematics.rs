@@ -42,7 +42,7 @@ pub fn id_or_name(s: &str) -> &str {
 /// `mirror sync` stored them or a POST did that carried the API token (or
 /// came to a service without `--api-token-file`), else cache. The object's sha256 is the
 /// schematic ID itself; reading it re-checks that.
-pub struct Registry {
+pub struct KnownSchematics {
     store: crate::store::Store,
     /// id -> canonical YAML of the named schematics.
     named: std::collections::HashMap<String, String>,
@@ -58,13 +58,13 @@ pub fn store_key(id: &str) -> String {
     format!("{STORE_PREFIX}{id}")
 }
 
-impl Registry {
+impl KnownSchematics {
     /// Load the named schematics; POSTed ones live in `store`.
     /// A named file that does not parse is bad input naming the file.
     pub fn open(
         store: crate::store::Store,
         schematics_dir: Option<&std::path::Path>,
-    ) -> Result<Registry> {
+    ) -> Result<KnownSchematics> {
         let mut files: Vec<(String, String)> = Vec::new();
         match schematics_dir {
             None => {
@@ -115,7 +115,7 @@ impl Registry {
             names.insert(name, id.clone());
             named.insert(id, canonical);
         }
-        Ok(Registry {
+        Ok(KnownSchematics {
             store,
             named,
             names,
@@ -213,7 +213,7 @@ mod tests {
     async fn registry_persists_and_checks_ids() {
         use crate::store::Store;
         let tmp = tempfile::tempdir().unwrap();
-        let open = || Registry::open(Store::open(tmp.path(), None).unwrap(), None).unwrap();
+        let open = || KnownSchematics::open(Store::open(tmp.path(), None).unwrap(), None).unwrap();
         let r = open();
         assert_eq!(r.id_by_name("cozystack"), Some(COZYSTACK));
         assert_eq!(
@@ -231,7 +231,7 @@ mod tests {
         let e = store.entry(&store_key(&id)).unwrap();
         assert!(e.pinned);
         assert_eq!(e.digest, id);
-        let r = Registry::open(store.clone(), None).unwrap();
+        let r = KnownSchematics::open(store.clone(), None).unwrap();
         assert_eq!(r.get(&id).unwrap().as_deref(), Some(canonical.as_str()));
         assert_eq!(r.get(&"0".repeat(64)).unwrap(), None);
         assert_eq!(r.get("../../etc/passwd").unwrap_err().exit_code(), 2);
@@ -250,11 +250,11 @@ mod tests {
             "customization: {extraKernelArgs: [b]}",
         )
         .unwrap();
-        let r = Registry::open(store.clone(), Some(&dir)).unwrap();
+        let r = KnownSchematics::open(store.clone(), Some(&dir)).unwrap();
         assert!(r.id_by_name("mine").is_some());
         assert!(r.id_by_name("cozystack").is_none());
         std::fs::write(dir.join("bad.yaml"), "nope: 1").unwrap();
-        let Err(e) = Registry::open(store, Some(&dir)) else {
+        let Err(e) = KnownSchematics::open(store, Some(&dir)) else {
             panic!("a bad named schematic was accepted");
         };
         assert!(e.to_string().contains("bad"), "{e}");

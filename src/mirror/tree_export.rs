@@ -40,7 +40,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::{Config, Item, tag_key};
 use crate::error::{Error, Result};
-use crate::imagecache::{FactoryDoc, ImageKey};
+use crate::factory::{FactoryDoc, ImageKey};
 use crate::registry::{Digest, UpstreamId};
 use crate::store::{Entry, Store};
 
@@ -117,8 +117,8 @@ pub fn export_tree(
     cfg: Option<&Config>,
     format: Format,
 ) -> Result<TreeReport> {
-    let store = super::bundle::open_store(&store.into())?;
-    let entries = super::bundle::selected_entries(&store, cfg)?;
+    let store = super::open_store(&store.into())?;
+    let entries = super::selected_entries(&store, cfg)?;
     let mut report = TreeReport::default();
     let plan = match format {
         Format::Http => plan_http(&entries, cfg, &mut report),
@@ -178,7 +178,7 @@ fn plan_http(
             let Some((v, f)) = rest.split_once('/') else {
                 continue;
             };
-            let Ok(k) = crate::imagecache::TalosctlKey::parse(v, f) else {
+            let Ok(k) = crate::factory::TalosctlKey::parse(v, f) else {
                 continue;
             };
             if k.store_key() == e.key {
@@ -246,7 +246,7 @@ struct OciRef {
 /// stored cosign signatures), or every tag the store holds.
 fn oci_refs(store: &Store, cfg: Option<&Config>) -> Vec<OciRef> {
     let host_of = |up: &UpstreamId| match up {
-        UpstreamId::Installer => crate::images::FACTORY_HOST.to_string(),
+        UpstreamId::Installer => crate::pull_list::FACTORY_HOST.to_string(),
         UpstreamId::Mirror(ns) => ns.clone(),
     };
     let tag_digest = |up: &UpstreamId, repo: &str, tag: &str| -> Option<Digest> {
@@ -292,7 +292,7 @@ fn oci_refs(store: &Store, cfg: Option<&Config>) -> Vec<OciRef> {
                     continue;
                 };
                 let host = match up {
-                    "installer" => crate::images::FACTORY_HOST.to_string(),
+                    "installer" => crate::pull_list::FACTORY_HOST.to_string(),
                     u => match u.strip_prefix("ns=") {
                         Some(ns) => ns.to_string(),
                         None => continue,

@@ -1,5 +1,5 @@
 //! The composition root: the one place that builds the store, the fills,
-//! the upstream clients, the schematic registry, the image cache and the
+//! the upstream clients, the known schematics, the image cache and the
 //! registry from one typed config. `serve` ([`crate::http::AppState`]) and
 //! the mirror job ([`crate::mirror::sync()`]) both start here, so they make
 //! the same calls with the same bounds and the same validation.
@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::factory::ImageCache;
 use crate::fill::Fills;
-use crate::imagecache::ImageCache;
+use crate::known_schematics;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
-use crate::schematics;
 pub use crate::store::Location;
 use crate::store::Store;
 use crate::upstream::{Limits, Upstream, UpstreamConfig};
@@ -71,7 +71,7 @@ pub struct Service {
     pub upstream: Option<Upstream>,
     /// The factory base URL, checked.
     pub factory_url: String,
-    pub schematics: Arc<schematics::Registry>,
+    pub schematics: Arc<known_schematics::KnownSchematics>,
     pub images: ImageCache,
     pub registry: Registry,
 }
@@ -93,7 +93,7 @@ impl Service {
             .await
             .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
         let metrics = Metrics::new();
-        let schematics = Arc::new(schematics::Registry::open(
+        let schematics = Arc::new(known_schematics::KnownSchematics::open(
             store.clone(),
             cfg.schematics_dir.as_deref(),
         )?);

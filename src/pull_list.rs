@@ -1,10 +1,10 @@
 //! The worker's pull list: every image a Talos worker pulls, planned from
 //! one (Talos, Kubernetes, schematic) triple and the per-release image table
-//! ([`crate::matrix::images`]). Used by `talos-gen images`, the mirror
+//! ([`crate::matrix::release_images`]). Used by `talos-gen images`, the mirror
 //! config's `workers:` and `machineconfig --air-gap-mirror`.
 //!
 //! ```
-//! use talos_gen::images::{plan, PullRequest};
+//! use talos_gen::pull_list::{plan, PullRequest};
 //! let m = talos_gen::matrix::Matrix::embedded();
 //! let p = plan(m, &PullRequest { talos: "v1.13.9", kubernetes: "v1.35", ..Default::default() }).unwrap();
 //! let refs: Vec<_> = p.images.iter().map(|i| i.reference.as_str()).collect();
@@ -17,6 +17,7 @@
 
 use crate::error::{Error, Result};
 use crate::matrix::Matrix;
+use crate::oci_ref::repository_of;
 use crate::version::Version;
 
 /// The vanilla schematic (`customization: {}`), the Image Factory's and
@@ -99,16 +100,6 @@ impl Pull {
     /// The tag.
     pub fn tag(&self) -> &str {
         self.reference[self.repository().len()..].trim_start_matches(':')
-    }
-}
-
-/// `host/repo` of `host/repo:tag` (a `:` in the host is a port).
-pub fn repository_of(reference: &str) -> &str {
-    let name = reference.split('@').next().unwrap_or(reference);
-    let last_slash = name.rfind('/').map_or(0, |i| i + 1);
-    match name[last_slash..].rfind(':') {
-        Some(i) => &name[..last_slash + i],
-        None => name,
     }
 }
 
@@ -296,7 +287,7 @@ pub fn plan(matrix: &Matrix, req: &PullRequest) -> Result<PullList> {
     // An embedded schematic's name (`cozystack`) is taken for its ID.
     let schematic = req
         .schematic
-        .map(crate::schematics::id_or_name)
+        .map(crate::known_schematics::id_or_name)
         .unwrap_or(VANILLA_SCHEMATIC);
     if !crate::schematic::is_valid_id(schematic) {
         return Err(Error::bad_input(format!(

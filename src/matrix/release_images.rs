@@ -4,7 +4,7 @@
 //! says where each column comes from in Talos' source.
 //!
 //! Only data and lookup live here; the pull list a worker gets from a
-//! (Talos, Kubernetes, schematic) triple is [`crate::images`].
+//! (Talos, Kubernetes, schematic) triple is [`crate::pull_list`].
 
 use std::cmp::Ordering;
 

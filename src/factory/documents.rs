@@ -1,0 +1,359 @@
+//! The factory's small documents (`/versions`, the cosign signing key, the
+//! SecureBoot certificate, a release's official extensions and overlays;
+//! iPXE scripts are built in `pxe`): checked before they are kept, one
+//! factory request per document at a time, answered from the store while
+//! younger than `--metadata-ttl`, and the stored copy of any age (marked
+//! stale) when the factory cannot be asked.
+
+use std::time::Duration;
+
+use super::{ImageCache, ImageError};
+use crate::fill::FetchError;
+use crate::upstream::open_response;
+use crate::version::Version;
+
+/// Largest factory document (`/versions`, a key, an extension list) accepted.
+const MAX_DOCUMENT: usize = 1 << 20;
+
+/// How long a stored factory document is answered without asking the
+/// factory again (`serve --metadata-ttl`).
+pub const DEFAULT_METADATA_TTL: Duration = Duration::from_secs(300);
+
+/// What a factory document must look like before it is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DocKind {
+    /// A JSON list of strings (`/versions`).
+    Versions,
+    /// A JSON list (the official extensions or overlays of a release).
+    List,
+    /// PEM with this block label.
+    Pem(&'static str),
+    /// An iPXE script (`#!ipxe` first).
+    Ipxe,
+}
+
+/// A small document of the factory that a verifying or browsing client
+/// fetches: `/versions`, the cosign signing key, the SecureBoot signing
+/// certificate, the official extensions and overlays of a release. Kept in
+/// the store under `factory<path>` (`factory/versions`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FactoryDoc {
+    /// The factory's path, e.g. `/version/v1.13.6/extensions/official`.
+    pub path: String,
+    pub(super) kind: DocKind,
+}
+
+impl FactoryDoc {
+    /// `GET /versions`.
+    pub fn versions() -> FactoryDoc {
+        FactoryDoc {
+            path: "/versions".into(),
+            kind: DocKind::Versions,
+        }
+    }
+
+    /// `GET /oci/cosign/signing-key.pub`: the key the factory signs installers with.
+    pub fn cosign_key() -> FactoryDoc {
+        FactoryDoc {
+            path: "/oci/cosign/signing-key.pub".into(),
+            kind: DocKind::Pem("PUBLIC KEY"),
+        }
+    }
+
+    /// `GET /secureboot/signing-cert.pem`.
+    pub fn secureboot_cert() -> FactoryDoc {
+        FactoryDoc {
+            path: "/secureboot/signing-cert.pem".into(),
+            kind: DocKind::Pem("CERTIFICATE"),
+        }
+    }
+
+    /// `GET /version/{v}/extensions/official` (`v` is checked and gets its
+    /// leading `v`, as the factory adds it).
+    pub fn extensions(version: &str) -> crate::Result<FactoryDoc> {
+        let v = Version::parse_named(version, "version")?;
+        Ok(FactoryDoc {
+            path: format!("/version/{v}/extensions/official"),
+            kind: DocKind::List,
+        })
+    }
+
+    /// `GET /version/{v}/overlays/official`.
+    pub fn overlays(version: &str) -> crate::Result<FactoryDoc> {
+        let v = Version::parse_named(version, "version")?;
+        Ok(FactoryDoc {
+            path: format!("/version/{v}/overlays/official"),
+            kind: DocKind::List,
+        })
+    }
+
+    /// What `mirror sync` keeps for a set of Talos releases: `/versions`,
+    /// the two signing documents, then each release's extension and
+    /// overlay lists. Nothing for no release.
+    pub fn for_releases(versions: &[String]) -> Vec<FactoryDoc> {
+        if versions.is_empty() {
+            return Vec::new();
+        }
+        let mut out = vec![
+            FactoryDoc::versions(),
+            FactoryDoc::cosign_key(),
+            FactoryDoc::secureboot_cert(),
+        ];
+        for v in versions {
+            for d in [FactoryDoc::extensions(v), FactoryDoc::overlays(v)]
+                .into_iter()
+                .flatten()
+            {
+                if !out.contains(&d) {
+                    out.push(d);
+                }
+            }
+        }
+        out
+    }
+
+    /// The store key.
+    pub fn store_key(&self) -> String {
+        format!("factory{}", self.path)
+    }
+
+    /// The content type when the factory sent none.
+    fn default_content_type(&self) -> &'static str {
+        match self.kind {
+            DocKind::Pem(_) => "application/x-pem-file",
+            DocKind::Ipxe => "text/plain; charset=utf-8",
+            _ => "application/json",
+        }
+    }
+
+    /// Is `body` this document (so a captive portal's HTML page or a
+    /// truncated answer is never kept)?
+    pub(super) fn check(&self, body: &[u8]) -> std::result::Result<(), String> {
+        match self.kind {
+            DocKind::Versions => serde_json::from_slice::<Vec<String>>(body)
+                .map(drop)
+                .map_err(|e| format!("not a JSON list of versions: {e}")),
+            DocKind::List => serde_json::from_slice::<Vec<serde_json::Value>>(body)
+                .map(drop)
+                .map_err(|e| format!("not a JSON list: {e}")),
+            DocKind::Ipxe => {
+                if body.starts_with(b"#!ipxe") {
+                    Ok(())
+                } else {
+                    Err("not an iPXE script (no #!ipxe line)".into())
+                }
+            }
+            DocKind::Pem(label) => match pem::parse_many(body) {
+                Ok(blocks) if blocks.first().is_some_and(|b| b.tag() == label) => Ok(()),
+                _ => Err(format!("not a PEM {}", label.to_lowercase())),
+            },
+        }
+    }
+}
+
+/// A factory document as answered.
+#[derive(Debug, Clone)]
+pub struct Document {
+    pub content_type: String,
+    pub body: bytes::Bytes,
+    /// The stored copy past `--metadata-ttl`, answered because the factory
+    /// could not be asked (the answer says so: `Warning: 110 - "stale"`).
+    pub stale: bool,
+}
+
+impl ImageCache {
+    /// The stored copy of `doc`, with its entry; `Err` (503) when the
+    /// store holds it but does not answer (a bucket down, no local copy).
+    async fn stored_document(
+        &self,
+        doc: &FactoryDoc,
+    ) -> Result<Option<(crate::store::Entry, Document)>, ImageError> {
+        let read = self
+            .fills
+            .store()
+            .read_small_at(&doc.store_key(), MAX_DOCUMENT as u64)
+            .await;
+        let Some((entry, body)) =
+            read.map_err(|e| ImageError::Fetch(FetchError::Unavailable(e.0)))?
+        else {
+            return Ok(None);
+        };
+        let content_type = entry
+            .content_type
+            .clone()
+            .unwrap_or_else(|| doc.default_content_type().into());
+        Ok(Some((
+            entry,
+            Document {
+                content_type,
+                body,
+                stale: false,
+            },
+        )))
+    }
+
+    /// A factory document: the stored copy while younger than `ttl`, else
+    /// the factory's (checked, then kept); when the factory cannot be asked
+    /// (offline, down, 5xx, a timeout, an answer that is not the document)
+    /// the stored copy of any age. A 4xx from the factory is passed
+    /// through: it has spoken. While the store does not answer (a bucket
+    /// down) the factory is not asked (nothing could be kept): the copy in
+    /// the local tier answers, anything else is 503.
+    pub async fn document(&self, doc: &FactoryDoc, ttl: Duration) -> Result<Document, ImageError> {
+        let stored = self.stored_document(doc).await?;
+        if self.upstream.is_none() {
+            return stored.map(|(_, d)| d).ok_or_else(|| {
+                ImageError::NotCached(format!(
+                    "{} is not in the cache and the service is offline",
+                    doc.path
+                ))
+            });
+        }
+        let fresh = |stored: &Option<(crate::store::Entry, Document)>| {
+            stored.as_ref().and_then(|(e, d)| {
+                let age = std::time::SystemTime::now()
+                    .duration_since(e.fetched_time())
+                    .unwrap_or_default();
+                (age < ttl).then(|| d.clone())
+            })
+        };
+        if let Some(d) = fresh(&stored) {
+            return Ok(d);
+        }
+        let store = self.fills.store();
+        if !store.available() {
+            return match stored {
+                Some((_, mut d)) => {
+                    self.metrics.stale("document");
+                    d.stale = true;
+                    Ok(d)
+                }
+                None => Err(ImageError::Fetch(FetchError::Unavailable(format!(
+                    "the store {} does not answer; try again",
+                    store.describe()
+                )))),
+            };
+        }
+        // Coalesced: one factory request per document at a time; who
+        // waited takes what it kept.
+        let _one = self.doc_locks.lock(&doc.store_key()).await;
+        let stored = self.stored_document(doc).await?;
+        if let Some(d) = fresh(&stored) {
+            return Ok(d);
+        }
+        let _slot = match &self.doc_slots {
+            Some(s) => s.clone().acquire_owned().await.ok(),
+            None => None,
+        };
+        match self.fetch_document(doc).await {
+            Ok(d) => {
+                let pinned = stored.as_ref().is_some_and(|(e, _)| e.pinned);
+                if let Err(e) = self.keep_document(doc, &d, pinned).await {
+                    tracing::warn!(error = %e, path = %doc.path, "keeping a factory document");
+                }
+                Ok(d)
+            }
+            Err(e @ FetchError::Status { .. }) => Err(ImageError::Fetch(e)),
+            Err(e) => match stored {
+                Some((_, mut d)) => {
+                    tracing::warn!(error = %e, path = %doc.path, "serving the stored copy");
+                    self.metrics.stale("document");
+                    d.stale = true;
+                    Ok(d)
+                }
+                None => Err(ImageError::Fetch(e)),
+            },
+        }
+    }
+
+    /// Ask the factory for `doc` (bounded: at most 1 MiB, under the
+    /// upstream limits) and check it is that document. Nothing is stored.
+    pub async fn fetch_document(&self, doc: &FactoryDoc) -> Result<Document, FetchError> {
+        let Some((up, base)) = &self.upstream else {
+            return Err(FetchError::Failed(format!(
+                "{}: the service is offline",
+                doc.path
+            )));
+        };
+        let url = format!("{base}{}", doc.path);
+        let resp = up.get(&url, &[]).await?;
+        if resp.status() != reqwest::StatusCode::OK {
+            // 4xx passed through, anything else (a 206 too) failed, as for every fetch.
+            let st = resp.status();
+            return Err(match open_response(resp, up.limits(), &[]).await {
+                Err(e) => e,
+                Ok(_) => FetchError::Failed(format!("upstream {url} answered {st}")),
+            });
+        }
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .unwrap_or_else(|| doc.default_content_type().into());
+        let body = up.limits().read_small(&url, resp, MAX_DOCUMENT).await?;
+        doc.check(&body)
+            .map_err(|e| FetchError::Failed(format!("upstream {url}: {e}")))?;
+        Ok(Document {
+            content_type,
+            body: bytes::Bytes::from(body),
+            stale: false,
+        })
+    }
+
+    /// Keep `d` as the stored copy of `doc` (its age starts now).
+    pub async fn keep_document(
+        &self,
+        doc: &FactoryDoc,
+        d: &Document,
+        pinned: bool,
+    ) -> crate::Result<crate::store::Entry> {
+        let store = self.fills.store();
+        let mut t = store.temp()?;
+        t.write_all(&d.body).await?;
+        let meta = crate::store::Meta {
+            content_type: Some(d.content_type.clone()),
+            pinned,
+            ..Default::default()
+        };
+        store.commit(t, &doc.store_key(), meta).await
+    }
+
+    /// `GET /versions`: [`ImageCache::document`] with the TTL the service
+    /// was given. `(content type, body)`.
+    pub async fn versions(&self) -> Result<(String, bytes::Bytes), ImageError> {
+        let d = self
+            .document(&FactoryDoc::versions(), self.metadata_ttl)
+            .await?;
+        Ok((d.content_type, d.body))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn factory_documents() {
+        let e = FactoryDoc::extensions("1.13.6").unwrap();
+        assert_eq!(e.path, "/version/v1.13.6/extensions/official");
+        assert_eq!(e.store_key(), "factory/version/v1.13.6/extensions/official");
+        assert_eq!(FactoryDoc::versions().store_key(), "factory/versions");
+        assert_eq!(FactoryDoc::extensions("latest").unwrap_err().exit_code(), 2);
+        assert_eq!(FactoryDoc::overlays("../x").unwrap_err().exit_code(), 2);
+        assert!(e.check(b"[]").is_ok());
+        assert!(e.check(b"<html>").is_err());
+        assert!(FactoryDoc::versions().check(br#"["v1.13.6"]"#).is_ok());
+        assert!(FactoryDoc::versions().check(b"[1]").is_err());
+        let kp = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let pem = kp.public_key_pem();
+        assert!(FactoryDoc::cosign_key().check(pem.as_bytes()).is_ok());
+        assert_eq!(
+            FactoryDoc::secureboot_cert().check(pem.as_bytes()),
+            Err("not a PEM certificate".into())
+        );
+        let all = FactoryDoc::for_releases(&["v1.13.6".into(), "1.13.6".into(), "v1.12.0".into()]);
+        assert_eq!(all.len(), 7, "{all:?}");
+        assert!(FactoryDoc::for_releases(&[]).is_empty());
+    }
+}
