@@ -53,7 +53,9 @@ impl ObjectRead for S3Object {
     /// 1 MiB chunk, even 4 of them in flight, reached 0.42x a direct GET
     /// from Garage (`bench/s3.sh`); one GET read into 1 MiB windows on
     /// blocking threads, 0.6-0.9x; its pieces forwarded as they come (no
-    /// copy, no handoff per window) take about 15% less CPU per byte. The
+    /// copy, no handoff per window): the copy gone from the profile, CPU
+    /// per byte down in 8 s loops of GETs (8.4 against 9.9 ticks a 64 MiB
+    /// GET), the ratio as noisy as before on a shared 2-core machine. The
     /// rest of the gap is the two cores Garage (about 3 s of CPU per GiB)
     /// shares with talos-gen (about 1.3 s, most of it the kernel's socket
     /// copies, then CRC32C) and the client.
