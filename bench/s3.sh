@@ -53,6 +53,7 @@ EOF
 g() { RUST_LOG=warn "$GARAGE" -c "$W/garage/garage.toml" "$@"; }
 RUST_LOG=warn "$GARAGE" -c "$W/garage/garage.toml" server > "$W/garage/log" 2>&1 &
 track $!
+GPID=$!
 for _ in $(seq 200); do g node id -q >/dev/null 2>&1 && break; sleep 0.1; done
 ID=$(g node id -q | cut -d@ -f1)
 g layout assign -z z0 -c 1G "$ID" >/dev/null
@@ -133,23 +134,46 @@ for _ in $(seq 100); do  # the commit follows the last byte
     -I "$EP/talos-gen/store/objects/sha256/$SHA" | grep -q 200 && break; sleep 0.1
 done
 best() { sort -n | head -1; }
+# CPU time (clock ticks, user + system) of processes, and of this shell's
+# children (the curls) once they are waited for.
+ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{sub(/^.*\) /,""); print $12+$13}' "/proc/$p/stat"))); done; echo "$t"; }
+HZ=$(getconf CLK_TCK)
+# KIDS: ticks of the waited-for children (`times` in this shell, not a subshell).
+kids() { times > "$W/times"; KIDS=$(awk -v hz="$HZ" 'NR==2{for(i=1;i<=2;i++){split($i,a,/[ms]/); t+=a[1]*60+a[2]}; printf "%d", t*hz}' "$W/times"); }
+# cpu NAME BEFORE AFTER: milliseconds of CPU per GiB served (5 GETs of LEN bytes).
+cpu() { awk -v b="$2" -v a="$3" -v hz="$HZ" -v n="$LEN" 'BEGIN{printf "%.0f", (a-b)*1000/hz/(5*n/1073741824)}'; }
 # From the bucket: a replica without the local tier.
 R3=$(replica bucket --local-cache-max-size 0)
-track "$(pgrep -f -- "--cache-dir $W/bucket" | head -1)"  # started in a subshell: tracked by PID
-TG=$(for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$R3$P"; done | best)
+PID3=$(pgrep -f -- "--cache-dir $W/bucket" | head -1)
+track "$PID3"  # started in a subshell: tracked by PID
+curl -sf -o /dev/null "http://127.0.0.1:$R3$P"  # its checksums in memory, a connection open
+g0=$(ticks "$GPID"); t0=$(ticks "$PID3"); kids; k0=$KIDS
+for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$R3$P"; done > "$W/tg"
+g1=$(ticks "$GPID"); t1=$(ticks "$PID3"); kids; k1=$KIDS
+TG=$(best < "$W/tg")
+CPU_BUCKET="garage $(cpu g "$g0" "$g1"), talos-gen $(cpu t "$t0" "$t1"), curl $(cpu c "$k0" "$k1")"
 # From the local tier: replica two, once its copy is there (its own fill,
 # or the copy after its first read from the bucket).
 curl -sf -o /dev/null "http://127.0.0.1:$R2$P"
 for _ in $(seq 300); do [ -e "$W/two/tier/$SHA" ] && break; sleep 0.1; done
 [ -e "$W/two/tier/$SHA" ] || { echo "replica two's local tier holds no copy" >&2; exit 1; }
 TT=$(for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$R2$P"; done | best)
-GA=$(for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' -r 0- --aws-sigv4 aws:amz:us-east-1:s3 \
+g0=$(ticks "$GPID"); kids; k0=$KIDS
+for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' -r 0- --aws-sigv4 aws:amz:us-east-1:s3 \
   --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
   -H "x-amz-content-sha256: $(printf '' | sha256sum | cut -d' ' -f1)" \
-  "$EP/talos-gen/store/objects/sha256/$SHA"; done | best)
+  "$EP/talos-gen/store/objects/sha256/$SHA"; done > "$W/ga"
+g1=$(ticks "$GPID"); kids; k1=$KIDS
+GA=$(best < "$W/ga")
+CPU_DIRECT="garage $(cpu g "$g0" "$g1"), curl $(cpu c "$k0" "$k1")"
 
 echo
 echo "artifact $LEN bytes; upstream limit_rate $RATE"
 awk -v tg="$TG" -v tt="$TT" -v ga="$GA" -v n="$LEN" 'BEGIN{printf "cached: direct ranged GET from Garage %.1f MiB/s; talos-gen from the bucket %.1f MiB/s (ratio %.3f, must be >= 0.9); from the local tier %.1f MiB/s (ratio %.3f, must be >= 1.0)\n", n/ga/1048576, n/tg/1048576, ga/tg, n/tt/1048576, ga/tt}'
 awk -v b="$BURST" -v p="$PLAIN" -v t="$TRANSFERS" 'BEGIN{printf "cold burst: 16 clients over 2 replicas done in %.3fs, one plain download %.3fs, ratio %.3f; upstream transfers %d (at most one per replica)\n", b, p, b/p, t}'
 echo "memory during the burst: RssAnon peak replica one $(cat "$W/peak1") KiB, replica two $(cat "$W/peak2") KiB (bound 65536 KiB)"
+echo "CPU ms per GiB served: direct GET ($CPU_DIRECT); from the bucket ($CPU_BUCKET)"
+echo "times (s): direct $(tr '\n' ' ' < "$W/ga"); from the bucket $(tr '\n' ' ' < "$W/tg")"
+awk -v tg="$TG" -v tt="$TT" -v ga="$GA" -v m1="$(cat "$W/peak1")" -v m2="$(cat "$W/peak2")" 'BEGIN{
+  ok = ga/tg >= 0.9 && ga/tt >= 1.0 && m1 < 65536 && m2 < 65536
+  printf "%s: from the bucket %.3fx (bar 0.9x), from the local tier %.3fx (bar 1.0x), burst RssAnon under 64 MiB: %s\n", ok ? "PASS" : "FAIL", ga/tg, ga/tt, (m1 < 65536 && m2 < 65536) ? "yes" : "no"}'

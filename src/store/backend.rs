@@ -17,7 +17,9 @@
 //!
 //! Every method blocks: the store calls them only from blocking threads,
 //! never on an async worker and never holding a mutex of its own, and a
-//! remote backend bounds every call by its timeout.
+//! remote backend bounds every call by its timeout. The one exception is
+//! [`ObjectRead::pieces`]: a stream whose request runs on the backend's
+//! own runtime, polled without blocking.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -39,13 +41,27 @@ pub trait ObjectRead: Send + Sync {
     /// `len` bytes at `pos` (within the object).
     fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes>;
 
-    /// Bytes `from..to` read in order through one request, for a stream
-    /// (a remote store's one GET instead of a request per chunk); `None`
-    /// (the default): the stream reads chunk by chunk.
+    /// Bytes `from..to` read in order through one request, on a blocking
+    /// thread (a remote store's one GET instead of a request per chunk);
+    /// `None` (the default): read chunk by chunk.
     fn span(&self, _from: u64, _to: u64) -> Option<Box<dyn Span>> {
         None
     }
+
+    /// Bytes `from..to` in order through one request, as they arrive, in
+    /// pieces of any size, for a response served from a remote store: the
+    /// request runs on the backend's own runtime and its read-ahead is
+    /// bounded, so polling this never blocks (an async worker may); every
+    /// wait is bounded by the backend, and an end before `to` is an error.
+    /// `None` (the default): a stream reads on blocking threads
+    /// ([`ObjectRead::span`], or chunk by chunk).
+    fn pieces(&self, _from: u64, _to: u64) -> Option<Pieces> {
+        None
+    }
 }
+
+/// An object's bytes as they arrive (see [`ObjectRead::pieces`]).
+pub type Pieces = std::pin::Pin<Box<dyn futures::Stream<Item = io::Result<Bytes>> + Send>>;
 
 /// Bytes of an object read in order (see [`ObjectRead::span`]).
 pub trait Span: Send {

@@ -77,6 +77,7 @@ pub mod backend;
 mod entries;
 pub mod local;
 mod objects;
+mod pieces;
 mod read;
 pub mod s3;
 pub mod sums;

@@ -6,6 +6,7 @@ use std::io;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
 use super::STREAM_CHUNK;
@@ -120,6 +121,32 @@ fn unit_of(sums: Option<&Sums>) -> u64 {
         .max(1)
 }
 
+/// What a stream of a remote object's pieces asks of the store (on a
+/// blocking thread); it holds the lease as long as the stream lives.
+struct ReadVerdict {
+    object: Arc<dyn ObjectRead>,
+    sums: Option<Arc<Sums>>,
+    lease: Arc<Lease>,
+    tiered: bool,
+}
+
+impl super::pieces::Verdict for ReadVerdict {
+    fn mismatch(&self, from: u64, to: u64, b: Bytes) -> io::Result<Bytes> {
+        let check = Check {
+            store: &self.lease.store,
+            digest: &self.lease.digest,
+            object: &*self.object,
+            sums: self.sums.as_deref(),
+            tiered: self.tiered,
+        };
+        check.blocks(from, to, b)
+    }
+
+    fn failed(&self, e: &io::Error) {
+        self.lease.store.read_failed(&self.lease.digest, e);
+    }
+}
+
 /// A span read chunk by chunk, for a backend without one of its own.
 struct ChunkSpan {
     object: Arc<dyn ObjectRead>,
@@ -174,6 +201,20 @@ impl StoredObject {
         let end = end.min(size);
         let lease = Arc::new(lease);
         let wins = windows(start, end, size, unit_of(sums.as_deref()));
+        // A remote object's bytes as they arrive, checked in place
+        // (`pieces`); else window by window on blocking threads.
+        if let (Some(&(from, _)), Some(&(_, to))) = (wins.first(), wins.last())
+            && let Some(p) = object.pieces(from, to)
+        {
+            let verdict = Arc::new(ReadVerdict {
+                object,
+                sums: sums.clone(),
+                lease,
+                tiered,
+            });
+            let s = super::pieces::checked(p, (from, to), (start, end), size, sums, verdict);
+            return s.left_stream();
+        }
         // The backend's one read of the whole span (S3: one GET), else
         // chunk by chunk (a local map has no round trip to hide).
         let span = match (wins.first(), wins.last()) {
@@ -225,6 +266,7 @@ impl StoredObject {
                 }
             }
         })
+        .right_stream()
     }
 
     /// A blocking reader of the whole object, chunk-checked like

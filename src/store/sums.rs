@@ -50,6 +50,12 @@ impl Sums {
         self.crcs.get(i) == Some(&crc32c::crc32c(data))
     }
 
+    /// The checksum of chunk `i`, if there is one (for a chunk checked in
+    /// pieces: `crc32c_append` over them).
+    pub fn expected(&self, i: usize) -> Option<u32> {
+        self.crcs.get(i).copied()
+    }
+
     /// Do these checksums fit an object of `size` bytes?
     pub fn fits(&self, size: u64) -> bool {
         self.chunk > 0 && self.crcs.len() as u64 == size.div_ceil(self.chunk as u64)
