@@ -144,7 +144,7 @@ FD2=$(fds $TG_PID); RSS2=$(status_kib $TG_PID VmRSS); ANON2=$(status_kib $TG_PID
 echo
 echo "RESULT clients=$CLIENTS duration=${DURATION}s requests=$REQS req/s=$RPS p99=${P99}ms errors=$ERRORS"
 echo "RESULT peak_rss=${HWM}KiB start_rss=${RSS0}KiB end_rss=${RSS1}KiB start_anon=${ANON0}KiB end_anon=${ANON1}KiB fds start=$FD0 end=$FD1 (after side run: fds=$FD2 anon=${ANON2}KiB)"
-echo "RESULT static mix req/s: talos-gen $TG_STATIC, nginx $NG_STATIC, RATIO talos-gen/nginx = $RATIO"
+echo "RESULT static mix req/s: talos-gen $TG_STATIC, nginx $NG_STATIC, RATIO talos-gen/nginx = $RATIO $(python3 -c "print('PASS' if $TG_STATIC >= 0.9 * $NG_STATIC else 'FAIL')") (>= 0.9)"
 fail=0
 [ "$ERRORS" -eq 0 ] || { echo "FAIL: $ERRORS errors" >&2; fail=1; }
 [ "$FD1" -le $((FD0 + 2)) ] || { echo "FAIL: file descriptors $FD0 -> $FD1" >&2; fail=1; }

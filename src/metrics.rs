@@ -14,7 +14,8 @@
 //! assert!(m.render().contains("talos_gen_cache_hits_total{kind=\"image\"} 1"));
 //! ```
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -24,26 +25,30 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// A label value: borrowed for the values known in advance (kinds, route
+/// templates, status codes), so counting a request allocates nothing.
+type Label = Cow<'static, str>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Kind {
-    kind: String,
+    kind: Label,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindResult {
-    kind: String,
-    result: String,
+    kind: Label,
+    result: Label,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteStatus {
-    route: String,
-    status: String,
+    route: Label,
+    status: Label,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Route {
-    route: String,
+    route: Label,
 }
 
 struct Inner {
@@ -72,6 +77,9 @@ struct Inner {
     missed: std::sync::Mutex<std::collections::VecDeque<(std::time::SystemTime, String)>>,
     mirror_last_run: Gauge,
     mirror_last_ok: Gauge,
+    /// The route templates declared ([`Metrics::declare_route`]): their
+    /// labels are borrowed, not allocated per request.
+    routes: RwLock<Vec<&'static str>>,
 }
 
 /// Kinds every per-kind counter is exposed for from the start (at zero).
@@ -95,9 +103,61 @@ impl Default for Metrics {
     }
 }
 
+/// `v` borrowed from `known` when it is one of them, else owned.
+fn label(v: &str, known: &[&'static str]) -> Label {
+    match known.iter().find(|k| **k == v) {
+        Some(k) => Cow::Borrowed(*k),
+        None => Cow::Owned(v.to_string()),
+    }
+}
+
+/// Kinds of the families (hits, fetches, responses, stale answers).
+const KNOWN_KINDS: &[&str] = &[
+    "image",
+    "manifest",
+    "blob",
+    "registry",
+    "tags",
+    "referrers",
+    "document",
+];
+
 fn kind(k: &str) -> Kind {
     Kind {
-        kind: k.to_string(),
+        kind: label(k, KNOWN_KINDS),
+    }
+}
+
+/// A status code as a label value.
+fn status_label(status: u16) -> Label {
+    const CODES: &[(u16, &str)] = &[
+        (200, "200"),
+        (201, "201"),
+        (204, "204"),
+        (206, "206"),
+        (304, "304"),
+        (400, "400"),
+        (401, "401"),
+        (404, "404"),
+        (413, "413"),
+        (416, "416"),
+        (500, "500"),
+        (502, "502"),
+        (503, "503"),
+        (504, "504"),
+    ];
+    match CODES.iter().find(|(c, _)| *c == status) {
+        Some((_, s)) => Cow::Borrowed(*s),
+        None => Cow::Owned(status.to_string()),
+    }
+}
+
+/// A status code's class as a label value (`2xx`).
+fn class_label(status: u16) -> Label {
+    const CLASSES: [&str; 6] = ["0xx", "1xx", "2xx", "3xx", "4xx", "5xx"];
+    match CLASSES.get(usize::from(status / 100)) {
+        Some(c) => Cow::Borrowed(*c),
+        None => Cow::Owned(format!("{}xx", status / 100)),
     }
 }
 
@@ -225,16 +285,16 @@ impl Inner {
             let _ = self.fetch_seconds.get_or_create(&kind(k));
             for result in ["ok", "error"] {
                 let _ = self.fetches.get_or_create(&KindResult {
-                    kind: k.to_string(),
-                    result: result.to_string(),
+                    kind: label(k, KNOWN_KINDS),
+                    result: Cow::Borrowed(result),
                 });
             }
         }
         for k in ["image", "registry"] {
             for class in ["2xx", "3xx", "4xx", "5xx"] {
                 let _ = self.responses.get_or_create(&KindResult {
-                    kind: k.to_string(),
-                    result: class.to_string(),
+                    kind: label(k, KNOWN_KINDS),
+                    result: Cow::Borrowed(class),
                 });
             }
         }
@@ -271,6 +331,7 @@ impl Metrics {
             missed: Default::default(),
             mirror_last_run: Default::default(),
             mirror_last_ok: Default::default(),
+            routes: RwLock::new(Vec::new()),
         };
         inner.register();
         inner.samples_from_start();
@@ -357,11 +418,11 @@ impl Metrics {
                 took.as_secs_f64()
             ));
         }
-        let result = if ok { "ok" } else { "error" }.to_string();
+        let result = Cow::Borrowed(if ok { "ok" } else { "error" });
         self.0
             .fetches
             .get_or_create(&KindResult {
-                kind: k.to_string(),
+                kind: label(k, KNOWN_KINDS),
                 result,
             })
             .inc();
@@ -376,8 +437,8 @@ impl Metrics {
         self.0
             .responses
             .get_or_create(&KindResult {
-                kind: k.to_string(),
-                result: format!("{}xx", status / 100),
+                kind: label(k, KNOWN_KINDS),
+                result: class_label(status),
             })
             .inc();
     }
@@ -389,31 +450,39 @@ impl Metrics {
     /// One HTTP request answered: `route` is the route template (bounded
     /// cardinality), `took` the time to the response head.
     pub fn request(&self, route: &str, status: u16, took: Duration) {
+        let route = {
+            let known = self.0.routes.read().unwrap_or_else(|p| p.into_inner());
+            label(route, &known)
+        };
         self.0
             .requests
             .get_or_create(&RouteStatus {
-                route: route.to_string(),
-                status: status.to_string(),
+                route: route.clone(),
+                status: status_label(status),
             })
             .inc();
         self.0
             .request_seconds
-            .get_or_create(&Route {
-                route: route.to_string(),
-            })
+            .get_or_create(&Route { route })
             .observe(took.as_secs_f64());
     }
 
     /// Create the series of a route and status at zero, so `/metrics`
     /// lists them before the first request (the router calls this for
     /// every route it serves).
-    pub fn declare_route(&self, route: &str, status: u16) {
+    pub fn declare_route(&self, route: &'static str, status: u16) {
+        {
+            let mut known = self.0.routes.write().unwrap_or_else(|p| p.into_inner());
+            if !known.contains(&route) {
+                known.push(route);
+            }
+        }
         let _ = self.0.requests.get_or_create(&RouteStatus {
-            route: route.to_string(),
-            status: status.to_string(),
+            route: Cow::Borrowed(route),
+            status: status_label(status),
         });
         let _ = self.0.request_seconds.get_or_create(&Route {
-            route: route.to_string(),
+            route: Cow::Borrowed(route),
         });
     }
 

@@ -109,28 +109,53 @@ pub fn millis(d: std::time::Duration) -> f64 {
     d.as_nanos().saturating_add(500).saturating_div(1000) as f64 / 1000.0
 }
 
+/// The path and query to log: at most 512 characters of the path, the
+/// query redacted.
+fn asked(uri: &axum::http::Uri) -> (String, String) {
+    (
+        uri.path().chars().take(512).collect(),
+        redact_query(uri.query().unwrap_or("")),
+    )
+}
+
+/// Remember a 5xx answer for the status page's last errors.
+fn record_5xx(st: &AppState, method: &str, path: &str, query: &str, resp: &Response) {
+    let status = resp.status().as_u16();
+    let asked = if query.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{query}")
+    };
+    let why = resp
+        .extensions()
+        .get::<Reason>()
+        .map(|r| format!(": {}", r.0))
+        .unwrap_or_default();
+    st.metrics
+        .record_error(format!("{method} {asked}: HTTP {status}{why}"));
+}
+
 /// Middleware: wrap the response body so the line is written when it ends.
+/// With the access log filtered out (`RUST_LOG` below info for `access`)
+/// no line is built: only a 5xx answer is remembered for the status page.
 pub async fn log(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if !tracing::enabled!(target: "access", tracing::Level::INFO) {
+        let (method, uri) = (req.method().clone(), req.uri().clone());
+        let resp = next.run(req).await;
+        if resp.status().as_u16() >= 500 {
+            let (path, query) = asked(&uri);
+            record_5xx(&st, method.as_str(), &path, &query, &resp);
+        }
+        return resp;
+    }
     let method = req.method().to_string();
-    let path: String = req.uri().path().chars().take(512).collect();
-    let query = redact_query(req.uri().query().unwrap_or(""));
+    let (path, query) = asked(req.uri());
     let (client, peer) = client(&req, st.cfg.trust_forwarded_for);
     let started = Instant::now();
     let resp = next.run(req).await;
     let status = resp.status().as_u16();
     if status >= 500 {
-        let asked = if query.is_empty() {
-            path.clone()
-        } else {
-            format!("{path}?{query}")
-        };
-        let why = resp
-            .extensions()
-            .get::<Reason>()
-            .map(|r| format!(": {}", r.0))
-            .unwrap_or_default();
-        st.metrics
-            .record_error(format!("{method} {asked}: HTTP {status}{why}"));
+        record_5xx(&st, &method, &path, &query, &resp);
     }
     let (parts, body) = resp.into_parts();
     // hyper stops polling a body once it has sent its Content-Length: then

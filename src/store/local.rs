@@ -72,10 +72,13 @@ impl Drop for Flock<'_> {
     }
 }
 
-/// A committed object file, read in memory maps.
+/// A committed object file, read in memory maps: a window mapped per read
+/// (`read_chunk`), or the whole file mapped once ([`ObjectRead::map`]),
+/// which the store keeps while it holds the object ([`Mapped`]).
 struct LocalObject {
     file: File,
     len: u64,
+    whole: std::sync::OnceLock<Option<Bytes>>,
 }
 
 impl ObjectRead for LocalObject {
@@ -84,8 +87,166 @@ impl ObjectRead for LocalObject {
     }
 
     fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes> {
-        map_chunk(&self.file, pos, len)
+        match self.whole.get() {
+            Some(Some(map)) => slice_map(map, pos, len),
+            _ => map_chunk(&self.file, pos, len),
+        }
     }
+
+    fn map(&self) -> Option<&Bytes> {
+        self.whole
+            .get_or_init(|| match map_whole(&self.file, self.len) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    tracing::warn!(error = %e, "mapping a stored object whole; reading it by windows");
+                    None
+                }
+            })
+            .as_ref()
+    }
+}
+
+/// An object's bytes as one map of the whole file (its file closed: the
+/// map keeps the inode, so an object deleted meanwhile is still read
+/// whole). Cheap to clone; every read is a slice of the one map.
+pub(super) struct Mapped(pub(super) Bytes);
+
+impl ObjectRead for Mapped {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes> {
+        slice_map(&self.0, pos, len)
+    }
+
+    fn map(&self) -> Option<&Bytes> {
+        Some(&self.0)
+    }
+}
+
+/// `len` bytes at `pos` of a whole-object map.
+fn slice_map(map: &Bytes, pos: u64, len: usize) -> io::Result<Bytes> {
+    let end = pos
+        .checked_add(len as u64)
+        .filter(|&e| e <= map.len() as u64);
+    match end {
+        Some(end) => Ok(map.slice(pos as usize..end as usize)),
+        None => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "stored object is shorter than its entry",
+        )),
+    }
+}
+
+/// The page size, for aligning `mincore` and `madvise` calls.
+fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if n > 0 { n as usize } else { 4096 }
+    })
+}
+
+/// The pages under `b` (a slice of a map), page-aligned: address and length.
+fn pages_of(b: &[u8]) -> (*mut libc::c_void, usize) {
+    let page = page_size();
+    let at = b.as_ptr() as usize;
+    let start = at & !(page - 1);
+    (start as *mut libc::c_void, at + b.len() - start)
+}
+
+/// Is every page of `b` (a slice of a file map) in the page cache? Then
+/// touching it costs at most a minor fault, never a wait on the disk: an
+/// async worker may read it. (A page reclaimed between this answer and the
+/// touch is read from disk there: rare, and bounded by one page.) A page
+/// past the end of a truncated file is never resident.
+pub(super) fn resident(b: &[u8]) -> bool {
+    if b.is_empty() {
+        return true;
+    }
+    let page = page_size();
+    let (start, len) = pages_of(b);
+    let mut vec = [0u8; 256];
+    let mut done = 0usize;
+    while done < len {
+        let n = (len - done).min(vec.len() * page);
+        let pages = n.div_ceil(page);
+        // SAFETY: `start + done .. + n` lies within the map `b` is a slice
+        // of (page-aligned down from `b`), and `vec` holds one byte for each
+        // of its pages.
+        let r = unsafe {
+            libc::mincore(
+                (start as usize + done) as *mut libc::c_void,
+                n,
+                vec.as_mut_ptr(),
+            )
+        };
+        if r != 0 || vec[..pages].iter().any(|v| v & 1 == 0) {
+            return false;
+        }
+        done += n;
+    }
+    true
+}
+
+/// Read the pages of `b` (a slice of a file map) into memory and map them
+/// (blocking: it waits on the disk). A page past the end of the file (the
+/// file was truncated under the store) is an error here, not a SIGBUS
+/// later.
+pub(super) fn populate(b: &[u8]) -> io::Result<()> {
+    if b.is_empty() {
+        return Ok(());
+    }
+    let (start, len) = pages_of(b);
+    // SAFETY: the range lies within the map `b` is a slice of; the advice
+    // only faults its pages in.
+    let r = unsafe { libc::madvise(start, len, libc::MADV_POPULATE_READ) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        // A kernel before 5.14: touch a byte of every page instead.
+        Some(libc::EINVAL) => {
+            let page = page_size();
+            let mut at = 0;
+            while at < b.len() {
+                // SAFETY: in bounds; a volatile read so it is not elided.
+                unsafe { std::ptr::read_volatile(b.as_ptr().add(at)) };
+                at += page;
+            }
+            Ok(())
+        }
+        Some(libc::EFAULT) | Some(libc::ENOMEM) => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "stored object is shorter than its entry",
+        )),
+        _ => Err(e),
+    }
+}
+
+/// The whole of `file` (`len` bytes, checked against the file now) as one
+/// read-only map, no page read yet.
+fn map_whole(file: &File, len: u64) -> io::Result<Bytes> {
+    if len == 0 {
+        return Ok(Bytes::new());
+    }
+    if file.metadata()?.len() < len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "stored object is shorter than its entry",
+        ));
+    }
+    let len = usize::try_from(len).map_err(|_| io::Error::other("object too large to map"))?;
+    // SAFETY: as for `map_chunk`: committed objects are never written,
+    // truncated or rewritten by the store (removed by unlinking only), and
+    // the length was checked just now. A page is touched by an async worker
+    // only once `resident` said it is in memory (a page of a truncated file
+    // never is), otherwise on a blocking thread after `populate`.
+    let map = unsafe { memmap2::MmapOptions::new().len(len).map(file)? };
+    Ok(Bytes::from_owner(map))
 }
 
 impl Backend for LocalDir {
@@ -371,7 +532,11 @@ pub(super) fn open_regular(path: &Path) -> io::Result<File> {
 pub(super) fn open_mapped(path: &Path) -> io::Result<Box<dyn ObjectRead>> {
     let file = open_regular(path)?;
     let len = file.metadata()?.len();
-    Ok(Box::new(LocalObject { file, len }))
+    Ok(Box::new(LocalObject {
+        file,
+        len,
+        whole: std::sync::OnceLock::new(),
+    }))
 }
 
 /// Read a small regular file (an index entry, a checksum list).
@@ -434,4 +599,42 @@ pub(super) fn write_atomic(
         let _ = fs::remove_file(&tmp);
     }
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pages not in memory are seen so, and read in by `populate`; pages
+    /// past the end of a file truncated under its map are never resident,
+    /// and `populate` says so instead of the process taking a SIGBUS.
+    #[test]
+    fn residency_is_seen_and_a_truncated_map_is_an_error_not_a_crash() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("o");
+        let len = 1 << 20;
+        let mut f = File::create(&path).unwrap();
+        f.write_all(&vec![7u8; len]).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: advice on an open file: drop its clean pages from the cache.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let o = open_mapped(&path).unwrap();
+        let map = o.map().unwrap().clone();
+        assert_eq!(map.len(), len);
+        // (a filesystem that keeps every page in memory passes trivially)
+        if !resident(&map) {
+            populate(&map[4096..]).unwrap();
+            assert!(resident(&map[4096..]));
+        }
+        assert_eq!(map[len - 1], 7);
+        // truncated under the map: the tail is gone
+        f.set_len(100 << 10).unwrap();
+        let tail = &map[512 << 10..];
+        assert!(!resident(tail));
+        let e = populate(tail).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
+        assert!(resident(&map[..64 << 10]));
+    }
 }

@@ -7,8 +7,9 @@
 //!   adoption under the store lock;
 //! - the **object store** ([`objects`]): bodies and their block checksums
 //!   (read once and kept in memory while the object is held: objects are
-//!   immutable), the commit, the check on every chunk read ([`read`]),
-//!   quarantine, and for a bucket the local tier ([`tier`]).
+//!   immutable; a local object's whole-file map too, from its first read),
+//!   the commit, the check on every chunk read ([`read`]), quarantine, and
+//!   for a bucket the local tier ([`tier`]).
 //!
 //! The bytes live in a [`Backend`] ([`backend`] says what one must
 //! guarantee): the local directory ([`LocalDir`], `--cache-dir`) or a
@@ -19,7 +20,11 @@
 //! read; a remote backend is called only from blocking threads
 //! ([`Store::open_key`], [`Store::commit`] and the rest use `spawn_blocking`,
 //! every call bounded by the backend's timeout), so a frozen bucket
-//! stalls the requests that need it, never the others.
+//! stalls the requests that need it, never the others. What stays on the
+//! async worker is memory work: opening a local object already held open
+//! (its map and checksums in memory), and reading and checking a window of
+//! its map once `mincore` says the window's pages are in memory (a window
+//! that is not is read in on a blocking thread first).
 //!
 //! # Layout of the local directory (see [`local`])
 //! `objects/sha256/<hex>` (the bytes), `sums/<hex>` (their per-chunk

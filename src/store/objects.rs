@@ -1,14 +1,20 @@
 //! The object store: bodies and their block checksums. An object is
 //! opened under a lease with what the entry store already knows (its size
 //! and checksums, read once): a warm read makes no backend round trip
-//! before its first byte. The commit (spool file -> object -> entry), the
-//! checks that drop rotten objects, and for a bucket the local tier.
+//! before its first byte. A local object is mapped whole at its first open
+//! and the map kept with its metadata while the store holds it (dropped
+//! with the object, or beyond [`super::entries::MAX_IDLE_MAPS`] idle maps):
+//! the next open is memory work on the async worker ([`Store::open_key`]),
+//! and every read a slice of the one map. The commit (spool file -> object
+//! -> entry), the checks that drop rotten objects, and for a bucket the
+//! local tier.
 
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
 use super::backend::ObjectRead;
+use super::local::Mapped;
 use super::read::{Lease, StoredObject};
 use super::sums::{self, Sums};
 use super::{Entry, Meta, STREAM_CHUNK, Store, TempObject, now_secs};
@@ -39,11 +45,43 @@ impl Store {
         &self,
         key: &str,
     ) -> std::result::Result<Option<StoredObject>, Unavailable> {
+        // An object held open already (its map and checksums in memory):
+        // memory work only, no blocking thread.
+        if let Some(o) = self.open_held(key) {
+            return Ok(Some(o));
+        }
         let store = self.clone();
         let key = key.to_string();
         tokio::task::spawn_blocking(move || store.lookup(&key))
             .await
             .unwrap_or_else(|e| Err(Unavailable(format!("opening a stored object: {e}"))))
+    }
+
+    /// The object for `key` if this process holds it open already (a local
+    /// store keeps each object it read mapped, with its checksums): the
+    /// lease taken, no call to the backend. `None`: ask [`Store::lookup`].
+    pub(super) fn open_held(&self, key: &str) -> Option<StoredObject> {
+        let (entry, map, sums) = {
+            let mut st = self.lock();
+            let entry = st.keys.get(key)?;
+            let o = st.objects.get(&entry.digest)?;
+            let (Some(map), Some(sums)) = (o.map.clone(), o.sums.clone()) else {
+                return None;
+            };
+            let entry = entry.clone();
+            st.lease(&entry.digest)?;
+            (entry, map, sums)
+        };
+        Some(StoredObject {
+            lease: Lease {
+                store: self.clone(),
+                digest: entry.digest.clone(),
+            },
+            object: Box::new(Mapped(map)),
+            sums,
+            entry,
+            tiered: false,
+        })
     }
 
     /// A small stored object whole (at most `max` bytes, its sha256
@@ -129,10 +167,10 @@ impl Store {
         };
         // Take the reader's lease first (nothing evicts the object from
         // here on), then open it with the state unlocked.
-        let known_sums = {
+        let (known_sums, known_map, born) = {
             let mut st = self.lock();
             match st.lease(&entry.digest) {
-                Some(o) => o.sums.clone(),
+                Some(o) => (o.sums.clone(), o.map.clone(), o.born),
                 None => return Ok(None),
             }
         };
@@ -140,6 +178,15 @@ impl Store {
             store: self.clone(),
             digest: entry.digest.clone(),
         };
+        if let (Some(map), Some(sums)) = (known_map, known_sums.clone()) {
+            return Ok(Some(StoredObject {
+                lease,
+                object: Box::new(Mapped(map)),
+                sums,
+                entry,
+                tiered: false,
+            }));
+        }
         let tiered = self
             .tier()
             .and_then(|t| t.open_copy(&entry.digest, entry.size));
@@ -163,7 +210,7 @@ impl Store {
             },
         };
         let tier = tiered.is_some();
-        let object = match tiered {
+        let mut object = match tiered {
             Some(o) => o,
             None => match self.backend().open_object(&entry.digest, entry.size) {
                 Ok(o) => o,
@@ -184,6 +231,18 @@ impl Store {
         };
         if !tier && let Some(t) = self.tier() {
             t.want(self, &entry.digest, entry.size, sums.clone());
+        }
+        // A local object is mapped whole once and the map kept while the
+        // object is held: the next open is memory work ([`Store::open_held`]).
+        if !tier && !self.is_remote() {
+            let map = object
+                .map()
+                .filter(|m| m.len() as u64 >= entry.size)
+                .map(|m| m.slice(..entry.size as usize));
+            if let Some(map) = map {
+                self.lock().keep_map(&entry.digest, born, map.clone());
+                object = Box::new(Mapped(map));
+            }
         }
         Ok(Some(StoredObject {
             lease,

@@ -539,3 +539,121 @@ async fn a_warm_read_asks_the_backend_for_no_metadata() {
         "a warm read asked the backend for an object's metadata"
     );
 }
+
+/// An object read once stays mapped while the store holds it: the next
+/// open is memory work (no blocking thread), and a byte flipped on disk
+/// under the held map is still caught by the next read, which drops it.
+#[tokio::test]
+async fn a_held_object_is_reopened_from_memory_and_rot_under_its_map_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let body: Vec<u8> = (0..(STREAM_CHUNK * 2 + 4321))
+        .map(|i| (i % 239) as u8)
+        .collect();
+    let e = put(&store, "k", &body, false).await;
+    assert!(store.open_held("k").is_none(), "not opened yet");
+    assert_eq!(read_whole(store.get("k").unwrap()).await.unwrap(), body);
+    assert!(store.lock().objects[&e.digest].map.is_some(), "kept mapped");
+    let o = store.open_held("k").expect("opened from memory");
+    assert_eq!(read_whole(o).await.unwrap(), body);
+    // a range across the window grid, from the held map
+    {
+        use futures::StreamExt;
+        let o = store.open_key("k").await.unwrap().unwrap();
+        let (a, b) = (STREAM_CHUNK - 5, STREAM_CHUNK * 2 + 7);
+        let mut s = Box::pin(o.stream(a as u64, b as u64));
+        let mut got = Vec::new();
+        while let Some(c) = s.next().await {
+            got.extend_from_slice(&c.unwrap());
+        }
+        assert!(got == body[a..b]);
+    }
+    // rot while the map is held, no restart
+    flip_byte(
+        &store.object_path(&e.digest).unwrap(),
+        STREAM_CHUNK as u64 * 2 + 100,
+    );
+    let o = store.open_key("k").await.unwrap().unwrap();
+    let err = read_whole(o).await.unwrap_err();
+    assert!(err.to_string().contains("corrupt"), "{err}");
+    assert_eq!(store.corrupt_dropped(), 1);
+    assert!(store.open_held("k").is_none() && store.get("k").is_none());
+}
+
+/// Whole-object maps of objects no reader holds are capped; the least
+/// recently used go first, and a reader keeps its own.
+#[tokio::test]
+async fn idle_maps_are_capped() {
+    use super::entries::MAX_IDLE_MAPS;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let n = MAX_IDLE_MAPS + 8;
+    let mut digests = Vec::new();
+    for i in 0..n {
+        let e = put(
+            &store,
+            &format!("k{i}"),
+            format!("object {i}").as_bytes(),
+            false,
+        )
+        .await;
+        digests.push(e.digest);
+    }
+    let held = store.get("k0").unwrap();
+    for i in 1..n {
+        drop(store.get(&format!("k{i}")).unwrap());
+    }
+    let st = store.lock();
+    let mapped = |d: &String| st.objects[d].map.is_some();
+    assert!(mapped(&digests[0]), "held by a reader");
+    assert!(mapped(&digests[n - 1]), "the newest");
+    assert!(!mapped(&digests[1]), "the oldest idle one went");
+    let idle = digests[1..].iter().filter(|d| mapped(d)).count();
+    assert_eq!(idle, MAX_IDLE_MAPS);
+    drop(st);
+    drop(held);
+}
+
+/// A mapped read goes out in checked pieces of [`SEND_PIECE`], a short
+/// tail joined to the piece before; a range's pieces cover only whole
+/// checksum blocks around it, and hand out exactly the range.
+#[tokio::test]
+async fn a_mapped_read_goes_out_in_pieces() {
+    use super::read::SEND_PIECE;
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let body: Vec<u8> = (0..(STREAM_CHUNK * 2 + 12345))
+        .map(|i| (i % 251) as u8)
+        .collect();
+    put(&store, "k", &body, false).await;
+    let sizes = |a: usize, b: usize| {
+        let store = store.clone();
+        let body = &body;
+        async move {
+            let o = store.open_key("k").await.unwrap().unwrap();
+            let mut s = Box::pin(o.stream(a as u64, b as u64));
+            let (mut got, mut sizes) = (Vec::new(), Vec::new());
+            while let Some(c) = s.next().await {
+                let c = c.unwrap();
+                sizes.push(c.len());
+                got.extend_from_slice(&c);
+            }
+            assert!(got == body[a..b], "{a}..{b}");
+            sizes
+        }
+    };
+    let (n, p) = (body.len(), SEND_PIECE);
+    assert_eq!(n, 8 * p + 12345);
+    // seven whole pieces, the short tail joined to the eighth
+    let mut whole = vec![p; 7];
+    whole.push(p + 12345);
+    assert_eq!(sizes(0, n).await, whole);
+    // 1 MiB off the block grid: the blocks around it read (a last block
+    // joined to the piece before), exactly the range handed out
+    assert_eq!(
+        sizes(1000, 1000 + 4 * p).await,
+        [p - 1000, p, p, p + 1000]
+    );
+    assert_eq!(sizes(7, 8).await, [1]);
+}
