@@ -651,9 +651,6 @@ async fn a_mapped_read_goes_out_in_pieces() {
     assert_eq!(sizes(0, n).await, whole);
     // 1 MiB off the block grid: the blocks around it read (a last block
     // joined to the piece before), exactly the range handed out
-    assert_eq!(
-        sizes(1000, 1000 + 4 * p).await,
-        [p - 1000, p, p, p + 1000]
-    );
+    assert_eq!(sizes(1000, 1000 + 4 * p).await, [p - 1000, p, p, p + 1000]);
     assert_eq!(sizes(7, 8).await, [1]);
 }
