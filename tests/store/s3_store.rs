@@ -429,12 +429,16 @@ fn mirror_sync_verify_export_import_on_the_bucket() {
 /// read outlasts many `--upstream-timeout`s and ends whole; when the bucket
 /// goes away part way, the response is cut (never ends cleanly) within the
 /// bounds (`--upstream-timeout` per wait, two reopens), and nothing hangs.
-/// The object is large enough (32 MiB) that neither talos-gen's buffers nor
-/// the sockets' hold it whole when the nodes stop.
+/// The cut is read by a second replica whose connection to the bucket is
+/// new: the first one's pooled connection carried the object at full speed
+/// and its receive buffer grew to tens of MiB (`tcp_rmem` allows 32 MiB
+/// here), enough to hold the rest of a 32 MiB object when the nodes stop,
+/// and then the stream rightly ends whole. The object (64 MiB) is larger
+/// than every buffer on the new path together.
 #[test]
 fn a_stream_from_the_bucket_is_cut_when_the_bucket_goes_away() {
     let Some(mut g) = cluster() else { return };
-    let f = Factory::new(32, 0, &[A], None);
+    let f = Factory::new(64, 0, &[A], None);
     let svc = replica(&f, &g, 0, "one", &["--upstream-timeout", "2s"]);
     let url = format!("{}{}", svc.url(), image_path(A));
     let r = curl(&[&url]);
@@ -449,7 +453,7 @@ fn a_stream_from_the_bucket_is_cut_when_the_bucket_goes_away() {
     // A slow client: the one GET lasts as long as the client reads, many
     // timeouts long, and ends whole (no bound on the whole request).
     let t0 = Instant::now();
-    let r = curl(&["--limit-rate", "3M", &url]);
+    let r = curl(&["--limit-rate", "6M", &url]);
     assert_eq!((r.exit, r.status), (0, 200), "{}", svc.log_text());
     assert!(r.body == f.xz, "the bytes of a slow read");
     assert!(t0.elapsed() > Duration::from_secs(8), "{:?}", t0.elapsed());
@@ -459,7 +463,9 @@ fn a_stream_from_the_bucket_is_cut_when_the_bucket_goes_away() {
         svc.log_text()
     );
 
-    let client = curl_spawn(&["--limit-rate", "2M", &url]);
+    let two = replica(&f, &g, 1, "two", &["--upstream-timeout", "2s"]);
+    let url = format!("{}{}", two.url(), image_path(A));
+    let client = curl_spawn(&["--limit-rate", "4M", &url]);
     eventually("the stream to start", Duration::from_secs(20), || {
         client.body_len() > (2 << 20)
     });
