@@ -122,25 +122,46 @@ fn unit_of(sums: Option<&Sums>) -> u64 {
         .max(1)
 }
 
-/// What a stream of a remote object's pieces asks of the store (on a
-/// blocking thread); it holds the lease as long as the stream lives.
+/// What a stream asks of the store when a block fails its check or a
+/// read fails (on a blocking thread): one per stream, shared by its read
+/// paths; it holds the lease as long as the stream lives.
 struct ReadVerdict {
     object: Arc<dyn ObjectRead>,
     sums: Option<Arc<Sums>>,
-    lease: Arc<Lease>,
+    lease: Lease,
     tiered: bool,
 }
 
-impl super::pieces::Verdict for ReadVerdict {
-    fn mismatch(&self, from: u64, to: u64, b: Bytes) -> io::Result<Bytes> {
+impl ReadVerdict {
+    /// [`Check::blocks`] of `b` (`from..to`) against `sums` (the stream's
+    /// own, or the ones rewritten during it); a failure is told to the
+    /// store ([`Store::read_failed`]).
+    fn recheck(
+        &self,
+        sums: Option<&Sums>,
+        from: u64,
+        to: u64,
+        b: io::Result<Bytes>,
+    ) -> io::Result<(Bytes, Option<Sums>)> {
         let check = Check {
             store: &self.lease.store,
             digest: &self.lease.digest,
             object: &*self.object,
-            sums: self.sums.as_deref(),
+            sums,
             tiered: self.tiered,
         };
-        check.blocks(from, to, b).map(|(b, _)| b)
+        let r = b.and_then(|b| check.blocks(from, to, b));
+        if let Err(e) = &r {
+            self.lease.store.read_failed(&self.lease.digest, e);
+        }
+        r
+    }
+}
+
+impl super::pieces::Verdict for ReadVerdict {
+    fn mismatch(&self, from: u64, to: u64, b: Bytes) -> io::Result<Bytes> {
+        self.recheck(self.sums.as_deref(), from, to, Ok(b))
+            .map(|(b, _)| b)
     }
 
     fn failed(&self, e: &io::Error) {
@@ -183,10 +204,10 @@ pub const SEND_PIECE: usize = 256 << 10;
 /// bytes prove right.
 struct MapRead {
     map: Bytes,
-    object: Arc<dyn ObjectRead>,
+    verdict: Arc<ReadVerdict>,
+    /// The checksums the next piece is checked against (the verdict's,
+    /// until a mismatch proved them rotten and they were rewritten).
     sums: Option<Arc<Sums>>,
-    lease: Lease,
-    tiered: bool,
     /// The bytes asked for.
     start: u64,
     end: u64,
@@ -197,17 +218,10 @@ struct MapRead {
 }
 
 impl MapRead {
-    fn new(
-        map: Bytes,
-        object: Arc<dyn ObjectRead>,
-        sums: Option<Arc<Sums>>,
-        lease: Lease,
-        tiered: bool,
-        start: u64,
-        end: u64,
-    ) -> MapRead {
+    fn new(map: Bytes, verdict: Arc<ReadVerdict>, start: u64, end: u64) -> MapRead {
         let size = map.len() as u64;
         let end = end.min(size);
+        let sums = verdict.sums.clone();
         let unit = unit_of(sums.as_deref());
         let (at, last) = if start < end {
             (
@@ -219,10 +233,8 @@ impl MapRead {
         };
         MapRead {
             map,
-            object,
+            verdict,
             sums,
-            lease,
-            tiered,
             start,
             end,
             at,
@@ -283,25 +295,10 @@ impl MapRead {
         {
             return Ok(b);
         }
-        let (store, digest) = (self.lease.store.clone(), self.lease.digest.clone());
-        let (object, tiered) = (self.object.clone(), self.tiered);
-        let r = tokio::task::spawn_blocking(move || {
-            let check = Check {
-                store: &store,
-                digest: &digest,
-                object: &*object,
-                sums: Some(&s),
-                tiered,
-            };
-            let r = check.blocks(from, to, b);
-            if let Err(e) = &r {
-                store.read_failed(&digest, e);
-            }
-            r
-        })
-        .await
-        .map_err(io::Error::other)??;
-        let (b, fresh) = r;
+        let v = self.verdict.clone();
+        let (b, fresh) = tokio::task::spawn_blocking(move || v.recheck(Some(&s), from, to, Ok(b)))
+            .await
+            .map_err(io::Error::other)??;
         if let Some(f) = fresh {
             // The checksums were what rotted: the rewritten ones check the rest.
             self.sums = Some(Arc::new(f));
@@ -354,24 +351,25 @@ impl StoredObject {
         let object: Arc<dyn ObjectRead> = Arc::from(object);
         let size = entry.size;
         let end = end.min(size);
-        if let Some(map) = object.map().filter(|m| m.len() as u64 >= size) {
+        let map = object.map().filter(|m| m.len() as u64 >= size);
+        let verdict = Arc::new(ReadVerdict {
+            object: object.clone(),
+            sums: sums.clone(),
+            lease,
+            tiered,
+        });
+        if let Some(map) = map {
             let map = map.slice(..size as usize);
-            let read = MapRead::new(map, object, sums, lease, tiered, start, end);
-            return read.stream().left_stream();
+            return MapRead::new(map, verdict, start, end)
+                .stream()
+                .left_stream();
         }
         let wins = windows(start, end, size, unit_of(sums.as_deref()));
-        let lease = Arc::new(lease);
         // A remote object's bytes as they arrive, checked in place
         // (`pieces`); else window by window on blocking threads.
         if let (Some(&(from, _)), Some(&(_, to))) = (wins.first(), wins.last())
             && let Some(p) = object.pieces(from, to)
         {
-            let verdict = Arc::new(ReadVerdict {
-                object,
-                sums: sums.clone(),
-                lease,
-                tiered,
-            });
             let s = super::pieces::checked(p, (from, to), (start, end), size, sums, verdict);
             return s.left_stream().right_stream();
         }
@@ -388,30 +386,16 @@ impl StoredObject {
             })
         });
         // Window by window, each checked as it completes, in order; the
-        // lease lives as long as the stream (the closure holds it).
+        // lease lives as long as the stream (the verdict holds it).
         let state = Some((span, wins.into_iter()));
         futures::stream::unfold(state, move |state| {
-            let (object, sums, lease) = (object.clone(), sums.clone(), lease.clone());
+            let v = verdict.clone();
             async move {
                 let (mut span, mut wins) = state?;
                 let (from, to) = wins.next()?;
-                let store = lease.store.clone();
-                let digest = lease.digest.clone();
                 let read = tokio::task::spawn_blocking(move || {
-                    let check = Check {
-                        store: &store,
-                        digest: &digest,
-                        object: &*object,
-                        sums: sums.as_deref(),
-                        tiered,
-                    };
-                    let r = span
-                        .next_bytes((to - from) as usize)
-                        .and_then(|b| check.blocks(from, to, b))
-                        .map(|(b, _)| b);
-                    if let Err(e) = &r {
-                        store.read_failed(&digest, e);
-                    }
+                    let b = span.next_bytes((to - from) as usize);
+                    let r = v.recheck(v.sums.as_deref(), from, to, b).map(|(b, _)| b);
                     (span, r)
                 })
                 .await;
