@@ -59,13 +59,14 @@ pub trait ObjectRead: Send + Sync {
         None
     }
 
-    /// The whole object as one read-only memory map, when the backend
-    /// keeps it in a local file (`None`, the default: read through
-    /// `read_chunk`/`span`). A read slices it with no call to the backend;
+    /// The whole object as one read-only memory map (mapped by this call;
+    /// cheap to clone and slice), when the backend keeps it in a local
+    /// file (`None`, the default: read through `read_chunk`/`span`). A
+    /// read slices it with no call to the backend;
     /// a page not in memory is read from disk when first touched, so only
     /// a blocking thread may touch a page it has not seen resident
     /// ([`super::local::resident`]).
-    fn map(&self) -> Option<&Bytes> {
+    fn map(&self) -> Option<Bytes> {
         None
     }
 }

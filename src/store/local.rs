@@ -73,12 +73,11 @@ impl Drop for Flock<'_> {
 }
 
 /// A committed object file, read in memory maps: a window mapped per read
-/// (`read_chunk`), or the whole file mapped once ([`ObjectRead::map`]),
-/// which the store keeps while it holds the object ([`Mapped`]).
+/// (`read_chunk`), or the whole file mapped ([`ObjectRead::map`]), which
+/// the store keeps while it holds the object ([`Mapped`]).
 struct LocalObject {
     file: File,
     len: u64,
-    whole: std::sync::OnceLock<Option<Bytes>>,
 }
 
 impl ObjectRead for LocalObject {
@@ -87,22 +86,17 @@ impl ObjectRead for LocalObject {
     }
 
     fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes> {
-        match self.whole.get() {
-            Some(Some(map)) => slice_map(map, pos, len),
-            _ => map_chunk(&self.file, pos, len),
-        }
+        map_chunk(&self.file, pos, len)
     }
 
-    fn map(&self) -> Option<&Bytes> {
-        self.whole
-            .get_or_init(|| match map_whole(&self.file, self.len) {
-                Ok(m) => Some(m),
-                Err(e) => {
-                    tracing::warn!(error = %e, "mapping a stored object whole; reading it by windows");
-                    None
-                }
-            })
-            .as_ref()
+    fn map(&self) -> Option<Bytes> {
+        match map_whole(&self.file, self.len) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(error = %e, "mapping a stored object whole; reading it by windows");
+                None
+            }
+        }
     }
 }
 
@@ -120,8 +114,8 @@ impl ObjectRead for Mapped {
         slice_map(&self.0, pos, len)
     }
 
-    fn map(&self) -> Option<&Bytes> {
-        Some(&self.0)
+    fn map(&self) -> Option<Bytes> {
+        Some(self.0.clone())
     }
 }
 
@@ -532,11 +526,7 @@ pub(super) fn open_regular(path: &Path) -> io::Result<File> {
 pub(super) fn open_mapped(path: &Path) -> io::Result<Box<dyn ObjectRead>> {
     let file = open_regular(path)?;
     let len = file.metadata()?.len();
-    Ok(Box::new(LocalObject {
-        file,
-        len,
-        whole: std::sync::OnceLock::new(),
-    }))
+    Ok(Box::new(LocalObject { file, len }))
 }
 
 /// Read a small regular file (an index entry, a checksum list).
@@ -621,7 +611,7 @@ mod tests {
         // SAFETY: advice on an open file: drop its clean pages from the cache.
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         let o = open_mapped(&path).unwrap();
-        let map = o.map().unwrap().clone();
+        let map = o.map().unwrap();
         assert_eq!(map.len(), len);
         // (a filesystem that keeps every page in memory passes trivially)
         if !resident(&map) {
