@@ -90,15 +90,13 @@ pub async fn enforce(State(st): State<AppState>, mut req: Request, next: Next) -
 
 /// Middleware: count requests by route template and status; time to the head.
 pub async fn track(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".to_string());
+    // (an `Arc` clone: the metric borrows the declared template's label)
+    let route = req.extensions().get::<MatchedPath>().cloned();
     let started = Instant::now();
     let resp = next.run(req).await;
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     st.metrics
-        .request(&route, resp.status().as_u16(), started.elapsed());
+        .request(route, resp.status().as_u16(), started.elapsed());
     resp
 }
 
