@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -59,14 +60,14 @@ pub trait ObjectRead: Send + Sync {
         None
     }
 
-    /// The whole object as one read-only memory map (mapped by this call;
-    /// cheap to clone and slice), when the backend keeps it in a local
-    /// file (`None`, the default: read through `read_chunk`/`span`). A
-    /// read slices it with no call to the backend;
-    /// a page not in memory is read from disk when first touched, so only
-    /// a blocking thread may touch a page it has not seen resident
-    /// ([`super::local::resident`]).
-    fn map(&self) -> Option<Bytes> {
+    /// The open local file the object's bytes are in, when the backend
+    /// keeps it in one (`None`, the default: read through
+    /// `read_chunk`/`span`/`pieces`). A read copies its bytes into a
+    /// buffer of its own with `pread` (the page cache's bytes without a
+    /// wait on an async worker, else on a blocking thread), checks them
+    /// there and sends that buffer: never a map, so no byte changed or cut
+    /// after the check goes out. Cheap to clone.
+    fn file(&self) -> Option<Arc<File>> {
         None
     }
 }

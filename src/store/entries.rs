@@ -48,20 +48,20 @@ pub(super) struct Obj {
     pub(super) keys: Vec<String>,
     /// Loaded once: `Some(None)` when the object has no checksums.
     pub(super) sums: Option<Option<Arc<Sums>>>,
-    /// The object's bytes mapped whole (a local store), kept from its first
-    /// open until it leaves memory (evicted, dropped, its last key gone) or
-    /// the cap on idle maps takes it ([`MAX_IDLE_MAPS`]); readers hold their
-    /// own handle on the map, so it is unmapped after the last one.
-    pub(super) map: Option<bytes::Bytes>,
+    /// The object's file open for reads (a local store), kept from its
+    /// first open until it leaves memory (evicted, dropped, its last key
+    /// gone) or the cap on idle files takes it ([`MAX_IDLE_FILES`]); readers
+    /// hold their own handle on it, so it is closed after the last one.
+    pub(super) file: Option<Arc<std::fs::File>>,
     /// When this entry of the object came into memory (the state's clock):
-    /// a map opened before the object was dropped and stored again is not
+    /// a file opened before the object was dropped and stored again is not
     /// kept for the new one.
     pub(super) born: u64,
 }
 
-/// Whole-object maps kept for objects no reader holds (the least recently
-/// used beyond it are dropped; the map of an object being read stays).
-pub(super) const MAX_IDLE_MAPS: usize = 128;
+/// Open files kept for objects no reader holds (the least recently used
+/// beyond it are closed; the file of an object being read stays).
+pub(super) const MAX_IDLE_FILES: usize = 128;
 
 impl Obj {
     fn new(size: u64, t: u64) -> Obj {
@@ -71,7 +71,7 @@ impl Obj {
             last_used: t,
             keys: Vec::new(),
             sums: None,
-            map: None,
+            file: None,
             born: t,
         }
     }
@@ -141,24 +141,29 @@ impl State {
         Some(o)
     }
 
-    /// Keep `map` as `digest`'s whole-object map (the one of its entry
-    /// `born`, of its size), unless it has one already; then drop the least recently used maps of objects
-    /// no reader holds beyond [`MAX_IDLE_MAPS`].
-    pub(super) fn keep_map(&mut self, digest: &str, born: u64, map: bytes::Bytes) {
+    /// Keep `file` (of `len` bytes) as `digest`'s open file (for its entry
+    /// `born`, of its size), unless it has one already; then close the
+    /// least recently used files of objects no reader holds beyond
+    /// [`MAX_IDLE_FILES`].
+    pub(super) fn keep_file(
+        &mut self,
+        digest: &str,
+        born: u64,
+        file: Arc<std::fs::File>,
+        len: u64,
+    ) {
         match self.objects.get_mut(digest) {
-            Some(o) if o.born == born && o.map.is_none() && map.len() as u64 == o.size => {
-                o.map = Some(map)
-            }
+            Some(o) if o.born == born && o.file.is_none() && len == o.size => o.file = Some(file),
             _ => return,
         }
         let mut idle: Vec<(u64, &String)> = self
             .objects
             .iter()
-            .filter(|(d, o)| o.map.is_some() && o.readers == 0 && d.as_str() != digest)
+            .filter(|(d, o)| o.file.is_some() && o.readers == 0 && d.as_str() != digest)
             .map(|(d, o)| (o.last_used, d))
             .collect();
-        // The new map is idle too once its reader leaves.
-        let keep = MAX_IDLE_MAPS.saturating_sub(1);
+        // The new file is idle too once its reader leaves.
+        let keep = MAX_IDLE_FILES.saturating_sub(1);
         if idle.len() <= keep {
             return;
         }
@@ -169,7 +174,7 @@ impl State {
             .collect();
         for d in drop {
             if let Some(o) = self.objects.get_mut(&d) {
-                o.map = None;
+                o.file = None;
             }
         }
     }

@@ -17,10 +17,10 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::{DirEntryExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 
 use super::backend::{Backend, Listed, LockGuard, ObjectRead};
@@ -72,12 +72,21 @@ impl Drop for Flock<'_> {
     }
 }
 
-/// A committed object file, read in memory maps: a window mapped per read
-/// (`read_chunk`), or the whole file mapped ([`ObjectRead::map`]), which
-/// the store keeps while it holds the object ([`Mapped`]).
-struct LocalObject {
-    file: File,
+/// A committed object file, read with `pread` into buffers of the
+/// reader's own (never mapped: a byte the check saw is the byte sent, and
+/// a file truncated under the store is a short read, not a SIGBUS). The
+/// open file is shared: the store keeps it while it holds the object
+/// ([`ObjectRead::file`]), so a warm open is memory work.
+pub(super) struct LocalObject {
+    file: Arc<File>,
     len: u64,
+}
+
+impl LocalObject {
+    /// An object of `len` bytes read from `file` (already open).
+    pub(super) fn held(file: Arc<File>, len: u64) -> Box<dyn ObjectRead> {
+        Box::new(LocalObject { file, len })
+    }
 }
 
 impl ObjectRead for LocalObject {
@@ -86,161 +95,113 @@ impl ObjectRead for LocalObject {
     }
 
     fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes> {
-        map_chunk(&self.file, pos, len)
+        let mut buf = BytesMut::with_capacity(len);
+        read_exact_at(&self.file, &mut buf, pos, len)?;
+        Ok(buf.freeze())
     }
 
-    fn map(&self) -> Option<Bytes> {
-        match map_whole(&self.file, self.len) {
-            Ok(m) => Some(m),
-            Err(e) => {
-                tracing::warn!(error = %e, "mapping a stored object whole; reading it by windows");
-                None
+    fn file(&self) -> Option<Arc<File>> {
+        Some(self.file.clone())
+    }
+}
+
+fn short() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "stored object is shorter than its entry",
+    )
+}
+
+/// One `preadv2` of up to `want - buf.len()` bytes at `pos + buf.len()`
+/// into `buf`'s spare capacity (`flags`: 0, or `RWF_NOWAIT`); the bytes
+/// read (0 at the end of the file).
+fn pread_once(
+    file: &File,
+    buf: &mut BytesMut,
+    pos: u64,
+    want: usize,
+    flags: i32,
+) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let have = buf.len();
+    if have >= want {
+        return Ok(0);
+    }
+    buf.reserve(want - have);
+    let spare = buf.spare_capacity_mut();
+    let n = (want - have).min(spare.len());
+    let iov = libc::iovec {
+        iov_base: spare.as_mut_ptr().cast(),
+        iov_len: n,
+    };
+    let off = i64::try_from(pos + have as u64).map_err(|_| short())?;
+    loop {
+        // SAFETY: `iov` covers `n` bytes of `buf`'s spare capacity, which
+        // nothing else borrows while the call runs; the fd is open.
+        let r = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, off, flags) };
+        if r >= 0 {
+            // SAFETY: the kernel wrote `r <= n` bytes past the old length.
+            unsafe { buf.set_len(have + r as usize) };
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Fill `buf` (empty or partly filled) to `want` bytes with the file's
+/// bytes from `pos` (blocking: it may wait on the disk). A file ending
+/// first is `UnexpectedEof`.
+pub(super) fn read_exact_at(
+    file: &File,
+    buf: &mut BytesMut,
+    pos: u64,
+    want: usize,
+) -> io::Result<()> {
+    while buf.len() < want {
+        if pread_once(file, buf, pos, want, 0)? == 0 {
+            return Err(short());
+        }
+    }
+    Ok(())
+}
+
+/// Fill `buf` toward `want` bytes from `pos` with what the page cache
+/// holds, never waiting on the disk (`RWF_NOWAIT`: an async worker may
+/// call it): `Ok(true)` when it is full, `Ok(false)` when the rest must be
+/// read on a blocking thread ([`read_exact_at`]: a page not in memory, the
+/// file's end, or a kernel or filesystem without `RWF_NOWAIT`).
+pub(super) fn read_cached_at(
+    file: &File,
+    buf: &mut BytesMut,
+    pos: u64,
+    want: usize,
+) -> io::Result<bool> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
+    if UNSUPPORTED.load(Ordering::Relaxed) {
+        return Ok(buf.len() >= want);
+    }
+    while buf.len() < want {
+        match pread_once(file, buf, pos, want, libc::RWF_NOWAIT) {
+            Ok(0) => return Ok(false),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL)
+                ) =>
+            {
+                UNSUPPORTED.store(true, Ordering::Relaxed);
+                return Ok(false);
             }
+            Err(e) => return Err(e),
         }
     }
-}
-
-/// An object's bytes as one map of the whole file (its file closed: the
-/// map keeps the inode, so an object deleted meanwhile is still read
-/// whole). Cheap to clone; every read is a slice of the one map.
-pub(super) struct Mapped(pub(super) Bytes);
-
-impl ObjectRead for Mapped {
-    fn len(&self) -> u64 {
-        self.0.len() as u64
-    }
-
-    fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes> {
-        slice_map(&self.0, pos, len)
-    }
-
-    fn map(&self) -> Option<Bytes> {
-        Some(self.0.clone())
-    }
-}
-
-/// `len` bytes at `pos` of a whole-object map.
-fn slice_map(map: &Bytes, pos: u64, len: usize) -> io::Result<Bytes> {
-    let end = pos
-        .checked_add(len as u64)
-        .filter(|&e| e <= map.len() as u64);
-    match end {
-        Some(end) => Ok(map.slice(pos as usize..end as usize)),
-        None => Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "stored object is shorter than its entry",
-        )),
-    }
-}
-
-/// The page size, for aligning `mincore` and `madvise` calls.
-fn page_size() -> usize {
-    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *PAGE.get_or_init(|| {
-        // SAFETY: sysconf has no preconditions.
-        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if n > 0 { n as usize } else { 4096 }
-    })
-}
-
-/// The pages under `b` (a slice of a map), page-aligned: address and length.
-fn pages_of(b: &[u8]) -> (*mut libc::c_void, usize) {
-    let page = page_size();
-    let at = b.as_ptr() as usize;
-    let start = at & !(page - 1);
-    (start as *mut libc::c_void, at + b.len() - start)
-}
-
-/// Is every page of `b` (a slice of a file map) in the page cache? Then
-/// touching it costs at most a minor fault, never a wait on the disk: an
-/// async worker may read it. (A page reclaimed between this answer and the
-/// touch is read from disk there: rare, and bounded by one page.) A page
-/// past the end of a truncated file is never resident.
-pub(super) fn resident(b: &[u8]) -> bool {
-    if b.is_empty() {
-        return true;
-    }
-    let page = page_size();
-    let (start, len) = pages_of(b);
-    let mut vec = [0u8; 256];
-    let mut done = 0usize;
-    while done < len {
-        let n = (len - done).min(vec.len() * page);
-        let pages = n.div_ceil(page);
-        // SAFETY: `start + done .. + n` lies within the map `b` is a slice
-        // of (page-aligned down from `b`), and `vec` holds one byte for each
-        // of its pages.
-        let r = unsafe {
-            libc::mincore(
-                (start as usize + done) as *mut libc::c_void,
-                n,
-                vec.as_mut_ptr(),
-            )
-        };
-        if r != 0 || vec[..pages].iter().any(|v| v & 1 == 0) {
-            return false;
-        }
-        done += n;
-    }
-    true
-}
-
-/// Read the pages of `b` (a slice of a file map) into memory and map them
-/// (blocking: it waits on the disk). A page past the end of the file (the
-/// file was truncated under the store) is an error here, not a SIGBUS
-/// later.
-pub(super) fn populate(b: &[u8]) -> io::Result<()> {
-    if b.is_empty() {
-        return Ok(());
-    }
-    let (start, len) = pages_of(b);
-    // SAFETY: the range lies within the map `b` is a slice of; the advice
-    // only faults its pages in.
-    let r = unsafe { libc::madvise(start, len, libc::MADV_POPULATE_READ) };
-    if r == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        // A kernel before 5.14: touch a byte of every page instead.
-        Some(libc::EINVAL) => {
-            let page = page_size();
-            let mut at = 0;
-            while at < b.len() {
-                // SAFETY: in bounds; a volatile read so it is not elided.
-                unsafe { std::ptr::read_volatile(b.as_ptr().add(at)) };
-                at += page;
-            }
-            Ok(())
-        }
-        Some(libc::EFAULT) | Some(libc::ENOMEM) => Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "stored object is shorter than its entry",
-        )),
-        _ => Err(e),
-    }
-}
-
-/// The whole of `file` (`len` bytes, checked against the file now) as one
-/// read-only map, no page read yet.
-fn map_whole(file: &File, len: u64) -> io::Result<Bytes> {
-    if len == 0 {
-        return Ok(Bytes::new());
-    }
-    if file.metadata()?.len() < len {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "stored object is shorter than its entry",
-        ));
-    }
-    let len = usize::try_from(len).map_err(|_| io::Error::other("object too large to map"))?;
-    // SAFETY: as for `map_chunk`: committed objects are never written,
-    // truncated or rewritten by the store (removed by unlinking only), and
-    // the length was checked just now. A page is touched by an async worker
-    // only once `resident` said it is in memory (a page of a truncated file
-    // never is), otherwise on a blocking thread after `populate`.
-    let map = unsafe { memmap2::MmapOptions::new().len(len).map(file)? };
-    Ok(Bytes::from_owner(map))
+    Ok(true)
 }
 
 impl Backend for LocalDir {
@@ -293,7 +254,7 @@ impl Backend for LocalDir {
     }
 
     fn open_object(&self, digest: &str, _len: u64) -> io::Result<Box<dyn ObjectRead>> {
-        open_mapped(&self.layout.object(digest))
+        open_object_file(&self.layout.object(digest))
     }
 
     fn put_object(&self, spool: &Path, file: File, digest: &str, sums: &[u8]) -> io::Result<bool> {
@@ -397,34 +358,6 @@ fn stranger(e: &fs::DirEntry) {
     tracing::warn!(path = %e.path().display(), kind = what, "not written by talos-gen: left alone");
 }
 
-/// A read-only map of `len` bytes of `file` at `pos`.
-fn map_chunk(file: &File, pos: u64, len: usize) -> io::Result<Bytes> {
-    if len == 0 {
-        return Ok(Bytes::new());
-    }
-    if file.metadata()?.len() < pos + len as u64 {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "stored object is shorter than its entry",
-        ));
-    }
-    // SAFETY: memmap2 requires that the mapped file is not changed while
-    // mapped. Objects are immutable once committed: the store only ever
-    // writes them through a temp file that is renamed into place, never
-    // truncates or rewrites one, and removes them by unlinking (the inode
-    // and this mapping stay valid). The length was checked above, so no
-    // page of the map lies beyond the end of the file.
-    let map = unsafe {
-        memmap2::MmapOptions::new()
-            .offset(pos)
-            .len(len)
-            .populate()
-            .map(file)?
-    };
-    let _ = map.advise(memmap2::Advice::Sequential);
-    Ok(Bytes::from_owner(map))
-}
-
 /// Prefixes of the temp files the store creates (nothing else in `tmp/`
 /// is ever removed).
 pub(super) const TEMP_PREFIXES: [&str; 3] = ["fill-", "index-", "sums-"];
@@ -522,11 +455,11 @@ pub(super) fn open_regular(path: &Path) -> io::Result<File> {
     Ok(f)
 }
 
-/// A regular file of the store's own, opened for reads by memory maps.
-pub(super) fn open_mapped(path: &Path) -> io::Result<Box<dyn ObjectRead>> {
+/// A regular file of the store's own, opened for reads.
+pub(super) fn open_object_file(path: &Path) -> io::Result<Box<dyn ObjectRead>> {
     let file = open_regular(path)?;
     let len = file.metadata()?.len();
-    Ok(Box::new(LocalObject { file, len }))
+    Ok(LocalObject::held(Arc::new(file), len))
 }
 
 /// Read a small regular file (an index entry, a checksum list).
@@ -595,36 +528,42 @@ pub(super) fn write_atomic(
 mod tests {
     use super::*;
 
-    /// Pages not in memory are seen so, and read in by `populate`; pages
-    /// past the end of a file truncated under its map are never resident,
-    /// and `populate` says so instead of the process taking a SIGBUS.
+    /// Pages not in memory are left to a blocking read (`read_cached_at`
+    /// never waits on the disk), which completes the same bytes; a file
+    /// truncated under an open object is a short read (`UnexpectedEof`),
+    /// never a crash.
     #[test]
-    fn residency_is_seen_and_a_truncated_map_is_an_error_not_a_crash() {
+    fn cached_reads_leave_the_disk_to_blocking_ones_and_a_truncated_file_is_a_short_read() {
         use std::io::Write;
         use std::os::fd::AsRawFd;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("o");
         let len = 1 << 20;
+        let body: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
         let mut f = File::create(&path).unwrap();
-        f.write_all(&vec![7u8; len]).unwrap();
+        f.write_all(&body).unwrap();
         f.sync_all().unwrap();
         // SAFETY: advice on an open file: drop its clean pages from the cache.
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        let o = open_mapped(&path).unwrap();
-        let map = o.map().unwrap();
-        assert_eq!(map.len(), len);
-        // (a filesystem that keeps every page in memory passes trivially)
-        if !resident(&map) {
-            populate(&map[4096..]).unwrap();
-            assert!(resident(&map[4096..]));
+        let o = open_object_file(&path).unwrap();
+        let file = o.file().unwrap();
+        let mut buf = BytesMut::new();
+        // (a filesystem that keeps every page in memory fills it at once)
+        if !read_cached_at(&file, &mut buf, 4096, len - 4096).unwrap() {
+            read_exact_at(&file, &mut buf, 4096, len - 4096).unwrap();
         }
-        assert_eq!(map[len - 1], 7);
-        // truncated under the map: the tail is gone
+        assert_eq!(&buf[..], &body[4096..]);
+        assert_eq!(&o.read_chunk(10, 100).unwrap()[..], &body[10..110]);
+        // truncated under the open object: the tail is a short read
         f.set_len(100 << 10).unwrap();
-        let tail = &map[512 << 10..];
-        assert!(!resident(tail));
-        let e = populate(tail).unwrap_err();
+        let mut buf = BytesMut::new();
+        assert!(!read_cached_at(&file, &mut buf, 64 << 10, 512 << 10).unwrap());
+        let e = read_exact_at(&file, &mut buf, 64 << 10, 512 << 10).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
-        assert!(resident(&map[..64 << 10]));
+        assert_eq!(
+            o.read_chunk(512 << 10, 10).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+        assert_eq!(&o.read_chunk(0, 64 << 10).unwrap()[..], &body[..64 << 10]);
     }
 }

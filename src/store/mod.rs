@@ -22,9 +22,10 @@
 //! every call bounded by the backend's timeout), so a frozen bucket
 //! stalls the requests that need it, never the others. What stays on the
 //! async worker is memory work: opening a local object already held open
-//! (its map and checksums in memory), and reading and checking a window of
-//! its map once `mincore` says the window's pages are in memory (a window
-//! that is not is read in on a blocking thread first).
+//! (its file and checksums in memory), and copying a piece of it from the
+//! page cache into the stream's buffer (`preadv2` with `RWF_NOWAIT`, which
+//! never waits on the disk; a piece not all in memory is read on a
+//! blocking thread) and checking it there.
 //!
 //! # Layout of the local directory (see [`local`])
 //! `objects/sha256/<hex>` (the bytes), `sums/<hex>` (their per-chunk

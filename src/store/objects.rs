@@ -1,11 +1,11 @@
 //! The object store: bodies and their block checksums. An object is
 //! opened under a lease with what the entry store already knows (its size
 //! and checksums, read once): a warm read makes no backend round trip
-//! before its first byte. A local object is mapped whole at its first open
-//! and the map kept with its metadata while the store holds it (dropped
-//! with the object, or beyond [`super::entries::MAX_IDLE_MAPS`] idle maps):
-//! the next open is memory work on the async worker ([`Store::open_key`]),
-//! and every read a slice of the one map. The commit (spool file -> object
+//! before its first byte. A local object's file is opened at its first
+//! read and kept open with its metadata while the store holds it (closed
+//! with the object, or beyond [`super::entries::MAX_IDLE_FILES`] idle
+//! files): the next open is memory work on the async worker
+//! ([`Store::open_key`]). The commit (spool file -> object
 //! -> entry), the checks that drop rotten objects, and for a bucket the
 //! local tier.
 
@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::backend::ObjectRead;
-use super::local::Mapped;
+use super::local::LocalObject;
 use super::read::{Lease, StoredObject};
 use super::sums::{self, Sums};
 use super::{Entry, Meta, STREAM_CHUNK, Store, TempObject, now_secs};
@@ -45,7 +45,7 @@ impl Store {
         &self,
         key: &str,
     ) -> std::result::Result<Option<StoredObject>, Unavailable> {
-        // An object held open already (its map and checksums in memory):
+        // An object held open already (its file and checksums in memory):
         // memory work only, no blocking thread.
         if let Some(o) = self.open_held(key) {
             return Ok(Some(o));
@@ -58,26 +58,26 @@ impl Store {
     }
 
     /// The object for `key` if this process holds it open already (a local
-    /// store keeps each object it read mapped, with its checksums): the
+    /// store keeps each object it read open, with its checksums): the
     /// lease taken, no call to the backend. `None`: ask [`Store::lookup`].
     pub(super) fn open_held(&self, key: &str) -> Option<StoredObject> {
-        let (entry, map, sums) = {
+        let (entry, file, sums) = {
             let mut st = self.lock();
             let entry = st.keys.get(key)?;
             let o = st.objects.get(&entry.digest)?;
-            let (Some(map), Some(sums)) = (o.map.clone(), o.sums.clone()) else {
+            let (Some(file), Some(sums)) = (o.file.clone(), o.sums.clone()) else {
                 return None;
             };
             let entry = entry.clone();
             st.lease(&entry.digest)?;
-            (entry, map, sums)
+            (entry, file, sums)
         };
         Some(StoredObject {
             lease: Lease {
                 store: self.clone(),
                 digest: entry.digest.clone(),
             },
-            object: Box::new(Mapped(map)),
+            object: LocalObject::held(file, entry.size),
             sums,
             entry,
             tiered: false,
@@ -167,10 +167,10 @@ impl Store {
         };
         // Take the reader's lease first (nothing evicts the object from
         // here on), then open it with the state unlocked.
-        let (known_sums, known_map, born) = {
+        let (known_sums, known_file, born) = {
             let mut st = self.lock();
             match st.lease(&entry.digest) {
-                Some(o) => (o.sums.clone(), o.map.clone(), o.born),
+                Some(o) => (o.sums.clone(), o.file.clone(), o.born),
                 None => return Ok(None),
             }
         };
@@ -178,10 +178,10 @@ impl Store {
             store: self.clone(),
             digest: entry.digest.clone(),
         };
-        if let (Some(map), Some(sums)) = (known_map, known_sums.clone()) {
+        if let (Some(file), Some(sums)) = (known_file, known_sums.clone()) {
             return Ok(Some(StoredObject {
                 lease,
-                object: Box::new(Mapped(map)),
+                object: LocalObject::held(file, entry.size),
                 sums,
                 entry,
                 tiered: false,
@@ -232,17 +232,16 @@ impl Store {
         if !tier && let Some(t) = self.tier() {
             t.want(self, &entry.digest, entry.size, sums.clone());
         }
-        // A local object is mapped whole once and the map kept while the
-        // object is held: the next open is memory work ([`Store::open_held`]).
-        if !tier && !self.is_remote() {
-            let map = object
-                .map()
-                .filter(|m| m.len() as u64 >= entry.size)
-                .map(|m| m.slice(..entry.size as usize));
-            if let Some(map) = map {
-                self.lock().keep_map(&entry.digest, born, map.clone());
-                object = Box::new(Mapped(map));
-            }
+        // A local object's file is kept open while the object is held: the
+        // next open is memory work ([`Store::open_held`]). (A file shorter
+        // than its entry is a short read, and dropped, when read.)
+        if !tier
+            && !self.is_remote()
+            && let Some(file) = object.file()
+        {
+            self.lock()
+                .keep_file(&entry.digest, born, file.clone(), entry.size);
+            object = LocalObject::held(file, entry.size);
         }
         Ok(Some(StoredObject {
             lease,
@@ -390,13 +389,31 @@ impl Store {
         ))
     }
 
-    /// A read of `digest` failed (blocking). The object gone from the
-    /// backend (another replica deleted it): its keys go, so the next
-    /// request fetches it again; any other failure is the backend not
-    /// answering.
-    pub(super) fn read_failed(&self, digest: &str, e: &std::io::Error) {
-        if e.kind() != std::io::ErrorKind::NotFound {
+    /// A read of `digest` failed (blocking); `tiered`: it read the local
+    /// tier's copy. The object gone from the backend (another replica
+    /// deleted it): its keys go, so the next request fetches it again. A
+    /// local file shorter than its entry (truncated under the store: the
+    /// store never truncates a committed object): dropped like a corrupt
+    /// one. A tier copy gone or short: the copy goes (the bucket stays the
+    /// truth). Any other failure is the backend not answering.
+    pub(super) fn read_failed(&self, digest: &str, e: &std::io::Error, tiered: bool) {
+        use std::io::ErrorKind::{NotFound, UnexpectedEof};
+        if tiered {
+            if matches!(e.kind(), NotFound | UnexpectedEof) {
+                tracing::error!(%digest, error = %e, "the local tier's copy is gone or short; dropped (the bucket's is read next)");
+                if let Some(t) = self.tier() {
+                    t.remove(digest);
+                }
+            }
             return;
+        }
+        match e.kind() {
+            NotFound => {}
+            UnexpectedEof if !self.is_remote() => {
+                return self
+                    .quarantine(digest, &format!("its file is shorter than its entry ({e})"));
+            }
+            _ => return,
         }
         let Ok(_lock) = self.lock_store() else {
             return;

@@ -5,7 +5,7 @@
 use std::io;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
@@ -152,7 +152,9 @@ impl ReadVerdict {
         };
         let r = b.and_then(|b| check.blocks(from, to, b));
         if let Err(e) = &r {
-            self.lease.store.read_failed(&self.lease.digest, e);
+            self.lease
+                .store
+                .read_failed(&self.lease.digest, e, self.tiered);
         }
         r
     }
@@ -165,7 +167,9 @@ impl super::pieces::Verdict for ReadVerdict {
     }
 
     fn failed(&self, e: &io::Error) {
-        self.lease.store.read_failed(&self.lease.digest, e);
+        self.lease
+            .store
+            .read_failed(&self.lease.digest, e, self.tiered);
     }
 }
 
@@ -183,27 +187,31 @@ impl Span for ChunkSpan {
     }
 }
 
-/// Bytes handed out per step of a mapped read: each piece's checksum
-/// blocks are checked on the async worker just before the piece goes to
-/// the socket, so the kernel copies bytes the check has just pulled into
-/// the CPU cache (a piece fits in a core's L2, 512 KiB here; 1 MiB did
-/// not). Measured on a 2-core machine, random 1 MiB ranges at 256
-/// connections (wrk against a 64 MiB artifact, `docs/performance.md`):
-/// 1 MiB pieces 1.87-1.89 GB/s, 256 KiB 2.04-2.10 GB/s, 128 KiB
-/// 1.96-2.07 GB/s (more writes, more body polls).
+/// Bytes handed out per step of a local file's read: each piece is read
+/// into the stream's own buffer, its checksum blocks checked there on the
+/// async worker, and that buffer sent, so the bytes checked are the bytes
+/// sent and the socket copies from a buffer still in the CPU cache (a
+/// piece fits in a core's L2, 512 KiB here). The buffer's memory is taken
+/// back for the next piece once the socket has it, so a stream keeps one
+/// or two pieces, not one per step. Measured on a 2-core machine
+/// (`docs/performance.md`).
 pub const SEND_PIECE: usize = 256 << 10;
 
-/// A read of a whole-object map ([`ObjectRead::map`]), piece by piece
-/// from the checksum block holding `start` to the one holding `end - 1`:
-/// each piece's pages seen resident (`mincore`) or read in on a blocking
-/// thread first, then its checksum blocks checked on the async worker
-/// right before it goes out, [`SEND_PIECE`] at a time; a last piece
-/// shorter than a quarter piece joins the one before. A mismatch is
-/// handled on a blocking thread ([`Check::blocks`]: the object dropped, or
-/// its checksums rewritten) and ends the stream with an error unless the
-/// bytes prove right.
-struct MapRead {
-    map: Bytes,
+/// A read of a local file ([`ObjectRead::file`]), piece by piece from the
+/// checksum block holding `start` to the one holding `end - 1`: each
+/// piece copied into the stream's buffer from the page cache on the async
+/// worker when the page cache holds it (`RWF_NOWAIT`: never a wait on the
+/// disk there), else on a blocking thread; then its checksum blocks
+/// checked in that buffer and the buffer sent, [`SEND_PIECE`] at a time;
+/// a last piece shorter than a quarter piece joins the one before. A
+/// mismatch is handled on a blocking thread ([`Check::blocks`]: the object
+/// dropped, or its checksums rewritten) and ends the stream with an error
+/// unless the bytes prove right; a file shorter than its entry (truncated
+/// under the store) ends it too, and drops the object.
+struct FileRead {
+    file: Arc<std::fs::File>,
+    /// The stream's buffer (its memory reused once a sent piece is done).
+    buf: BytesMut,
     verdict: Arc<ReadVerdict>,
     /// The checksums the next piece is checked against (the verdict's,
     /// until a mismatch proved them rotten and they were rewritten).
@@ -217,9 +225,14 @@ struct MapRead {
     last: u64,
 }
 
-impl MapRead {
-    fn new(map: Bytes, verdict: Arc<ReadVerdict>, start: u64, end: u64) -> MapRead {
-        let size = map.len() as u64;
+impl FileRead {
+    fn new(
+        file: Arc<std::fs::File>,
+        size: u64,
+        verdict: Arc<ReadVerdict>,
+        start: u64,
+        end: u64,
+    ) -> FileRead {
         let end = end.min(size);
         let sums = verdict.sums.clone();
         let unit = unit_of(sums.as_deref());
@@ -231,8 +244,9 @@ impl MapRead {
         } else {
             (0, 0)
         };
-        MapRead {
-            map,
+        FileRead {
+            file,
+            buf: BytesMut::new(),
             verdict,
             sums,
             start,
@@ -263,14 +277,18 @@ impl MapRead {
             let n = if left <= want + want / 4 { left } else { want };
             let (from, to) = (self.at, self.at + n);
             self.at = to;
-            let b = self.map.slice(from as usize..to as usize);
-            if !super::local::resident(&b) {
-                // Pages to read from disk: on a blocking thread.
-                let win = b.clone();
-                tokio::task::spawn_blocking(move || super::local::populate(&win))
-                    .await
-                    .map_err(io::Error::other)??;
-            }
+            let b = match self.read(from, n as usize).await {
+                Ok(b) => b,
+                Err(e) => {
+                    let v = self.verdict.clone();
+                    let e2 = io::Error::new(e.kind(), e.to_string());
+                    let _ = tokio::task::spawn_blocking(move || {
+                        super::pieces::Verdict::failed(&*v, &e2)
+                    })
+                    .await;
+                    return Err(e);
+                }
+            };
             let b = self.check(from, to, b).await?;
             let (a, z) = (self.start.max(from), self.end.min(to));
             if a < z {
@@ -278,6 +296,27 @@ impl MapRead {
             }
         }
         Ok(None)
+    }
+
+    /// Bytes `from..from + n` of the file in the stream's buffer: what the
+    /// page cache holds copied here, the rest read on a blocking thread.
+    async fn read(&mut self, from: u64, n: usize) -> io::Result<Bytes> {
+        // The memory of pieces the socket is done with comes back here.
+        self.buf.clear();
+        self.buf.reserve(n);
+        if !super::local::read_cached_at(&self.file, &mut self.buf, from, n)? {
+            let file = self.file.clone();
+            let mut buf = std::mem::take(&mut self.buf);
+            let (buf, r) = tokio::task::spawn_blocking(move || {
+                let r = super::local::read_exact_at(&file, &mut buf, from, n);
+                (buf, r)
+            })
+            .await
+            .map_err(io::Error::other)?;
+            self.buf = buf;
+            r?;
+        }
+        Ok(self.buf.split_to(n).freeze())
     }
 
     /// Check the blocks of `from..to` (block-aligned, whole blocks or up to
@@ -329,13 +368,13 @@ impl StoredObject {
     /// response is cut before its end and the next request fetches the
     /// object again.
     ///
-    /// A local object is read from its whole-object map, kept while the
-    /// store holds the object: no call per read, the checks inline on the
-    /// async worker once `mincore` says the window's pages are in memory
-    /// (else they are read in on a blocking thread first), one copy from
-    /// the page cache to the socket. A bucket's object is read window by
-    /// window on blocking threads (one GET for the whole span). Memory
-    /// stays bounded by the windows in flight.
+    /// A local object is read from its open file, kept while the store
+    /// holds the object, into the stream's own buffer ([`FileRead`]: from
+    /// the page cache on the async worker, from the disk on a blocking
+    /// thread), checked there and sent from there. A bucket's object is
+    /// read as it arrives ([`ObjectRead::pieces`]) or window by window on
+    /// blocking threads (one GET for the whole span). Memory stays bounded
+    /// by the pieces in flight.
     pub fn stream(
         self,
         start: u64,
@@ -351,16 +390,15 @@ impl StoredObject {
         let object: Arc<dyn ObjectRead> = Arc::from(object);
         let size = entry.size;
         let end = end.min(size);
-        let map = object.map().filter(|m| m.len() as u64 >= size);
+        let file = object.file();
         let verdict = Arc::new(ReadVerdict {
             object: object.clone(),
             sums: sums.clone(),
             lease,
             tiered,
         });
-        if let Some(map) = map {
-            let map = map.slice(..size as usize);
-            return MapRead::new(map, verdict, start, end)
+        if let Some(file) = file {
+            return FileRead::new(file, size, verdict, start, end)
                 .stream()
                 .left_stream();
         }
@@ -440,7 +478,9 @@ impl StoredObject {
             .object
             .read_chunk(0, self.entry.size as usize)
             .map_err(|e| {
-                self.lease.store.read_failed(&self.entry.digest, &e);
+                self.lease
+                    .store
+                    .read_failed(&self.entry.digest, &e, self.tiered);
                 Error::io(format!("reading {}", self.entry.key), e)
             })?;
         let got = hex::encode(Sha256::digest(&buf));

@@ -540,11 +540,11 @@ async fn a_warm_read_asks_the_backend_for_no_metadata() {
     );
 }
 
-/// An object read once stays mapped while the store holds it: the next
+/// An object read once stays open while the store holds it: the next
 /// open is memory work (no blocking thread), and a byte flipped on disk
-/// under the held map is still caught by the next read, which drops it.
+/// under the held file is still caught by the next read, which drops it.
 #[tokio::test]
-async fn a_held_object_is_reopened_from_memory_and_rot_under_its_map_is_caught() {
+async fn a_held_object_is_reopened_from_memory_and_rot_under_its_file_is_caught() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), None).unwrap();
     let body: Vec<u8> = (0..(STREAM_CHUNK * 2 + 4321))
@@ -553,10 +553,10 @@ async fn a_held_object_is_reopened_from_memory_and_rot_under_its_map_is_caught()
     let e = put(&store, "k", &body, false).await;
     assert!(store.open_held("k").is_none(), "not opened yet");
     assert_eq!(read_whole(store.get("k").unwrap()).await.unwrap(), body);
-    assert!(store.lock().objects[&e.digest].map.is_some(), "kept mapped");
+    assert!(store.lock().objects[&e.digest].file.is_some(), "kept open");
     let o = store.open_held("k").expect("opened from memory");
     assert_eq!(read_whole(o).await.unwrap(), body);
-    // a range across the window grid, from the held map
+    // a range across the window grid, from the held file
     {
         use futures::StreamExt;
         let o = store.open_key("k").await.unwrap().unwrap();
@@ -568,7 +568,7 @@ async fn a_held_object_is_reopened_from_memory_and_rot_under_its_map_is_caught()
         }
         assert!(got == body[a..b]);
     }
-    // rot while the map is held, no restart
+    // rot while the file is held, no restart
     flip_byte(
         &store.object_path(&e.digest).unwrap(),
         STREAM_CHUNK as u64 * 2 + 100,
@@ -580,14 +580,14 @@ async fn a_held_object_is_reopened_from_memory_and_rot_under_its_map_is_caught()
     assert!(store.open_held("k").is_none() && store.get("k").is_none());
 }
 
-/// Whole-object maps of objects no reader holds are capped; the least
-/// recently used go first, and a reader keeps its own.
+/// Open files of objects no reader holds are capped; the least recently
+/// used go first, and a reader keeps its own.
 #[tokio::test]
-async fn idle_maps_are_capped() {
-    use super::entries::MAX_IDLE_MAPS;
+async fn idle_files_are_capped() {
+    use super::entries::MAX_IDLE_FILES;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), None).unwrap();
-    let n = MAX_IDLE_MAPS + 8;
+    let n = MAX_IDLE_FILES + 8;
     let mut digests = Vec::new();
     for i in 0..n {
         let e = put(
@@ -604,21 +604,21 @@ async fn idle_maps_are_capped() {
         drop(store.get(&format!("k{i}")).unwrap());
     }
     let st = store.lock();
-    let mapped = |d: &String| st.objects[d].map.is_some();
-    assert!(mapped(&digests[0]), "held by a reader");
-    assert!(mapped(&digests[n - 1]), "the newest");
-    assert!(!mapped(&digests[1]), "the oldest idle one went");
-    let idle = digests[1..].iter().filter(|d| mapped(d)).count();
-    assert_eq!(idle, MAX_IDLE_MAPS);
+    let open = |d: &String| st.objects[d].file.is_some();
+    assert!(open(&digests[0]), "held by a reader");
+    assert!(open(&digests[n - 1]), "the newest");
+    assert!(!open(&digests[1]), "the oldest idle one went");
+    let idle = digests[1..].iter().filter(|d| open(d)).count();
+    assert_eq!(idle, MAX_IDLE_FILES);
     drop(st);
     drop(held);
 }
 
-/// A mapped read goes out in checked pieces of [`SEND_PIECE`], a short
+/// A local file's read goes out in checked pieces of [`SEND_PIECE`], a short
 /// tail joined to the piece before; a range's pieces cover only whole
 /// checksum blocks around it, and hand out exactly the range.
 #[tokio::test]
-async fn a_mapped_read_goes_out_in_pieces() {
+async fn a_file_read_goes_out_in_pieces() {
     use super::read::SEND_PIECE;
     use futures::StreamExt;
     let dir = tempfile::tempdir().unwrap();
@@ -653,4 +653,69 @@ async fn a_mapped_read_goes_out_in_pieces() {
     // joined to the piece before), exactly the range handed out
     assert_eq!(sizes(1000, 1000 + 4 * p).await, [p - 1000, p, p, p + 1000]);
     assert_eq!(sizes(7, 8).await, [1]);
+}
+
+/// A piece handed out is the stream's own copy: a byte written into the
+/// object's file after its check (another process; a page reclaimed and
+/// read back rotten) does not change what goes to the socket, and the next
+/// read of the changed bytes is caught.
+#[tokio::test]
+async fn a_piece_handed_out_is_the_bytes_its_check_saw() {
+    use super::read::SEND_PIECE;
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let body: Vec<u8> = (0..(SEND_PIECE * 4)).map(|i| (i % 233) as u8).collect();
+    let e = put(&store, "k", &body, false).await;
+    let path = store.object_path(&e.digest).unwrap();
+    let o = store.open_key("k").await.unwrap().unwrap();
+    let mut s = Box::pin(o.stream(0, body.len() as u64));
+    let first = s.next().await.unwrap().unwrap();
+    assert!(first[..] == body[..first.len()]);
+    // written under the piece while the socket has not copied it yet
+    flip_byte(&path, 1000);
+    assert!(
+        first[..] == body[..first.len()],
+        "the piece changed after its check"
+    );
+    drop(s);
+    let err = read_whole(store.open_key("k").await.unwrap().unwrap())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("corrupt"), "{err}");
+}
+
+/// A file truncated under an open object (the store never truncates one:
+/// another process did) ends the stream with an error, never a crash, and
+/// drops the object so the next request fetches it again.
+#[tokio::test]
+async fn a_file_truncated_under_a_read_cuts_it_and_drops_the_object() {
+    use super::read::SEND_PIECE;
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let body: Vec<u8> = (0..(SEND_PIECE * 4)).map(|i| (i % 229) as u8).collect();
+    let e = put(&store, "k", &body, false).await;
+    let path = store.object_path(&e.digest).unwrap();
+    let o = store.open_key("k").await.unwrap().unwrap();
+    let mut s = Box::pin(o.stream(0, body.len() as u64));
+    let first = s.next().await.unwrap().unwrap();
+    assert!(first[..] == body[..first.len()]);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(SEND_PIECE as u64 + 10)
+        .unwrap();
+    let mut err = None;
+    while let Some(c) = s.next().await {
+        if let Err(e) = c {
+            err = Some(e);
+        }
+    }
+    let err = err.expect("the stream must end with an error");
+    assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof, "{err}");
+    assert_eq!(store.corrupt_dropped(), 1);
+    assert!(store.get("k").is_none(), "dropped");
+    assert!(!path.exists(), "its file removed");
 }

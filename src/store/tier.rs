@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::STREAM_CHUNK;
 use super::Store;
 use super::backend::ObjectRead;
-use super::local::{is_hex64, open_mapped};
+use super::local::{is_hex64, open_object_file};
 use super::sums::Sums;
 
 /// Background copies from the bucket at once.
@@ -134,7 +134,7 @@ impl Tier {
                 _ => return None,
             }
         }
-        match open_mapped(&self.path(digest)) {
+        match open_object_file(&self.path(digest)) {
             Ok(o) if o.len() == size => Some(o),
             _ => {
                 self.remove(digest);
@@ -143,7 +143,7 @@ impl Tier {
         }
     }
 
-    /// Drop the copy of `digest`, if any (a reader holding its map keeps
+    /// Drop the copy of `digest`, if any (a reader holding its file keeps
     /// reading it).
     pub(super) fn remove(&self, digest: &str) {
         let had = {
