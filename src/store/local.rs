@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use super::backend::{Backend, Listed, LockGuard, ObjectRead};
@@ -95,9 +95,9 @@ impl ObjectRead for LocalObject {
     }
 
     fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes> {
-        let mut buf = BytesMut::with_capacity(len);
+        let mut buf = Vec::with_capacity(len);
         read_exact_at(&self.file, &mut buf, pos, len)?;
-        Ok(buf.freeze())
+        Ok(Bytes::from(buf))
     }
 
     fn file(&self) -> Option<Arc<File>> {
@@ -117,7 +117,7 @@ fn short() -> io::Error {
 /// read (0 at the end of the file).
 fn pread_once(
     file: &File,
-    buf: &mut BytesMut,
+    buf: &mut Vec<u8>,
     pos: u64,
     want: usize,
     flags: i32,
@@ -156,7 +156,7 @@ fn pread_once(
 /// first is `UnexpectedEof`.
 pub(super) fn read_exact_at(
     file: &File,
-    buf: &mut BytesMut,
+    buf: &mut Vec<u8>,
     pos: u64,
     want: usize,
 ) -> io::Result<()> {
@@ -175,7 +175,7 @@ pub(super) fn read_exact_at(
 /// file's end, or a kernel or filesystem without `RWF_NOWAIT`).
 pub(super) fn read_cached_at(
     file: &File,
-    buf: &mut BytesMut,
+    buf: &mut Vec<u8>,
     pos: u64,
     want: usize,
 ) -> io::Result<bool> {
@@ -547,7 +547,7 @@ mod tests {
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         let o = open_object_file(&path).unwrap();
         let file = o.file().unwrap();
-        let mut buf = BytesMut::new();
+        let mut buf = Vec::new();
         // (a filesystem that keeps every page in memory fills it at once)
         if !read_cached_at(&file, &mut buf, 4096, len - 4096).unwrap() {
             read_exact_at(&file, &mut buf, 4096, len - 4096).unwrap();
@@ -556,7 +556,7 @@ mod tests {
         assert_eq!(&o.read_chunk(10, 100).unwrap()[..], &body[10..110]);
         // truncated under the open object: the tail is a short read
         f.set_len(100 << 10).unwrap();
-        let mut buf = BytesMut::new();
+        let mut buf = Vec::new();
         assert!(!read_cached_at(&file, &mut buf, 64 << 10, 512 << 10).unwrap());
         let e = read_exact_at(&file, &mut buf, 64 << 10, 512 << 10).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");

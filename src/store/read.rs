@@ -5,7 +5,7 @@
 use std::io;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
@@ -187,15 +187,81 @@ impl Span for ChunkSpan {
     }
 }
 
-/// Bytes handed out per step of a local file's read: each piece is read
-/// into the stream's own buffer, its checksum blocks checked there on the
-/// async worker, and that buffer sent, so the bytes checked are the bytes
-/// sent and the socket copies from a buffer still in the CPU cache (a
-/// piece fits in a core's L2, 512 KiB here). The buffer's memory is taken
-/// back for the next piece once the socket has it, so a stream keeps one
-/// or two pieces, not one per step. Measured on a 2-core machine
+/// Bytes handed out per step of a local file's read, at most: each piece
+/// is read into the stream's own buffer, its checksum blocks checked there
+/// on the async worker, and that buffer sent, so the bytes checked are the
+/// bytes sent and the socket copies from a buffer still in the CPU cache (a
+/// piece fits in a core's L2, 512 KiB here). Measured on a 2-core machine
 /// (`docs/performance.md`).
 pub const SEND_PIECE: usize = 256 << 10;
+
+/// The first piece of a stream, and every piece of a slow one: a client
+/// that takes a piece slower than [`FAST_READER`] gets pieces of this size,
+/// so a connection holds little while its socket drains (400 slow readers
+/// in tens of MiB, not a [`SEND_PIECE`] each); a faster one's pieces double
+/// up to [`SEND_PIECE`].
+pub const FIRST_PIECE: usize = 64 << 10;
+
+/// Bytes a second a client must take its pieces at for them to grow.
+const FAST_READER: f64 = 2.0 * 1024.0 * 1024.0;
+
+/// Bytes all streams together may hold in pieces larger than
+/// [`FIRST_PIECE`] (handed out and not yet dropped by the socket's
+/// writer); beyond it a stream's pieces stay at [`FIRST_PIECE`], so
+/// hundreds of readers whose sockets stopped draining hold tens of MiB at
+/// most.
+const LARGE_PIECES: usize = 48 << 20;
+
+/// Bytes held now in pieces larger than [`FIRST_PIECE`].
+static LARGE_HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A piece's buffer; one larger than [`FIRST_PIECE`] gives its share of
+/// [`LARGE_PIECES`] back when the last handle on it is dropped.
+struct PieceBuf {
+    buf: Vec<u8>,
+    large: usize,
+}
+
+impl AsRef<[u8]> for PieceBuf {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for PieceBuf {
+    fn drop(&mut self) {
+        if self.large > 0 {
+            LARGE_HELD.fetch_sub(self.large, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// Take `n` bytes of [`LARGE_PIECES`] for a piece; `false` when that
+/// would go over it.
+fn take_large(n: usize) -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut held = LARGE_HELD.load(Relaxed);
+    loop {
+        if held + n > LARGE_PIECES {
+            return false;
+        }
+        match LARGE_HELD.compare_exchange_weak(held, held + n, Relaxed, Relaxed) {
+            Ok(_) => return true,
+            Err(h) => held = h,
+        }
+    }
+}
+
+/// The next piece's size after a piece of `piece` bytes (`n` of them handed
+/// out) was taken in `took`: doubled (up to [`SEND_PIECE`]) for a client
+/// at [`FAST_READER`] or faster, back to [`FIRST_PIECE`] for a slower one.
+fn next_piece(piece: usize, n: usize, took: std::time::Duration) -> usize {
+    if n as f64 >= FAST_READER * took.as_secs_f64() {
+        (piece * 2).min(SEND_PIECE)
+    } else {
+        FIRST_PIECE
+    }
+}
 
 /// A read of a local file ([`ObjectRead::file`]), piece by piece from the
 /// checksum block holding `start` to the one holding `end - 1`: each
@@ -210,8 +276,9 @@ pub const SEND_PIECE: usize = 256 << 10;
 /// under the store) ends it too, and drops the object.
 struct FileRead {
     file: Arc<std::fs::File>,
-    /// The stream's buffer (its memory reused once a sent piece is done).
-    buf: BytesMut,
+    /// The size of the next piece, and when the last one was handed out.
+    piece: usize,
+    handed: Option<(std::time::Instant, usize)>,
     verdict: Arc<ReadVerdict>,
     /// The checksums the next piece is checked against (the verdict's,
     /// until a mismatch proved them rotten and they were rewritten).
@@ -246,7 +313,8 @@ impl FileRead {
         };
         FileRead {
             file,
-            buf: BytesMut::new(),
+            piece: FIRST_PIECE,
+            handed: None,
             verdict,
             sums,
             start,
@@ -270,9 +338,22 @@ impl FileRead {
 
     /// The next checked piece within `start..end`; `None` at the end.
     async fn next(&mut self) -> io::Result<Option<Bytes>> {
+        if let Some((at, n)) = self.handed.take() {
+            // The client's pace on the last piece: hyper asks for the next
+            // once the last is nearly written to the socket.
+            self.piece = next_piece(self.piece, n, at.elapsed());
+        }
         while self.at < self.last {
             let unit = unit_of(self.sums.as_deref());
-            let want = (SEND_PIECE as u64).max(unit) / unit * unit;
+            // A large piece only while the budget for them allows.
+            let piece = if self.piece > FIRST_PIECE
+                && LARGE_HELD.load(std::sync::atomic::Ordering::Relaxed) + self.piece > LARGE_PIECES
+            {
+                FIRST_PIECE
+            } else {
+                self.piece
+            };
+            let want = (piece as u64).max(unit) / unit * unit;
             let left = self.last - self.at;
             let n = if left <= want + want / 4 { left } else { want };
             let (from, to) = (self.at, self.at + n);
@@ -292,31 +373,35 @@ impl FileRead {
             let b = self.check(from, to, b).await?;
             let (a, z) = (self.start.max(from), self.end.min(to));
             if a < z {
+                self.handed = Some((std::time::Instant::now(), (z - a) as usize));
                 return Ok(Some(b.slice((a - from) as usize..(z - from) as usize)));
             }
         }
         Ok(None)
     }
 
-    /// Bytes `from..from + n` of the file in the stream's buffer: what the
-    /// page cache holds copied here, the rest read on a blocking thread.
+    /// Bytes `from..from + n` of the file in a buffer of their own: what
+    /// the page cache holds copied there on the async worker, the rest read
+    /// on a blocking thread.
     async fn read(&mut self, from: u64, n: usize) -> io::Result<Bytes> {
-        // The memory of pieces the socket is done with comes back here.
-        self.buf.clear();
-        self.buf.reserve(n);
-        if !super::local::read_cached_at(&self.file, &mut self.buf, from, n)? {
+        let large = if n > FIRST_PIECE && take_large(n) {
+            n
+        } else {
+            0
+        };
+        let mut piece = PieceBuf {
+            buf: Vec::with_capacity(n),
+            large,
+        };
+        if !super::local::read_cached_at(&self.file, &mut piece.buf, from, n)? {
             let file = self.file.clone();
-            let mut buf = std::mem::take(&mut self.buf);
-            let (buf, r) = tokio::task::spawn_blocking(move || {
-                let r = super::local::read_exact_at(&file, &mut buf, from, n);
-                (buf, r)
+            piece = tokio::task::spawn_blocking(move || {
+                super::local::read_exact_at(&file, &mut piece.buf, from, n).map(|()| piece)
             })
             .await
-            .map_err(io::Error::other)?;
-            self.buf = buf;
-            r?;
+            .map_err(io::Error::other)??;
         }
-        Ok(self.buf.split_to(n).freeze())
+        Ok(Bytes::from_owner(piece))
     }
 
     /// Check the blocks of `from..to` (block-aligned, whole blocks or up to
@@ -533,7 +618,24 @@ impl io::Read for ChunkReader {
 
 #[cfg(test)]
 mod tests {
-    use super::windows;
+    use super::{FIRST_PIECE, SEND_PIECE, next_piece, windows};
+    use std::time::Duration;
+
+    #[test]
+    fn pieces_grow_for_a_fast_client_and_shrink_for_a_slow_one() {
+        let ms = Duration::from_millis;
+        // 64 KiB taken in 1 ms, then 128 KiB: doubled, up to the cap
+        assert_eq!(next_piece(FIRST_PIECE, FIRST_PIECE, ms(1)), 2 * FIRST_PIECE);
+        assert_eq!(
+            next_piece(2 * FIRST_PIECE, 2 * FIRST_PIECE, ms(1)),
+            SEND_PIECE
+        );
+        assert_eq!(next_piece(SEND_PIECE, SEND_PIECE, ms(100)), SEND_PIECE);
+        // a 256 KiB piece taken in 200 ms (1.25 MiB/s): back to the first size
+        assert_eq!(next_piece(SEND_PIECE, SEND_PIECE, ms(200)), FIRST_PIECE);
+        // a client reading a KiB now and then
+        assert_eq!(next_piece(FIRST_PIECE, FIRST_PIECE, ms(500)), FIRST_PIECE);
+    }
 
     const M: u64 = 1 << 20;
     const K64: u64 = 64 << 10;

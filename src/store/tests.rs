@@ -614,12 +614,13 @@ async fn idle_files_are_capped() {
     drop(held);
 }
 
-/// A local file's read goes out in checked pieces of [`SEND_PIECE`], a short
-/// tail joined to the piece before; a range's pieces cover only whole
-/// checksum blocks around it, and hand out exactly the range.
+/// A local file's read goes out in checked pieces, the first of
+/// [`FIRST_PIECE`], none over [`SEND_PIECE`] (the pace decides between),
+/// a short tail joined to the piece before; a range's pieces cover only
+/// whole checksum blocks around it, and hand out exactly the range.
 #[tokio::test]
 async fn a_file_read_goes_out_in_pieces() {
-    use super::read::SEND_PIECE;
+    use super::read::{FIRST_PIECE, SEND_PIECE};
     use futures::StreamExt;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), None).unwrap();
@@ -643,15 +644,18 @@ async fn a_file_read_goes_out_in_pieces() {
             sizes
         }
     };
-    let (n, p) = (body.len(), SEND_PIECE);
-    assert_eq!(n, 8 * p + 12345);
-    // seven whole pieces, the short tail joined to the eighth
-    let mut whole = vec![p; 7];
-    whole.push(p + 12345);
-    assert_eq!(sizes(0, n).await, whole);
-    // 1 MiB off the block grid: the blocks around it read (a last block
-    // joined to the piece before), exactly the range handed out
-    assert_eq!(sizes(1000, 1000 + 4 * p).await, [p - 1000, p, p, p + 1000]);
+    let (n, f, p) = (body.len(), FIRST_PIECE, SEND_PIECE);
+    let most = p + p / 4;
+    let whole = sizes(0, n).await;
+    assert_eq!(whole[0], f);
+    assert!(whole.iter().all(|&s| s <= most), "{whole:?}");
+    // a tail under a quarter of the last piece's size is joined to it
+    assert!(*whole.last().unwrap() >= f / 4, "{whole:?}");
+    // 1 MiB off the block grid: the first piece starts at the block
+    // holding the range's first byte, exactly the range handed out
+    let r = sizes(1000, 1000 + 4 * p).await;
+    assert_eq!(r[0], f - 1000);
+    assert!(r.iter().all(|&s| s <= most), "{r:?}");
     assert_eq!(sizes(7, 8).await, [1]);
 }
 

@@ -84,3 +84,63 @@ fn four_hundred_slow_readers_of_one_fill_hold_little_memory() {
     assert_eq!(got.status, 200);
     assert!(got.body == up.xz, "wrong bytes");
 }
+
+/// 400 slow readers of a stored artifact (every piece read into a buffer
+/// of the stream's own, checked there and sent from there): a slow
+/// client's pieces stay small, so the service's anonymous memory stays
+/// under 96 MiB in total (with 256 KiB pieces each it would be about
+/// 100 MiB for the pieces alone).
+#[test]
+fn four_hundred_slow_readers_of_a_stored_artifact_hold_little_memory() {
+    let up = Factory::new(40, 0, &[A], None);
+    let svc = up.serve(&["--write-timeout", "120"]);
+    let url = format!("{}{}", svc.url(), image_path(A));
+    let got = curl(&[&url]);
+    assert_eq!((got.exit, got.status), (0, 200));
+    // stored: the next GET is served from the store
+    let t = Instant::now();
+    while spooled(&up.cache()) > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the fill did not end"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(curl(&[&url]).body == up.xz);
+    let base = rss_anon_kib(svc.pid());
+    let mut readers = Vec::new();
+    for _ in 0..READERS {
+        let mut s = small_window_client(svc.port);
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(s, "GET {} HTTP/1.1\r\nHost: x\r\n\r\n", image_path(A)).unwrap();
+        readers.push(s);
+    }
+    let mut buf = [0u8; 1024];
+    for s in &mut readers {
+        let n = s.read(&mut buf).unwrap();
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+    }
+    // Slow readers: a KiB each, round after round, for five seconds.
+    let mut peak = 0;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        for s in &mut readers {
+            let _ = s.read(&mut buf);
+        }
+        peak = peak.max(rss_anon_kib(svc.pid()));
+    }
+    eprintln!(
+        "{READERS} slow readers of a stored artifact: anonymous memory {base} KiB before, peak {peak} KiB ({} KiB a reader)",
+        peak.saturating_sub(base) / READERS as u64
+    );
+    assert!(
+        peak < LIMIT_KIB,
+        "{READERS} slow readers of a stored artifact took {peak} KiB of anonymous memory (limit {LIMIT_KIB} KiB, {base} KiB before)"
+    );
+    drop(readers);
+    assert!(curl(&[&url]).body == up.xz, "wrong bytes");
+}
