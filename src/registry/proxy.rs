@@ -346,9 +346,13 @@ impl Registry {
     }
 
     /// Whether a blob is already stored (no upstream call), and its size.
-    pub async fn stored_blob_size(&self, d: &Digest) -> Option<u64> {
+    pub async fn stored_blob_size(&self, d: &Digest) -> Result<Option<u64>, OciError> {
         self.drop_misnamed(&blob_key(d)).await;
-        self.store.entry(&blob_key(d)).map(|e| e.size)
+        match self.store.readable_entry(&blob_key(d)) {
+            Ok(e) => Ok(e.map(|e| e.size)),
+            // Held but not readable now: the HEAD answers as the GET would (503).
+            Err(e) => Err(OciError::from(FetchError::Unavailable(e.0))),
+        }
     }
 
     /// The size of a blob without filling it: from the store, else an upstream HEAD.
@@ -358,7 +362,7 @@ impl Registry {
         repo: &str,
         d: &Digest,
     ) -> Result<u64, OciError> {
-        if let Some(n) = self.stored_blob_size(d).await {
+        if let Some(n) = self.stored_blob_size(d).await? {
             return Ok(n);
         }
         if self.store_only(up) {

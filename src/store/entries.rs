@@ -304,6 +304,27 @@ impl Store {
         self.lock().keys.get(key).cloned()
     }
 
+    /// [`Store::entry`] for an answer that stands for the bytes (a HEAD):
+    /// `Err` when the store holds the key but could not read it now (a
+    /// bucket that does not answer, and no copy in the local tier), as
+    /// [`Store::lookup`] would say; memory work only.
+    pub fn readable_entry(
+        &self,
+        key: &str,
+    ) -> std::result::Result<Option<Entry>, super::objects::Unavailable> {
+        let Some(e) = self.entry(key) else {
+            return Ok(None);
+        };
+        let in_tier = self.tier().is_some_and(|t| t.holds(&e.digest, e.size));
+        if self.is_remote() && !self.available() && !in_tier {
+            return Err(super::objects::Unavailable(format!(
+                "the store {} does not answer; try again",
+                self.describe()
+            )));
+        }
+        Ok(Some(e))
+    }
+
     /// When the object with `digest` was last read through [`Store::get`]
     /// since this process started (seconds since the epoch).
     pub fn last_use(&self, digest: &str) -> Option<u64> {

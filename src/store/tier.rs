@@ -116,6 +116,11 @@ impl Tier {
         self.shrink();
     }
 
+    /// Is there a copy of `digest` of `size` bytes (memory only)?
+    pub(super) fn holds(&self, digest: &str, size: u64) -> bool {
+        matches!(self.lock().files.get(digest), Some((n, _)) if *n == size)
+    }
+
     /// Bytes and copies held.
     pub(super) fn usage(&self) -> (u64, usize) {
         let st = self.lock();
