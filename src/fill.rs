@@ -12,7 +12,11 @@
 //!   they get bytes as they arrive; a late joiner starts at byte 0. The last
 //!   byte of the object is released only after verification (before the
 //!   fsync and rename of the commit), so
-//!   a failed fill never looks like a complete body.
+//!   a failed fill never looks like a complete body. A reader still behind
+//!   when the fill is committed reads the rest from the stored object,
+//!   every checksum block checked ([`crate::store::StoredObject::stream`]),
+//!   not from the file it was reading: a byte changed in the committed
+//!   file is never sent unchecked.
 //! - The fill runs to completion in its own task even when every reader
 //!   left, bounded by [`FillSpec::timeout`].
 //! - A failed fill is discarded (temp file removed); readers get the error
@@ -622,6 +626,7 @@ impl FillHandle {
             rx: self.sh.tx.subscribe(),
             pos: start,
             end,
+            stored: None,
         };
         futures::stream::unfold(st, |mut st| async move {
             match st.step().await {
@@ -636,20 +641,56 @@ impl FillHandle {
     }
 }
 
+/// The rest of a read from the committed object (checked block by block).
+type StoredRest = std::pin::Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>;
+
 struct ReadState {
     sh: Arc<Shared>,
     rx: watch::Receiver<Progress>,
     pos: u64,
     end: Option<u64>,
+    /// Once the fill is committed with bytes of this read still to go:
+    /// the rest, from the stored object.
+    stored: Option<StoredRest>,
 }
 
 impl ReadState {
     async fn step(&mut self) -> std::io::Result<Option<Bytes>> {
+        use futures::StreamExt;
         loop {
+            if let Some(rest) = self.stored.as_mut() {
+                return match rest.next().await {
+                    Some(Ok(b)) => {
+                        self.pos += b.len() as u64;
+                        Ok(Some(b))
+                    }
+                    Some(Err(e)) => Err(e),
+                    None => Ok(None),
+                };
+            }
             if self.end.is_some_and(|e| self.pos >= e) {
                 return Ok(None);
             }
             let p = self.rx.borrow_and_update().clone();
+            if let Phase::Done(e) = &p.phase {
+                let end = self.end.map_or(e.size, |x| x.min(e.size));
+                if self.pos >= end {
+                    return Ok(None);
+                }
+                // Committed: the rest comes from the stored object, checked.
+                match self.sh.store.open_key(&self.sh.key).await {
+                    Ok(Some(o)) if o.entry.digest == e.digest => {
+                        self.stored = Some(Box::pin(o.stream(self.pos, end)));
+                        continue;
+                    }
+                    _ => {
+                        return Err(std::io::Error::other(format!(
+                            "{}: the committed object could not be opened to finish this read",
+                            self.sh.key
+                        )));
+                    }
+                }
+            }
             let len = self.sh.head.get().and_then(|h| h.len);
             let (limit, done) = match &p.phase {
                 Phase::Done(e) => (e.size, true),

@@ -116,6 +116,68 @@ fn a_flipped_byte_on_disk_is_cut_dropped_and_fetched_again() {
     assert!(svc.log_text().contains("corrupt object in the store"));
 }
 
+/// A reader that joined a fill and is still behind when the fill commits
+/// reads the rest from the stored object, checked: a byte changed in the
+/// committed file ahead of it is never sent in a clean answer (before, it
+/// went on reading the file it had followed, unchecked).
+#[test]
+fn a_reader_behind_a_commit_reads_the_rest_checked() {
+    use std::io::{Read, Write};
+    let art = xz(16, 0);
+    let root = tempfile::tempdir().unwrap();
+    tree(root.path(), &[("v1.13.6", &art)]);
+    let ng = Nginx::start(root.path(), NginxOpts::default());
+    let cache = tempfile::tempdir().unwrap();
+    let dir = cache.path().to_str().unwrap();
+    let svc = Service::start(&["--cache-dir", dir, "--factory-url", &ng.url()]);
+    // the first request starts the fill; its client reads nothing yet, so
+    // the socket holds it back a few MiB into the artifact
+    let mut s = support::small_window_client(svc.port);
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(s, "GET {} HTTP/1.1\r\nHost: x\r\n\r\n", image("v1.13.6")).unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "the answer's head");
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(
+        head.contains(&format!("content-length: {}", art.len())),
+        "{head}"
+    );
+    eventually("the commit", Duration::from_secs(20), || {
+        committed(cache.path(), &art)
+    });
+    // changed after the commit, near the end: far ahead of the reader
+    support::flip_byte(
+        &object_of(cache.path(), &art),
+        art.len() as u64 - 1000,
+        0x01,
+    );
+    let mut body = Vec::new();
+    let _ = s.read_to_end(&mut body);
+    assert!(
+        body.len() < art.len(),
+        "a body with a byte changed after the commit ended whole ({} bytes; wrong: {})",
+        body.len(),
+        body != art
+    );
+    assert!(
+        body[..] == art[..body.len()],
+        "bytes before the cut are right"
+    );
+    assert_eq!(
+        metric(&svc, "talos_gen_store_corrupt_objects_total"),
+        "talos_gen_store_corrupt_objects_total 1"
+    );
+    // fetched again, whole and right
+    let r = curl(&[&format!("{}{}", svc.url(), image("v1.13.6"))]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    assert!(r.body == art);
+}
+
 /// Another process truncating a committed object again and again while
 /// about 200 clients read ranges of it: the service stays up (no SIGBUS),
 /// no response ends cleanly with a wrong byte (each is whole and right, or
