@@ -674,10 +674,12 @@ impl Store {
     }
 
     /// A reader's lease ended.
-    pub(super) fn release(&self, digest: &str) {
+    pub(super) fn release(&self, digest: &str, born: u64) {
         let over = {
             let mut st = self.lock();
-            if let Some(o) = st.objects.get_mut(digest) {
+            if let Some(o) = st.objects.get_mut(digest)
+                && o.born == born
+            {
                 o.readers = o.readers.saturating_sub(1);
             }
             self.inner.max_size.is_some_and(|m| st.total > m)

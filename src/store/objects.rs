@@ -61,7 +61,7 @@ impl Store {
     /// store keeps each object it read open, with its checksums): the
     /// lease taken, no call to the backend. `None`: ask [`Store::lookup`].
     pub(super) fn open_held(&self, key: &str) -> Option<StoredObject> {
-        let (entry, file, sums) = {
+        let (entry, file, sums, born) = {
             let mut st = self.lock();
             let entry = st.keys.get(key)?;
             let o = st.objects.get(&entry.digest)?;
@@ -69,13 +69,14 @@ impl Store {
                 return None;
             };
             let entry = entry.clone();
-            st.lease(&entry.digest)?;
-            (entry, file, sums)
+            let born = st.lease(&entry.digest)?.born;
+            (entry, file, sums, born)
         };
         Some(StoredObject {
             lease: Lease {
                 store: self.clone(),
                 digest: entry.digest.clone(),
+                born,
             },
             object: LocalObject::held(file, entry.size),
             sums,
@@ -177,6 +178,7 @@ impl Store {
         let lease = Lease {
             store: self.clone(),
             digest: entry.digest.clone(),
+            born,
         };
         if let (Some(file), Some(sums)) = (known_file, known_sums.clone()) {
             return Ok(Some(StoredObject {
@@ -371,6 +373,7 @@ impl Store {
     pub(super) fn chunk_mismatch(
         &self,
         digest: &str,
+        born: u64,
         object: &dyn ObjectRead,
         chunk: u64,
     ) -> std::io::Result<Sums> {
@@ -382,7 +385,7 @@ impl Store {
         }
         let reason =
             format!("chunk {chunk} does not match its checksum (the bytes hash to sha256:{got})");
-        self.quarantine(digest, &reason);
+        self.quarantine_copy(digest, Some(born), &reason);
         Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("stored object sha256:{digest} is corrupt: {reason}; dropped"),
@@ -396,7 +399,7 @@ impl Store {
     /// store never truncates a committed object): dropped like a corrupt
     /// one. A tier copy gone or short: the copy goes (the bucket stays the
     /// truth). Any other failure is the backend not answering.
-    pub(super) fn read_failed(&self, digest: &str, e: &std::io::Error, tiered: bool) {
+    pub(super) fn read_failed(&self, digest: &str, born: u64, e: &std::io::Error, tiered: bool) {
         use std::io::ErrorKind::{NotFound, UnexpectedEof};
         if tiered {
             if matches!(e.kind(), NotFound | UnexpectedEof) {
@@ -410,8 +413,11 @@ impl Store {
         match e.kind() {
             NotFound => {}
             UnexpectedEof if !self.is_remote() => {
-                return self
-                    .quarantine(digest, &format!("its file is shorter than its entry ({e})"));
+                return self.quarantine_copy(
+                    digest,
+                    Some(born),
+                    &format!("its file is shorter than its entry ({e})"),
+                );
             }
             _ => return,
         }
@@ -439,6 +445,20 @@ impl Store {
     /// Drop a corrupt object with every key naming it (here and in the
     /// backend), log it and count it ([`Store::corrupt_dropped`]).
     pub(super) fn quarantine(&self, digest: &str, reason: &str) {
+        self.quarantine_copy(digest, None, reason)
+    }
+
+    /// [`Store::quarantine`] of the copy of `digest` that came into memory
+    /// at `born` (`None`: whichever is held): a reader of a copy already
+    /// dropped (and perhaps stored again, fetched afresh) leaves the
+    /// current one alone, and the drop is counted once.
+    pub(super) fn quarantine_copy(&self, digest: &str, born: Option<u64>, reason: &str) {
+        if let Some(b) = born
+            && self.lock().objects.get(digest).map(|o| o.born) != Some(b)
+        {
+            tracing::warn!(%digest, reason, "a reader of a copy already dropped met its fault; the store's copy, if any, is left alone");
+            return;
+        }
         self.inner
             .corrupt
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -19,11 +19,15 @@ use crate::error::{Error, Result};
 pub struct Lease {
     pub(super) store: Store,
     pub(super) digest: String,
+    /// Which copy of the object it holds (the store's clock when that copy
+    /// came into memory): a copy dropped and stored again is a new one,
+    /// which a reader of the old one neither releases nor drops.
+    pub(super) born: u64,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.store.release(&self.digest);
+        self.store.release(&self.digest, self.born);
     }
 }
 
@@ -64,6 +68,7 @@ fn windows(start: u64, end: u64, size: u64, unit: u64) -> Vec<(u64, u64)> {
 struct Check<'a> {
     store: &'a Store,
     digest: &'a str,
+    born: u64,
     object: &'a dyn ObjectRead,
     sums: Option<&'a Sums>,
     tiered: bool,
@@ -100,7 +105,9 @@ impl Check<'_> {
                     // Either the checksums rotted (the object hashes right:
                     // they are rewritten) or these bytes did: they go out only
                     // if they match the checksums computed afresh.
-                    let fresh = self.store.chunk_mismatch(self.digest, self.object, block)?;
+                    let fresh =
+                        self.store
+                            .chunk_mismatch(self.digest, self.born, self.object, block)?;
                     if fresh.chunk() as u64 != bs || !fresh.check(block as usize, data) {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidData,
@@ -146,6 +153,7 @@ impl ReadVerdict {
         let check = Check {
             store: &self.lease.store,
             digest: &self.lease.digest,
+            born: self.lease.born,
             object: &*self.object,
             sums,
             tiered: self.tiered,
@@ -154,7 +162,7 @@ impl ReadVerdict {
         if let Err(e) = &r {
             self.lease
                 .store
-                .read_failed(&self.lease.digest, e, self.tiered);
+                .read_failed(&self.lease.digest, self.lease.born, e, self.tiered);
         }
         r
     }
@@ -169,7 +177,7 @@ impl super::pieces::Verdict for ReadVerdict {
     fn failed(&self, e: &io::Error) {
         self.lease
             .store
-            .read_failed(&self.lease.digest, e, self.tiered);
+            .read_failed(&self.lease.digest, self.lease.born, e, self.tiered);
     }
 }
 
@@ -565,7 +573,7 @@ impl StoredObject {
             .map_err(|e| {
                 self.lease
                     .store
-                    .read_failed(&self.entry.digest, &e, self.tiered);
+                    .read_failed(&self.entry.digest, self.lease.born, &e, self.tiered);
                 Error::io(format!("reading {}", self.entry.key), e)
             })?;
         let got = hex::encode(Sha256::digest(&buf));
@@ -574,7 +582,11 @@ impl StoredObject {
             if self.tiered {
                 let _ = self.lease.store.tier_mismatch(&self.entry.digest, 0);
             } else {
-                self.lease.store.quarantine(&self.entry.digest, &reason);
+                self.lease.store.quarantine_copy(
+                    &self.entry.digest,
+                    Some(self.lease.born),
+                    &reason,
+                );
             }
             return Err(Error::io(
                 format!("stored object {}", self.entry.key),
@@ -602,6 +614,7 @@ impl io::Read for ChunkReader {
             let check = Check {
                 store: &self.obj.lease.store,
                 digest: &self.obj.lease.digest,
+                born: self.obj.lease.born,
                 object: &*self.obj.object,
                 sums: self.obj.sums.as_deref(),
                 tiered: self.obj.tiered,

@@ -723,3 +723,46 @@ async fn a_file_truncated_under_a_read_cuts_it_and_drops_the_object() {
     assert!(store.get("k").is_none(), "dropped");
     assert!(!path.exists(), "its file removed");
 }
+
+/// A slow reader of a copy already dropped for rot (and fetched afresh
+/// since, same digest) meets the rot later: its read is cut, but the new,
+/// good copy stays, and the drop is counted once.
+#[tokio::test]
+async fn a_reader_of_a_dropped_copy_leaves_the_new_one_alone() {
+    use super::read::SEND_PIECE;
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let body: Vec<u8> = (0..(SEND_PIECE * 8)).map(|i| (i % 227) as u8).collect();
+    let e = put(&store, "k", &body, false).await;
+    let path = store.object_path(&e.digest).unwrap();
+    // A: a slow reader of the first copy, one piece in
+    let a = store.open_key("k").await.unwrap().unwrap();
+    let mut a = Box::pin(a.stream(0, body.len() as u64));
+    assert!(a.next().await.unwrap().is_ok());
+    // rot near the end; B meets it first: the copy is dropped
+    flip_byte(&path, body.len() as u64 - 100);
+    let err = read_whole(store.open_key("k").await.unwrap().unwrap())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("corrupt"), "{err}");
+    assert_eq!(store.corrupt_dropped(), 1);
+    // fetched afresh: a new, good copy under the same digest
+    put(&store, "k", &body, false).await;
+    // A reaches the rot in its (old) copy: cut
+    let mut failed = false;
+    while let Some(c) = a.next().await {
+        failed |= c.is_err();
+    }
+    assert!(failed, "the old copy's rot must cut its reader");
+    drop(a);
+    // the new copy is untouched, counted once
+    assert_eq!(store.corrupt_dropped(), 1);
+    assert!(path.exists(), "the new copy's file stays");
+    let o = store
+        .open_key("k")
+        .await
+        .unwrap()
+        .expect("the new copy stays");
+    assert_eq!(read_whole(o).await.unwrap(), body);
+}
