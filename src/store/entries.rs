@@ -285,7 +285,7 @@ impl Store {
         if unchecked > 0 {
             tracing::warn!(
                 objects = unchecked,
-                "objects without chunk checksums (written by an older talos-gen) are served unchecked; `talos-gen mirror verify` adds them"
+                "objects without chunk checksums (written by an older talos-gen, or their checksum file lost): each is hashed whole at its first read and given them (a local store; from a bucket they are served unchecked, `talos-gen mirror verify` adds them)"
             );
         }
         // LRU order from fetch times; the clock continues above them.

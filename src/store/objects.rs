@@ -231,6 +231,38 @@ impl Store {
                 }
             },
         };
+        // A local object without checksums (an older talos-gen's, or its
+        // checksum file lost): hashed whole once, here, before a byte of it
+        // goes out; right, it gets its checksums; wrong, it is dropped.
+        let sums = match sums {
+            Some(s) => Some(s),
+            None if !tier && !self.is_remote() => match hash_and_sum(&*object) {
+                Ok((got, fresh)) if got == entry.digest => {
+                    tracing::warn!(%entry.digest, "an object without checksums hashed right; its checksums written");
+                    let _ = self.write_sums(&entry.digest, &fresh);
+                    let fresh = Some(Arc::new(fresh));
+                    if let Some(o) = self.lock().objects.get_mut(&entry.digest)
+                        && o.born == born
+                    {
+                        o.sums = Some(fresh.clone());
+                    }
+                    fresh
+                }
+                Ok((got, _)) => {
+                    drop(lease);
+                    let reason = format!("it has no checksums and its bytes hash to sha256:{got}");
+                    self.quarantine_copy(&entry.digest, Some(born), &reason);
+                    return Ok(None);
+                }
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "reading an object without checksums");
+                    drop(lease);
+                    self.read_failed(&entry.digest, born, &e, false);
+                    return Ok(None);
+                }
+            },
+            None => None,
+        };
         if !tier && let Some(t) = self.tier() {
             t.want(self, &entry.digest, entry.size, sums.clone());
         }

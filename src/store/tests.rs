@@ -766,3 +766,40 @@ async fn a_reader_of_a_dropped_copy_leaves_the_new_one_alone() {
         .expect("the new copy stays");
     assert_eq!(read_whole(o).await.unwrap(), body);
 }
+
+/// An object whose checksum file is gone (an older talos-gen's, or lost)
+/// is hashed whole at its first read, before a byte goes out: right, it
+/// gets its checksums back and is served; rotten, it is dropped, never
+/// served unchecked.
+#[tokio::test]
+async fn an_object_without_checksums_is_hashed_before_it_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let body: Vec<u8> = (0..(STREAM_CHUNK + 777)).map(|i| (i % 211) as u8).collect();
+    let digest = {
+        let store = Store::open(dir.path(), None).unwrap();
+        put(&store, "good", &body, false).await;
+        let bad: Vec<u8> = body.iter().map(|b| b ^ 1).collect();
+        let e = put(&store, "bad", &bad, false).await;
+        let path = store.object_path(&e.digest).unwrap();
+        flip_byte(&path, 5000);
+        e.digest
+    };
+    let good = hex::encode(Sha256::digest(&body));
+    for d in [good.clone(), digest.clone()] {
+        fs::remove_file(dir.path().join("sums").join(&d)).unwrap();
+    }
+    let store = Store::open(dir.path(), None).unwrap();
+    let o = store
+        .open_key("good")
+        .await
+        .unwrap()
+        .expect("right: served");
+    assert_eq!(read_whole(o).await.unwrap(), body);
+    assert!(dir.path().join("sums").join(&good).exists());
+    assert!(
+        store.open_key("bad").await.unwrap().is_none(),
+        "rotten: dropped"
+    );
+    assert_eq!(store.corrupt_dropped(), 1);
+    assert!(!dir.path().join("objects/sha256").join(&digest).exists());
+}
