@@ -7,7 +7,7 @@
 //!   adoption under the store lock;
 //! - the **object store** ([`objects`]): bodies and their block checksums
 //!   (read once and kept in memory while the object is held: objects are
-//!   immutable; a local object's whole-file map too, from its first read),
+//!   immutable; a local object's open file too, from its first read),
 //!   the commit, the check on every chunk read ([`read`]), quarantine, and
 //!   for a bucket the local tier ([`tier`]).
 //!

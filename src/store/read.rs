@@ -505,7 +505,7 @@ impl StoredObject {
             return s.left_stream().right_stream();
         }
         // The backend's one read of the whole span (S3: one GET), else
-        // chunk by chunk (a local map has no round trip to hide).
+        // chunk by chunk (a local file has no round trip to hide).
         let span = match (wins.first(), wins.last()) {
             (Some(first), Some(last)) => object.span(first.0, last.1),
             _ => None,

@@ -12,7 +12,7 @@ use std::io;
 /// Bytes per checksummed block: a read checks the blocks it touches, so a
 /// range reads at most one block beyond each of its ends (64 KiB kept a
 /// 1 MiB range within the cached-serving bar; 1 MiB blocks doubled the
-/// bytes mapped and checked for an unaligned 1 MiB range).
+/// bytes read and checked for an unaligned 1 MiB range).
 pub const CHUNK: usize = 64 << 10;
 
 const MAGIC: &[u8; 4] = b"TGC1";
