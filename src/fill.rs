@@ -9,7 +9,10 @@
 //! - At most one fill per key at a time ([`Fills::join`]); a request for a
 //!   key being filled attaches to the running fill.
 //! - Readers stream from the growing temp file ([`FillHandle::reader`]), so
-//!   they get bytes as they arrive; a late joiner starts at byte 0. The last
+//!   they get bytes as they arrive, each 64 KiB block checked against the
+//!   CRC32C the fill took of the bytes it received (so a byte another
+//!   process writes into the file is never sent); a late joiner starts at
+//!   byte 0. The last
 //!   byte of the object is released only after verification (before the
 //!   fsync and rename of the commit), so
 //!   a failed fill never looks like a complete body. A reader still behind
@@ -135,6 +138,11 @@ struct Shared {
     store: Store,
     head: std::sync::OnceLock<Head>,
     file: std::sync::OnceLock<Arc<File>>,
+    /// What the fill took of the bytes it received: the CRC32C of each
+    /// whole [`crate::store::sums::CHUNK`]-byte block written so far, and of
+    /// the bytes of the block after them (with their count). Readers check
+    /// what they read from the file against it.
+    sums: Mutex<FillSums>,
     tx: watch::Sender<Progress>,
     started: std::time::Instant,
 }
@@ -381,6 +389,7 @@ impl Fills {
             head: Default::default(),
             file: Default::default(),
             tx,
+            sums: Mutex::default(),
             started: std::time::Instant::now(),
         });
         map.insert(key.to_string(), sh.clone());
@@ -494,6 +503,13 @@ impl Fills {
             }
             tmp.write_all(&chunk).await.map_err(local)?;
             written += chunk.len() as u64;
+            {
+                // The checksums of what was written, before readers are told.
+                let mut sums = sh.sums.lock().unwrap_or_else(|p| p.into_inner());
+                let from = sums.whole.len();
+                sums.whole.extend_from_slice(tmp.chunk_sums_since(from));
+                sums.tail = tmp.tail_sum();
+            }
             sh.tx.send_modify(|p| p.written = written);
             if let Some(v) = &vtx {
                 // A closed channel means the verifier thread ended; its result says why.
@@ -544,11 +560,6 @@ pub struct FillHandle {
     rx: watch::Receiver<Progress>,
 }
 
-/// Bytes read from the file per step: a small window, so a slow reader
-/// holds little (with hyper's write queue bounded by
-/// `http::WRITE_QUEUE`, about two windows per connection: 400 slow
-/// readers of one fill in tens of MiB, not one MiB each).
-const CHUNK: usize = 64 * 1024;
 /// Reads this close behind the writer are served inline.
 const HOT: u64 = 8 << 20;
 
@@ -641,6 +652,13 @@ impl FillHandle {
     }
 }
 
+/// The checksums of a fill's bytes so far (see `Shared::sums`).
+#[derive(Default)]
+struct FillSums {
+    whole: Vec<u32>,
+    tail: (u32, usize),
+}
+
 /// The rest of a read from the committed object (checked block by block).
 type StoredRest = std::pin::Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>;
 
@@ -715,13 +733,39 @@ impl ReadState {
                 let Some(file) = self.sh.file.get().cloned() else {
                     return Err(std::io::Error::other("fill has no file"));
                 };
-                let n = ((limit - self.pos) as usize).min(CHUNK);
-                let pos = self.pos;
+                // Whole checksum blocks only (64 KiB: a small window, so a
+                // slow reader holds little, with hyper's write queue bounded
+                // by `http::WRITE_QUEUE`: 400 slow readers of one fill in
+                // tens of MiB), each checked against the CRC the fill took
+                // of the bytes it received: a byte another process wrote
+                // into the file is never sent.
+                let bs = crate::store::sums::CHUNK as u64;
+                let block = self.pos / bs;
+                let from = block * bs;
+                // The block's checksum: a whole block's, or that of the
+                // bytes of the block being written (read exactly those).
+                let sum = {
+                    let g = self.sh.sums.lock().unwrap_or_else(|p| p.into_inner());
+                    match g.whole.get(block as usize) {
+                        Some(&c) => Some((c, bs as usize)),
+                        None if block as usize == g.whole.len() && g.tail.1 > 0 => Some(g.tail),
+                        None => None,
+                    }
+                };
+                let Some((expected, n)) = sum.filter(|&(_, n)| from + n as u64 > self.pos) else {
+                    if done {
+                        return Err(std::io::Error::other("fill has no checksum for a block"));
+                    }
+                    if self.rx.changed().await.is_err() {
+                        return Err(std::io::Error::other("fill task vanished"));
+                    }
+                    continue;
+                };
                 let read = move |file: &File| {
                     let mut buf = BytesMut::zeroed(n);
                     let mut got = 0;
                     while got < n {
-                        match file.read_at(&mut buf[got..], pos + got as u64)? {
+                        match file.read_at(&mut buf[got..], from + got as u64)? {
                             0 => break,
                             k => got += k,
                         }
@@ -731,18 +775,29 @@ impl ReadState {
                 };
                 // Bytes just written are in the page cache: read them inline
                 // (a memcpy); older bytes (a late joiner) on the blocking pool.
-                let buf = if p.written - pos <= HOT {
+                let buf = if p.written.saturating_sub(from) <= HOT {
                     read(&file)?
                 } else {
                     tokio::task::spawn_blocking(move || read(&file))
                         .await
                         .map_err(std::io::Error::other)??
                 };
-                if buf.is_empty() {
+                if buf.len() != n {
                     return Err(std::io::Error::other("fill file shorter than written"));
                 }
-                self.pos += buf.len() as u64;
-                return Ok(Some(buf));
+                if crc32c::crc32c(&buf) != expected {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "{}: block {block} of the fill's file does not match what was received",
+                            self.sh.key
+                        ),
+                    ));
+                }
+                let to = limit.min(from + n as u64);
+                let b = buf.slice((self.pos - from) as usize..(to - from) as usize);
+                self.pos = to;
+                return Ok(Some(b));
             }
             if done {
                 return Ok(None);

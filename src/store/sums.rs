@@ -114,6 +114,17 @@ impl SumsBuilder {
         }
     }
 
+    /// The checksums of the whole chunks so far, from chunk `from` on.
+    pub fn whole_since(&self, from: usize) -> &[u32] {
+        &self.crcs[from.min(self.crcs.len())..]
+    }
+
+    /// The checksum of the short chunk after the whole ones, and its
+    /// length (0: none yet).
+    pub fn tail(&self) -> (u32, usize) {
+        (self.cur, self.cur_len)
+    }
+
     pub fn finish(mut self) -> Sums {
         if self.cur_len > 0 {
             self.crcs.push(self.cur);

@@ -60,6 +60,18 @@ impl TempObject {
         Ok(())
     }
 
+    /// The per-chunk checksums ([`super::sums::CHUNK`] bytes each) of the
+    /// whole chunks written so far, from chunk `from` on.
+    pub fn chunk_sums_since(&self, from: usize) -> &[u32] {
+        self.sums.whole_since(from)
+    }
+
+    /// The checksum of the short chunk written after the whole ones and its
+    /// length (0: none).
+    pub fn tail_sum(&self) -> (u32, usize) {
+        self.sums.tail()
+    }
+
     /// The sha256 of what has been written so far.
     pub fn digest(&self) -> String {
         hex::encode(self.hasher.clone().finalize())

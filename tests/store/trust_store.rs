@@ -178,6 +178,57 @@ fn a_reader_behind_a_commit_reads_the_rest_checked() {
     assert!(r.body == art);
 }
 
+/// A byte another process writes into a fill's spool file while the fill
+/// runs, ahead of a reader of the fill, is never sent: the reader checks
+/// each block it reads against the CRC32C the fill took of the bytes it
+/// received, and its answer is cut there.
+#[test]
+fn a_byte_changed_in_a_fill_s_file_never_reaches_its_readers() {
+    use std::io::{Read, Write};
+    use support::factory::{A, Factory, image_path};
+    // 24 MiB at 8 MiB/s: the fill lasts about three seconds.
+    let up = Factory::new(24, 0, &[A], Some("8m"));
+    let svc = up.serve(&[]);
+    let mut s = support::small_window_client(svc.port);
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET {} HTTP/1.1\r\nHost: x\r\n\r\n", image_path(A)).unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "the answer's head");
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"));
+    // the spool file, once 12 MiB are in: a byte at 10 MiB changes (the
+    // reader, reading nothing yet, is a few MiB in at most)
+    let spool = || {
+        std::fs::read_dir(up.cache().join("tmp"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("fill-")
+            })
+    };
+    eventually("12 MiB spooled", Duration::from_secs(20), || {
+        spool().is_some_and(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 12 << 20))
+    });
+    support::flip_byte(&spool().unwrap(), 10 << 20, 0x01);
+    let mut body = Vec::new();
+    let _ = s.read_to_end(&mut body);
+    let at = body.len();
+    assert!(
+        at < up.xz.len(),
+        "a body with a byte changed in the fill's file ended whole ({at} bytes; wrong: {})",
+        body != up.xz
+    );
+    assert!(body[..] == up.xz[..at], "bytes before the cut are right");
+    assert!(at <= 10 << 20, "cut at or before the changed block: {at}");
+}
+
 /// Another process truncating a committed object again and again while
 /// about 200 clients read ranges of it: the service stays up (no SIGBUS),
 /// no response ends cleanly with a wrong byte (each is whole and right, or
