@@ -50,11 +50,10 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{Stream, StreamExt};
 use tokio::sync::watch;
@@ -711,8 +710,8 @@ impl ReadState {
             }
             let len = self.sh.head.get().and_then(|h| h.len);
             let (limit, done) = match &p.phase {
-                Phase::Done(e) => (e.size, true),
-                Phase::Verified => (p.written, true),
+                // (`Done` went to the stored object above.)
+                Phase::Done(_) | Phase::Verified => (p.written, true),
                 Phase::Failed(e) => return Err(std::io::Error::other(e.to_string())),
                 // Hold back the last byte until the object is verified.
                 _ => (
@@ -762,16 +761,13 @@ impl ReadState {
                     continue;
                 };
                 let read = move |file: &File| {
-                    let mut buf = BytesMut::zeroed(n);
-                    let mut got = 0;
-                    while got < n {
-                        match file.read_at(&mut buf[got..], from + got as u64)? {
-                            0 => break,
-                            k => got += k,
+                    crate::store::local::read_at(file, from, n).map_err(|e| {
+                        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                            std::io::Error::other("fill file shorter than written")
+                        } else {
+                            e
                         }
-                    }
-                    buf.truncate(got);
-                    Ok::<_, std::io::Error>(buf.freeze())
+                    })
                 };
                 // Bytes just written are in the page cache: read them inline
                 // (a memcpy); older bytes (a late joiner) on the blocking pool.
@@ -782,9 +778,6 @@ impl ReadState {
                         .await
                         .map_err(std::io::Error::other)??
                 };
-                if buf.len() != n {
-                    return Err(std::io::Error::other("fill file shorter than written"));
-                }
                 if crc32c::crc32c(&buf) != expected {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::InvalidData,

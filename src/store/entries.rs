@@ -317,10 +317,7 @@ impl Store {
         };
         let in_tier = self.tier().is_some_and(|t| t.holds(&e.digest, e.size));
         if self.is_remote() && !self.available() && !in_tier {
-            return Err(super::objects::Unavailable(format!(
-                "the store {} does not answer; try again",
-                self.describe()
-            )));
+            return Err(self.unavailable());
         }
         Ok(Some(e))
     }

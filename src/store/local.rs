@@ -95,9 +95,7 @@ impl ObjectRead for LocalObject {
     }
 
     fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes> {
-        let mut buf = Vec::with_capacity(len);
-        read_exact_at(&self.file, &mut buf, pos, len)?;
-        Ok(Bytes::from(buf))
+        read_at(&self.file, pos, len)
     }
 
     fn file(&self) -> Option<Arc<File>> {
@@ -166,6 +164,14 @@ pub(super) fn read_exact_at(
         }
     }
     Ok(())
+}
+
+/// `len` bytes of `file` at `pos` (blocking); a file ending first is
+/// `UnexpectedEof`. (A fill's readers read its spool file with it too.)
+pub fn read_at(file: &File, pos: u64, len: usize) -> io::Result<Bytes> {
+    let mut buf = Vec::with_capacity(len);
+    read_exact_at(file, &mut buf, pos, len)?;
+    Ok(Bytes::from(buf))
 }
 
 /// Fill `buf` toward `want` bytes from `pos` with what the page cache

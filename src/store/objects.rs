@@ -33,6 +33,15 @@ impl std::fmt::Display for Unavailable {
 }
 
 impl Store {
+    /// What a request for an object the store holds but cannot reach now
+    /// is told (a bucket that does not answer: 503).
+    pub(super) fn unavailable(&self) -> Unavailable {
+        Unavailable(format!(
+            "the store {} does not answer; try again",
+            self.describe()
+        ))
+    }
+
     /// Open the object for `key` for reading (blocking); the returned
     /// lease keeps it from eviction until dropped. `None` when absent or
     /// unreachable (see [`Store::lookup`] to tell them apart).
@@ -125,10 +134,7 @@ impl Store {
                                 ) =>
                         {
                             store.set_available(false);
-                            Err(Unavailable(format!(
-                                "the store {} does not answer; try again",
-                                store.describe()
-                            )))
+                            Err(store.unavailable())
                         }
                         _ => Ok(None),
                     }
@@ -145,12 +151,7 @@ impl Store {
     /// memory, so this reaches the backend only for a key another process
     /// wrote (adopted) or checksums not yet loaded.
     pub fn lookup(&self, key: &str) -> std::result::Result<Option<StoredObject>, Unavailable> {
-        let down = || {
-            Unavailable(format!(
-                "the store {} does not answer; try again",
-                self.describe()
-            ))
-        };
+        let down = || self.unavailable();
         let known = self.lock().keys.get(key).cloned();
         let entry = match known {
             Some(e) => e,

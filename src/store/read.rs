@@ -276,8 +276,9 @@ fn next_piece(piece: usize, n: usize, took: std::time::Duration) -> usize {
 /// piece copied into the stream's buffer from the page cache on the async
 /// worker when the page cache holds it (`RWF_NOWAIT`: never a wait on the
 /// disk there), else on a blocking thread; then its checksum blocks
-/// checked in that buffer and the buffer sent, [`SEND_PIECE`] at a time;
-/// a last piece shorter than a quarter piece joins the one before. A
+/// checked in that buffer and the buffer sent, [`FIRST_PIECE`] to
+/// [`SEND_PIECE`] at a time (by the client's pace and the budget for large
+/// pieces); a last piece shorter than a quarter piece joins the one before. A
 /// mismatch is handled on a blocking thread ([`Check::blocks`]: the object
 /// dropped, or its checksums rewritten) and ends the stream with an error
 /// unless the bytes prove right; a file shorter than its entry (truncated
@@ -353,20 +354,21 @@ impl FileRead {
         }
         while self.at < self.last {
             let unit = unit_of(self.sums.as_deref());
-            // A large piece only while the budget for them allows.
-            let piece = if self.piece > FIRST_PIECE
-                && LARGE_HELD.load(std::sync::atomic::Ordering::Relaxed) + self.piece > LARGE_PIECES
-            {
-                FIRST_PIECE
-            } else {
-                self.piece
-            };
-            let want = (piece as u64).max(unit) / unit * unit;
             let left = self.last - self.at;
-            let n = if left <= want + want / 4 { left } else { want };
+            let size = |piece: usize| {
+                let want = (piece as u64).max(unit) / unit * unit;
+                if left <= want + want / 4 { left } else { want }
+            };
+            // A piece over the first size takes its share of the budget for
+            // large pieces, or is cut back to the first size.
+            let mut n = size(self.piece);
+            let large = n > FIRST_PIECE as u64 && take_large(n as usize);
+            if n > FIRST_PIECE as u64 && !large {
+                n = size(FIRST_PIECE);
+            }
             let (from, to) = (self.at, self.at + n);
             self.at = to;
-            let b = match self.read(from, n as usize).await {
+            let b = match self.read(from, n as usize, large).await {
                 Ok(b) => b,
                 Err(e) => {
                     let v = self.verdict.clone();
@@ -388,15 +390,11 @@ impl FileRead {
         Ok(None)
     }
 
-    /// Bytes `from..from + n` of the file in a buffer of their own: what
-    /// the page cache holds copied there on the async worker, the rest read
-    /// on a blocking thread.
-    async fn read(&mut self, from: u64, n: usize) -> io::Result<Bytes> {
-        let large = if n > FIRST_PIECE && take_large(n) {
-            n
-        } else {
-            0
-        };
+    /// Bytes `from..from + n` of the file in a buffer of their own (`large`:
+    /// its share of [`LARGE_PIECES`] taken): what the page cache holds
+    /// copied there on the async worker, the rest read on a blocking thread.
+    async fn read(&mut self, from: u64, n: usize, large: bool) -> io::Result<Bytes> {
+        let large = if large { n } else { 0 };
         let mut piece = PieceBuf {
             buf: Vec::with_capacity(n),
             large,

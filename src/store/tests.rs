@@ -659,23 +659,54 @@ async fn a_file_read_goes_out_in_pieces() {
     assert_eq!(sizes(7, 8).await, [1]);
 }
 
+/// A store holding `k` (`pieces` of [`super::read::SEND_PIECE`] bytes of a
+/// pattern mod `m`), a stream of the whole of it, and its first piece read.
+struct OnePieceIn {
+    _dir: tempfile::TempDir,
+    store: Store,
+    path: std::path::PathBuf,
+    body: Vec<u8>,
+    stream: std::pin::Pin<Box<dyn futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send>>,
+    first: bytes::Bytes,
+}
+
+async fn one_piece_in(pieces: usize, m: usize) -> OnePieceIn {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let body: Vec<u8> = (0..(super::read::SEND_PIECE * pieces))
+        .map(|i| (i % m) as u8)
+        .collect();
+    let e = put(&store, "k", &body, false).await;
+    let path = store.object_path(&e.digest).unwrap();
+    let o = store.open_key("k").await.unwrap().unwrap();
+    let mut stream = Box::pin(o.stream(0, body.len() as u64));
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(first[..] == body[..first.len()]);
+    OnePieceIn {
+        _dir: dir,
+        store,
+        path,
+        body,
+        stream,
+        first,
+    }
+}
+
 /// A piece handed out is the stream's own copy: a byte written into the
 /// object's file after its check (another process; a page reclaimed and
 /// read back rotten) does not change what goes to the socket, and the next
 /// read of the changed bytes is caught.
 #[tokio::test]
 async fn a_piece_handed_out_is_the_bytes_its_check_saw() {
-    use super::read::SEND_PIECE;
-    use futures::StreamExt;
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), None).unwrap();
-    let body: Vec<u8> = (0..(SEND_PIECE * 4)).map(|i| (i % 233) as u8).collect();
-    let e = put(&store, "k", &body, false).await;
-    let path = store.object_path(&e.digest).unwrap();
-    let o = store.open_key("k").await.unwrap().unwrap();
-    let mut s = Box::pin(o.stream(0, body.len() as u64));
-    let first = s.next().await.unwrap().unwrap();
-    assert!(first[..] == body[..first.len()]);
+    let OnePieceIn {
+        _dir,
+        store,
+        path,
+        body,
+        stream: s,
+        first,
+    } = one_piece_in(4, 233).await;
     // written under the piece while the socket has not copied it yet
     flip_byte(&path, 1000);
     assert!(
@@ -696,15 +727,13 @@ async fn a_piece_handed_out_is_the_bytes_its_check_saw() {
 async fn a_file_truncated_under_a_read_cuts_it_and_drops_the_object() {
     use super::read::SEND_PIECE;
     use futures::StreamExt;
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), None).unwrap();
-    let body: Vec<u8> = (0..(SEND_PIECE * 4)).map(|i| (i % 229) as u8).collect();
-    let e = put(&store, "k", &body, false).await;
-    let path = store.object_path(&e.digest).unwrap();
-    let o = store.open_key("k").await.unwrap().unwrap();
-    let mut s = Box::pin(o.stream(0, body.len() as u64));
-    let first = s.next().await.unwrap().unwrap();
-    assert!(first[..] == body[..first.len()]);
+    let OnePieceIn {
+        _dir,
+        store,
+        path,
+        stream: mut s,
+        ..
+    } = one_piece_in(4, 229).await;
     fs::OpenOptions::new()
         .write(true)
         .open(&path)
@@ -729,17 +758,16 @@ async fn a_file_truncated_under_a_read_cuts_it_and_drops_the_object() {
 /// good copy stays, and the drop is counted once.
 #[tokio::test]
 async fn a_reader_of_a_dropped_copy_leaves_the_new_one_alone() {
-    use super::read::SEND_PIECE;
     use futures::StreamExt;
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), None).unwrap();
-    let body: Vec<u8> = (0..(SEND_PIECE * 8)).map(|i| (i % 227) as u8).collect();
-    let e = put(&store, "k", &body, false).await;
-    let path = store.object_path(&e.digest).unwrap();
     // A: a slow reader of the first copy, one piece in
-    let a = store.open_key("k").await.unwrap().unwrap();
-    let mut a = Box::pin(a.stream(0, body.len() as u64));
-    assert!(a.next().await.unwrap().is_ok());
+    let OnePieceIn {
+        _dir,
+        store,
+        path,
+        body,
+        stream: mut a,
+        ..
+    } = one_piece_in(8, 227).await;
     // rot near the end; B meets it first: the copy is dropped
     flip_byte(&path, body.len() as u64 - 100);
     let err = read_whole(store.open_key("k").await.unwrap().unwrap())
