@@ -316,20 +316,14 @@ fn an_image_pulled_once_pulls_again_while_the_bucket_is_frozen() {
     }
     // A HEAD answers as the GET would: 503 for a blob only the bucket
     // holds (not 200 from the entry in memory), 200 for one in the tier.
-    let r = curl(&[
-        "-I",
-        "--max-time",
-        "30",
-        &format!("{base}/blobs/{}", other.blobs[0].digest),
-    ]);
-    assert_eq!(r.status, 503, "HEAD of a blob only the frozen bucket holds");
-    let r = curl(&[
-        "-I",
-        "--max-time",
-        "30",
-        &format!("{base}/blobs/{}", img.blobs[0].digest),
-    ]);
-    assert_eq!(r.status, 200, "HEAD of a blob in the local tier");
+    for (blob, want, what) in [
+        (&other.blobs[0], 503, "a blob only the frozen bucket holds"),
+        (&img.blobs[0], 200, "a blob in the local tier"),
+    ] {
+        let url = format!("{base}/blobs/{}", blob.digest);
+        let r = curl(&["-I", "--max-time", "30", &url]);
+        assert_eq!(r.status, want, "HEAD of {what}");
+    }
     let o = skopeo_copy(&one.host(), &repo, "v1.13.5", &out.path().join("other"));
     assert!(
         !o.status.success(),

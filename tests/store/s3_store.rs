@@ -283,29 +283,26 @@ fn a_burst_over_two_replicas_and_a_replica_killed_mid_download() {
     // the rest of the body, which then ended whole after the kill).
     let mut one = one;
     let have = {
-        use std::io::{Read, Write};
-        let mut s = support::small_window_client(one.port);
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        write!(s, "GET {} HTTP/1.1\r\nHost: x\r\n\r\n", image_path(A)).unwrap();
-        let mut got = Vec::new();
+        use std::io::Read;
+        let (mut s, head) =
+            support::small_window_get(one.port, &image_path(A), Duration::from_secs(30));
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        let mut body = Vec::new();
         let mut buf = [0u8; 4096];
-        let third = f.xz.len() / 3;
-        // the head, then a third of the body at a few MiB a second
-        while got.len() < third {
+        // a third of the body at a few MiB a second
+        while body.len() < f.xz.len() / 3 {
             let n = s.read(&mut buf).unwrap();
             assert!(n > 0, "the answer ended early");
-            got.extend_from_slice(&buf[..n]);
+            body.extend_from_slice(&buf[..n]);
             std::thread::sleep(Duration::from_micros(500));
         }
         one.stop();
         loop {
             match s.read(&mut buf) {
                 Ok(0) | Err(_) => break,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Ok(n) => body.extend_from_slice(&buf[..n]),
             }
         }
-        let at = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-        let body = &got[at..];
         assert!(
             body.len() < f.xz.len(),
             "the killed replica's response is cut"
@@ -314,7 +311,7 @@ fn a_burst_over_two_replicas_and_a_replica_killed_mid_download() {
             body[..] == f.xz[..body.len()],
             "bytes before the cut are right"
         );
-        body.to_vec()
+        body
     };
     let cut_body = have;
     let have = cut_body.len();

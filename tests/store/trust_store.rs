@@ -122,7 +122,7 @@ fn a_flipped_byte_on_disk_is_cut_dropped_and_fetched_again() {
 /// went on reading the file it had followed, unchecked).
 #[test]
 fn a_reader_behind_a_commit_reads_the_rest_checked() {
-    use std::io::{Read, Write};
+    use std::io::Read;
     let art = xz(16, 0);
     let root = tempfile::tempdir().unwrap();
     tree(root.path(), &[("v1.13.6", &art)]);
@@ -132,16 +132,8 @@ fn a_reader_behind_a_commit_reads_the_rest_checked() {
     let svc = Service::start(&["--cache-dir", dir, "--factory-url", &ng.url()]);
     // the first request starts the fill; its client reads nothing yet, so
     // the socket holds it back a few MiB into the artifact
-    let mut s = support::small_window_client(svc.port);
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(s, "GET {} HTTP/1.1\r\nHost: x\r\n\r\n", image("v1.13.6")).unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "the answer's head");
-        head.push(b[0]);
-    }
-    let head = String::from_utf8_lossy(&head).to_lowercase();
+    let (mut s, head) =
+        support::small_window_get(svc.port, &image("v1.13.6"), Duration::from_secs(20));
     assert!(head.starts_with("http/1.1 200"), "{head}");
     assert!(
         head.contains(&format!("content-length: {}", art.len())),
@@ -184,21 +176,14 @@ fn a_reader_behind_a_commit_reads_the_rest_checked() {
 /// received, and its answer is cut there.
 #[test]
 fn a_byte_changed_in_a_fill_s_file_never_reaches_its_readers() {
-    use std::io::{Read, Write};
+    use std::io::Read;
     use support::factory::{A, Factory, image_path};
     // 24 MiB at 8 MiB/s: the fill lasts about three seconds.
     let up = Factory::new(24, 0, &[A], Some("8m"));
     let svc = up.serve(&[]);
-    let mut s = support::small_window_client(svc.port);
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "GET {} HTTP/1.1\r\nHost: x\r\n\r\n", image_path(A)).unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "the answer's head");
-        head.push(b[0]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 200"));
+    let (mut s, head) =
+        support::small_window_get(svc.port, &image_path(A), Duration::from_secs(30));
+    assert!(head.starts_with("http/1.1 200"), "{head}");
     // the spool file, once 12 MiB are in: a byte at 10 MiB changes (the
     // reader, reading nothing yet, is a few MiB in at most)
     let spool = || {

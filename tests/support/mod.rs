@@ -464,6 +464,23 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A GET of `path` from a [`small_window_client`] (its receive buffer fixed
+/// small, so the server's writes wait on it): the stream, positioned at the
+/// body, and the answer's head (lower case).
+pub fn small_window_get(port: u16, path: &str, timeout: Duration) -> (std::net::TcpStream, String) {
+    use std::io::{Read, Write};
+    let mut s = small_window_client(port);
+    s.set_read_timeout(Some(timeout)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "the answer's head ended early");
+        head.push(b[0]);
+    }
+    (s, String::from_utf8_lossy(&head).to_lowercase())
+}
+
 /// A loopback connection to `port` whose receive buffer is 4 KiB, so a
 /// client that reads slowly (or not at all) really holds the sender back
 /// (loopback buffers can otherwise swallow tens of MiB).
