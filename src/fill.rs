@@ -142,6 +142,9 @@ struct Shared {
     /// the bytes of the block after them (with their count). Readers check
     /// what they read from the file against it.
     sums: Mutex<FillSums>,
+    /// A reader found a block of the file not matching what the fill
+    /// received: the fill is not committed.
+    tainted: std::sync::atomic::AtomicBool,
     tx: watch::Sender<Progress>,
     started: std::time::Instant,
 }
@@ -389,6 +392,7 @@ impl Fills {
             file: Default::default(),
             tx,
             sums: Mutex::default(),
+            tainted: Default::default(),
             started: std::time::Instant::now(),
         });
         map.insert(key.to_string(), sh.clone());
@@ -538,6 +542,11 @@ impl Fills {
                     "fetching {key}: sha256 {got} differs from the expected {d}"
                 )));
             }
+        }
+        if sh.tainted.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(FetchError::Failed(format!(
+                "fetching {key}: its file changed under the fill (a reader found a block not matching what was received)"
+            )));
         }
         // Readers may have the last byte now; durability comes next.
         sh.tx.send_modify(|p| p.phase = Phase::Verified);
@@ -779,6 +788,9 @@ impl ReadState {
                         .map_err(std::io::Error::other)??
                 };
                 if crc32c::crc32c(&buf) != expected {
+                    self.sh
+                        .tainted
+                        .store(true, std::sync::atomic::Ordering::Release);
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::InvalidData,
                         format!(

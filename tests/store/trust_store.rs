@@ -212,6 +212,21 @@ fn a_byte_changed_in_a_fill_s_file_never_reaches_its_readers() {
     );
     assert!(body[..] == up.xz[..at], "bytes before the cut are right");
     assert!(at <= 10 << 20, "cut at or before the changed block: {at}");
+    // the fill its reader found changed is not stored (it fails at its
+    // end): the next GET fetches it again, whole and right
+    eventually("the fill refused", Duration::from_secs(20), || {
+        svc.log_text().contains("its file changed under the fill")
+    });
+    let url = format!("{}{}", svc.url(), image_path(A));
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200), "{}", svc.log_text());
+    assert!(r.body == up.xz);
+    assert_eq!(
+        up.gets(A),
+        2,
+        "fetched again, not served from a changed file"
+    );
+    assert!(svc.log_text().contains("its file changed under the fill"));
 }
 
 /// Another process truncating a committed object again and again while
