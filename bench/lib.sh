@@ -1,7 +1,8 @@
 # Shared by the bench/ scripts: a work dir and the processes started in it,
 # stopped and removed on every exit path (success, failure, set -e, Ctrl-C,
 # SIGTERM, SIGHUP); free ports; waiting for a server; the tools and the
-# release build a script needs; a factory artifact to serve; docker-registry;
+# release build a script needs; nginx under a work dir; a factory artifact to
+# serve; docker-registry;
 # pushing blobs and manifests to a registry over the plain registry API;
 # /proc facts.
 # Source it: `. "$ROOT/bench/lib.sh"` (ROOT: the repository).
@@ -63,6 +64,23 @@ need_tools() {
 
 # need_bin: exit 2 unless $BIN (the release build) is there.
 need_bin() { [ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN)" >&2; exit 2; }; }
+
+# nginx_start DIR WORKERS: nginx in the foreground under DIR (its conf, logs,
+# pid and temp dirs there) with WORKERS workers, the inside of its http {}
+# block read from stdin; tracked; its master's PID in NGINX_PID.
+nginx_start() {
+  local d=$1
+  mkdir -p "$d"
+  {
+    printf 'daemon off;\nworker_processes %s;\nuser root;\nerror_log %s/error.log;\npid %s/nginx.pid;\n' "$2" "$d" "$d"
+    printf 'events { worker_connections 1024; }\nhttp {\n  client_body_temp_path %s/body;\n  proxy_temp_path %s/tmp;\n' "$d" "$d"
+    cat
+    echo '}'
+  } > "$d/nginx.conf"
+  nginx -c "$d/nginx.conf" -p "$d" &
+  NGINX_PID=$!
+  track "$NGINX_PID"
+}
 
 # factory_artifact MIB: MIB MiB of random data as xz, at the factory's path
 # P=/image/$S/$V/$A under $WORK/root; sets S, V, A, P and LEN (its bytes).

@@ -69,22 +69,10 @@ EP=http://127.0.0.1:$GS
 
 echo "# nginx as the factory (limit_rate $RATE)"
 NP=$(free_port)
-mkdir -p "$W/nginx"
-cat > "$W/nginx/nginx.conf" <<EOF
-daemon off;
-worker_processes 1;
-user root;
-error_log $W/nginx/error.log;
-pid $W/nginx/nginx.pid;
-events { worker_connections 1024; }
-http {
+nginx_start "$W/nginx" 1 <<EOF
   access_log $W/nginx/access.log;
-  client_body_temp_path $W/nginx/body;
   server { listen 127.0.0.1:$NP; root $W/root; limit_rate $RATE; }
-}
 EOF
-nginx -c "$W/nginx/nginx.conf" -p "$W/nginx" &
-track $!
 wait_http "http://127.0.0.1:$NP/"
 
 replica() { # name [serve flags...] -> port
@@ -181,18 +169,8 @@ SIGNED=$(curl -sv -o /dev/null -r 0- --aws-sigv4 aws:amz:us-east-1:s3 \
 AUTH=$(sed -n 's/^> [Aa]uthorization: //p' <<<"$SIGNED")
 XDATE=$(sed -n 's/^> [Xx]-[Aa]mz-[Dd]ate: //p' <<<"$SIGNED")
 PP=$(free_port)
-mkdir -p "$W/proxy"
-cat > "$W/proxy/nginx.conf" <<EOF
-daemon off;
-worker_processes 2;
-user root;
-error_log $W/proxy/error.log;
-pid $W/proxy/nginx.pid;
-events { worker_connections 1024; }
-http {
+nginx_start "$W/proxy" 2 <<EOF
   access_log off;
-  client_body_temp_path $W/proxy/body;
-  proxy_temp_path $W/proxy/tmp;
   upstream garage { server 127.0.0.1:$GS; keepalive 8; }
   server {
     listen 127.0.0.1:$PP;
@@ -212,11 +190,8 @@ http {
       proxy_set_header x-amz-content-sha256 "$(printf '' | sha256sum | cut -d' ' -f1)";
     }
   }
-}
 EOF
-nginx -c "$W/proxy/nginx.conf" -p "$W/proxy" &
-track $!
-PXPID=$!
+PXPID=$NGINX_PID
 wait_http "http://127.0.0.1:$PP/"
 [ "$(curl -sf "http://127.0.0.1:$PP/" | sha256sum | cut -d' ' -f1)" = "$SHA" ] || { echo "nginx proxy_pass to Garage: wrong bytes" >&2; exit 1; }
 PXW=$(pgrep -P "$PXPID" | tr '\n' ' ')
