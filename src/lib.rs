@@ -5,7 +5,6 @@
 
 pub mod error;
 pub mod goyaml;
-pub mod heap;
 pub mod input;
 pub mod keyed_locks;
 pub mod oci_ref;

@@ -356,10 +356,6 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         .map_err(|e| Error::io("listener address", e))?;
     let acceptor = tls.as_ref().map(|t| t.acceptor()).transpose()?;
     let _reload = tls.as_ref().map(|t| AbortOnDrop(t.watch(tls::POLL)));
-    // What a burst of readers freed goes back to the kernel afterwards.
-    let _trim = AbortOnDrop(tokio::spawn(crate::heap::trim_every(
-        crate::heap::TRIM_PERIOD,
-    )));
     tracing::info!(
         %local,
         offline = state.cfg.offline,
