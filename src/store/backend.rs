@@ -18,8 +18,8 @@
 //! Every method blocks: the store calls them only from blocking threads,
 //! never on an async worker and never holding a mutex of its own, and a
 //! remote backend bounds every call by its timeout. The one exception is
-//! [`ObjectRead::pieces`]: a stream whose request runs on the backend's
-//! own runtime, polled without blocking.
+//! [`ObjectRead::pieces`]: a stream whose request runs as a task of its
+//! own (on the reader's runtime or the backend's), polled without blocking.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -51,7 +51,7 @@ pub trait ObjectRead: Send + Sync {
 
     /// Bytes `from..to` in order through one request, as they arrive, in
     /// pieces of any size, for a response served from a remote store: the
-    /// request runs on the backend's own runtime and its read-ahead is
+    /// request runs as a task of its own and its read-ahead is
     /// bounded, so polling this never blocks (an async worker may); every
     /// wait is bounded by the backend, and an end before `to` is an error.
     /// `None` (the default): a stream reads on blocking threads

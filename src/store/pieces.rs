@@ -1,5 +1,5 @@
 //! A remote object's bytes served as they arrive ([`ObjectRead::pieces`]:
-//! S3, one GET on the backend's own runtime), checked block by block in
+//! S3, one GET as a task of its own), checked block by block in
 //! place: each piece the HTTP client hands over is checked and forwarded
 //! as it is (`Bytes` slices of it, no copy), only a block's unchecked tail
 //! held across piece boundaries (its CRC32C carried along), and no byte of

@@ -42,8 +42,9 @@
 //! included. Every call is bounded by `--upstream-timeout` (the client's
 //! request timeout, its retries, and a `tokio::time::timeout` around it).
 //! A stream's span ([`span`]) is the one read that does not block: its GET
-//! is a task on that runtime feeding a queue bounded in bytes, which the
-//! store polls from an async worker (`ObjectRead::pieces`), each wait
+//! is a task feeding a queue bounded in bytes (on the reader's runtime
+//! when it is multi-threaded, the server's; else on the backend's), which
+//! the store polls from an async worker (`ObjectRead::pieces`), each wait
 //! bounded by the timeout and a floor on the body's pace.
 
 use std::collections::HashMap;
