@@ -382,7 +382,9 @@ pub async fn small_body(resp: reqwest::Response, limits: &Limits) -> Bytes {
 /// stream; 4xx is passed through as [`FetchError::Status`]; anything else
 /// fails. Only a 200 is a whole object: no fill sends `Range`, so a 206
 /// (part of the body) or any other 2xx (204, 203, ...) is a failure (502),
-/// never stored.
+/// never stored; so is a 200 whose body's end is not framed (HTTP/1
+/// without `Content-Length` or chunked encoding: ended by the connection's
+/// close, which a cut looks like).
 pub async fn open_response(
     resp: reqwest::Response,
     limits: &Limits,
@@ -402,6 +404,19 @@ pub async fn open_response(
             content_type: text("content-type"),
             ..Head::default()
         };
+        // HTTP/1 without a length or chunks: the body ends where the
+        // connection closes, and a cut (at an xz stream's end, say) would
+        // look whole. HTTP/2 frames its end.
+        let framed = resp.version() >= reqwest::Version::HTTP_2
+            || resp.headers().contains_key(reqwest::header::CONTENT_LENGTH)
+            || text("transfer-encoding")
+                .is_some_and(|t| t.to_ascii_lowercase().contains("chunked"));
+        if !framed {
+            return Err(FetchError::Failed(format!(
+                "upstream {} answered without Content-Length or chunked encoding: the end of the body cannot be told from a cut connection; nothing stored",
+                redact(&url)
+            )));
+        }
         // A compressed answer would not be the object's bytes.
         if let Some(enc) = text("content-encoding")
             && !enc.eq_ignore_ascii_case("identity")

@@ -199,3 +199,48 @@ fn only_a_200_is_a_whole_artifact() {
         .unwrap_or(0);
     assert_eq!(objects, 0, "nothing stored");
 }
+
+/// A body whose end is not framed (HTTP/1.1 without `Content-Length` or
+/// chunks, ended by closing the connection) cannot be told from a cut: a
+/// cut at the end of an xz stream of a multi-stream file decodes whole.
+/// Such an answer is a 502, never stored; a chunked body, whose end is
+/// framed, is whole. The upstream is the tests' fake (nginx frames every
+/// answer, `support::bad_upstream`).
+#[test]
+fn an_unframed_body_is_never_a_whole_artifact() {
+    // Any artifact: whole or cut, an unframed body looks the same.
+    let good = good_artifact();
+    let up = BadUpstream::start(good.clone(), Duration::from_millis(300), fault);
+    let cache = tempfile::tempdir().unwrap();
+    let svc = Service::start(&[
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+        "--factory-url",
+        &up.url(),
+        "--upstream-timeout",
+        "3s",
+    ]);
+    let unframed = image("v1.13.4");
+    for round in 0..2 {
+        let r = curl(&[&format!("{}{unframed}", svc.url())]);
+        let text: String = String::from_utf8_lossy(&r.body).chars().take(300).collect();
+        assert_eq!(r.status, 502, "round {round}: {text}");
+        assert!(
+            text.contains("without Content-Length or chunked encoding"),
+            "round {round}: {text}"
+        );
+    }
+    assert_eq!(up.count("v1.13.4/"), 2, "nothing stored: asked again");
+    let objects = std::fs::read_dir(cache.path().join("objects/sha256"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(objects, 0, "nothing stored");
+
+    let chunked = image("v1.13.5");
+    for round in 0..2 {
+        let r = curl(&[&format!("{}{chunked}", svc.url())]);
+        assert_eq!(r.status, 200, "round {round}");
+        assert!(r.body == good, "round {round}: the chunked body whole");
+    }
+    assert_eq!(up.count("v1.13.5/"), 1, "the chunked body stored once");
+}

@@ -11,6 +11,10 @@
 //! - `hang`: the request is read, nothing is ever sent;
 //! - `stall`: the head (with a `Content-Length`) and half the body, then silence;
 //! - `trickle`: the head, then one byte every `trickle_every`;
+//! - `unframed`: the head with neither `Content-Length` nor chunked
+//!   encoding, the whole body, then the connection closed (nginx frames
+//!   every answer; a cut at the right byte of such a body looks whole);
+//! - `chunked`: the whole body in chunks, properly ended;
 //! - anything else: `good` (the body given at start), whole.
 
 use std::io::{BufRead, BufReader, Write};
@@ -21,7 +25,7 @@ use std::time::Duration;
 
 /// The fault a request gets by the Talos version in its path, as the
 /// tests use it: `v1.13.1` hangs, `v1.13.2` stalls, `v1.13.3` trickles,
-/// any other is good.
+/// `v1.13.4` is unframed, `v1.13.5` chunked, any other is good.
 pub fn by_version(path: &str) -> &'static str {
     if path.contains("v1.13.1/") {
         "hang"
@@ -29,6 +33,10 @@ pub fn by_version(path: &str) -> &'static str {
         "stall"
     } else if path.contains("v1.13.3/") {
         "trickle"
+    } else if path.contains("v1.13.4/") {
+        "unframed"
+    } else if path.contains("v1.13.5/") {
+        "chunked"
     } else {
         "good"
     }
@@ -159,6 +167,28 @@ fn handle(
                     std::thread::sleep(trickle_every);
                 }
                 return Ok(());
+            }
+            "unframed" => {
+                write!(
+                    w,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/x-xz\r\nConnection: close\r\n\r\n"
+                )?;
+                w.write_all(good)?;
+                w.flush()?;
+                return Ok(());
+            }
+            "chunked" => {
+                write!(
+                    w,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/x-xz\r\nTransfer-Encoding: chunked\r\n\r\n"
+                )?;
+                for c in good.chunks(100_000) {
+                    write!(w, "{:x}\r\n", c.len())?;
+                    w.write_all(c)?;
+                    w.write_all(b"\r\n")?;
+                }
+                w.write_all(b"0\r\n\r\n")?;
+                w.flush()?;
             }
             _ => {
                 head(&mut w)?;
