@@ -416,8 +416,9 @@ impl Store {
             let _ = self.write_sums(digest, &sums);
             return Ok(sums);
         }
-        let reason =
-            format!("chunk {chunk} does not match its checksum (the bytes hash to sha256:{got})");
+        let reason = format!(
+            "chunk {chunk} does not match its checksum (the whole object hashes to sha256:{got})"
+        );
         self.quarantine_copy(digest, Some(born), &reason);
         Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,

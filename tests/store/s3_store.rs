@@ -397,7 +397,7 @@ fn mirror_sync_verify_export_import_on_the_bucket() {
     assert!(err.contains(&sha256_hex(&f.xz)), "{err}");
     assert!(
         !g.list(1, "m/objects/").contains(&obj),
-        "dropped from the bucket"
+        "dropped from the bucket: {err}"
     );
     ok(
         &mirror_cmd(
