@@ -463,8 +463,13 @@ fn print_verify(r: &crate::mirror::VerifyReport) -> i32 {
         );
     }
     for b in &r.bad {
+        let done = if b.removed {
+            "removed, run mirror sync to fetch it again"
+        } else {
+            "NOT removed: still in the store after the drop (the store lock or the delete failed, see the log above, or another process stored it again); run mirror verify again"
+        };
         eprintln!(
-            "talos-gen: mirror verify: bad object sha256:{} ({}): {}; removed, run mirror sync to fetch it again",
+            "talos-gen: mirror verify: bad object sha256:{} ({}): {}; {done}",
             b.digest,
             b.keys.join(", "),
             b.reason

@@ -17,6 +17,8 @@ pub struct BadObject {
     pub digest: String,
     pub keys: Vec<String>,
     pub reason: String,
+    /// The drop took: the bytes (or, for a misnamed key, the key) are gone.
+    pub removed: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -60,6 +62,7 @@ pub fn verify(loc: impl Into<crate::store::Location>) -> Result<VerifyReport> {
                 digest: e.digest.clone(),
                 keys: vec![e.key.clone()],
                 reason: why,
+                removed: false,
             });
             continue;
         }
@@ -131,6 +134,7 @@ pub fn verify(loc: impl Into<crate::store::Location>) -> Result<VerifyReport> {
                                 digest,
                                 keys,
                                 reason,
+                                removed: false,
                             });
                     }
                 }
@@ -140,12 +144,13 @@ pub fn verify(loc: impl Into<crate::store::Location>) -> Result<VerifyReport> {
     let mut report = report.into_inner().unwrap_or_else(|p| p.into_inner());
     let mut bad = bad.into_inner().unwrap_or_else(|p| p.into_inner());
     bad.sort_by(|a, b| a.digest.cmp(&b.digest));
-    for b in &bad {
-        store.drop_object(&b.digest, &b.reason);
+    for b in &mut bad {
+        b.removed = store.drop_object(&b.digest, &b.reason);
     }
-    for m in &misnamed {
+    for m in &mut misnamed {
         tracing::warn!(key = %m.keys[0], reason = %m.reason, "dropping a misnamed key");
         store.remove(&m.keys[0]);
+        m.removed = store.entry(&m.keys[0]).map(|e| e.digest).as_ref() != Some(&m.digest);
     }
     bad.extend(misnamed);
     report.bad = bad;

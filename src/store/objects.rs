@@ -535,9 +535,13 @@ impl Store {
             .map_err(|e| Error::io(format!("opening sha256:{digest}"), e))
     }
 
-    /// Drop the object `digest` and every key naming it (for `mirror verify`).
-    pub fn drop_object(&self, digest: &str, reason: &str) {
+    /// Drop the object `digest` and every key naming it (for `mirror
+    /// verify`). Whether its bytes are gone from the backend afterwards:
+    /// `false` when the store lock or the delete failed (both only logged
+    /// on the serving path), or another process stored it again.
+    pub fn drop_object(&self, digest: &str, reason: &str) -> bool {
         self.quarantine(digest, reason);
+        self.backend().object_len(digest).is_none()
     }
 }
 

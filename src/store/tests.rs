@@ -417,6 +417,9 @@ fn an_empty_cache_dir_is_refused() {
 struct Counting {
     inner: LocalDir,
     meta_calls: Arc<AtomicU64>,
+    /// Deletes of objects do nothing (as an S3 delete that failed: the
+    /// backend only logs it).
+    refuse_deletes: bool,
 }
 
 impl Counting {
@@ -467,7 +470,9 @@ impl Backend for Counting {
         self.inner.put_object(spool, file, digest, sums)
     }
     fn delete_object(&self, digest: &str) {
-        self.inner.delete_object(digest)
+        if !self.refuse_deletes {
+            self.inner.delete_object(digest)
+        }
     }
     fn list_entries(&self) -> std::io::Result<Vec<backend::Listed>> {
         self.count();
@@ -515,6 +520,7 @@ async fn a_warm_read_asks_the_backend_for_no_metadata() {
     let backend = Counting {
         inner: LocalDir::open(dir.path().to_path_buf()).unwrap(),
         meta_calls: meta_calls.clone(),
+        refuse_deletes: false,
     };
     let store = Store::with_backend(Box::new(backend), None).unwrap();
     put(&store, "ours", b"a small one", false).await;
@@ -830,4 +836,24 @@ async fn an_object_without_checksums_is_hashed_before_it_is_served() {
     );
     assert_eq!(store.corrupt_dropped(), 1);
     assert!(!dir.path().join("objects/sha256").join(&digest).exists());
+}
+
+/// `mirror verify`'s drop says whether it took: a delete the backend did
+/// not carry out (an S3 delete that failed is only logged) is not told as
+/// a removal.
+#[tokio::test]
+async fn a_drop_that_did_not_take_is_told() {
+    for refuse in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Counting {
+            inner: LocalDir::open(dir.path().to_path_buf()).unwrap(),
+            meta_calls: Arc::new(AtomicU64::new(0)),
+            refuse_deletes: refuse,
+        };
+        let store = Store::with_backend(Box::new(backend), None).unwrap();
+        let e = put(&store, "k", b"some bytes", false).await;
+        let gone = store.drop_object(&e.digest, "a test");
+        assert_eq!(gone, !refuse, "deletes refused: {refuse}");
+        assert!(store.entry("k").is_none(), "the key is dropped either way");
+    }
 }
