@@ -22,6 +22,13 @@ fn image(v: &str) -> String {
     format!("/image/{S}/{v}/openstack-amd64.raw.xz")
 }
 
+/// Objects in a local store's directory (none before its first commit).
+fn stored_objects(cache: &std::path::Path) -> usize {
+    std::fs::read_dir(cache.join("objects/sha256"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
 fn good_artifact() -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     support::xz_disk(dir.path(), 1, 1).1
@@ -194,10 +201,7 @@ fn only_a_200_is_a_whole_artifact() {
             .count();
         assert_eq!(asked, 2, "{p}: nothing stored, the upstream asked again");
     }
-    let objects = std::fs::read_dir(cache.path().join("objects/sha256"))
-        .map(|d| d.count())
-        .unwrap_or(0);
-    assert_eq!(objects, 0, "nothing stored");
+    assert_eq!(stored_objects(cache.path()), 0, "nothing stored");
 }
 
 /// A body whose end is not framed (HTTP/1.1 without `Content-Length` or
@@ -231,10 +235,7 @@ fn an_unframed_body_is_never_a_whole_artifact() {
         );
     }
     assert_eq!(up.count("v1.13.4/"), 2, "nothing stored: asked again");
-    let objects = std::fs::read_dir(cache.path().join("objects/sha256"))
-        .map(|d| d.count())
-        .unwrap_or(0);
-    assert_eq!(objects, 0, "nothing stored");
+    assert_eq!(stored_objects(cache.path()), 0, "nothing stored");
 
     let chunked = image("v1.13.5");
     for round in 0..2 {

@@ -1,8 +1,9 @@
 //! Reads of an object in the bucket: ranged GETs, or a stream's whole
 //! span through one GET ([`S3Object::pieces`]): a task on the reader's
-//! runtime (the server's; the backend's own without one) pulls the body into a read-ahead bounded in bytes
-//! ([`SPAN_AHEAD`]), and the body's pieces go to the reader as the HTTP
-//! client gave them (the store checks them in place, `store::pieces`).
+//! runtime (the server's; the backend's own without one) pulls the body
+//! into a read-ahead bounded in bytes ([`SPAN_AHEAD`]), and the body's
+//! pieces go to the reader as the HTTP client gave them (the store checks
+//! them in place, `store::pieces`).
 
 use std::io;
 use std::sync::Arc;
