@@ -261,6 +261,7 @@ impl Limits {
         resp: reqwest::Response,
         max: usize,
     ) -> Result<Vec<u8>, FetchError> {
+        framed(url, &resp)?;
         let mut out = Vec::new();
         let mut s = self.body(url, resp);
         while let Some(b) = s.next().await {
@@ -275,6 +276,30 @@ impl Limits {
         }
         Ok(out)
     }
+}
+
+/// Whether `resp`'s body has a framed end: HTTP/1 without a length or
+/// chunks ends where the connection closes, and a cut (at an xz stream's
+/// end, or inside a JSON document after a complete value) would look
+/// whole. HTTP/2 frames its end. Every body that is kept or parsed
+/// ([`open_response`], [`Limits::read_small`]) passes here first.
+fn framed(url: &str, resp: &reqwest::Response) -> Result<(), FetchError> {
+    let chunked = resp
+        .headers()
+        .get_all(reqwest::header::TRANSFER_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|t| t.to_ascii_lowercase().contains("chunked"));
+    if resp.version() >= reqwest::Version::HTTP_2
+        || resp.headers().contains_key(reqwest::header::CONTENT_LENGTH)
+        || chunked
+    {
+        return Ok(());
+    }
+    Err(FetchError::Failed(format!(
+        "upstream {} answered without Content-Length or chunked encoding: the end of the body cannot be told from a cut connection; nothing kept",
+        redact(url)
+    )))
 }
 
 /// A URL without its query (which may carry a token) for messages.
@@ -404,19 +429,7 @@ pub async fn open_response(
             content_type: text("content-type"),
             ..Head::default()
         };
-        // HTTP/1 without a length or chunks: the body ends where the
-        // connection closes, and a cut (at an xz stream's end, say) would
-        // look whole. HTTP/2 frames its end.
-        let framed = resp.version() >= reqwest::Version::HTTP_2
-            || resp.headers().contains_key(reqwest::header::CONTENT_LENGTH)
-            || text("transfer-encoding")
-                .is_some_and(|t| t.to_ascii_lowercase().contains("chunked"));
-        if !framed {
-            return Err(FetchError::Failed(format!(
-                "upstream {} answered without Content-Length or chunked encoding: the end of the body cannot be told from a cut connection; nothing stored",
-                redact(&url)
-            )));
-        }
+        framed(&url, &resp)?;
         // A compressed answer would not be the object's bytes.
         if let Some(enc) = text("content-encoding")
             && !enc.eq_ignore_ascii_case("identity")

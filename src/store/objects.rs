@@ -455,8 +455,13 @@ impl Store {
             }
             _ => return,
         }
-        let Ok(_lock) = self.lock_store() else {
-            return;
+        let _lock = match self.lock_store() {
+            Ok(l) => l,
+            Err(e) => {
+                // The keys stay: the next read meets the gap again.
+                tracing::error!(%digest, error = %e, "object missing from the store; its keys NOT dropped: the store lock was not had");
+                return;
+            }
         };
         self.refresh();
         let keys = self.remove_object_locked(digest);
@@ -496,8 +501,13 @@ impl Store {
         self.inner
             .corrupt
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let Ok(_lock) = self.lock_store() else {
-            return;
+        let _lock = match self.lock_store() {
+            Ok(l) => l,
+            Err(e) => {
+                // The keys stay: the next read meets the fault again.
+                tracing::error!(%digest, reason, error = %e, "corrupt object in the store; NOT dropped: the store lock was not had");
+                return;
+            }
         };
         self.refresh();
         let keys = self.remove_object_locked(digest);

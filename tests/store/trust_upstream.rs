@@ -245,3 +245,43 @@ fn an_unframed_body_is_never_a_whole_artifact() {
     }
     assert_eq!(up.count("v1.13.5/"), 1, "the chunked body stored once");
 }
+
+/// A factory document is read whole before it is parsed and kept, so an
+/// unframed answer could end at a cut that still parses (a PEM file cut
+/// after its first block): it is refused as an artifact is, nothing kept,
+/// and the factory asked again the next time.
+#[test]
+fn an_unframed_document_is_never_kept() {
+    fn versions_unframed(path: &str) -> &'static str {
+        if path.starts_with("/versions") {
+            "unframed"
+        } else {
+            "good"
+        }
+    }
+    let up = BadUpstream::start(
+        br#"["v1.13.0","v1.13.1"]"#.to_vec(),
+        Duration::from_millis(300),
+        versions_unframed,
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let svc = Service::start(&[
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+        "--factory-url",
+        &up.url(),
+        "--upstream-timeout",
+        "3s",
+    ]);
+    for round in 0..2 {
+        let r = curl(&[&format!("{}/versions", svc.url())]);
+        let text = String::from_utf8_lossy(&r.body);
+        assert_eq!(r.status, 502, "round {round}: {text}");
+        assert!(
+            text.contains("without Content-Length or chunked encoding"),
+            "round {round}: {text}"
+        );
+    }
+    assert_eq!(up.count("/versions"), 2, "nothing kept: asked again");
+    assert_eq!(stored_objects(cache.path()), 0, "nothing kept");
+}
