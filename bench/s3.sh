@@ -9,7 +9,9 @@
 #      copy on --cache-dir, checked the same), vs a direct ranged GET
 #      (`-r 0-`) of the same object from Garage (curl --aws-sigv4), and
 #      vs that GET through nginx proxy_pass (the proxy a user would put
-#      before a bucket, 256 KiB buffers; it checks nothing);
+#      before a bucket, 256 KiB buffers; it checks nothing); the three ways
+#      to the bucket interleaved GET by GET, S3_ROUNDS rounds (default 7),
+#      best and median of each, and the CPU per GiB of every process;
 #   2. a cold burst of 16 clients spread over two replicas on one bucket,
 #      behind a rate-limited upstream (nginx limit_rate), vs one plain
 #      download from that upstream; upstream transfers counted;
@@ -116,46 +118,31 @@ for i in $(seq 16); do [ "$(sha256sum < "$W/c$i" | cut -d' ' -f1)" = "$SHA" ] ||
 TRANSFERS=$(grep -c "GET $P" "$W/nginx/access.log" || true)
 rm -f "$W"/c*
 
-echo "# cached: whole GETs through talos-gen vs direct ranged GETs from Garage (5 each)"
+echo "# cached: whole GETs through talos-gen, through nginx proxy_pass and direct from Garage, interleaved"
 for _ in $(seq 100); do  # the commit follows the last byte
   curl -s -o /dev/null -w '%{http_code}' --aws-sigv4 aws:amz:us-east-1:s3 \
     --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
     -H "x-amz-content-sha256: $(printf '' | sha256sum | cut -d' ' -f1)" \
     -I "$EP/talos-gen/store/objects/sha256/$SHA" | grep -q 200 && break; sleep 0.1
 done
-best() { sort -n | head -1; }
 # CPU time (clock ticks, user + system) of processes, and of this shell's
 # children (the curls) once they are waited for.
 ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{sub(/^.*\) /,""); print $12+$13}' "/proc/$p/stat"))); done; echo "$t"; }
 HZ=$(getconf CLK_TCK)
 # KIDS: ticks of the waited-for children (`times` in this shell, not a subshell).
 kids() { times > "$W/times"; KIDS=$(awk -v hz="$HZ" 'NR==2{for(i=1;i<=2;i++){split($i,a,/[ms]/); t+=a[1]*60+a[2]}; printf "%d", t*hz}' "$W/times"); }
-# cpu NAME BEFORE AFTER: milliseconds of CPU per GiB served (5 GETs of LEN bytes).
-cpu() { awk -v b="$2" -v a="$3" -v hz="$HZ" -v n="$LEN" 'BEGIN{printf "%.0f", (a-b)*1000/hz/(5*n/1073741824)}'; }
 # From the bucket: a replica without the local tier.
 R3=$(replica bucket --local-cache-max-size 0)
 PID3=$(pgrep -f -- "--cache-dir $W/bucket" | head -1)
 track "$PID3"  # started in a subshell: tracked by PID
 curl -sf -o /dev/null "http://127.0.0.1:$R3$P"  # its checksums in memory, a connection open
-g0=$(ticks "$GPID"); t0=$(ticks "$PID3"); kids; k0=$KIDS
-for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$R3$P"; done > "$W/tg"
-g1=$(ticks "$GPID"); t1=$(ticks "$PID3"); kids; k1=$KIDS
-TG=$(best < "$W/tg")
-CPU_BUCKET="garage $(cpu g "$g0" "$g1"), talos-gen $(cpu t "$t0" "$t1"), curl $(cpu c "$k0" "$k1")"
 # From the local tier: replica two, once its copy is there (its own fill,
 # or the copy after its first read from the bucket).
 curl -sf -o /dev/null "http://127.0.0.1:$R2$P"
 for _ in $(seq 300); do [ -e "$W/two/tier/$SHA" ] && break; sleep 0.1; done
 [ -e "$W/two/tier/$SHA" ] || { echo "replica two's local tier holds no copy" >&2; exit 1; }
-TT=$(for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$R2$P"; done | best)
-g0=$(ticks "$GPID"); kids; k0=$KIDS
-for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' -r 0- --aws-sigv4 aws:amz:us-east-1:s3 \
-  --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-  -H "x-amz-content-sha256: $(printf '' | sha256sum | cut -d' ' -f1)" \
-  "$EP/talos-gen/store/objects/sha256/$SHA"; done > "$W/ga"
-g1=$(ticks "$GPID"); kids; k1=$KIDS
-GA=$(best < "$W/ga")
-CPU_DIRECT="garage $(cpu g "$g0" "$g1"), curl $(cpu c "$k0" "$k1")"
+TT=$(for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$R2$P"; done | sort -n | head -1)
+EMPTY_SHA=$(printf '' | sha256sum | cut -d' ' -f1)
 # The peer a user would put in front of a bucket: nginx proxy_pass (2
 # workers, upstream keepalive, 256 KiB buffers, no temp file: the fastest of
 # the configurations tried, proxy_buffering off with 4 KiB buffers was 0.6-0.7x
@@ -164,7 +151,7 @@ CPU_DIRECT="garage $(cpu g "$g0" "$g1"), curl $(cpu c "$k0" "$k1")"
 # nginx signs nothing itself).
 SIGNED=$(curl -sv -o /dev/null -r 0- --aws-sigv4 aws:amz:us-east-1:s3 \
   --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-  -H "x-amz-content-sha256: $(printf '' | sha256sum | cut -d' ' -f1)" \
+  -H "x-amz-content-sha256: $EMPTY_SHA" \
   "$EP/talos-gen/store/objects/sha256/$SHA" 2>&1 | tr -d '\r')
 AUTH=$(sed -n 's/^> [Aa]uthorization: //p' <<<"$SIGNED")
 XDATE=$(sed -n 's/^> [Xx]-[Aa]mz-[Dd]ate: //p' <<<"$SIGNED")
@@ -187,7 +174,7 @@ nginx_start "$W/proxy" 2 <<EOF
       proxy_set_header Range "bytes=0-";
       proxy_set_header Authorization "$AUTH";
       proxy_set_header x-amz-date "$XDATE";
-      proxy_set_header x-amz-content-sha256 "$(printf '' | sha256sum | cut -d' ' -f1)";
+      proxy_set_header x-amz-content-sha256 "$EMPTY_SHA";
     }
   }
 EOF
@@ -195,11 +182,42 @@ PXPID=$NGINX_PID
 wait_http "http://127.0.0.1:$PP/"
 [ "$(curl -sf "http://127.0.0.1:$PP/" | sha256sum | cut -d' ' -f1)" = "$SHA" ] || { echo "nginx proxy_pass to Garage: wrong bytes" >&2; exit 1; }
 PXW=$(pgrep -P "$PXPID" | tr '\n' ' ')
-g0=$(ticks "$GPID"); x0=$(ticks "$PXPID" $PXW); kids; k0=$KIDS
-for _ in 1 2 3 4 5; do curl -sf -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$PP/"; done > "$W/px"
-g1=$(ticks "$GPID"); x1=$(ticks "$PXPID" $PXW); kids; k1=$KIDS
-PX=$(best < "$W/px")
-CPU_PROXY="garage $(cpu g "$g0" "$g1"), nginx $(cpu x "$x0" "$x1"), curl $(cpu c "$k0" "$k1")"
+# The three ways to the bucket's object, interleaved GET by GET for ROUNDS
+# rounds (S3_ROUNDS, default 7): the machine's noise, which moves even the
+# direct GET by 2x within a run, falls on the three alike. Per GET: its
+# time, and the CPU ticks of Garage, of the proxy in between (none for the
+# direct GET) and of curl.
+get_direct() {
+  curl -sf -o /dev/null -w '%{time_total}' -r 0- --aws-sigv4 aws:amz:us-east-1:s3 \
+    --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+    -H "x-amz-content-sha256: $EMPTY_SHA" "$EP/talos-gen/store/objects/sha256/$SHA"
+}
+get_proxy() { curl -sf -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PP/"; }
+get_bucket() { curl -sf -o /dev/null -w '%{time_total}' "http://127.0.0.1:$R3$P"; }
+ROUNDS=${S3_ROUNDS:-7}
+: > "$W/gets"
+for _ in $(seq "$ROUNDS"); do
+  for way in direct proxy bucket; do
+    case $way in
+      direct) procs=() ;;
+      proxy) read -r -a procs <<<"$PXPID $PXW" ;;
+      bucket) procs=("$PID3") ;;
+    esac
+    g0=$(ticks "$GPID"); x0=$(ticks "${procs[@]}"); kids; k0=$KIDS
+    t=$(get_$way)
+    g1=$(ticks "$GPID"); x1=$(ticks "${procs[@]}"); kids; k1=$KIDS
+    echo "$way $t $((g1 - g0)) $((x1 - x0)) $((k1 - k0))" >> "$W/gets"
+  done
+done
+# best WAY / median WAY: seconds a GET; cpu WAY FIELD: ms of CPU per GiB.
+best() { awk -v w="$1" '$1==w{print $2}' "$W/gets" | sort -n | head -1; }
+median() { awk -v w="$1" '$1==w{print $2}' "$W/gets" | sort -n | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
+cpu() { awk -v w="$1" -v f="$2" -v hz="$HZ" -v n="$LEN" '$1==w{t+=$f; k++} END{printf "%.0f", t*1000/hz/(k*n/1073741824)}' "$W/gets"; }
+GA=$(best direct); PX=$(best proxy); TG=$(best bucket)
+GAM=$(median direct); PXM=$(median proxy); TGM=$(median bucket)
+CPU_DIRECT="garage $(cpu direct 3), curl $(cpu direct 5)"
+CPU_PROXY="garage $(cpu proxy 3), nginx $(cpu proxy 4), curl $(cpu proxy 5)"
+CPU_BUCKET="garage $(cpu bucket 3), talos-gen $(cpu bucket 4), curl $(cpu bucket 5)"
 
 echo
 echo "artifact $LEN bytes; upstream limit_rate $RATE"
@@ -208,7 +226,9 @@ awk -v b="$BURST" -v p="$PLAIN" -v t="$TRANSFERS" 'BEGIN{printf "cold burst: 16 
 echo "memory during the burst: RssAnon peak replica one $(cat "$W/peak1") KiB, replica two $(cat "$W/peak2") KiB (bound 65536 KiB)"
 awk -v tg="$TG" -v px="$PX" -v ga="$GA" -v n="$LEN" 'BEGIN{printf "peer: nginx proxy_pass before Garage %.1f MiB/s (%.3fx a direct GET); talos-gen from the bucket %.3fx nginx proxy_pass\n", n/px/1048576, ga/px, px/tg}'
 echo "CPU ms per GiB served: direct GET ($CPU_DIRECT); nginx proxy_pass ($CPU_PROXY); from the bucket ($CPU_BUCKET)"
-echo "times (s): direct $(tr '\n' ' ' < "$W/ga"); nginx proxy_pass $(tr '\n' ' ' < "$W/px"); from the bucket $(tr '\n' ' ' < "$W/tg")"
+awk -v tg="$TGM" -v px="$PXM" -v ga="$GAM" 'BEGIN{printf "medians: from the bucket %.3fx a direct GET, nginx proxy_pass %.3fx, talos-gen %.3fx nginx proxy_pass\n", ga/tg, ga/px, px/tg}'
+echo "times (s), GET by GET in the order taken:"
+awk '{printf "  %s %s", $1, $2} NR%3==0{print ""}' "$W/gets"
 awk -v tg="$TG" -v tt="$TT" -v ga="$GA" -v m1="$(cat "$W/peak1")" -v m2="$(cat "$W/peak2")" 'BEGIN{
   ok = ga/tg >= 0.9 && ga/tt >= 1.0 && m1 < 65536 && m2 < 65536
   printf "%s: from the bucket %.3fx (bar 0.9x), from the local tier %.3fx (bar 1.0x), burst RssAnon under 64 MiB: %s\n", ok ? "PASS" : "FAIL", ga/tg, ga/tt, (m1 < 65536 && m2 < 65536) ? "yes" : "no"}'
