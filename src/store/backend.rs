@@ -18,8 +18,8 @@
 //! Every method blocks: the store calls them only from blocking threads,
 //! never on an async worker and never holding a mutex of its own, and a
 //! remote backend bounds every call by its timeout. The one exception is
-//! [`ObjectRead::pieces`]: a stream whose request runs as a task of its
-//! own (on the reader's runtime or the backend's), polled without blocking.
+//! [`ObjectRead::pieces`]: a stream whose request is async I/O polled by
+//! its reader, never blocking.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -51,8 +51,8 @@ pub trait ObjectRead: Send + Sync {
 
     /// Bytes `from..to` in order through one request, as they arrive, in
     /// pieces of any size, for a response served from a remote store: the
-    /// request runs as a task of its own and its read-ahead is
-    /// bounded, so polling this never blocks (an async worker may); every
+    /// request is async I/O polled by the reader, its read-ahead the
+    /// socket's buffer, so polling this never blocks (an async worker may); every
     /// wait is bounded by the backend, and an end before `to` is an error.
     /// `None` (the default): a stream reads on blocking threads
     /// ([`ObjectRead::span`], or chunk by chunk).

@@ -1,10 +1,11 @@
 //! A remote object's bytes served as they arrive ([`ObjectRead::pieces`]:
-//! S3, one GET as a task of its own), checked block by block in
+//! S3, one GET polled by the stream itself), checked block by block in
 //! place: each piece the HTTP client hands over is checked and forwarded
 //! as it is (`Bytes` slices of it, no copy), only a block's unchecked tail
 //! held across piece boundaries (its CRC32C carried along), and no byte of
 //! a checksum block goes out before the whole block matched. Polling never
-//! blocks: the pieces come through the backend's bounded queue, a check is
+//! blocks: the pieces come from the GET's socket (async I/O, every wait
+//! bounded by the backend), a check is
 //! a CRC32C of at most a piece (hardware, memory speed), and what may
 //! block (a block that failed its check: the object hashed whole again; a
 //! failed read: the store told) goes to a blocking thread.

@@ -1,9 +1,8 @@
 //! Reads of an object in the bucket: ranged GETs, or a stream's whole
-//! span through one GET ([`S3Object::pieces`]): a task on the reader's
-//! runtime (the server's; the backend's own without one) pulls the body
-//! into a read-ahead bounded in bytes ([`SPAN_AHEAD`]), and the body's
-//! pieces go to the reader as the HTTP client gave them (the store checks
-//! them in place, `store::pieces`).
+//! span through one GET ([`S3Object::pieces`]) polled by its reader
+//! ([`SpanGet`]: no task, no queue; the socket's buffer is the
+//! read-ahead), its pieces handed on as the HTTP client gave them (the
+//! store checks them in place, `store::pieces`).
 
 use std::io;
 use std::sync::Arc;
@@ -14,8 +13,6 @@ use futures::StreamExt;
 use object_store::aws::AmazonS3;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt};
-use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::io_err;
 use crate::store::backend::{ObjectRead, Pieces, Span};
@@ -44,6 +41,7 @@ impl ObjectRead for S3Object {
         let pieces = self.pieces(from, to)?;
         Some(Box::new(S3Span {
             pieces,
+            rt: self.rt.clone(),
             buf: Bytes::new(),
             pos: from,
             to,
@@ -63,26 +61,35 @@ impl ObjectRead for S3Object {
     /// backend's runtime to the reader's (one pool of workers for the
     /// connection, the GET and the response): talos-gen's CPU per GiB from
     /// 1312-1568 ms to 1024-1088 ms in four alternating `bench/s3.sh` runs
-    /// each, the ratio 0.54-0.71 to 0.64-0.79.
+    /// each, the ratio 0.54-0.71 to 0.64-0.79. The task gone, the GET
+    /// polled by the response itself (one hand-off fewer): 912-960 ms
+    /// against 1056-1472 ms (`docs/performance.md`).
     fn pieces(&self, from: u64, to: u64) -> Option<Pieces> {
         if from >= to || to > self.len {
             // Chunk by chunk: `read_chunk` says what is wrong.
             return None;
         }
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let room = Arc::new(Semaphore::new(SPAN_AHEAD));
-        // On the reader's runtime when it has a multi-threaded one (the
-        // server's): the GET's connection and the reader then wake each
-        // other on one pool of workers, not across two runtimes.
-        let rt = match tokio::runtime::Handle::try_current() {
-            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => h,
-            _ => self.rt.clone(),
+        let get = SpanGet {
+            obj: self.clone(),
+            pos: from,
+            to,
+            reopens: 0,
+            body: None,
+            budget: self.timeout,
+            got: 0,
+            brought: 0,
         };
-        rt.spawn(self.clone().get_span(from, to, tx, room));
-        // A piece's room in the read-ahead is free once the reader has it.
-        Some(Box::pin(futures::stream::poll_fn(move |cx| {
-            rx.poll_recv(cx).map(|o| o.map(|r| r.map(|(b, _room)| b)))
-        })))
+        Some(Box::pin(futures::stream::unfold(
+            Some(get),
+            |get| async move {
+                let mut get = get?;
+                match get.next().await? {
+                    Ok(b) => Some((Ok(b), Some(get))),
+                    // The stream ends after its error.
+                    Err(e) => Some((Err(e), None)),
+                }
+            },
+        )))
     }
 
     fn read_chunk(&self, pos: u64, len: usize) -> io::Result<Bytes> {
@@ -121,9 +128,6 @@ impl ObjectRead for S3Object {
     }
 }
 
-/// Bytes a span's GET may read ahead of its reader (a piece larger than
-/// this waits for the whole read-ahead to be free).
-const SPAN_AHEAD: usize = 2 << 20;
 /// Times in a row a span opens its GET again, from where it was, after a
 /// failed one (a GET that brought [`SPAN_FLOOR`] bytes starts the count
 /// anew: a bucket that fails every few KiB is cut, as the floor says).
@@ -133,130 +137,116 @@ const SPAN_REOPENS: u32 = 2;
 /// each bounded by the timeout, used to give.
 const SPAN_FLOOR: usize = 1 << 20;
 
-/// What a span's GET hands its reader: a piece of the body with its room
-/// in the read-ahead, or the error that ends the span.
-type Piece = io::Result<(Bytes, OwnedSemaphorePermit)>;
-
-/// Why one GET of a span stopped.
-enum Stop {
-    /// The span is whole, or its reader is gone.
-    Done,
-    /// It failed, having brought this many bytes.
-    Failed(io::Error, usize),
+/// A span's GET, polled by its reader: no task and no queue between the
+/// HTTP client's connection and the reader (the socket's buffer is the
+/// read-ahead, so a slow reader holds no bytes of its own). One GET at a
+/// time: cut when it brings less than [`SPAN_FLOOR`] bytes in a timeout
+/// of waiting on the bucket (the reader's time is not counted: the clock
+/// runs only while the reader waits for a piece); a GET that fails part
+/// way is opened again from the next byte, at most [`SPAN_REOPENS`] times
+/// in a row; the reader dropping the span drops the GET.
+struct SpanGet {
+    obj: S3Object,
+    pos: u64,
+    to: u64,
+    reopens: u32,
+    body: Option<futures::stream::BoxStream<'static, object_store::Result<Bytes>>>,
+    /// What is left of the current timeout, and the bytes brought in it.
+    budget: Duration,
+    got: usize,
+    /// Bytes the current GET brought.
+    brought: usize,
 }
 
-impl S3Object {
-    /// `pos..to` into `tx`, on the backend's runtime, through one GET at
-    /// a time: cut when it brings less than [`SPAN_FLOOR`] bytes in a
-    /// timeout; a GET that fails part way is opened again from the next
-    /// byte, at most [`SPAN_REOPENS`] times in a row; the reader dropping
-    /// the span ends the GET at once.
-    async fn get_span(
-        self,
-        mut pos: u64,
-        to: u64,
-        tx: UnboundedSender<Piece>,
-        room: Arc<Semaphore>,
-    ) {
-        let mut reopens = 0;
-        loop {
-            let (err, brought) = match self.get_once(&mut pos, to, &tx, &room).await {
-                Stop::Done => return,
-                Stop::Failed(e, n) => (e, n),
-            };
-            if brought >= SPAN_FLOOR {
-                reopens = 0;
-            }
-            if reopens >= SPAN_REOPENS {
-                let _ = tx.send(Err(err));
-                return;
-            }
-            reopens += 1;
-            tracing::warn!(error = %err, "a GET from the bucket failed part way; asking again from where it was");
-        }
-    }
-
-    /// One GET of `pos..to`, its pieces into `tx` (`pos` follows them).
-    async fn get_once(
-        &self,
-        pos: &mut u64,
-        to: u64,
-        tx: &UnboundedSender<Piece>,
-        room: &Arc<Semaphore>,
-    ) -> Stop {
-        let limit = self.timeout;
+impl SpanGet {
+    /// The next piece; `None` once the span is whole.
+    async fn next(&mut self) -> Option<io::Result<Bytes>> {
+        let limit = self.obj.timeout;
         let late = |what: &str| {
             io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("{what} did not come within {limit:?}"),
             )
         };
-        let opts = object_store::GetOptions {
-            range: Some(object_store::GetRange::Bounded(*pos..to)),
-            ..Default::default()
-        };
-        let get = tokio::select! {
-            r = tokio::time::timeout(limit, self.streams.get_opts(&self.path, opts)) => r,
-            _ = tx.closed() => return Stop::Done,
-        };
-        let mut body = match get {
-            Ok(Ok(r)) => r.into_stream(),
-            Ok(Err(e)) => return Stop::Failed(io_err(e), 0),
-            Err(_) => return Stop::Failed(late("the answer to a GET"), 0),
-        };
-        // The floor: SPAN_FLOOR bytes per `limit` of waiting on the body.
-        let (mut budget, mut got, mut brought) = (limit, 0usize, 0usize);
         loop {
+            if self.pos >= self.to {
+                return None;
+            }
+            let body = match &mut self.body {
+                Some(b) => b,
+                None => {
+                    let opts = object_store::GetOptions {
+                        range: Some(object_store::GetRange::Bounded(self.pos..self.to)),
+                        ..Default::default()
+                    };
+                    let get = self.obj.streams.get_opts(&self.obj.path, opts);
+                    let e = match tokio::time::timeout(limit, get).await {
+                        Ok(Ok(r)) => {
+                            (self.budget, self.got, self.brought) = (limit, 0, 0);
+                            self.body = Some(r.into_stream());
+                            continue;
+                        }
+                        Ok(Err(e)) => io_err(e),
+                        Err(_) => late("the answer to a GET"),
+                    };
+                    match self.failed(e) {
+                        Some(e) => return Some(Err(e)),
+                        None => continue,
+                    }
+                }
+            };
             let t = tokio::time::Instant::now();
-            let next = tokio::select! {
-                r = tokio::time::timeout(budget, body.next()) => r,
-                _ = tx.closed() => return Stop::Done,
-            };
-            budget = budget.saturating_sub(t.elapsed());
-            let b = match next {
-                Ok(Some(Ok(b))) => b,
-                Ok(Some(Err(e))) => return Stop::Failed(io_err(e), brought),
-                Ok(None) if *pos >= to => return Stop::Done,
-                Ok(None) => {
-                    let e = io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "a GET ended before the bytes asked for",
-                    );
-                    return Stop::Failed(e, brought);
+            let next = tokio::time::timeout(self.budget, body.next()).await;
+            self.budget = self.budget.saturating_sub(t.elapsed());
+            let e = match next {
+                Ok(Some(Ok(b))) if b.len() as u64 > self.to - self.pos => {
+                    io::Error::other("a GET brought more bytes than asked for")
                 }
-                Err(_) => {
-                    return Stop::Failed(late(&format!("{SPAN_FLOOR} bytes of a GET")), brought);
+                Ok(Some(Ok(b))) => {
+                    self.got += b.len();
+                    if self.got >= SPAN_FLOOR {
+                        (self.budget, self.got) = (limit, self.got % SPAN_FLOOR);
+                    }
+                    self.brought += b.len();
+                    self.pos += b.len() as u64;
+                    return Some(Ok(b));
                 }
+                Ok(Some(Err(e))) => io_err(e),
+                Ok(None) => io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "a GET ended before the bytes asked for",
+                ),
+                Err(_) => late(&format!("{SPAN_FLOOR} bytes of a GET")),
             };
-            if b.len() as u64 > to - *pos {
-                let e = io::Error::other("a GET brought more bytes than asked for");
-                return Stop::Failed(e, brought);
-            }
-            got += b.len();
-            if got >= SPAN_FLOOR {
-                (budget, got) = (limit, got % SPAN_FLOOR);
-            }
-            brought += b.len();
-            // Room in the read-ahead: the reader's time, not the bucket's.
-            let n = b.len().min(SPAN_AHEAD) as u32;
-            let permit = tokio::select! {
-                p = room.clone().acquire_many_owned(n) => match p {
-                    Ok(p) => p,
-                    Err(_) => return Stop::Done,
-                },
-                _ = tx.closed() => return Stop::Done,
-            };
-            *pos += b.len() as u64;
-            if tx.send(Ok((b, permit))).is_err() {
-                return Stop::Done;
+            if let Some(e) = self.failed(e) {
+                return Some(Err(e));
             }
         }
+    }
+
+    /// The current GET failed with `e`: `Some(e)` ends the span, `None`
+    /// opens it again from where it was.
+    fn failed(&mut self, e: io::Error) -> Option<io::Error> {
+        self.body = None;
+        if self.brought >= SPAN_FLOOR {
+            self.reopens = 0;
+        }
+        self.brought = 0;
+        if self.reopens >= SPAN_REOPENS {
+            return Some(e);
+        }
+        self.reopens += 1;
+        tracing::warn!(error = %e, "a GET from the bucket failed part way; asking again from where it was");
+        None
     }
 }
 
 /// A span's pieces read in `n`-byte steps on a blocking thread.
 struct S3Span {
     pieces: Pieces,
+    /// The backend's runtime, entered while the GET is polled here (its
+    /// timers and connection need one; the caller's thread may have none).
+    rt: tokio::runtime::Handle,
     buf: Bytes,
     pos: u64,
     to: u64,
@@ -275,6 +265,7 @@ impl Span for S3Span {
             if self.buf.is_empty() {
                 // Blocking: this runs on a blocking thread (the pieces
                 // come from the backend's runtime, every wait bounded).
+                let _in_rt = self.rt.enter();
                 match futures::executor::block_on(self.pieces.next()) {
                     Some(Ok(b)) => self.buf = b,
                     Some(Err(e)) => return Err(e),
