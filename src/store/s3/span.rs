@@ -144,7 +144,9 @@ const SPAN_FLOOR: usize = 1 << 20;
 /// of waiting on the bucket (the reader's time is not counted: the clock
 /// runs only while the reader waits for a piece); a GET that fails part
 /// way is opened again from the next byte, at most [`SPAN_REOPENS`] times
-/// in a row; the reader dropping the span drops the GET.
+/// in a row, unless its answer did not come within the timeout (a frozen
+/// bucket: the span ends then, one timeout after the stall, or two when it
+/// stalled mid-body); the reader dropping the span drops the GET.
 struct SpanGet {
     obj: S3Object,
     pos: u64,
@@ -187,7 +189,10 @@ impl SpanGet {
                             continue;
                         }
                         Ok(Err(e)) => io_err(e),
-                        Err(_) => late("the answer to a GET"),
+                        // A bucket that does not answer at all is not asked
+                        // again: a reopen would only add a timeout to the
+                        // wait of a reader that may have no byte yet.
+                        Err(_) => return Some(Err(late("the answer to a GET"))),
                     };
                     match self.failed(e) {
                         Some(e) => return Some(Err(e)),
