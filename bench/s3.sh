@@ -11,7 +11,8 @@
 #      vs that GET through nginx proxy_pass (the proxy a user would put
 #      before a bucket, 256 KiB buffers; it checks nothing); the three ways
 #      to the bucket interleaved GET by GET, S3_ROUNDS rounds (default 7),
-#      best and median of each, and the CPU per GiB of every process;
+#      best and median of each, and the CPU per GiB of every process
+#      (S3_PROFILE=SECS: a `perf record` profile of the bucket replica);
 #   2. a cold burst of 16 clients spread over two replicas on one bucket,
 #      behind a rate-limited upstream (nginx limit_rate), vs one plain
 #      download from that upstream; upstream transfers counted;
@@ -213,6 +214,20 @@ done
 best() { awk -v w="$1" '$1==w{print $2}' "$W/gets" | sort -n | head -1; }
 median() { awk -v w="$1" '$1==w{print $2}' "$W/gets" | sort -n | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
 cpu() { awk -v w="$1" -v f="$2" -v hz="$HZ" -v n="$LEN" '$1==w{t+=$f; k++} END{printf "%.0f", t*1000/hz/(k*n/1073741824)}' "$W/gets"; }
+# S3_PROFILE=SECS: where talos-gen's time goes from the bucket, `perf
+# record` of the bucket replica during SECS seconds of GETs (needs perf).
+if [ -n "${S3_PROFILE:-}" ]; then
+  echo "# profile: perf record of the bucket replica during $S3_PROFILE s of GETs"
+  ( end=$((SECONDS + S3_PROFILE)); while [ "$SECONDS" -lt "$end" ]; do get_bucket > /dev/null; done ) &
+  LOOP=$!
+  perf record -F 1999 -g -o "$W/perf.data" -p "$PID3" -- sleep "$S3_PROFILE" > /dev/null 2>&1
+  wait "$LOOP"
+  { echo "profile of the bucket replica, by symbol (self):"
+    perf report -i "$W/perf.data" --no-children --sort symbol --stdio 2> /dev/null | grep -E '^ +[0-9.]+%' | head -20
+    echo "by thread:"
+    perf report -i "$W/perf.data" --no-children --sort comm --stdio 2> /dev/null | grep -E '^ +[0-9.]+%' | head -8
+  } > "$W/profile"
+fi
 GA=$(best direct); PX=$(best proxy); TG=$(best bucket)
 GAM=$(median direct); PXM=$(median proxy); TGM=$(median bucket)
 CPU_DIRECT="garage $(cpu direct 3), curl $(cpu direct 5)"
@@ -229,6 +244,7 @@ echo "CPU ms per GiB served: direct GET ($CPU_DIRECT); nginx proxy_pass ($CPU_PR
 awk -v tg="$TGM" -v px="$PXM" -v ga="$GAM" 'BEGIN{printf "medians: from the bucket %.3fx a direct GET, nginx proxy_pass %.3fx, talos-gen %.3fx nginx proxy_pass\n", ga/tg, ga/px, px/tg}'
 echo "times (s), GET by GET in the order taken:"
 awk '{printf "  %s %s", $1, $2} NR%3==0{print ""}' "$W/gets"
+[ -s "$W/profile" ] && cat "$W/profile"
 awk -v tg="$TG" -v tt="$TT" -v ga="$GA" -v m1="$(cat "$W/peak1")" -v m2="$(cat "$W/peak2")" 'BEGIN{
   ok = ga/tg >= 0.9 && ga/tt >= 1.0 && m1 < 65536 && m2 < 65536
   printf "%s: from the bucket %.3fx (bar 0.9x), from the local tier %.3fx (bar 1.0x), burst RssAnon under 64 MiB: %s\n", ok ? "PASS" : "FAIL", ga/tg, ga/tt, (m1 < 65536 && m2 < 65536) ? "yes" : "no"}'
