@@ -220,12 +220,13 @@ if [ -n "${S3_PROFILE:-}" ]; then
   echo "# profile: perf record of the bucket replica during $S3_PROFILE s of GETs"
   ( end=$((SECONDS + S3_PROFILE)); while [ "$SECONDS" -lt "$end" ]; do get_bucket > /dev/null; done ) &
   LOOP=$!
-  perf record -F 1999 -g -o "$W/perf.data" -p "$PID3" -- sleep "$S3_PROFILE" > /dev/null 2>&1
+  perf record -F 1999 -g -o "$W/perf.data" -p "$PID3" -- sleep "$S3_PROFILE" > /dev/null 2>&1 \
+    || echo "perf record failed (is perf installed, perf_event_paranoid low enough?)" >&2
   wait "$LOOP"
   { echo "profile of the bucket replica, by symbol (self):"
-    perf report -i "$W/perf.data" --no-children --sort symbol --stdio 2> /dev/null | grep -E '^ +[0-9.]+%' | head -20
+    perf report -i "$W/perf.data" --no-children --sort symbol --stdio 2> /dev/null | awk '/^ +[0-9.]+%/ && n++ < 20 { sub(/[ \t-]+$/, ""); print }'
     echo "by thread:"
-    perf report -i "$W/perf.data" --no-children --sort comm --stdio 2> /dev/null | grep -E '^ +[0-9.]+%' | head -8
+    perf report -i "$W/perf.data" --no-children --sort comm --stdio 2> /dev/null | awk '/^ +[0-9.]+%/ && n++ < 8 { sub(/[ \t-]+$/, ""); print }'
   } > "$W/profile"
 fi
 GA=$(best direct); PX=$(best proxy); TG=$(best bucket)
