@@ -216,26 +216,8 @@ fn an_unframed_body_is_never_a_whole_artifact() {
     let good = good_artifact();
     let up = BadUpstream::start(good.clone(), Duration::from_millis(300), fault);
     let cache = tempfile::tempdir().unwrap();
-    let svc = Service::start(&[
-        "--cache-dir",
-        cache.path().to_str().unwrap(),
-        "--factory-url",
-        &up.url(),
-        "--upstream-timeout",
-        "3s",
-    ]);
-    let unframed = image("v1.13.4");
-    for round in 0..2 {
-        let r = curl(&[&format!("{}{unframed}", svc.url())]);
-        let text: String = String::from_utf8_lossy(&r.body).chars().take(300).collect();
-        assert_eq!(r.status, 502, "round {round}: {text}");
-        assert!(
-            text.contains("without Content-Length or chunked encoding"),
-            "round {round}: {text}"
-        );
-    }
-    assert_eq!(up.count("v1.13.4/"), 2, "nothing stored: asked again");
-    assert_eq!(stored_objects(cache.path()), 0, "nothing stored");
+    let svc = serve_from(&up, cache.path());
+    refused_as_unframed(&svc, &up, &image("v1.13.4"), "v1.13.4/", cache.path());
 
     let chunked = image("v1.13.5");
     for round in 0..2 {
@@ -265,23 +247,40 @@ fn an_unframed_document_is_never_kept() {
         versions_unframed,
     );
     let cache = tempfile::tempdir().unwrap();
-    let svc = Service::start(&[
+    let svc = serve_from(&up, cache.path());
+    refused_as_unframed(&svc, &up, "/versions", "/versions", cache.path());
+}
+
+/// `serve` on `cache` with `up` as the factory (`--upstream-timeout 3s`).
+fn serve_from(up: &BadUpstream, cache: &std::path::Path) -> Service {
+    Service::start(&[
         "--cache-dir",
-        cache.path().to_str().unwrap(),
+        cache.to_str().unwrap(),
         "--factory-url",
         &up.url(),
         "--upstream-timeout",
         "3s",
-    ]);
+    ])
+}
+
+/// `path`, asked twice, is a 502 naming the unframed answer both times:
+/// the upstream asked twice (`needle` in its request lines), nothing stored.
+fn refused_as_unframed(
+    svc: &Service,
+    up: &BadUpstream,
+    path: &str,
+    needle: &str,
+    cache: &std::path::Path,
+) {
     for round in 0..2 {
-        let r = curl(&[&format!("{}/versions", svc.url())]);
-        let text = String::from_utf8_lossy(&r.body);
-        assert_eq!(r.status, 502, "round {round}: {text}");
+        let r = curl(&[&format!("{}{path}", svc.url())]);
+        let text: String = String::from_utf8_lossy(&r.body).chars().take(300).collect();
+        assert_eq!(r.status, 502, "{path}, round {round}: {text}");
         assert!(
             text.contains("without Content-Length or chunked encoding"),
-            "round {round}: {text}"
+            "{path}, round {round}: {text}"
         );
     }
-    assert_eq!(up.count("/versions"), 2, "nothing kept: asked again");
-    assert_eq!(stored_objects(cache.path()), 0, "nothing kept");
+    assert_eq!(up.count(needle), 2, "{path}: nothing stored, asked again");
+    assert_eq!(stored_objects(cache), 0, "{path}: nothing stored");
 }
