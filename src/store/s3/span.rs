@@ -76,7 +76,6 @@ impl ObjectRead for S3Object {
             reopens: 0,
             body: None,
             budget: self.timeout,
-            got: 0,
             brought: 0,
         };
         Some(Box::pin(futures::stream::unfold(
@@ -153,9 +152,9 @@ struct SpanGet {
     to: u64,
     reopens: u32,
     body: Option<futures::stream::BoxStream<'static, object_store::Result<Bytes>>>,
-    /// What is left of the current timeout, and the bytes brought in it.
+    /// What is left of the current timeout: it starts again with the
+    /// GET and with each [`SPAN_FLOOR`] bytes it brings.
     budget: Duration,
-    got: usize,
     /// Bytes the current GET brought.
     brought: usize,
 }
@@ -184,7 +183,7 @@ impl SpanGet {
                     let get = self.obj.streams.get_opts(&self.obj.path, opts);
                     let e = match tokio::time::timeout(limit, get).await {
                         Ok(Ok(r)) => {
-                            (self.budget, self.got, self.brought) = (limit, 0, 0);
+                            self.budget = limit;
                             self.body = Some(r.into_stream());
                             continue;
                         }
@@ -208,9 +207,9 @@ impl SpanGet {
                     io::Error::other("a GET brought more bytes than asked for")
                 }
                 Ok(Some(Ok(b))) => {
-                    self.got += b.len();
-                    if self.got >= SPAN_FLOOR {
-                        (self.budget, self.got) = (limit, self.got % SPAN_FLOOR);
+                    // Another SPAN_FLOOR bytes in: a new timeout.
+                    if (self.brought + b.len()) / SPAN_FLOOR > self.brought / SPAN_FLOOR {
+                        self.budget = limit;
                     }
                     self.brought += b.len();
                     self.pos += b.len() as u64;
@@ -233,10 +232,10 @@ impl SpanGet {
     /// opens it again from where it was.
     fn failed(&mut self, e: io::Error) -> Option<io::Error> {
         self.body = None;
-        if self.brought >= SPAN_FLOOR {
+        // The bytes count once: a reopen that fails at once did not bring them.
+        if std::mem::take(&mut self.brought) >= SPAN_FLOOR {
             self.reopens = 0;
         }
-        self.brought = 0;
         if self.reopens >= SPAN_REOPENS {
             return Some(e);
         }
@@ -268,8 +267,8 @@ impl Span for S3Span {
         let mut out = bytes::BytesMut::new();
         while out.len() < n {
             if self.buf.is_empty() {
-                // Blocking: this runs on a blocking thread (the pieces
-                // come from the backend's runtime, every wait bounded).
+                // Blocking: this runs on a blocking thread, the GET polled
+                // here in the backend's runtime, every wait bounded.
                 let _in_rt = self.rt.enter();
                 match futures::executor::block_on(self.pieces.next()) {
                     Some(Ok(b)) => self.buf = b,
