@@ -524,6 +524,67 @@ fn a_stream_from_the_bucket_is_cut_when_the_bucket_goes_away() {
     );
 }
 
+/// Span GETs on a plain-HTTP endpoint go through the client that raises
+/// its socket's receive low-water mark while a body has far to go
+/// (`src/store/s3/conn.rs`): a mark above what the GET still has to bring
+/// would leave the reader waiting for bytes that never come. Ranges of
+/// every length around the mark's bounds (1 MiB and 2 MiB) and near the
+/// object's end, one after another on kept connections, each come whole
+/// and right long before the timeout (a wait would end in a cut after
+/// `--upstream-timeout`, 20 s here).
+#[test]
+fn spans_of_every_length_end_whole_and_at_once() {
+    let Some(g) = cluster() else { return };
+    let f = Factory::new(5, 0, &[A], None);
+    let svc = replica(&f, &g, 0, "one", &["--upstream-timeout", "20s"]);
+    let url = format!("{}{}", svc.url(), image_path(A));
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    eventually("the commit", Duration::from_secs(30), || {
+        g.list(0, &object_key(&f.xz)).len() == 1
+    });
+    let len = f.xz.len();
+    let mib = 1usize << 20;
+    let mut spans = vec![(0, len)];
+    for n in [
+        1,
+        1000,
+        mib - 1,
+        mib,
+        mib + 1,
+        2 * mib - 1,
+        2 * mib,
+        2 * mib + 1,
+        3 * mib + 7,
+        len - 1,
+    ] {
+        spans.push((0, n));
+        spans.push((len - n, len));
+        spans.push(((len - n) / 2, (len - n) / 2 + n));
+    }
+    for (from, to) in spans {
+        let t0 = Instant::now();
+        let r = curl(&["-r", &format!("{from}-{}", to - 1), &url]);
+        let took = t0.elapsed();
+        assert_eq!((r.exit, r.status), (0, 206), "bytes {from}-{to}");
+        assert!(r.body == f.xz[from..to], "the bytes {from}-{to}");
+        assert!(
+            took < Duration::from_secs(10),
+            "bytes {from}-{to} took {took:?}: {}",
+            svc.log_text()
+        );
+    }
+    // And whole, again, on a kept connection.
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    assert!(r.body == f.xz, "the whole object, again");
+    assert!(
+        !svc.log_text().contains("failed part way"),
+        "no GET needed asking again: {}",
+        svc.log_text()
+    );
+}
+
 /// Issue 20 item 7: an S3 endpoint that answers with an HTML page (a proxy
 /// or a captive portal in front of the bucket; nginx here) is named in one
 /// line, the page's title, not the whole page on stderr.

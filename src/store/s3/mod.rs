@@ -31,7 +31,8 @@
 //!
 //! # Parts
 //! This file: the config, the client, the [`Backend`] calls; [`upload`]
-//! (multipart from the spool), [`lock`] (the lease), [`span`] (reads).
+//! (multipart from the spool), [`lock`] (the lease), [`span`] (reads),
+//! [`conn`] (the span GETs' HTTP client on a plain-HTTP endpoint).
 //!
 //! # Blocking calls
 //! The [`Backend`] trait blocks (the store calls it only from blocking
@@ -42,10 +43,9 @@
 //! included. Every call is bounded by `--upstream-timeout` (the client's
 //! request timeout, its retries, and a `tokio::time::timeout` around it).
 //! A stream's span ([`span`]) is the one read that does not block: its GET
-//! is a task feeding a queue bounded in bytes (on the reader's runtime
-//! when it is multi-threaded, the server's; else on the backend's), which
-//! the store polls from an async worker (`ObjectRead::pieces`), each wait
-//! bounded by the timeout and a floor on the body's pace.
+//! is polled by its reader, on an async worker (`ObjectRead::pieces`), no
+//! task and no queue between them, each wait bounded by the timeout and a
+//! floor on the body's pace.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -67,6 +67,7 @@ use sha2::{Digest, Sha256};
 use super::backend::{Backend, Listed, LockGuard, ObjectRead};
 use super::local::{Layout, is_hex64, is_index_name};
 
+mod conn;
 mod lock;
 mod span;
 mod upload;
@@ -179,8 +180,9 @@ fn now_ms() -> u64 {
 /// The S3 client: for `streams`, the one span GETs use (no bound on the
 /// whole request, S3Span bounds it; no retries of its own).
 fn client(cfg: &S3Config, key: &str, secret: &str, streams: bool) -> io::Result<AmazonS3> {
+    let connect_timeout = cfg.timeout.min(Duration::from_secs(10));
     let mut opts = ClientOptions::new()
-        .with_connect_timeout(cfg.timeout.min(Duration::from_secs(10)))
+        .with_connect_timeout(connect_timeout)
         .with_pool_idle_timeout(Duration::from_secs(30));
     opts = if streams {
         // A stream's GET lasts as long as its client reads: no bound on
@@ -215,12 +217,25 @@ fn client(cfg: &S3Config, key: &str, secret: &str, streams: bool) -> io::Result<
     if let Some(e) = &cfg.endpoint {
         if e.starts_with("http://") {
             opts = opts.with_allow_http(true);
+            // Span GETs to a plain-HTTP endpoint through the client that
+            // marks its sockets ([`conn`]), unless a proxy is configured
+            // (reqwest honours it; that client does not).
+            if streams && !proxied() {
+                b = b.with_http_connector(conn::SpanClient::new(connect_timeout));
+            }
         }
         b = b.with_endpoint(e.trim_end_matches('/'));
     }
     b.with_client_options(opts)
         .build()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))
+}
+
+/// Whether the environment names an HTTP proxy (reqwest's system proxy).
+fn proxied() -> bool {
+    ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|p| !p.is_empty()))
 }
 
 impl S3Backend {

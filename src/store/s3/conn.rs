@@ -1,0 +1,376 @@
+//! The HTTP client of span GETs on a plain-HTTP endpoint ([`SpanClient`]):
+//! hyper's HTTP/1 connection over a socket whose receive low-water mark
+//! (`SO_RCVLOWAT`) follows what the GET still has to bring, so the reader
+//! of a stream is woken once a [`LOWAT`] of body has come instead of once
+//! per TCP segment.
+//!
+//! Why: a wakeup is paid by the sender (the bucket's server wakes the
+//! reader from its `send`) and by the reader (a switch back from
+//! `epoll_wait`). Measured on loopback against Garage (`bench/s3.sh`,
+//! `docs/performance.md`): the mark cut talos-gen's reads from the bucket
+//! 3.3x and its context switches 3.4x, and lowered the CPU a GiB of both
+//! talos-gen and Garage. reqwest keeps its sockets to itself, hence this
+//! client, given to `object_store` as its [`HttpConnector`] for the span
+//! GETs only; every other call goes through reqwest as before.
+//!
+//! The mark never waits for bytes that are not coming: it is at most what
+//! the GET's body still has to bring less [`HELD`], a bound on what hyper
+//! may have read from the socket and not yet handed over (its read buffer,
+//! capped at [`READ_BUF`], and the one piece in its channel), and 1 (the
+//! kernel's default) outside a body. A body that ends early or a
+//! connection closed wakes the reader whatever the mark (end of stream).
+//!
+//! Connections are kept for the next GET ([`POOL`] at most) only when
+//! their body was read to its end, and dropped when closed.
+
+use std::future::Future;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use object_store::client::{
+    ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest,
+    HttpResponse, HttpResponseBody, HttpService,
+};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// The highest mark: the bytes a reader waits for before it is woken.
+/// At most the span's pace floor (`span::SPAN_FLOOR`): a bucket that
+/// brings that much within a timeout still wakes its reader in time.
+const LOWAT: usize = 1 << 20;
+/// hyper's read buffer (its `max_buf_size`).
+const READ_BUF: usize = 256 << 10;
+/// What hyper may hold that the body has not handed over: its read buffer
+/// and one piece in its channel, with room to spare.
+const HELD: u64 = 4 * READ_BUF as u64;
+/// Idle connections kept.
+const POOL: usize = 8;
+
+/// The span GETs' client: [`HttpConnector`] for `object_store`.
+#[derive(Debug, Clone)]
+pub(super) struct SpanClient {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    connect_timeout: Duration,
+    idle: Mutex<Vec<Conn>>,
+}
+
+/// One connection: hyper's sender and the socket's wanted mark.
+struct Conn {
+    authority: String,
+    send: SendRequest<http_body_util::Empty<Bytes>>,
+    mark: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn").field("authority", &self.authority).finish()
+    }
+}
+
+impl SpanClient {
+    pub(super) fn new(connect_timeout: Duration) -> SpanClient {
+        SpanClient {
+            inner: Arc::new(Inner {
+                connect_timeout,
+                idle: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+}
+
+impl HttpConnector for SpanClient {
+    fn connect(&self, _options: &ClientOptions) -> object_store::Result<HttpClient> {
+        Ok(HttpClient::new(self.clone()))
+    }
+}
+
+fn err(kind: HttpErrorKind, e: impl std::error::Error + Send + Sync + 'static) -> HttpError {
+    HttpError::new(kind, e)
+}
+
+fn other(kind: HttpErrorKind, msg: &str) -> HttpError {
+    err(kind, io::Error::other(msg.to_string()))
+}
+
+impl HttpService for SpanClient {
+    fn call<'a, 'b>(
+        &'a self,
+        req: HttpRequest,
+    ) -> Pin<Box<dyn Future<Output = Result<HttpResponse, HttpError>> + Send + 'b>>
+    where
+        'a: 'b,
+        Self: 'b,
+    {
+        Box::pin(self.inner.clone().call(req))
+    }
+}
+
+impl Inner {
+    async fn call(self: Arc<Self>, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+        let (parts, body) = req.into_parts();
+        if !body.is_empty() {
+            return Err(other(
+                HttpErrorKind::Request,
+                "the span client sends requests without a body only",
+            ));
+        }
+        let uri = &parts.uri;
+        if uri.scheme_str() != Some("http") {
+            return Err(other(
+                HttpErrorKind::Request,
+                "the span client speaks plain HTTP only",
+            ));
+        }
+        let Some(authority) = uri.authority().map(|a| a.as_str().to_string()) else {
+            return Err(other(HttpErrorKind::Request, "a URL without a host"));
+        };
+        let mut conn = match self.take(&authority) {
+            Some(c) => c,
+            None => self.open(&authority).await?,
+        };
+        let mut out = axum::http::Request::builder()
+            .method(parts.method)
+            .uri(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+            .version(axum::http::Version::HTTP_11)
+            .body(http_body_util::Empty::<Bytes>::new())
+            .map_err(|e| err(HttpErrorKind::Request, e))?;
+        *out.headers_mut() = parts.headers;
+        // The host the request was signed for (SigV4 signs `host`, then
+        // leaves the header to the client).
+        out.headers_mut().insert(
+            axum::http::header::HOST,
+            axum::http::HeaderValue::from_str(&authority).map_err(|e| err(HttpErrorKind::Request, e))?,
+        );
+        let res = conn
+            .send
+            .send_request(out)
+            .await
+            .map_err(|e| err(HttpErrorKind::Request, e))?;
+        let (parts, incoming) = res.into_parts();
+        let left = incoming.size_hint().exact();
+        let body = MarkedBody {
+            incoming,
+            left,
+            conn: Some(conn),
+            pool: self.clone(),
+        };
+        body.set_mark();
+        Ok(HttpResponse::from_parts(parts, HttpResponseBody::new(body)))
+    }
+
+    /// An idle connection to `authority`, if one is still open.
+    fn take(&self, authority: &str) -> Option<Conn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.retain(|c| !c.send.is_closed());
+        let i = idle
+            .iter()
+            .position(|c| c.authority == authority && c.send.is_ready())?;
+        Some(idle.swap_remove(i))
+    }
+
+    fn put(&self, conn: Conn) {
+        conn.mark.store(1, Ordering::Relaxed);
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.retain(|c| !c.send.is_closed());
+        if idle.len() < POOL {
+            idle.push(conn);
+        }
+    }
+
+    async fn open(&self, authority: &str) -> Result<Conn, HttpError> {
+        // `host` alone means port 80 (the URL's authority as signed).
+        let addr = match authority.parse::<axum::http::uri::Authority>() {
+            Ok(a) if a.port_u16().is_none() => format!("{}:80", a.host()),
+            _ => authority.to_string(),
+        };
+        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| {
+                other(
+                    HttpErrorKind::Connect,
+                    &format!("connecting to {authority} took over {:?}", self.connect_timeout),
+                )
+            })?
+            .map_err(|e| err(HttpErrorKind::Connect, e))?;
+        tcp.set_nodelay(true)
+            .map_err(|e| err(HttpErrorKind::Connect, e))?;
+        let mark = Arc::new(AtomicUsize::new(1));
+        let io = MarkedSocket {
+            tcp,
+            mark: mark.clone(),
+            set: 1,
+        };
+        let (send, conn) = hyper::client::conn::http1::Builder::new()
+            .max_buf_size(READ_BUF)
+            .handshake(TokioIo::new(io))
+            .await
+            .map_err(|e| err(HttpErrorKind::Connect, e))?;
+        // The connection's task ends with the connection: when its sender
+        // and the body are dropped, or the server closes it.
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Conn {
+            authority: authority.to_string(),
+            send,
+            mark,
+        })
+    }
+}
+
+/// A response body that keeps its socket's mark at what it still has to
+/// bring, and gives its connection back once read to its end.
+struct MarkedBody {
+    incoming: hyper::body::Incoming,
+    /// Body bytes not yet handed over (`None`: no length given; the mark
+    /// stays at 1).
+    left: Option<u64>,
+    conn: Option<Conn>,
+    pool: Arc<Inner>,
+}
+
+impl MarkedBody {
+    fn set_mark(&self) {
+        if let (Some(c), Some(left)) = (&self.conn, self.left) {
+            let m = left.saturating_sub(HELD).clamp(1, LOWAT as u64) as usize;
+            c.mark.store(m, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for MarkedBody {
+    fn drop(&mut self) {
+        // A body dropped part way: its connection goes with it (closed by
+        // hyper), its mark back to 1 first.
+        if let Some(c) = self.conn.take() {
+            c.mark.store(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Body for MarkedBody {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.incoming).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) => {
+                if let (Some(d), Some(left)) = (f.data_ref(), this.left) {
+                    let left = left.saturating_sub(d.len() as u64);
+                    this.left = Some(left);
+                    this.set_mark();
+                    // The whole body handed over: the connection can take
+                    // the next GET (a reader that has all it asked for
+                    // need not poll for the end).
+                    if left == 0
+                        && let Some(c) = this.conn.take()
+                    {
+                        this.pool.put(c);
+                    }
+                }
+                Poll::Ready(Some(Ok(f)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                Poll::Ready(Some(Err(err(HttpErrorKind::Decode, e))))
+            }
+            Poll::Ready(None) => {
+                if let Some(c) = this.conn.take() {
+                    this.pool.put(c);
+                }
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.incoming.size_hint()
+    }
+}
+
+/// The connection's socket: sets `SO_RCVLOWAT` to the wanted mark before
+/// a read where it changed.
+struct MarkedSocket {
+    tcp: TcpStream,
+    mark: Arc<AtomicUsize>,
+    set: usize,
+}
+
+impl AsyncRead for MarkedSocket {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let want = self.mark.load(Ordering::Relaxed);
+        if want != self.set {
+            let v = want.min(i32::MAX as usize) as libc::c_int;
+            // SAFETY: a valid socket owned by `self.tcp`; an int option.
+            let r = unsafe {
+                libc::setsockopt(
+                    self.tcp.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVLOWAT,
+                    &v as *const libc::c_int as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            // Where the kernel refused, the next read asks again.
+            if r == 0 {
+                self.set = want;
+            }
+        }
+        Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for MarkedSocket {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+}
