@@ -20,8 +20,13 @@
 //! kernel's default) outside a body. A body that ends early or a
 //! connection closed wakes the reader whatever the mark (end of stream).
 //!
-//! Connections are kept for the next GET ([`POOL`] at most) only when
-//! their body was read to its end, and dropped when closed.
+//! No task: hyper's connection is driven by whoever waits on it, the GET's
+//! answer and then its body ([`MarkedBody`] polls it before each look at
+//! the body), so a piece goes from the socket to the reader on one thread
+//! with no hand-off between tasks (CPU a GiB down again, `docs/performance.md`).
+//! A body dropped part way drops its connection with it (the socket
+//! closed); one read to its end is kept for the next GET ([`POOL`] at
+//! most), and looked at before it is used again (a closed one is dropped).
 
 use std::future::Future;
 use std::io;
@@ -37,8 +42,8 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use object_store::client::{
-    ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest,
-    HttpResponse, HttpResponseBody, HttpService,
+    ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+    HttpResponseBody, HttpService,
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -67,16 +72,42 @@ struct Inner {
     idle: Mutex<Vec<Conn>>,
 }
 
-/// One connection: hyper's sender and the socket's wanted mark.
+/// hyper's side of one connection: polled by whoever waits on it (the
+/// GET's answer, then its body), no task of its own.
+type Driver = Pin<
+    Box<
+        hyper::client::conn::http1::Connection<TokioIo<MarkedSocket>, http_body_util::Empty<Bytes>>,
+    >,
+>;
+
+/// One connection: hyper's sender and driver, and the socket's wanted mark.
 struct Conn {
     authority: String,
     send: SendRequest<http_body_util::Empty<Bytes>>,
+    driver: Driver,
     mark: Arc<AtomicUsize>,
+}
+
+impl Conn {
+    /// Poll the connection once; false once it has ended (never polled
+    /// again then).
+    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
+        self.driver.as_mut().poll(cx).is_pending()
+    }
+
+    /// Whether a kept connection can take a request: polled once (a
+    /// closed one ends) without waiting.
+    fn ready(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        self.drive(&mut cx) && self.send.is_ready()
+    }
 }
 
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Conn").field("authority", &self.authority).finish()
+        f.debug_struct("Conn")
+            .field("authority", &self.authority)
+            .finish()
     }
 }
 
@@ -152,39 +183,50 @@ impl Inner {
         // leaves the header to the client).
         out.headers_mut().insert(
             axum::http::header::HOST,
-            axum::http::HeaderValue::from_str(&authority).map_err(|e| err(HttpErrorKind::Request, e))?,
+            axum::http::HeaderValue::from_str(&authority)
+                .map_err(|e| err(HttpErrorKind::Request, e))?,
         );
-        let res = conn
-            .send
-            .send_request(out)
-            .await
-            .map_err(|e| err(HttpErrorKind::Request, e))?;
+        // The answer, the connection driven meanwhile.
+        let mut answer = std::pin::pin!(conn.send.send_request(out));
+        let mut open = true;
+        let res = std::future::poll_fn(|cx| {
+            if open {
+                open = conn.drive(cx);
+            }
+            answer.as_mut().poll(cx)
+        })
+        .await
+        .map_err(|e| err(HttpErrorKind::Request, e))?;
         let (parts, incoming) = res.into_parts();
         let left = incoming.size_hint().exact();
-        let body = MarkedBody {
+        let mut body = MarkedBody {
             incoming,
             left,
-            conn: Some(conn),
+            conn: Mutex::new(open.then_some(conn)),
             pool: self.clone(),
         };
         body.set_mark();
         Ok(HttpResponse::from_parts(parts, HttpResponseBody::new(body)))
     }
 
-    /// An idle connection to `authority`, if one is still open.
+    /// A kept connection to `authority` that can take a request (each
+    /// looked at out of the lock; one that cannot is dropped).
     fn take(&self, authority: &str) -> Option<Conn> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.retain(|c| !c.send.is_closed());
-        let i = idle
-            .iter()
-            .position(|c| c.authority == authority && c.send.is_ready())?;
-        Some(idle.swap_remove(i))
+        loop {
+            let mut c = {
+                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                let i = idle.iter().position(|c| c.authority == authority)?;
+                idle.swap_remove(i)
+            };
+            if c.ready() {
+                return Some(c);
+            }
+        }
     }
 
     fn put(&self, conn: Conn) {
         conn.mark.store(1, Ordering::Relaxed);
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.retain(|c| !c.send.is_closed());
         if idle.len() < POOL {
             idle.push(conn);
         }
@@ -201,7 +243,10 @@ impl Inner {
             .map_err(|_| {
                 other(
                     HttpErrorKind::Connect,
-                    &format!("connecting to {authority} took over {:?}", self.connect_timeout),
+                    &format!(
+                        "connecting to {authority} took over {:?}",
+                        self.connect_timeout
+                    ),
                 )
             })?
             .map_err(|e| err(HttpErrorKind::Connect, e))?;
@@ -218,14 +263,10 @@ impl Inner {
             .handshake(TokioIo::new(io))
             .await
             .map_err(|e| err(HttpErrorKind::Connect, e))?;
-        // The connection's task ends with the connection: when its sender
-        // and the body are dropped, or the server closes it.
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
         Ok(Conn {
             authority: authority.to_string(),
             send,
+            driver: Box::pin(conn),
             mark,
         })
     }
@@ -238,13 +279,21 @@ struct MarkedBody {
     /// Body bytes not yet handed over (`None`: no length given; the mark
     /// stays at 1).
     left: Option<u64>,
-    conn: Option<Conn>,
+    /// The connection, driven before each look at the body; given back
+    /// once the body is whole. (A `Mutex` for `Sync` only: reached through
+    /// `&mut`, never locked.)
+    conn: Mutex<Option<Conn>>,
     pool: Arc<Inner>,
 }
 
 impl MarkedBody {
-    fn set_mark(&self) {
-        if let (Some(c), Some(left)) = (&self.conn, self.left) {
+    fn conn(&mut self) -> &mut Option<Conn> {
+        self.conn.get_mut().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_mark(&mut self) {
+        let left = self.left;
+        if let (Some(c), Some(left)) = (self.conn(), left) {
             let m = left.saturating_sub(HELD).clamp(1, LOWAT as u64) as usize;
             c.mark.store(m, Ordering::Relaxed);
         }
@@ -253,11 +302,9 @@ impl MarkedBody {
 
 impl Drop for MarkedBody {
     fn drop(&mut self) {
-        // A body dropped part way: its connection goes with it (closed by
-        // hyper), its mark back to 1 first.
-        if let Some(c) = self.conn.take() {
-            c.mark.store(1, Ordering::Relaxed);
-        }
+        // A body dropped part way: its connection goes with it (closed
+        // with its socket).
+        drop(self.conn().take());
     }
 }
 
@@ -270,6 +317,13 @@ impl Body for MarkedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
         let this = &mut *self;
+        let conn = this.conn();
+        if let Some(c) = conn
+            && !c.drive(cx)
+        {
+            // The connection ended: what it brought is in the body's channel.
+            *conn = None;
+        }
         match Pin::new(&mut this.incoming).poll_frame(cx) {
             Poll::Ready(Some(Ok(f))) => {
                 if let (Some(d), Some(left)) = (f.data_ref(), this.left) {
@@ -280,18 +334,17 @@ impl Body for MarkedBody {
                     // the next GET (a reader that has all it asked for
                     // need not poll for the end).
                     if left == 0
-                        && let Some(c) = this.conn.take()
+                        && let Some(mut c) = this.conn().take()
+                        && c.drive(cx)
                     {
                         this.pool.put(c);
                     }
                 }
                 Poll::Ready(Some(Ok(f)))
             }
-            Poll::Ready(Some(Err(e))) => {
-                Poll::Ready(Some(Err(err(HttpErrorKind::Decode, e))))
-            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(err(HttpErrorKind::Decode, e)))),
             Poll::Ready(None) => {
-                if let Some(c) = this.conn.take() {
+                if let Some(c) = this.conn().take() {
                     this.pool.put(c);
                 }
                 Poll::Ready(None)
