@@ -585,6 +585,66 @@ fn spans_of_every_length_end_whole_and_at_once() {
     );
 }
 
+/// A bucket slow but above the span's pace floor (1 MiB a timeout: 341
+/// KiB/s with `--upstream-timeout 3s`) streams whole: the socket's mark
+/// never makes the reader wait past the floor's next MiB. Behind nginx
+/// `limit_rate 500k` (1.5x the floor), a 3 MiB range took about 6 s and
+/// came whole and right with no GET asked again. Before the fix the kernel
+/// sized the socket's window to the mark, a full window woke the reader
+/// short of each MiB, and every GET was cut after three timeouts (found by
+/// a hostile pass).
+#[test]
+fn a_bucket_above_the_pace_floor_is_never_cut() {
+    let Some(g) = cluster() else { return };
+    let f = Factory::new(5, 0, &[A], None);
+    // The object committed through a replica on the bucket itself (nginx
+    // would refuse the upload's parts: client_max_body_size).
+    let direct = replica(&f, &g, 0, "direct", &[]);
+    let r = curl(&[&format!("{}{}", direct.url(), image_path(A))]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    eventually("the commit", Duration::from_secs(30), || {
+        g.list(0, &object_key(&f.xz)).len() == 1
+    });
+    let endpoint = g.endpoint(0);
+    let upstream = endpoint.trim_start_matches("http://");
+    let slow = support::Nginx::start(
+        f.dir.path(),
+        support::NginxOpts {
+            server_extra: format!(
+                "location ^~ / {{ proxy_pass http://{upstream}; proxy_http_version 1.1; \
+                 proxy_set_header Connection \"\"; proxy_set_header Host $http_host; \
+                 proxy_buffering on; proxy_max_temp_file_size 0; limit_rate 500k; }}"
+            ),
+            ..Default::default()
+        },
+    );
+    let spool = f.dir.path().join("spool-slow");
+    std::fs::create_dir_all(&spool).unwrap();
+    let svc = Service::builder()
+        .arg("--cache-dir")
+        .arg(&spool)
+        .args(["--factory-url", &f.nginx.url()])
+        .args(["--store", &format!("s3://{}/{PREFIX}", g.bucket)])
+        .args(["--s3-endpoint", &slow.url()])
+        .env("AWS_ACCESS_KEY_ID", &g.key_id)
+        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
+        .args(["--local-cache-max-size", "0", "--upstream-timeout", "3s"])
+        .start();
+    let url = format!("{}{}", svc.url(), image_path(A));
+    let (from, to) = (1_000_000, 1_000_000 + (3 << 20));
+    let t0 = Instant::now();
+    let r = curl(&["-r", &format!("{from}-{}", to - 1), &url]);
+    let took = t0.elapsed();
+    assert_eq!((r.exit, r.status), (0, 206), "{}", svc.log_text());
+    assert!(r.body == f.xz[from..to], "the bytes {from}-{to}");
+    assert!(
+        !svc.log_text().contains("failed part way"),
+        "a bucket above the floor needed no reopen: {}",
+        svc.log_text()
+    );
+    eprintln!("s3: 3 MiB at 500 KiB/s in {took:?}");
+}
+
 /// Issue 20 item 7: an S3 endpoint that answers with an HTML page (a proxy
 /// or a captive portal in front of the bucket; nginx here) is named in one
 /// line, the page's title, not the whole page on stderr.

@@ -46,12 +46,21 @@ use object_store::client::{
     HttpResponseBody, HttpService,
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 /// The highest mark: the bytes a reader waits for before it is woken.
-/// At most the span's pace floor (`span::SPAN_FLOOR`): a bucket that
-/// brings that much within a timeout still wakes its reader in time.
+/// Never past the body's next multiple of the span's pace floor (the
+/// `floor` of [`SpanClient::new`]): a bucket that brings the floor within
+/// a timeout wakes its reader the moment it has, as without a mark.
 const LOWAT: usize = 1 << 20;
+/// The socket's receive buffer, set before it connects, well above the
+/// mark. Left to the kernel, setting a mark raises the buffer to about the
+/// mark (and no further while the reader waits), so a full window, not
+/// the mark, woke the reader, short of the floor's next multiple: a bucket
+/// at 1.1-1.9x the floor's pace had its GETs cut (found by a hostile
+/// pass). Fixed, it is the window's bound too: 4 MiB asked (the kernel
+/// doubles it), near the 6 MiB the kernel's own tuning stops at.
+const RCVBUF: u32 = 4 << 20;
 /// hyper's read buffer (its `max_buf_size`).
 const READ_BUF: usize = 256 << 10;
 /// What hyper may hold that the body has not handed over: its read buffer
@@ -69,6 +78,8 @@ pub(super) struct SpanClient {
 #[derive(Debug)]
 struct Inner {
     connect_timeout: Duration,
+    /// The span's pace floor: the mark never reaches past its next multiple.
+    floor: u64,
     idle: Mutex<Vec<Conn>>,
 }
 
@@ -112,10 +123,11 @@ impl std::fmt::Debug for Conn {
 }
 
 impl SpanClient {
-    pub(super) fn new(connect_timeout: Duration) -> SpanClient {
+    pub(super) fn new(connect_timeout: Duration, floor: usize) -> SpanClient {
         SpanClient {
             inner: Arc::new(Inner {
                 connect_timeout,
+                floor: floor.max(1) as u64,
                 idle: Mutex::new(Vec::new()),
             }),
         }
@@ -202,6 +214,7 @@ impl Inner {
         let mut body = MarkedBody {
             incoming,
             left,
+            handed: 0,
             conn: Mutex::new(open.then_some(conn)),
             pool: self.clone(),
         };
@@ -238,7 +251,7 @@ impl Inner {
             Ok(a) if a.port_u16().is_none() => format!("{}:80", a.host()),
             _ => authority.to_string(),
         };
-        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
+        let tcp = tokio::time::timeout(self.connect_timeout, connect(&addr))
             .await
             .map_err(|_| {
                 other(
@@ -279,6 +292,8 @@ struct MarkedBody {
     /// Body bytes not yet handed over (`None`: no length given; the mark
     /// stays at 1).
     left: Option<u64>,
+    /// Body bytes handed over.
+    handed: u64,
     /// The connection, driven before each look at the body; given back
     /// once the body is whole. (A `Mutex` for `Sync` only: reached through
     /// `&mut`, never locked.)
@@ -292,9 +307,13 @@ impl MarkedBody {
     }
 
     fn set_mark(&mut self) {
-        let left = self.left;
+        let (left, floor) = (self.left, self.pool.floor);
+        let to_floor = floor - self.handed % floor;
         if let (Some(c), Some(left)) = (self.conn(), left) {
-            let m = left.saturating_sub(HELD).clamp(1, LOWAT as u64) as usize;
+            let m = left
+                .saturating_sub(HELD)
+                .min(to_floor)
+                .clamp(1, LOWAT as u64) as usize;
             c.mark.store(m, Ordering::Relaxed);
         }
     }
@@ -329,6 +348,7 @@ impl Body for MarkedBody {
                 if let (Some(d), Some(left)) = (f.data_ref(), this.left) {
                     let left = left.saturating_sub(d.len() as u64);
                     this.left = Some(left);
+                    this.handed += d.len() as u64;
                     this.set_mark();
                     // The whole body handed over: the connection can take
                     // the next GET (a reader that has all it asked for
@@ -426,4 +446,25 @@ impl AsyncWrite for MarkedSocket {
     fn is_write_vectored(&self) -> bool {
         self.tcp.is_write_vectored()
     }
+}
+
+/// A socket to `addr` (`host:port`) with its receive buffer at [`RCVBUF`]:
+/// each address the name gives, in turn.
+async fn connect(addr: &str) -> io::Result<TcpStream> {
+    let mut last = None;
+    for a in tokio::net::lookup_host(addr).await? {
+        let sock = if a.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        sock.set_recv_buffer_size(RCVBUF)?;
+        match sock.connect(a).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(io::ErrorKind::NotFound, format!("{addr} names no address"))
+    }))
 }

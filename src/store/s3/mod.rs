@@ -221,7 +221,7 @@ fn client(cfg: &S3Config, key: &str, secret: &str, streams: bool) -> io::Result<
             // marks its sockets ([`conn`]), unless a proxy is configured
             // (reqwest honours it; that client does not).
             if streams && !proxied() {
-                b = b.with_http_connector(conn::SpanClient::new(connect_timeout));
+                b = b.with_http_connector(conn::SpanClient::new(connect_timeout, span::SPAN_FLOOR));
             }
         }
         b = b.with_endpoint(e.trim_end_matches('/'));

@@ -134,7 +134,7 @@ const SPAN_REOPENS: u32 = 2;
 /// A span's GET must bring this many bytes within each timeout (time spent
 /// waiting for the reader not counted): the floor a ranged GET per 1 MiB,
 /// each bounded by the timeout, used to give.
-const SPAN_FLOOR: usize = 1 << 20;
+pub(super) const SPAN_FLOOR: usize = 1 << 20;
 
 /// A span's GET, polled by its reader: no task and no queue between the
 /// HTTP client's connection and the reader (the socket's buffer is the
