@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 
 use super::error::text;
-use super::ranges::{Answer, Validators, respond};
+use super::ranges::{Answer, Validators, dropped, respond};
 use super::state::AppState;
 use crate::factory::{ImageCache, ImageKey};
 use crate::fill::Object;
@@ -68,11 +68,17 @@ pub async fn get_image(
     }
     let head_only = method == Method::HEAD;
     let name = filename.as_deref().unwrap_or(&key.asset);
-    let resp = match cache.open(&key).await {
+    let answer = async || match cache.open(&key).await {
         Err(e) => e.into_response(),
         Ok(obj) if sha => sha256_answer(obj, name, head_only).await,
         Ok(obj) => artifact(cache, obj, head_only, &headers, filename.as_deref()).await,
     };
+    let mut resp = answer().await;
+    // The stored copy failed its check before a byte went out: once more
+    // (it is fetched again).
+    if dropped(&resp) {
+        resp = answer().await;
+    }
     cache.metrics().response("image", resp.status().as_u16());
     resp
 }
@@ -90,7 +96,7 @@ pub async fn get_talosctl(
         Ok(k) => k,
         Err(e) => return e.into_response(),
     };
-    let resp = match cache.open_talosctl(&key).await {
+    let answer = async || match cache.open_talosctl(&key).await {
         Err(e) => e.into_response(),
         // The factory names the download after the path.
         Ok(obj) => {
@@ -104,6 +110,10 @@ pub async fn get_talosctl(
             .await
         }
     };
+    let mut resp = answer().await;
+    if dropped(&resp) {
+        resp = answer().await;
+    }
     cache.metrics().response("image", resp.status().as_u16());
     resp
 }

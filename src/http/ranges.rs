@@ -150,6 +150,17 @@ pub struct Answer {
     pub on_bytes: Box<dyn Fn(u64) + Send + Sync>,
 }
 
+/// The mark of an answer whose stored copy failed its check before a byte
+/// of it went out (the store dropped the copy): the handler opens the
+/// object once more, so the client gets it fetched again, not an error.
+#[derive(Debug, Clone, Copy)]
+pub struct Dropped;
+
+/// Whether `r` is a [`Dropped`] answer.
+pub fn dropped(r: &Response) -> bool {
+    r.extensions().get::<Dropped>().is_some()
+}
+
 /// Answer `req` with `obj`: 304, 416, 206 or 200, `Content-Length`,
 /// `Content-Range`, `Accept-Ranges`, the validators; the body streamed
 /// from the object (checked chunks, or the growing fill whose end waits for
@@ -204,13 +215,25 @@ pub async fn respond(obj: Object, req: &HeaderMap, a: Answer) -> Response {
         Body::empty()
     } else {
         let count = a.on_bytes;
-        // From a bucket (not its local tier) the first bytes come before
-        // the head: a bucket that does not answer is a 503, not a cut 200.
+        // A stored object's first bytes come before the head: a bucket
+        // that does not answer is a 503, not a cut 200; a first block that
+        // fails its check (the copy dropped by the store) is a 503 marked
+        // [`Dropped`], which the handler answers by opening the object
+        // once more (fetched again), not a head and no bytes.
         let remote = obj.reads_remote();
+        let stored = matches!(obj, Object::Stored(_));
         let mut s = obj.stream(range.start, Some(range.end));
-        let first = if remote {
+        let first = if stored {
             match s.next().await {
-                Some(Err(e)) if e.kind() != std::io::ErrorKind::InvalidData => {
+                Some(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    let mut r = crate::fill::FetchError::Unavailable(format!(
+                        "the stored copy failed its check and was dropped; ask again: {e}"
+                    ))
+                    .into_response();
+                    r.extensions_mut().insert(Dropped);
+                    return r;
+                }
+                Some(Err(e)) if remote => {
                     return crate::fill::FetchError::Unavailable(format!(
                         "the store does not answer: {e}"
                     ))

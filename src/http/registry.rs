@@ -217,7 +217,15 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
                 return Ok(resp);
             }
             let blob = reg.blob(&up, repo, &d).await?;
-            serve_blob(reg, &d, blob, &req.headers).await
+            let r = serve_blob(reg, &d, blob, &req.headers).await?;
+            // The stored copy failed its check before a byte went out:
+            // once more (it is fetched again).
+            if super::ranges::dropped(&r) {
+                let blob = reg.blob(&up, repo, &d).await?;
+                serve_blob(reg, &d, blob, &req.headers).await
+            } else {
+                Ok(r)
+            }
         }
         "tags" if reference == "list" => {
             let up = reg.route(repo, ns)?;

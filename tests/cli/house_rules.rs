@@ -131,13 +131,18 @@ fn serde_yaml_only_behind_yaml_and_unsafe_only_where_justified() {
                 path.display()
             );
         }
-        // The memory map of a committed (immutable) object, and the
-        // `fcntl` that makes a pipe's reads wait for its writer on a
-        // descriptor `input` owns: each justified where it stands.
-        if !path.ends_with("store/local.rs") && !path.ends_with("src/input.rs") {
+        // The `preadv2` into a buffer's spare capacity, the `fcntl` that
+        // makes a pipe's reads wait for its writer on a descriptor `input`
+        // owns, and the `setsockopt(SO_RCVLOWAT)` on a socket `conn` owns
+        // (no crate in the tree exposes that option): each justified where
+        // it stands.
+        if !path.ends_with("store/local.rs")
+            && !path.ends_with("src/input.rs")
+            && !path.ends_with("store/s3/conn.rs")
+        {
             assert!(
                 !code.contains("unsafe"),
-                "{}: unsafe outside store/local.rs and input.rs",
+                "{}: unsafe outside store/local.rs, input.rs and store/s3/conn.rs",
                 path.display()
             );
         }

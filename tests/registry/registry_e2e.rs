@@ -467,6 +467,39 @@ async fn corrupted_upstream_bytes_are_never_served_whole_or_stored() {
     assert_eq!(up.count_gets(&format!("/blobs/{}", layer.digest)), 2);
 }
 
+/// A stored blob whose first block rotted on disk: nothing of it goes out
+/// (no head); the copy is dropped and the blob answered from the upstream
+/// again, whole and right (containerd sees a plain 200).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stored_blob_rotten_at_its_start_is_fetched_again() {
+    let up = Registry::start();
+    let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[2 * MIB], 8).await;
+    let layer = img.blobs[0].clone();
+    let cache = tempfile::tempdir().unwrap();
+    let svc = service(&up, cache.path(), &[]);
+    let http = reqwest::Client::new();
+    let url = format!("{}/v2/{}/blobs/{}", svc.url(), repo(), layer.digest);
+    let r = send(http.get(&url)).await;
+    assert_eq!(r.status, 200);
+    let stored = cache
+        .path()
+        .join("objects/sha256")
+        .join(layer.digest.trim_start_matches("sha256:"));
+    support::eventually("the commit", std::time::Duration::from_secs(10), || {
+        stored.exists()
+    });
+    // Let the commit's index write land too.
+    support::eventually("the entry", std::time::Duration::from_secs(10), || {
+        std::fs::read_dir(cache.path().join("index")).is_ok_and(|d| d.count() > 0)
+    });
+    support::flip_byte(&stored, 100, 0x20);
+    let r = send(http.get(&url)).await;
+    assert_eq!(r.status, 200, "{}", svc.log_text());
+    assert!(r.body[..] == layer.data[..], "the blob, fetched again");
+    assert_eq!(up.count_gets(&format!("/blobs/{}", layer.digest)), 2);
+    assert!(svc.log_text().contains("corrupt object in the store"));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn moving_tags_are_revalidated_and_offline_serves_the_store() {
     let up = Registry::start();

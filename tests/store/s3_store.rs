@@ -145,6 +145,23 @@ fn replicas_share_the_bucket() {
         g.list(0, &obj).len() == 1 && g.list(0, &format!("{PREFIX}/index/")).len() == 2
     });
     eprintln!("s3: rot cut and refetched at {:?}", t.elapsed());
+    // Rot in the block a range starts in: nothing of it goes out (no
+    // head, no empty reply); the copy is dropped and the range answered
+    // from the object fetched again.
+    let mut rotten = f.xz.clone();
+    rotten[(2 << 20) + 5] ^= 0x20;
+    g.put(2, &obj, &rotten);
+    let r = curl(&["-r", "2097152-2098175", &url2]);
+    assert_eq!((r.exit, r.status), (0, 206), "{}", two.log_text());
+    assert!(r.body == f.xz[2097152..2098176], "the range, fetched again");
+    assert_eq!(
+        metric(&two, "talos_gen_store_corrupt_objects_total"),
+        "talos_gen_store_corrupt_objects_total 2"
+    );
+    assert_eq!(f.gets(A), 3);
+    eventually("the third commit", Duration::from_secs(20), || {
+        g.list(0, &obj).len() == 1
+    });
 
     // The upstream dies mid-fill: nothing of A2 reaches the bucket.
     let before = g.list(0, PREFIX);
