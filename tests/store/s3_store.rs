@@ -159,8 +159,9 @@ fn replicas_share_the_bucket() {
         "talos_gen_store_corrupt_objects_total 2"
     );
     assert_eq!(f.gets(A), 3);
+    // Its object and its entry (the index write follows the object's).
     eventually("the third commit", Duration::from_secs(20), || {
-        g.list(0, &obj).len() == 1
+        g.list(0, &obj).len() == 1 && g.list(0, &format!("{PREFIX}/index/")).len() == 2
     });
 
     // The upstream dies mid-fill: nothing of A2 reaches the bucket.
