@@ -4,13 +4,15 @@
 //! single byte ranges and conditional requests ([`super::ranges`]). Never
 //! compressed. Thin: validate the key, open the object, answer.
 
+use std::convert::Infallible;
+
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 
 use super::error::text;
-use super::ranges::{Answer, Validators, dropped, respond};
+use super::ranges::{Answer, Validators, once_more_if_dropped, respond};
 use super::state::AppState;
 use crate::factory::{ImageCache, ImageKey};
 use crate::fill::Object;
@@ -68,17 +70,15 @@ pub async fn get_image(
     }
     let head_only = method == Method::HEAD;
     let name = filename.as_deref().unwrap_or(&key.asset);
-    let answer = async || match cache.open(&key).await {
-        Err(e) => e.into_response(),
-        Ok(obj) if sha => sha256_answer(obj, name, head_only).await,
-        Ok(obj) => artifact(cache, obj, head_only, &headers, filename.as_deref()).await,
-    };
-    let mut resp = answer().await;
-    // The stored copy failed its check before a byte went out: once more
-    // (it is fetched again).
-    if dropped(&resp) {
-        resp = answer().await;
-    }
+    let (key, headers, filename) = (&key, &headers, filename.as_deref());
+    let Ok(resp) = once_more_if_dropped(|| async move {
+        Ok::<_, Infallible>(match cache.open(key).await {
+            Err(e) => e.into_response(),
+            Ok(obj) if sha => sha256_answer(obj, name, head_only).await,
+            Ok(obj) => artifact(cache, obj, head_only, headers, filename).await,
+        })
+    })
+    .await;
     cache.metrics().response("image", resp.status().as_u16());
     resp
 }
@@ -96,24 +96,15 @@ pub async fn get_talosctl(
         Ok(k) => k,
         Err(e) => return e.into_response(),
     };
-    let answer = async || match cache.open_talosctl(&key).await {
-        Err(e) => e.into_response(),
-        // The factory names the download after the path.
-        Ok(obj) => {
-            artifact(
-                cache,
-                obj,
-                method == Method::HEAD,
-                &headers,
-                Some(&key.file),
-            )
-            .await
-        }
-    };
-    let mut resp = answer().await;
-    if dropped(&resp) {
-        resp = answer().await;
-    }
+    let (key, headers, head_only) = (&key, &headers, method == Method::HEAD);
+    let Ok(resp) = once_more_if_dropped(|| async move {
+        Ok::<_, Infallible>(match cache.open_talosctl(key).await {
+            Err(e) => e.into_response(),
+            // The factory names the download after the path.
+            Ok(obj) => artifact(cache, obj, head_only, headers, Some(&key.file)).await,
+        })
+    })
+    .await;
     cache.metrics().response("image", resp.status().as_u16());
     resp
 }

@@ -156,9 +156,19 @@ pub struct Answer {
 #[derive(Debug, Clone, Copy)]
 pub struct Dropped;
 
-/// Whether `r` is a [`Dropped`] answer.
-pub fn dropped(r: &Response) -> bool {
-    r.extensions().get::<Dropped>().is_some()
+/// `answer()`, and once more where it was [`Dropped`]: the stored copy
+/// failed its check before a byte went out and the store dropped it, so
+/// the second open fetches it again (offline: not found).
+pub async fn once_more_if_dropped<E, F>(mut answer: impl FnMut() -> F) -> Result<Response, E>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    let r = answer().await?;
+    if r.extensions().get::<Dropped>().is_some() {
+        answer().await
+    } else {
+        Ok(r)
+    }
 }
 
 /// Answer `req` with `obj`: 304, 416, 206 or 200, `Content-Length`,

@@ -216,16 +216,12 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
                 blob_headers(resp.headers_mut(), &d, size);
                 return Ok(resp);
             }
-            let blob = reg.blob(&up, repo, &d).await?;
-            let r = serve_blob(reg, &d, blob, &req.headers).await?;
-            // The stored copy failed its check before a byte went out:
-            // once more (it is fetched again).
-            if super::ranges::dropped(&r) {
-                let blob = reg.blob(&up, repo, &d).await?;
-                serve_blob(reg, &d, blob, &req.headers).await
-            } else {
-                Ok(r)
-            }
+            let (up, d) = (&up, &d);
+            super::ranges::once_more_if_dropped(|| async move {
+                let blob = reg.blob(up, repo, d).await?;
+                serve_blob(reg, d, blob, &req.headers).await
+            })
+            .await
         }
         "tags" if reference == "list" => {
             let up = reg.route(repo, ns)?;

@@ -18,6 +18,11 @@ const PREFIX: &str = "store";
 /// (`--local-cache-max-size 0`): these tests are about reads from the
 /// bucket (the tier has `frozen_bucket.rs`).
 fn replica(f: &Factory, g: &Garage, node: usize, name: &str, extra: &[&str]) -> Service {
+    replica_at(f, g, &g.endpoint(node), name, extra)
+}
+
+/// [`replica`] through `endpoint` (a proxy before the bucket).
+fn replica_at(f: &Factory, g: &Garage, endpoint: &str, name: &str, extra: &[&str]) -> Service {
     let spool = f.dir.path().join(format!("spool-{name}"));
     std::fs::create_dir_all(&spool).unwrap();
     Service::builder()
@@ -25,7 +30,7 @@ fn replica(f: &Factory, g: &Garage, node: usize, name: &str, extra: &[&str]) -> 
         .arg(&spool)
         .args(["--factory-url", &f.nginx.url()])
         .args(["--store", &format!("s3://{}/{PREFIX}", g.bucket)])
-        .args(["--s3-endpoint", &g.endpoint(node)])
+        .args(["--s3-endpoint", endpoint])
         .env("AWS_ACCESS_KEY_ID", &g.key_id)
         .env("AWS_SECRET_ACCESS_KEY", &g.secret)
         .args(["--local-cache-max-size", "0"])
@@ -44,6 +49,18 @@ fn metric(svc: &Service, name: &str) -> String {
 
 fn object_key(body: &[u8]) -> String {
     format!("{PREFIX}/objects/sha256/{}", sha256_hex(body))
+}
+
+/// Artifact A filled through `svc` and its object in the bucket: its URL
+/// on `svc`.
+fn stored(f: &Factory, g: &Garage, svc: &Service) -> String {
+    let url = format!("{}{}", svc.url(), image_path(A));
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200));
+    eventually("the commit", Duration::from_secs(30), || {
+        g.list(0, &object_key(&f.xz)).len() == 1
+    });
+    url
 }
 
 fn cluster() -> Option<Garage> {
@@ -486,12 +503,7 @@ fn a_stream_from_the_bucket_is_cut_when_the_bucket_goes_away() {
     let Some(mut g) = cluster() else { return };
     let f = Factory::new(64, 0, &[A], None);
     let svc = replica(&f, &g, 0, "one", &["--upstream-timeout", "2s"]);
-    let url = format!("{}{}", svc.url(), image_path(A));
-    let r = curl(&[&url]);
-    assert_eq!((r.exit, r.status), (0, 200));
-    eventually("the commit", Duration::from_secs(30), || {
-        g.list(0, &object_key(&f.xz)).len() == 1
-    });
+    let url = stored(&f, &g, &svc);
     // Read back from the bucket, whole, through one GET.
     let r = curl(&[&url]);
     assert_eq!((r.exit, r.status), (0, 200));
@@ -555,12 +567,7 @@ fn spans_of_every_length_end_whole_and_at_once() {
     let Some(g) = cluster() else { return };
     let f = Factory::new(5, 0, &[A], None);
     let svc = replica(&f, &g, 0, "one", &["--upstream-timeout", "20s"]);
-    let url = format!("{}{}", svc.url(), image_path(A));
-    let r = curl(&[&url]);
-    assert_eq!((r.exit, r.status), (0, 200));
-    eventually("the commit", Duration::from_secs(30), || {
-        g.list(0, &object_key(&f.xz)).len() == 1
-    });
+    let url = stored(&f, &g, &svc);
     let len = f.xz.len();
     let mib = 1usize << 20;
     let mut spans = vec![(0, len)];
@@ -618,11 +625,7 @@ fn a_bucket_above_the_pace_floor_is_never_cut() {
     // The object committed through a replica on the bucket itself (nginx
     // would refuse the upload's parts: client_max_body_size).
     let direct = replica(&f, &g, 0, "direct", &[]);
-    let r = curl(&[&format!("{}{}", direct.url(), image_path(A))]);
-    assert_eq!((r.exit, r.status), (0, 200));
-    eventually("the commit", Duration::from_secs(30), || {
-        g.list(0, &object_key(&f.xz)).len() == 1
-    });
+    stored(&f, &g, &direct);
     let endpoint = g.endpoint(0);
     let upstream = endpoint.trim_start_matches("http://");
     let slow = support::Nginx::start(
@@ -636,18 +639,7 @@ fn a_bucket_above_the_pace_floor_is_never_cut() {
             ..Default::default()
         },
     );
-    let spool = f.dir.path().join("spool-slow");
-    std::fs::create_dir_all(&spool).unwrap();
-    let svc = Service::builder()
-        .arg("--cache-dir")
-        .arg(&spool)
-        .args(["--factory-url", &f.nginx.url()])
-        .args(["--store", &format!("s3://{}/{PREFIX}", g.bucket)])
-        .args(["--s3-endpoint", &slow.url()])
-        .env("AWS_ACCESS_KEY_ID", &g.key_id)
-        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
-        .args(["--local-cache-max-size", "0", "--upstream-timeout", "3s"])
-        .start();
+    let svc = replica_at(&f, &g, &slow.url(), "slow", &["--upstream-timeout", "3s"]);
     let url = format!("{}{}", svc.url(), image_path(A));
     let (from, to) = (1_000_000, 1_000_000 + (3 << 20));
     let t0 = Instant::now();

@@ -210,10 +210,10 @@ impl Inner {
         .await
         .map_err(|e| err(HttpErrorKind::Request, e))?;
         let (parts, incoming) = res.into_parts();
-        let left = incoming.size_hint().exact();
+        let len = incoming.size_hint().exact();
         let mut body = MarkedBody {
             incoming,
-            left,
+            len,
             handed: 0,
             conn: Mutex::new(open.then_some(conn)),
             pool: self.clone(),
@@ -289,9 +289,8 @@ impl Inner {
 /// bring, and gives its connection back once read to its end.
 struct MarkedBody {
     incoming: hyper::body::Incoming,
-    /// Body bytes not yet handed over (`None`: no length given; the mark
-    /// stays at 1).
-    left: Option<u64>,
+    /// The body's length (`None`: none given; the mark stays at 1).
+    len: Option<u64>,
     /// Body bytes handed over.
     handed: u64,
     /// The connection, driven before each look at the body; given back
@@ -306,8 +305,13 @@ impl MarkedBody {
         self.conn.get_mut().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Body bytes not yet handed over.
+    fn left(&self) -> Option<u64> {
+        self.len.map(|l| l.saturating_sub(self.handed))
+    }
+
     fn set_mark(&mut self) {
-        let (left, floor) = (self.left, self.pool.floor);
+        let (left, floor) = (self.left(), self.pool.floor);
         let to_floor = floor - self.handed % floor;
         if let (Some(c), Some(left)) = (self.conn(), left) {
             let m = left
@@ -345,15 +349,13 @@ impl Body for MarkedBody {
         }
         match Pin::new(&mut this.incoming).poll_frame(cx) {
             Poll::Ready(Some(Ok(f))) => {
-                if let (Some(d), Some(left)) = (f.data_ref(), this.left) {
-                    let left = left.saturating_sub(d.len() as u64);
-                    this.left = Some(left);
+                if let Some(d) = f.data_ref() {
                     this.handed += d.len() as u64;
                     this.set_mark();
                     // The whole body handed over: the connection can take
                     // the next GET (a reader that has all it asked for
                     // need not poll for the end).
-                    if left == 0
+                    if this.left() == Some(0)
                         && let Some(mut c) = this.conn().take()
                         && c.drive(cx)
                     {
