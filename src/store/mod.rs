@@ -377,7 +377,7 @@ impl Store {
             .map_err(|e| Error::io("locking the store", e))
     }
 
-    /// The path of an object in a local store (tests); `None` for a
+    /// The path of an object in a local store; `None` for a
     /// malformed digest or another backend.
     pub fn object_path(&self, digest: &str) -> Option<PathBuf> {
         let dir = self.dir()?;

@@ -498,23 +498,56 @@ impl Store {
             tracing::warn!(%digest, reason, "a reader of a copy already dropped met its fault; the store's copy, if any, is left alone");
             return;
         }
-        self.inner
-            .corrupt
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _lock = match self.lock_store() {
             Ok(l) => l,
             Err(e) => {
+                self.inner
+                    .corrupt
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // The keys stay: the next read meets the fault again.
                 tracing::error!(%digest, reason, error = %e, "corrupt object in the store; NOT dropped: the store lock was not had");
                 return;
             }
         };
+        if born.is_some() && self.replaced_by_another_process(digest) {
+            tracing::warn!(%digest, reason, "a reader of a copy another process already dropped (and stored afresh) met its fault; the store's copy is left alone, this process's handle on the old one let go");
+            return;
+        }
+        self.inner
+            .corrupt
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.refresh();
         let keys = self.remove_object_locked(digest);
         tracing::error!(%digest, ?keys, reason, "corrupt object in the store; dropped (the next request fetches it again)");
         if keys.is_empty() {
             self.delete_object(digest);
         }
+    }
+
+    /// Whether the local file this process holds for `digest` is no longer
+    /// the one the store names (another process dropped it and stored a
+    /// fresh copy under the same name; called under the store lock, so no
+    /// commit moves it meanwhile). Then the held handle is let go, so the
+    /// next read here opens the fresh copy. A bucket, or no file held:
+    /// false (the `born` check is all there is).
+    fn replaced_by_another_process(&self, digest: &str) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Some(path) = self.object_path(digest) else {
+            return false;
+        };
+        let Some(held) = self.lock().objects.get(digest).and_then(|o| o.file.clone()) else {
+            return false;
+        };
+        let (Ok(h), Ok(now)) = (held.metadata(), std::fs::metadata(&path)) else {
+            return false;
+        };
+        if (h.dev(), h.ino()) == (now.dev(), now.ino()) {
+            return false;
+        }
+        if let Some(o) = self.lock().objects.get_mut(digest) {
+            o.file = None;
+        }
+        true
     }
 
     /// The object's checksums as stored (`None`: none, or unreadable).

@@ -230,6 +230,38 @@ fn flip_byte(path: &Path, at: u64) {
     f.write_all_at(&b, at).unwrap();
 }
 
+/// Two processes on one store: one (B) meets a rotten copy, drops it and
+/// stores it afresh; a reader in the other (A), still on the old file,
+/// then meets the fault. B's fresh copy stays (before, A dropped it too:
+/// its `born` check sees only its own process), and A's next read opens it.
+#[tokio::test]
+async fn a_reader_of_a_copy_another_process_replaced_leaves_the_fresh_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Store::open(dir.path(), None).unwrap();
+    let b = Store::open(dir.path(), None).unwrap();
+    let body: Vec<u8> = (0..(STREAM_CHUNK * 3 + 5))
+        .map(|i| (i % 251) as u8)
+        .collect();
+    let e = put(&a, "k", &body, false).await;
+    assert_eq!(read_whole(a.get("k").unwrap()).await.unwrap(), body);
+    let path = a.object_path(&e.digest).unwrap();
+    let stale = a.get("k").unwrap();
+    flip_byte(&path, STREAM_CHUNK as u64 * 2 + 3);
+    assert!(read_whole(b.get("k").unwrap()).await.is_err());
+    assert_eq!(b.corrupt_dropped(), 1);
+    put(&b, "k", &body, false).await;
+    let err = read_whole(stale).await.unwrap_err();
+    assert!(err.to_string().contains("corrupt"), "{err}");
+    assert!(path.exists(), "the fresh copy left alone");
+    assert_eq!(
+        a.corrupt_dropped(),
+        0,
+        "nothing dropped by the stale reader"
+    );
+    assert_eq!(read_whole(a.get("k").unwrap()).await.unwrap(), body);
+    assert_eq!(read_whole(b.get("k").unwrap()).await.unwrap(), body);
+}
+
 #[tokio::test]
 async fn a_rotten_chunk_cuts_the_read_and_drops_the_object() {
     let dir = tempfile::tempdir().unwrap();
