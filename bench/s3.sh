@@ -12,13 +12,18 @@
 #      before a bucket, 256 KiB buffers; it checks nothing); the three ways
 #      to the bucket interleaved GET by GET, S3_ROUNDS rounds (default 7),
 #      best and median of each, and the CPU per GiB of every process
-#      (S3_PROFILE=SECS: a `perf record` profile of the bucket replica);
+#      (S3_PROFILE=SECS: a `perf record` profile of the bucket replica,
+#      kept at S3_PERF_OUT when set); where HAProxy is installed, a fourth
+#      way: HAProxy before Garage with `option splice-response` (the body
+#      moved socket to pipe to socket in the kernel, no copy through user
+#      space, nothing checked: the cheapest proxy hop there is);
 #   2. a cold burst of 16 clients spread over two replicas on one bucket,
 #      behind a rate-limited upstream (nginx limit_rate), vs one plain
 #      download from that upstream; upstream transfers counted;
 #   3. anonymous memory (RssAnon, peak of 10 samples a second) per replica
 #      during the burst (the bound: under 64 MiB).
-# Prints ratios. Needs: garage (cargo install garage), nginx, curl, xz; a
+# Prints ratios. Needs: garage (cargo install garage), nginx, curl, xz (and
+# haproxy for the fourth way, skipped without it); a
 # release build (cargo build --release; TALOS_GEN_BIN for another binary).
 # Usage: bench/s3.sh [SIZE_MIB] [RATE]   (defaults 64, 25m)
 # Stops everything it started on every exit path (success, failure, Ctrl-C,
@@ -184,6 +189,44 @@ PXPID=$NGINX_PID
 wait_http "http://127.0.0.1:$PP/"
 [ "$(curl -sf "http://127.0.0.1:$PP/" | sha256sum | cut -d' ' -f1)" = "$SHA" ] || { echo "nginx proxy_pass to Garage: wrong bytes" >&2; exit 1; }
 PXW=$(pgrep -P "$PXPID" | tr '\n' ' ')
+# The cheapest hop there is, where installed: HAProxy (2 threads, as nginx
+# has 2 workers) with the response spliced in the kernel, the same signed
+# GET replayed.
+WAYS=(direct proxy bucket)
+HAPID=
+if command -v haproxy > /dev/null; then
+  HP=$(free_port)
+  mkdir -p "$W/haproxy"
+  cat > "$W/haproxy/haproxy.cfg" <<EOF
+global
+  nbthread 2
+  tune.bufsize 262144
+  tune.pipesize 1048576
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  option splice-response
+frontend f
+  bind 127.0.0.1:$HP
+  default_backend garage
+backend garage
+  http-request set-path /talos-gen/store/objects/sha256/$SHA
+  http-request set-header Host 127.0.0.1:$GS
+  http-request set-header Range bytes=0-
+  http-request set-header Authorization "$AUTH"
+  http-request set-header x-amz-date $XDATE
+  http-request set-header x-amz-content-sha256 $EMPTY_SHA
+  server garage 127.0.0.1:$GS
+EOF
+  haproxy -db -f "$W/haproxy/haproxy.cfg" > "$W/haproxy/log" 2>&1 &
+  track $!
+  HAPID=$!
+  wait_http "http://127.0.0.1:$HP/"
+  [ "$(curl -sf "http://127.0.0.1:$HP/" | sha256sum | cut -d' ' -f1)" = "$SHA" ] || { echo "HAProxy before Garage: wrong bytes" >&2; exit 1; }
+  WAYS+=(splice)
+fi
 # The three ways to the bucket's object, interleaved GET by GET for ROUNDS
 # rounds (S3_ROUNDS, default 7): the machine's noise, which moves even the
 # direct GET by 2x within a run, falls on the three alike. Per GET: its
@@ -196,14 +239,16 @@ get_direct() {
 }
 get_proxy() { curl -sf -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PP/"; }
 get_bucket() { curl -sf -o /dev/null -w '%{time_total}' "http://127.0.0.1:$R3$P"; }
+get_splice() { curl -sf -o /dev/null -w '%{time_total}' "http://127.0.0.1:$HP/"; }
 ROUNDS=${S3_ROUNDS:-7}
 : > "$W/gets"
 for _ in $(seq "$ROUNDS"); do
-  for way in direct proxy bucket; do
+  for way in "${WAYS[@]}"; do
     case $way in
       direct) procs=() ;;
       proxy) read -r -a procs <<<"$PXPID $PXW" ;;
       bucket) procs=("$PID3") ;;
+      splice) procs=("$HAPID") ;;
     esac
     g0=$(ticks "$GPID"); x0=$(ticks "${procs[@]}"); kids; k0=$KIDS
     t=$(get_$way)
@@ -221,7 +266,7 @@ if [ -n "${S3_PROFILE:-}" ]; then
   echo "# profile: perf record of the bucket replica during $S3_PROFILE s of GETs"
   ( end=$((SECONDS + S3_PROFILE)); while [ "$SECONDS" -lt "$end" ]; do get_bucket > /dev/null; done ) &
   LOOP=$!
-  perf record -F 1999 -g -o "$W/perf.data" -p "$PID3" -- sleep "$S3_PROFILE" > /dev/null 2>&1 \
+  perf record -F 1999 -g -o "${S3_PERF_OUT:-$W/perf.data}" -p "$PID3" -- sleep "$S3_PROFILE" > /dev/null 2>&1 \
     || echo "perf record failed (is perf installed, perf_event_paranoid low enough?)" >&2
   wait "$LOOP"
   { echo "profile of the bucket replica, by symbol (self):"
@@ -243,9 +288,15 @@ awk -v b="$BURST" -v p="$PLAIN" -v t="$TRANSFERS" 'BEGIN{printf "cold burst: 16 
 echo "memory during the burst: RssAnon peak replica one $(cat "$W/peak1") KiB, replica two $(cat "$W/peak2") KiB (bound 65536 KiB)"
 awk -v tg="$TG" -v px="$PX" -v ga="$GA" -v n="$LEN" 'BEGIN{printf "peer: nginx proxy_pass before Garage %.1f MiB/s (%.3fx a direct GET); talos-gen from the bucket %.3fx nginx proxy_pass\n", n/px/1048576, ga/px, px/tg}'
 echo "CPU ms per GiB served: direct GET ($CPU_DIRECT); nginx proxy_pass ($CPU_PROXY); from the bucket ($CPU_BUCKET)"
+if [ -n "$HAPID" ]; then
+  awk -v h="$(best splice)" -v hm="$(median splice)" -v ga="$GA" -v gam="$GAM" -v tg="$TG" -v tgm="$TGM" 'BEGIN{printf "peer: HAProxy splice before Garage %.3fx a direct GET (median %.3fx); talos-gen from the bucket %.3fx HAProxy splice (median %.3fx)\n", ga/h, gam/hm, h/tg, hm/tgm}'
+  echo "CPU ms per GiB served: HAProxy splice (garage $(cpu splice 3), haproxy $(cpu splice 4), curl $(cpu splice 5))"
+else
+  echo "peer: HAProxy splice not measured (haproxy not installed)"
+fi
 awk -v tg="$TGM" -v px="$PXM" -v ga="$GAM" 'BEGIN{printf "medians: from the bucket %.3fx a direct GET, nginx proxy_pass %.3fx, talos-gen %.3fx nginx proxy_pass\n", ga/tg, ga/px, px/tg}'
 echo "times (s), GET by GET in the order taken:"
-awk '{printf "  %s %s", $1, $2} NR%3==0{print ""}' "$W/gets"
+awk -v n="${#WAYS[@]}" '{printf "  %s %s", $1, $2} NR%n==0{print ""}' "$W/gets"
 [ -s "$W/profile" ] && cat "$W/profile"
 awk -v tg="$TG" -v tt="$TT" -v ga="$GA" -v m1="$(cat "$W/peak1")" -v m2="$(cat "$W/peak2")" 'BEGIN{
   ok = ga/tg >= 0.9 && ga/tt >= 1.0 && m1 < 65536 && m2 < 65536
