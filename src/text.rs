@@ -1,7 +1,8 @@
 //! Small text grammars and formats every layer shares, written once: a
 //! sha256 in hex (schematic IDs, object names, digests), sizes and
 //! durations as a person reads them (the status page, the mirror job's
-//! lines and progress bars), and an upstream's error body as one line.
+//! lines and progress bars), and an upstream's error body, or an error
+//! with its causes, as one line.
 
 use std::time::Duration;
 
@@ -99,6 +100,33 @@ pub fn one_line(text: &str) -> String {
     squeeze(&summary, ONE_LINE_MAX)
 }
 
+/// An error and its causes as one line ([`one_line`]): each cause the
+/// text does not already say is appended (`: cause`), and the innermost
+/// one is kept whole when the line is cut (an S3 client's own words about
+/// its retries are long; "invalid peer certificate: UnknownIssuer" at the
+/// end of the chain is what the operator needs to read).
+pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut said = vec![e.to_string()];
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !t.trim().is_empty() && !said.iter().any(|x| x.contains(&t)) {
+            said.push(t);
+        }
+        src = s.source();
+    }
+    let root = match said.pop() {
+        Some(r) if !said.is_empty() => squeeze(&one_line(&r), ONE_LINE_MAX / 2),
+        Some(only) => return one_line(&only),
+        None => return String::new(),
+    };
+    let lead = squeeze(
+        &one_line(&said.join(": ")),
+        ONE_LINE_MAX - root.chars().count() - 2,
+    );
+    format!("{lead}: {root}")
+}
+
 /// Whitespace and control characters made single spaces, cut at `max`
 /// characters (`...` marks the cut).
 fn squeeze(text: &str, max: usize) -> String {
@@ -118,6 +146,54 @@ fn squeeze(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_line_keeps_its_innermost_cause() {
+        #[derive(Debug)]
+        struct E(String, Option<Box<E>>);
+        impl std::fmt::Display for E {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+        impl std::error::Error for E {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.1.as_deref().map(|e| e as _)
+            }
+        }
+        let chain = |v: &[&str]| {
+            v.iter()
+                .rev()
+                .fold(None, |inner, t| Some(Box::new(E(t.to_string(), inner))))
+                .unwrap()
+        };
+        let long = format!(
+            "Error performing PUT https://127.0.0.1:1/b/{} in 340ms, after 2 retries - HTTP error: error sending request",
+            "x".repeat(300)
+        );
+        let e = chain(&[
+            &long,
+            "error sending request",
+            "client error (Connect)",
+            "invalid peer certificate: UnknownIssuer",
+        ]);
+        let line = error_line(&*e);
+        assert!(
+            line.ends_with(": client error (Connect): invalid peer certificate: UnknownIssuer")
+                || line.ends_with("...: invalid peer certificate: UnknownIssuer"),
+            "{line}"
+        );
+        assert!(
+            line.starts_with("Error performing PUT https://127.0.0.1:1/b/"),
+            "{line}"
+        );
+        assert!(line.chars().count() <= ONE_LINE_MAX + 3, "{line}");
+        // A cause the text already says is not said twice.
+        let e = chain(&["reading: gone", "gone"]);
+        assert_eq!(error_line(&*e), "reading: gone");
+        let e = chain(&["short", "because"]);
+        assert_eq!(error_line(&*e), "short: because");
+    }
 
     #[test]
     fn error_bodies_become_one_line() {

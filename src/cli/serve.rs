@@ -296,7 +296,11 @@ where
     W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
 {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // The TLS verifier's own error lines are left out by default: the
+    // error they explain reaches the log or the terminal with its cause
+    // (`text::error_line`), once.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{default},rustls_platform_verifier=off")));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)

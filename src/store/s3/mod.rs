@@ -157,7 +157,7 @@ fn io_err(e: object_store::Error) -> io::Error {
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
         _ => io::ErrorKind::Other,
     };
-    io::Error::new(kind, crate::text::one_line(&e.to_string()))
+    io::Error::new(kind, crate::text::error_line(&e))
 }
 
 /// A change token from what the store says of an entry.

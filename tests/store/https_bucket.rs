@@ -1,0 +1,204 @@
+//! The bucket behind HTTPS, as most buckets are reached: nginx terminating
+//! TLS before a real Garage node, its certificate from `talos-gen mirror
+//! cert` (a private CA the replica trusts through `SSL_CERT_FILE`). The
+//! span GETs to an HTTPS endpoint go through reqwest, not the client that
+//! marks plain-HTTP sockets (`store/s3/conn.rs`): the same bytes, the same
+//! bounds. A certificate the replica does not trust is one line that names
+//! the endpoint.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::support;
+use crate::support::factory::{A, Factory, image_path};
+use crate::support::garage::Garage;
+use crate::support::{Nginx, NginxOpts, Service, curl, eventually, run};
+
+const PREFIX: &str = "https";
+
+fn cert(dir: &Path) {
+    let d = dir.display().to_string();
+    let o = run(
+        &["mirror", "cert", "--output-dir", &d, "--name", "127.0.0.1"],
+        None,
+    );
+    assert!(
+        o.status.success(),
+        "mirror cert: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// nginx on a TLS port before Garage's S3 port (bodies streamed both ways,
+/// no size limit): the HTTPS endpoint.
+fn tls_front(f: &Factory, g: &Garage, certs: &Path) -> (Nginx, String) {
+    let port = support::free_port();
+    let upstream = g.endpoint(0);
+    let upstream = upstream.trim_start_matches("http://");
+    let ng = Nginx::start(
+        f.dir.path(),
+        NginxOpts {
+            http_extra: format!(
+                "server {{ listen 127.0.0.1:{port} ssl; \
+                 ssl_certificate {crt}; ssl_certificate_key {key}; \
+                 client_max_body_size 0; \
+                 location / {{ proxy_pass http://{upstream}; proxy_http_version 1.1; \
+                 proxy_set_header Connection \"\"; proxy_set_header Host $http_host; \
+                 proxy_request_buffering off; proxy_buffering off; }} }}",
+                crt = certs.join("tls.crt").display(),
+                key = certs.join("tls.key").display(),
+            ),
+            ..Default::default()
+        },
+    );
+    (ng, format!("https://127.0.0.1:{port}"))
+}
+
+fn replica(f: &Factory, g: &Garage, endpoint: &str, ca: &Path, name: &str) -> Service {
+    let spool = f.dir.path().join(format!("spool-{name}"));
+    std::fs::create_dir_all(&spool).unwrap();
+    Service::builder()
+        .arg("--cache-dir")
+        .arg(&spool)
+        .args(["--factory-url", &f.nginx.url()])
+        .args(["--store", &format!("s3://{}/{PREFIX}", g.bucket)])
+        .args(["--s3-endpoint", endpoint])
+        .args(["--upstream-timeout", "2s"])
+        .args(["--local-cache-max-size", "0"])
+        .env("AWS_ACCESS_KEY_ID", &g.key_id)
+        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
+        .env("SSL_CERT_FILE", &ca.display().to_string())
+        .start()
+}
+
+/// A fill through one replica commits into the bucket over HTTPS; a second
+/// replica (no local tier) serves the object whole and a range of it from
+/// the bucket, without asking the upstream; with Garage frozen behind the
+/// TLS front, `/healthz` answers at once and the object is a 503 in
+/// bounded time; after SIGCONT it is served whole again, no restart.
+#[test]
+fn a_bucket_behind_https_serves_whole_and_within_its_bounds() {
+    let Some(bin) = support::garage::binary() else {
+        return;
+    };
+    let g = Garage::cluster(&bin, 1);
+    let f = Factory::new(5, 0, &[A], None);
+    let certs = f.dir.path().join("certs");
+    cert(&certs);
+    let (_front, endpoint) = tls_front(&f, &g, &certs);
+    let ca = certs.join("ca.crt");
+
+    let one = replica(&f, &g, &endpoint, &ca, "one");
+    let r = curl(&[&format!("{}{}", one.url(), image_path(A))]);
+    assert_eq!((r.exit, r.status), (0, 200), "{}", one.log_text());
+    assert!(r.body == f.xz, "the fill's bytes");
+    let key = format!("{PREFIX}/objects/sha256/{}", support::sha256_hex(&f.xz));
+    eventually("the commit", Duration::from_secs(30), || {
+        g.list(0, &key).len() == 1
+    });
+    assert!(g.get(0, &key) == f.xz, "the bucket's object");
+    let fetched = f.nginx.count(&format!("GET {}", image_path(A)));
+    assert_eq!(fetched, 1, "{}", f.nginx.access_log());
+
+    let two = replica(&f, &g, &endpoint, &ca, "two");
+    let url = format!("{}{}", two.url(), image_path(A));
+    let r = curl(&[&url]);
+    assert_eq!((r.exit, r.status), (0, 200), "{}", two.log_text());
+    assert!(r.body == f.xz, "whole from the bucket over HTTPS");
+    let (from, to) = (1_234_567, 3_456_789);
+    let r = curl(&["-r", &format!("{from}-{}", to - 1), &url]);
+    assert_eq!((r.exit, r.status), (0, 206), "{}", two.log_text());
+    assert!(r.body == f.xz[from..to], "the range {from}-{to}");
+    assert_eq!(
+        f.nginx.count(&format!("GET {}", image_path(A))),
+        fetched,
+        "served from the bucket, not the upstream"
+    );
+
+    g.freeze(0);
+    let t = Instant::now();
+    let probe = std::thread::spawn({
+        let health = format!("{}/healthz", two.url());
+        move || {
+            let mut worst = Duration::ZERO;
+            while t.elapsed() < Duration::from_secs(4) {
+                let t0 = Instant::now();
+                let r = curl(&["--max-time", "5", &health]);
+                assert_eq!(r.status, 200, "/healthz while the bucket is frozen");
+                worst = worst.max(t0.elapsed());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            worst
+        }
+    });
+    let r = curl(&["--max-time", "30", &url]);
+    let took = t.elapsed();
+    let worst = probe.join().unwrap();
+    g.thaw(0);
+    assert_eq!(
+        r.status,
+        503,
+        "a frozen bucket over HTTPS: {}",
+        two.log_text()
+    );
+    assert!(
+        took < Duration::from_secs(7),
+        "the 503 took {took:?} with --upstream-timeout 2s"
+    );
+    assert!(
+        worst < Duration::from_millis(500),
+        "/healthz took {worst:?}"
+    );
+    eprintln!("https: frozen bucket 503 in {took:?}, /healthz at most {worst:?}");
+
+    let thawed = Instant::now();
+    eventually("serving after SIGCONT", Duration::from_secs(15), || {
+        let r = curl(&["--max-time", "10", &url]);
+        r.status == 200 && r.body == f.xz
+    });
+    eprintln!(
+        "https: served whole again {:?} after SIGCONT",
+        thawed.elapsed()
+    );
+    assert_eq!(
+        f.nginx.count(&format!("GET {}", image_path(A))),
+        fetched,
+        "the frozen bucket sent no request to the upstream"
+    );
+}
+
+/// A bucket whose certificate the job does not trust (the system's roots
+/// only): a non-zero exit and one line that names the endpoint and says
+/// what is wrong with its certificate, never a stack of causes.
+#[test]
+fn an_untrusted_bucket_certificate_is_one_line() {
+    let Some(bin) = support::garage::binary() else {
+        return;
+    };
+    let g = Garage::cluster(&bin, 1);
+    let f = Factory::new(1, 0, &[A], None);
+    let certs = f.dir.path().join("certs");
+    cert(&certs);
+    let (_front, endpoint) = tls_front(&f, &g, &certs);
+    let spool = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+        .args(["mirror", "verify", "--store"])
+        .arg(format!("s3://{}/{PREFIX}", g.bucket))
+        .args(["--s3-endpoint", &endpoint])
+        .arg("--cache-dir")
+        .arg(spool.path())
+        .env("AWS_ACCESS_KEY_ID", &g.key_id)
+        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&endpoint) || err.contains("127.0.0.1"),
+        "{err}"
+    );
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    assert!(err.len() < 600, "{} bytes: {err}", err.len());
+    eprintln!("https: {}", err.trim());
+}
