@@ -568,6 +568,13 @@ fn spans_of_every_length_end_whole_and_at_once() {
     let f = Factory::new(5, 0, &[A], None);
     let svc = replica(&f, &g, 0, "one", &["--upstream-timeout", "20s"]);
     let url = stored(&f, &g, &svc);
+    every_span_whole(&f, &svc, &url);
+}
+
+/// Ranges of every length around the mark's bounds and near the end of
+/// `url` (artifact A of `f` through `svc`, from the bucket), then the
+/// whole object: each whole, right and at once, no GET asked again.
+pub(crate) fn every_span_whole(f: &Factory, svc: &Service, url: &str) {
     let len = f.xz.len();
     let mib = 1usize << 20;
     let mut spans = vec![(0, len)];
@@ -589,7 +596,7 @@ fn spans_of_every_length_end_whole_and_at_once() {
     }
     for (from, to) in spans {
         let t0 = Instant::now();
-        let r = curl(&["-r", &format!("{from}-{}", to - 1), &url]);
+        let r = curl(&["-r", &format!("{from}-{}", to - 1), url]);
         let took = t0.elapsed();
         assert_eq!((r.exit, r.status), (0, 206), "bytes {from}-{to}");
         assert!(r.body == f.xz[from..to], "the bytes {from}-{to}");
@@ -600,7 +607,7 @@ fn spans_of_every_length_end_whole_and_at_once() {
         );
     }
     // And whole, again, on a kept connection.
-    let r = curl(&[&url]);
+    let r = curl(&[url]);
     assert_eq!((r.exit, r.status), (0, 200));
     assert!(r.body == f.xz, "the whole object, again");
     assert!(

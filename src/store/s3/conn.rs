@@ -1,8 +1,10 @@
-//! The HTTP client of span GETs on a plain-HTTP endpoint ([`SpanClient`]):
-//! hyper's HTTP/1 connection over a socket whose receive low-water mark
-//! (`SO_RCVLOWAT`) follows what the GET still has to bring, so the reader
-//! of a stream is woken once a [`LOWAT`] of body has come instead of once
-//! per TCP segment.
+//! The HTTP client of span GETs ([`SpanClient`]): hyper's HTTP/1
+//! connection, plain or in TLS (an `https://` endpoint: rustls, the
+//! platform's verifier as reqwest has it), over a socket whose receive
+//! low-water mark (`SO_RCVLOWAT`) follows what the GET still has to
+//! bring, so the reader of a stream is woken once a [`LOWAT`] of body has
+//! come instead of once per TCP segment, and holds at most hyper's
+//! [`READ_BUF`] (reqwest's buffer over HTTPS held about 1 MB a slow reader).
 //!
 //! Why: a wakeup is paid by the sender (the bucket's server wakes the
 //! reader from its `send`) and by the reader (a switch back from
@@ -16,9 +18,12 @@
 //! The mark never waits for bytes that are not coming: it is at most what
 //! the GET's body still has to bring less [`HELD`], a bound on what hyper
 //! may have read from the socket and not yet handed over (its read buffer,
-//! capped at [`READ_BUF`], and the one piece in its channel), and 1 (the
-//! kernel's default) outside a body. A body that ends early or a
-//! connection closed wakes the reader whatever the mark (end of stream).
+//! capped at [`READ_BUF`], the one piece in its channel, and in TLS the
+//! record or so rustls holds), and 1 (the kernel's default) outside a
+//! body. In TLS the socket brings more bytes than the body (each record's
+//! header and tag), never fewer, so the same mark holds. A body that ends
+//! early or a connection closed wakes the reader whatever the mark (end
+//! of stream).
 //!
 //! No task: hyper's connection is driven by whoever waits on it, the GET's
 //! answer and then its body ([`MarkedBody`] polls it before each look at
@@ -47,6 +52,8 @@ use object_store::client::{
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
 
 /// The highest mark: the bytes a reader waits for before it is woken.
 /// Never past the body's next multiple of the span's pace floor (the
@@ -64,7 +71,7 @@ const RCVBUF: u32 = 4 << 20;
 /// hyper's read buffer (its `max_buf_size`).
 const READ_BUF: usize = 256 << 10;
 /// What hyper may hold that the body has not handed over: its read buffer
-/// and one piece in its channel, with room to spare.
+/// and one piece in its channel (and rustls a record), with room to spare.
 const HELD: u64 = 4 * READ_BUF as u64;
 /// Idle connections kept.
 const POOL: usize = 8;
@@ -75,8 +82,9 @@ pub(super) struct SpanClient {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
+    /// `https` endpoints: the TLS client (`None`: plain HTTP only).
+    tls: Option<TlsConnector>,
     connect_timeout: Duration,
     /// The span's pace floor: the mark never reaches past its next multiple.
     floor: u64,
@@ -85,14 +93,12 @@ struct Inner {
 
 /// hyper's side of one connection: polled by whoever waits on it (the
 /// GET's answer, then its body), no task of its own.
-type Driver = Pin<
-    Box<
-        hyper::client::conn::http1::Connection<TokioIo<MarkedSocket>, http_body_util::Empty<Bytes>>,
-    >,
->;
+type Driver =
+    Pin<Box<hyper::client::conn::http1::Connection<TokioIo<Stream>, http_body_util::Empty<Bytes>>>>;
 
 /// One connection: hyper's sender and driver, and the socket's wanted mark.
 struct Conn {
+    tls: bool,
     authority: String,
     send: SendRequest<http_body_util::Empty<Bytes>>,
     driver: Driver,
@@ -122,16 +128,49 @@ impl std::fmt::Debug for Conn {
     }
 }
 
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpanClient")
+            .field("tls", &self.tls.is_some())
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
 impl SpanClient {
-    pub(super) fn new(connect_timeout: Duration, floor: usize) -> SpanClient {
+    /// A client of plain-HTTP endpoints, and with `tls` of HTTPS ones too
+    /// ([`tls_connector`]).
+    pub(super) fn new(
+        connect_timeout: Duration,
+        floor: usize,
+        tls: Option<TlsConnector>,
+    ) -> SpanClient {
         SpanClient {
             inner: Arc::new(Inner {
+                tls,
                 connect_timeout,
                 floor: floor.max(1) as u64,
                 idle: Mutex::new(Vec::new()),
             }),
         }
     }
+}
+
+/// The TLS client of HTTPS endpoints: ring, and the platform's verifier
+/// (the system's roots, `SSL_CERT_FILE`/`SSL_CERT_DIR` where set), as
+/// reqwest gives `object_store`'s other calls; HTTP/1.1 only (ALPN).
+pub(super) fn tls_connector() -> io::Result<TlsConnector> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
+        .map_err(|e| io::Error::other(format!("the TLS verifier: {e}")))?;
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| io::Error::other(format!("TLS: {e}")))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsConnector::from(Arc::new(cfg)))
 }
 
 impl HttpConnector for SpanClient {
@@ -171,18 +210,22 @@ impl Inner {
             ));
         }
         let uri = &parts.uri;
-        if uri.scheme_str() != Some("http") {
-            return Err(other(
-                HttpErrorKind::Request,
-                "the span client speaks plain HTTP only",
-            ));
-        }
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") if self.tls.is_some() => true,
+            _ => {
+                return Err(other(
+                    HttpErrorKind::Request,
+                    "the span client speaks HTTP, and HTTPS when built with TLS, only",
+                ));
+            }
+        };
         let Some(authority) = uri.authority().map(|a| a.as_str().to_string()) else {
             return Err(other(HttpErrorKind::Request, "a URL without a host"));
         };
-        let mut conn = match self.take(&authority) {
+        let mut conn = match self.take(tls, &authority) {
             Some(c) => c,
-            None => self.open(&authority).await?,
+            None => self.open(tls, &authority).await?,
         };
         let mut out = axum::http::Request::builder()
             .method(parts.method)
@@ -224,11 +267,13 @@ impl Inner {
 
     /// A kept connection to `authority` that can take a request (each
     /// looked at out of the lock; one that cannot is dropped).
-    fn take(&self, authority: &str) -> Option<Conn> {
+    fn take(&self, tls: bool, authority: &str) -> Option<Conn> {
         loop {
             let mut c = {
                 let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-                let i = idle.iter().position(|c| c.authority == authority)?;
+                let i = idle
+                    .iter()
+                    .position(|c| c.tls == tls && c.authority == authority)?;
                 idle.swap_remove(i)
             };
             if c.ready() {
@@ -245,13 +290,11 @@ impl Inner {
         }
     }
 
-    async fn open(&self, authority: &str) -> Result<Conn, HttpError> {
-        // `host` alone means port 80 (the URL's authority as signed).
-        let addr = match authority.parse::<axum::http::uri::Authority>() {
-            Ok(a) if a.port_u16().is_none() => format!("{}:80", a.host()),
-            _ => authority.to_string(),
-        };
-        let tcp = tokio::time::timeout(self.connect_timeout, connect(&addr))
+    /// A connection to `authority`, in TLS where `tls`: the socket and the
+    /// TLS handshake within the connect timeout.
+    async fn open(&self, tls: bool, authority: &str) -> Result<Conn, HttpError> {
+        let mark = Arc::new(AtomicUsize::new(1));
+        let io = tokio::time::timeout(self.connect_timeout, self.stream(tls, authority, &mark))
             .await
             .map_err(|_| {
                 other(
@@ -261,27 +304,54 @@ impl Inner {
                         self.connect_timeout
                     ),
                 )
-            })?
-            .map_err(|e| err(HttpErrorKind::Connect, e))?;
-        tcp.set_nodelay(true)
-            .map_err(|e| err(HttpErrorKind::Connect, e))?;
-        let mark = Arc::new(AtomicUsize::new(1));
-        let io = MarkedSocket {
-            tcp,
-            mark: mark.clone(),
-            set: 1,
-        };
+            })??;
         let (send, conn) = hyper::client::conn::http1::Builder::new()
             .max_buf_size(READ_BUF)
             .handshake(TokioIo::new(io))
             .await
             .map_err(|e| err(HttpErrorKind::Connect, e))?;
         Ok(Conn {
+            tls,
             authority: authority.to_string(),
             send,
             driver: Box::pin(conn),
             mark,
         })
+    }
+
+    /// The marked socket to `authority` (`host` alone: port 80, or 443 in
+    /// TLS, the URL's authority as signed), in TLS where `tls`.
+    async fn stream(
+        &self,
+        tls: bool,
+        authority: &str,
+        mark: &Arc<AtomicUsize>,
+    ) -> Result<Stream, HttpError> {
+        let a = authority
+            .parse::<axum::http::uri::Authority>()
+            .map_err(|e| err(HttpErrorKind::Connect, e))?;
+        let port = a.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let host = a.host().trim_start_matches('[').trim_end_matches(']');
+        let tcp = connect(&format!("{}:{port}", a.host()))
+            .await
+            .map_err(|e| err(HttpErrorKind::Connect, e))?;
+        tcp.set_nodelay(true)
+            .map_err(|e| err(HttpErrorKind::Connect, e))?;
+        let io = MarkedSocket {
+            tcp,
+            mark: mark.clone(),
+            set: 1,
+        };
+        let Some(connector) = self.tls.as_ref().filter(|_| tls) else {
+            return Ok(Stream::Plain(io));
+        };
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| err(HttpErrorKind::Connect, e))?;
+        let s = connector
+            .connect(name, io)
+            .await
+            .map_err(|e| err(HttpErrorKind::Connect, e))?;
+        Ok(Stream::Tls(Box::new(s)))
     }
 }
 
@@ -447,6 +517,70 @@ impl AsyncWrite for MarkedSocket {
 
     fn is_write_vectored(&self) -> bool {
         self.tcp.is_write_vectored()
+    }
+}
+
+/// A connection's byte stream: the marked socket, plain or in TLS.
+enum Stream {
+    Plain(MarkedSocket),
+    Tls(Box<TlsStream<MarkedSocket>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
     }
 }
 

@@ -215,14 +215,24 @@ fn client(cfg: &S3Config, key: &str, secret: &str, streams: bool) -> io::Result<
         b = b.with_token(t);
     }
     if let Some(e) = &cfg.endpoint {
-        if e.starts_with("http://") {
+        let https = e.starts_with("https://");
+        if !https && e.starts_with("http://") {
             opts = opts.with_allow_http(true);
-            // Span GETs to a plain-HTTP endpoint through the client that
-            // marks its sockets ([`conn`]), unless a proxy is configured
-            // (reqwest honours it; that client does not).
-            if streams && !proxied() {
-                b = b.with_http_connector(conn::SpanClient::new(connect_timeout, span::SPAN_FLOOR));
-            }
+        }
+        // Span GETs through the client that marks its sockets ([`conn`]),
+        // unless a proxy is configured for the endpoint's scheme (reqwest
+        // honours it; that client does not).
+        if streams && (https || e.starts_with("http://")) && !proxied(https) {
+            let tls = if https {
+                Some(conn::tls_connector()?)
+            } else {
+                None
+            };
+            b = b.with_http_connector(conn::SpanClient::new(
+                connect_timeout,
+                span::SPAN_FLOOR,
+                tls,
+            ));
         }
         b = b.with_endpoint(e.trim_end_matches('/'));
     }
@@ -231,10 +241,17 @@ fn client(cfg: &S3Config, key: &str, secret: &str, streams: bool) -> io::Result<
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))
 }
 
-/// Whether the environment names an HTTP proxy (reqwest's system proxy).
-fn proxied() -> bool {
-    ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+/// Whether the environment names a proxy for HTTP, or with `https` for
+/// HTTPS (reqwest's system proxy).
+fn proxied(https: bool) -> bool {
+    let scheme: &[&str] = if https {
+        &["https_proxy", "HTTPS_PROXY"]
+    } else {
+        &["http_proxy", "HTTP_PROXY"]
+    };
+    scheme
         .iter()
+        .chain(&["all_proxy", "ALL_PROXY"])
         .any(|v| std::env::var(v).is_ok_and(|p| !p.is_empty()))
 }
 
