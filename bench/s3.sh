@@ -17,6 +17,10 @@
 #      way: HAProxy before Garage with `option splice-response` (the body
 #      moved socket to pipe to socket in the kernel, no copy through user
 #      space, nothing checked: the cheapest proxy hop there is);
+#      S3_TLS=1: the bucket reached over HTTPS instead (nginx, 2 workers,
+#      terminating TLS before Garage, its CA from `talos-gen mirror cert`),
+#      the direct GET and the bucket replica both through it, the two
+#      proxies left out;
 #   2. a cold burst of 16 clients spread over two replicas on one bucket,
 #      behind a rate-limited upstream (nginx limit_rate), vs one plain
 #      download from that upstream; upstream transfers counted;
@@ -74,6 +78,36 @@ export AWS_ACCESS_KEY_ID=$(awk '/Key ID:/{print $3}' <<<"$KEY")
 export AWS_SECRET_ACCESS_KEY=$(awk '/Secret key:/{print $3}' <<<"$KEY")
 g bucket allow --read --write --owner talos-gen --key bench >/dev/null
 EP=http://127.0.0.1:$GS
+# S3_TLS=1: the bucket replica and the direct GET reach Garage over HTTPS.
+TLS=${S3_TLS:-}
+if [ -n "$TLS" ]; then
+  echo "# nginx terminating TLS before Garage"
+  "$BIN" mirror cert --output-dir "$W/tls/certs" --name 127.0.0.1 > /dev/null
+  TP=$(free_port)
+  nginx_start "$W/tls" 2 <<EOF
+  access_log off;
+  upstream garage { server 127.0.0.1:$GS; keepalive 8; }
+  server {
+    listen 127.0.0.1:$TP ssl;
+    ssl_certificate $W/tls/certs/tls.crt;
+    ssl_certificate_key $W/tls/certs/tls.key;
+    client_max_body_size 0;
+    location / {
+      proxy_pass http://garage;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$http_host;
+      proxy_request_buffering off;
+      proxy_buffer_size 256k;
+      proxy_buffers 8 256k;
+      proxy_busy_buffers_size 512k;
+      proxy_max_temp_file_size 0;
+    }
+  }
+EOF
+  TLSPID=$NGINX_PID
+  for _ in $(seq 100); do curl -s -o /dev/null --cacert "$W/tls/certs/ca.crt" "https://127.0.0.1:$TP/" && break; sleep 0.05; done
+fi
 
 echo "# nginx as the factory (limit_rate $RATE)"
 NP=$(free_port)
@@ -140,7 +174,11 @@ HZ=$(getconf CLK_TCK)
 # KIDS: ticks of the waited-for children (`times` in this shell, not a subshell).
 kids() { times > "$W/times"; KIDS=$(awk -v hz="$HZ" 'NR==2{for(i=1;i<=2;i++){split($i,a,/[ms]/); t+=a[1]*60+a[2]}; printf "%d", t*hz}' "$W/times"); }
 # From the bucket: a replica without the local tier.
-R3=$(replica bucket --local-cache-max-size 0)
+if [ -n "$TLS" ]; then
+  R3=$(EP=https://127.0.0.1:$TP SSL_CERT_FILE=$W/tls/certs/ca.crt replica bucket --local-cache-max-size 0)
+else
+  R3=$(replica bucket --local-cache-max-size 0)
+fi
 PID3=$(pgrep -f -- "--cache-dir $W/bucket" | head -1)
 track "$PID3"  # started in a subshell: tracked by PID
 curl -sf -o /dev/null "http://127.0.0.1:$R3$P"  # its checksums in memory, a connection open
@@ -194,7 +232,8 @@ PXW=$(pgrep -P "$PXPID" | tr '\n' ' ')
 # GET replayed.
 WAYS=(direct proxy bucket)
 HAPID=
-if command -v haproxy > /dev/null; then
+[ -n "$TLS" ] && WAYS=(direct bucket)
+if [ -z "$TLS" ] && command -v haproxy > /dev/null; then
   HP=$(free_port)
   mkdir -p "$W/haproxy"
   cat > "$W/haproxy/haproxy.cfg" <<EOF
@@ -233,14 +272,19 @@ fi
 # time, and the CPU ticks of Garage, of the proxy in between (none for the
 # direct GET) and of curl.
 get_direct() {
+  local ep=$EP tls=()
+  [ -n "$TLS" ] && { ep=https://127.0.0.1:$TP; tls=(--cacert "$W/tls/certs/ca.crt"); }
   curl -sf -o /dev/null -w '%{time_total}' -r 0- --aws-sigv4 aws:amz:us-east-1:s3 \
-    --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-    -H "x-amz-content-sha256: $EMPTY_SHA" "$EP/talos-gen/store/objects/sha256/$SHA"
+    --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" "${tls[@]}" \
+    -H "x-amz-content-sha256: $EMPTY_SHA" "$ep/talos-gen/store/objects/sha256/$SHA"
 }
 get_proxy() { curl -sf -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PP/"; }
 get_bucket() { curl -sf -o /dev/null -w '%{time_total}' "http://127.0.0.1:$R3$P"; }
 get_splice() { curl -sf -o /dev/null -w '%{time_total}' "http://127.0.0.1:$HP/"; }
 ROUNDS=${S3_ROUNDS:-7}
+# The bucket's side: Garage, and over HTTPS the TLS front's processes too.
+GSIDE=("$GPID")
+[ -n "$TLS" ] && read -r -a GSIDE <<<"$GPID $TLSPID $(pgrep -P "$TLSPID" | tr '\n' ' ')"
 : > "$W/gets"
 for _ in $(seq "$ROUNDS"); do
   for way in "${WAYS[@]}"; do
@@ -250,9 +294,9 @@ for _ in $(seq "$ROUNDS"); do
       bucket) procs=("$PID3") ;;
       splice) procs=("$HAPID") ;;
     esac
-    g0=$(ticks "$GPID"); x0=$(ticks "${procs[@]}"); kids; k0=$KIDS
+    g0=$(ticks "${GSIDE[@]}"); x0=$(ticks "${procs[@]}"); kids; k0=$KIDS
     t=$(get_$way)
-    g1=$(ticks "$GPID"); x1=$(ticks "${procs[@]}"); kids; k1=$KIDS
+    g1=$(ticks "${GSIDE[@]}"); x1=$(ticks "${procs[@]}"); kids; k1=$KIDS
     echo "$way $t $((g1 - g0)) $((x1 - x0)) $((k1 - k0))" >> "$W/gets"
   done
 done
@@ -286,15 +330,21 @@ echo "artifact $LEN bytes; upstream limit_rate $RATE"
 awk -v tg="$TG" -v tt="$TT" -v ga="$GA" -v n="$LEN" 'BEGIN{printf "cached: direct ranged GET from Garage %.1f MiB/s; talos-gen from the bucket %.1f MiB/s (ratio %.3f, must be >= 0.9); from the local tier %.1f MiB/s (ratio %.3f, must be >= 1.0)\n", n/ga/1048576, n/tg/1048576, ga/tg, n/tt/1048576, ga/tt}'
 awk -v b="$BURST" -v p="$PLAIN" -v t="$TRANSFERS" 'BEGIN{printf "cold burst: 16 clients over 2 replicas done in %.3fs, one plain download %.3fs, ratio %.3f; upstream transfers %d (at most one per replica)\n", b, p, b/p, t}'
 echo "memory during the burst: RssAnon peak replica one $(cat "$W/peak1") KiB, replica two $(cat "$W/peak2") KiB (bound 65536 KiB)"
-awk -v tg="$TG" -v px="$PX" -v ga="$GA" -v n="$LEN" 'BEGIN{printf "peer: nginx proxy_pass before Garage %.1f MiB/s (%.3fx a direct GET); talos-gen from the bucket %.3fx nginx proxy_pass\n", n/px/1048576, ga/px, px/tg}'
-echo "CPU ms per GiB served: direct GET ($CPU_DIRECT); nginx proxy_pass ($CPU_PROXY); from the bucket ($CPU_BUCKET)"
-if [ -n "$HAPID" ]; then
-  awk -v h="$(best splice)" -v hm="$(median splice)" -v ga="$GA" -v gam="$GAM" -v tg="$TG" -v tgm="$TGM" 'BEGIN{printf "peer: HAProxy splice before Garage %.3fx a direct GET (median %.3fx); talos-gen from the bucket %.3fx HAProxy splice (median %.3fx)\n", ga/h, gam/hm, h/tg, hm/tgm}'
-  echo "CPU ms per GiB served: HAProxy splice (garage $(cpu splice 3), haproxy $(cpu splice 4), curl $(cpu splice 5))"
+if [ -n "$TLS" ]; then
+  echo "over HTTPS: the direct GET and the bucket replica both through nginx terminating TLS before Garage (garage = Garage and the TLS front); the proxies not measured"
+  echo "CPU ms per GiB served: direct GET ($CPU_DIRECT); from the bucket ($CPU_BUCKET)"
+  awk -v tg="$TGM" -v ga="$GAM" 'BEGIN{printf "medians: from the bucket %.3fx a direct GET\n", ga/tg}'
 else
-  echo "peer: HAProxy splice not measured (haproxy not installed)"
+  awk -v tg="$TG" -v px="$PX" -v ga="$GA" -v n="$LEN" 'BEGIN{printf "peer: nginx proxy_pass before Garage %.1f MiB/s (%.3fx a direct GET); talos-gen from the bucket %.3fx nginx proxy_pass\n", n/px/1048576, ga/px, px/tg}'
+  echo "CPU ms per GiB served: direct GET ($CPU_DIRECT); nginx proxy_pass ($CPU_PROXY); from the bucket ($CPU_BUCKET)"
+  if [ -n "$HAPID" ]; then
+    awk -v h="$(best splice)" -v hm="$(median splice)" -v ga="$GA" -v gam="$GAM" -v tg="$TG" -v tgm="$TGM" 'BEGIN{printf "peer: HAProxy splice before Garage %.3fx a direct GET (median %.3fx); talos-gen from the bucket %.3fx HAProxy splice (median %.3fx)\n", ga/h, gam/hm, h/tg, hm/tgm}'
+    echo "CPU ms per GiB served: HAProxy splice (garage $(cpu splice 3), haproxy $(cpu splice 4), curl $(cpu splice 5))"
+  else
+    echo "peer: HAProxy splice not measured (haproxy not installed)"
+  fi
+  awk -v tg="$TGM" -v px="$PXM" -v ga="$GAM" 'BEGIN{printf "medians: from the bucket %.3fx a direct GET, nginx proxy_pass %.3fx, talos-gen %.3fx nginx proxy_pass\n", ga/tg, ga/px, px/tg}'
 fi
-awk -v tg="$TGM" -v px="$PXM" -v ga="$GAM" 'BEGIN{printf "medians: from the bucket %.3fx a direct GET, nginx proxy_pass %.3fx, talos-gen %.3fx nginx proxy_pass\n", ga/tg, ga/px, px/tg}'
 echo "times (s), GET by GET in the order taken:"
 awk -v n="${#WAYS[@]}" '{printf "  %s %s", $1, $2} NR%n==0{print ""}' "$W/gets"
 [ -s "$W/profile" ] && cat "$W/profile"
