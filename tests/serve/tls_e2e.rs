@@ -392,3 +392,63 @@ fn tls_files_are_regular_bounded_and_never_block() {
         "SIGTERM stops it"
     );
 }
+
+/// An upstream behind a private CA (nginx serving the factory's tree over
+/// TLS with a pair from `mirror cert`): trusted where `SSL_CERT_FILE`
+/// names a bundle holding the CA (the system's roots and that variable,
+/// as for the bucket), refused otherwise with an answer that says why in
+/// one line, the bytes never served.
+#[test]
+fn an_upstream_behind_a_private_ca_is_trusted_through_ssl_cert_file() {
+    let f = support::factory::Factory::new(2, 0, &[support::factory::A], None);
+    let tls = f.dir.path().join("tls");
+    cert(&tls);
+    let port = support::free_port();
+    let _front = support::Nginx::start(
+        &f.root(),
+        support::NginxOpts {
+            http_extra: format!(
+                "server {{ listen 127.0.0.1:{port} ssl; root {root}; \
+                 ssl_certificate {crt}; ssl_certificate_key {key}; }}",
+                root = f.root().display(),
+                crt = tls.join("tls.crt").display(),
+                key = tls.join("tls.key").display(),
+            ),
+            ..Default::default()
+        },
+    );
+    let upstream = format!("https://127.0.0.1:{port}");
+    let path = support::factory::image_path(support::factory::A);
+    let serve = |name: &str, ca: Option<&Path>| {
+        let cache = f.dir.path().join(name);
+        std::fs::create_dir_all(&cache).unwrap();
+        let mut b = support::Service::builder()
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(["--factory-url", &upstream]);
+        if let Some(ca) = ca {
+            b = b.env("SSL_CERT_FILE", &ca.display().to_string());
+        }
+        b.start()
+    };
+
+    let trusted = serve("trusted", Some(&tls.join("ca.crt")));
+    let r = support::curl(&[&format!("{}{path}", trusted.url())]);
+    assert_eq!((r.exit, r.status), (0, 200), "{}", trusted.log_text());
+    assert!(
+        r.body == f.xz,
+        "the artifact through an upstream the CA vouches for"
+    );
+
+    let untrusted = serve("untrusted", None);
+    let r = support::curl(&[&format!("{}{path}", untrusted.url())]);
+    let body = String::from_utf8_lossy(&r.body).to_string();
+    assert!(r.status >= 500, "{} {body}", r.status);
+    assert!(r.body != f.xz);
+    assert!(
+        body.to_lowercase().contains("certificate"),
+        "the answer says why: {body}"
+    );
+    assert_eq!(body.trim().lines().count(), 1, "{body}");
+    eprintln!("untrusted upstream: {} {}", r.status, body.trim());
+}
