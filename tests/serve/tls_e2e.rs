@@ -17,28 +17,6 @@ use crate::support::{Nginx, NginxOpts, Service, random_bytes, require_tool, run,
 const V: &str = "v1.13.6";
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 
-fn cert(dir: &Path) {
-    let d = dir.display().to_string();
-    let o = run(
-        &[
-            "mirror",
-            "cert",
-            "--output-dir",
-            &d,
-            "--name",
-            "127.0.0.1",
-            "--name",
-            "localhost",
-        ],
-        None,
-    );
-    assert!(
-        o.status.success(),
-        "mirror cert: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
 /// curl's exit code and body for `url` trusting `ca` (none: the system roots).
 fn curl_tls(url: &str, ca: Option<&Path>) -> (i32, Vec<u8>) {
     let mut c = Command::new(require_tool("curl"));
@@ -56,7 +34,7 @@ async fn curl_skopeo_and_ctr_pull_over_tls_and_a_renewed_pair_is_picked_up() {
     require_tool("docker-registry");
     let work = tempfile::tempdir().unwrap();
     let tls = work.path().join("tls");
-    cert(&tls);
+    support::mirror_cert(&tls);
     // Issued again into the same directory: refused, nothing replaced.
     let before = std::fs::read(tls.join("tls.crt")).unwrap();
     let o = run(
@@ -173,7 +151,7 @@ async fn curl_skopeo_and_ctr_pull_over_tls_and_a_renewed_pair_is_picked_up() {
     // Renewal: a pair from another CA renamed over the served files (as a
     // Secret update swaps them); new connections get it, no restart.
     let tls2 = work.path().join("tls2");
-    cert(&tls2);
+    support::mirror_cert(&tls2);
     let pid = svc.pid();
     let t0 = Instant::now();
     std::fs::rename(tls2.join("tls.key"), tls.join("tls.key")).unwrap();
@@ -202,7 +180,7 @@ async fn curl_skopeo_and_ctr_pull_over_tls_and_a_renewed_pair_is_picked_up() {
 
     // A broken pair (a key of another certificate) keeps the one in use.
     let tls3 = work.path().join("tls3");
-    cert(&tls3);
+    support::mirror_cert(&tls3);
     std::fs::rename(tls3.join("tls.key"), tls.join("tls.key")).unwrap();
     let t0 = Instant::now();
     while !svc.log_text().contains("do not load") {
@@ -216,7 +194,7 @@ async fn curl_skopeo_and_ctr_pull_over_tls_and_a_renewed_pair_is_picked_up() {
 fn bad_tls_flags_are_one_line_and_exit_2() {
     let work = tempfile::tempdir().unwrap();
     let tls = work.path().join("tls");
-    cert(&tls);
+    support::mirror_cert(&tls);
     let cache = work.path().join("cache").display().to_string();
     let crt = tls.join("tls.crt").display().to_string();
     let cakey = tls.join("ca.key").display().to_string();
@@ -270,7 +248,7 @@ fn bad_tls_flags_are_one_line_and_exit_2() {
 fn tls_files_are_regular_bounded_and_never_block() {
     let work = tempfile::tempdir().unwrap();
     let tls = work.path().join("tls");
-    cert(&tls);
+    support::mirror_cert(&tls);
     let cache = work.path().join("cache").display().to_string();
     let crt = tls.join("tls.crt").display().to_string();
     let key = tls.join("tls.key").display().to_string();
@@ -402,7 +380,7 @@ fn tls_files_are_regular_bounded_and_never_block() {
 fn an_upstream_behind_a_private_ca_is_trusted_through_ssl_cert_file() {
     let f = support::factory::Factory::new(2, 0, &[support::factory::A], None);
     let tls = f.dir.path().join("tls");
-    cert(&tls);
+    support::mirror_cert(&tls);
     let port = support::free_port();
     let _front = support::Nginx::start(
         &f.root(),

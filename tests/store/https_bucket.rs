@@ -12,22 +12,9 @@ use std::time::{Duration, Instant};
 use crate::support;
 use crate::support::factory::{A, Factory, image_path};
 use crate::support::garage::Garage;
-use crate::support::{Nginx, NginxOpts, Service, curl, eventually, run};
+use crate::support::{Nginx, NginxOpts, Service, curl, eventually};
 
 const PREFIX: &str = "https";
-
-fn cert(dir: &Path) {
-    let d = dir.display().to_string();
-    let o = run(
-        &["mirror", "cert", "--output-dir", &d, "--name", "127.0.0.1"],
-        None,
-    );
-    assert!(
-        o.status.success(),
-        "mirror cert: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
 
 /// nginx on a TLS port before Garage's S3 port (bodies streamed both ways,
 /// no size limit): the HTTPS endpoint.
@@ -85,7 +72,7 @@ fn a_bucket_behind_https_serves_whole_and_within_its_bounds() {
     let g = Garage::cluster(&bin, 1);
     let f = Factory::new(5, 0, &[A], None);
     let certs = f.dir.path().join("certs");
-    cert(&certs);
+    support::mirror_cert(&certs);
     let (_front, endpoint) = tls_front(&f, &g, &certs);
     let ca = certs.join("ca.crt");
 
@@ -178,7 +165,7 @@ fn an_untrusted_bucket_certificate_is_one_line() {
     let g = Garage::cluster(&bin, 1);
     let f = Factory::new(1, 0, &[A], None);
     let certs = f.dir.path().join("certs");
-    cert(&certs);
+    support::mirror_cert(&certs);
     let (_front, endpoint) = tls_front(&f, &g, &certs);
     let spool = tempfile::tempdir().unwrap();
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_talos-gen"))
@@ -220,7 +207,7 @@ fn slow_readers_of_a_bucket_behind_https_hold_little_memory() {
     let g = Garage::cluster(&bin, 1);
     let f = Factory::new(24, 0, &[A], None);
     let certs = f.dir.path().join("certs");
-    cert(&certs);
+    support::mirror_cert(&certs);
     let (_front, endpoint) = tls_front(&f, &g, &certs);
     let ca = certs.join("ca.crt");
     let one = replica(&f, &g, &endpoint, &ca, "one");

@@ -26,6 +26,30 @@ pub fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
     child.wait_with_output()
 }
 
+/// `talos-gen mirror cert` into `dir`: `ca.crt`, `tls.crt` and `tls.key`
+/// for 127.0.0.1 and localhost (a TLS service or upstream on loopback).
+pub fn mirror_cert(dir: &std::path::Path) {
+    let d = dir.display().to_string();
+    let o = run(
+        &[
+            "mirror",
+            "cert",
+            "--output-dir",
+            &d,
+            "--name",
+            "127.0.0.1",
+            "--name",
+            "localhost",
+        ],
+        None,
+    );
+    assert!(
+        o.status.success(),
+        "mirror cert: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

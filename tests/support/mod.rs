@@ -8,8 +8,9 @@
 //!   [`sha256_digest`]), generated data ([`random_bytes`], [`xz_disk`],
 //!   [`xz_bytes`]), rot on disk ([`flip_byte`], [`flip_middle_byte`]);
 //! - `talos-gen` itself: [`run`], [`run_text`] (code, stdout, stderr),
-//!   [`talos_gen`] and [`ok`] (asserted success) for CLI calls ([`cli`]), and
-//!   [`Service`] (`talos-gen serve` on loopback, one builder for every way a
+//!   [`talos_gen`] and [`ok`] (asserted success) for CLI calls ([`cli`]),
+//!   [`mirror_cert`] (a CA and a pair for loopback, for TLS services and
+//!   upstreams), and [`Service`] (`talos-gen serve` on loopback, one builder for every way a
 //!   test starts it) in [`service`];
 //! - the reference data in `../shared` ([`reference_dir`]: skip, or fail
 //!   under `TALOS_GEN_REQUIRE_REFERENCE=1`);
@@ -53,7 +54,7 @@ pub mod registry;
 pub mod service;
 pub mod wait;
 
-pub use cli::{bin, ok, run, run_text, stderr, stdout, talos_gen};
+pub use cli::{bin, mirror_cert, ok, run, run_text, stderr, stdout, talos_gen};
 pub use curl::{Curl, CurlChild, chromium, curl, curl_spawn, raw_request};
 pub use http::{Answer, send};
 pub use nginx::{Nginx, NginxOpts};
