@@ -11,6 +11,8 @@ use crate::upstream::Limits;
 pub struct UpstreamArgs {
     /// Longest any one step of an upstream request may take: connecting,
     /// the response headers, the next body byte (Go duration: 30s, 2m, 1m30s).
+    /// A stream from the bucket of --store s3:// must also bring 1 MiB
+    /// within each timeout.
     #[arg(
         long,
         env = "TALOS_GEN_UPSTREAM_TIMEOUT",

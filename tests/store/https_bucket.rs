@@ -17,7 +17,7 @@ use crate::support::{Nginx, NginxOpts, Service, curl, eventually};
 const PREFIX: &str = "https";
 
 /// nginx on a TLS port before Garage's S3 port (bodies streamed both ways,
-/// no size limit): the HTTPS endpoint.
+/// no size limit; idle connections closed after 1 s): the HTTPS endpoint.
 fn tls_front(f: &Factory, g: &Garage, certs: &Path) -> (Nginx, String) {
     let port = support::free_port();
     let upstream = g.endpoint(0);
@@ -28,7 +28,7 @@ fn tls_front(f: &Factory, g: &Garage, certs: &Path) -> (Nginx, String) {
             http_extra: format!(
                 "server {{ listen 127.0.0.1:{port} ssl; \
                  ssl_certificate {crt}; ssl_certificate_key {key}; \
-                 client_max_body_size 0; \
+                 client_max_body_size 0; keepalive_timeout 1s; \
                  location / {{ proxy_pass http://{upstream}; proxy_http_version 1.1; \
                  proxy_set_header Connection \"\"; proxy_set_header Host $http_host; \
                  proxy_request_buffering off; proxy_buffering off; }} }}",
@@ -39,6 +39,25 @@ fn tls_front(f: &Factory, g: &Garage, certs: &Path) -> (Nginx, String) {
         },
     );
     (ng, format!("https://127.0.0.1:{port}"))
+}
+
+/// Sockets on this machine in CLOSE-WAIT (the peer closed, this side has
+/// not) whose remote port is `port` (`/proc/net/tcp`: state 08).
+fn close_wait_to(port: u16) -> usize {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    tcp.lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3
+                && f[3] == "08"
+                && f[2]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+                    == Some(port)
+        })
+        .count()
 }
 
 fn replica(f: &Factory, g: &Garage, endpoint: &str, ca: &Path, name: &str) -> Service {
@@ -61,7 +80,8 @@ fn replica(f: &Factory, g: &Garage, endpoint: &str, ca: &Path, name: &str) -> Se
 /// A fill through one replica commits into the bucket over HTTPS; a second
 /// replica (no local tier) serves the object whole and ranges of every
 /// length around the mark's bounds from the bucket, at once, without
-/// asking the upstream; with Garage frozen behind the
+/// asking the upstream; the connections it kept, once the TLS front closes
+/// them, are let go within seconds; with Garage frozen behind the
 /// TLS front, `/healthz` answers at once and the object is a 503 in
 /// bounded time; after SIGCONT it is served whole again, no restart.
 #[test]
@@ -96,6 +116,21 @@ fn a_bucket_behind_https_serves_whole_and_within_its_bounds() {
     // Ranges of every length around the mark's bounds, in TLS: the socket
     // brings more bytes than the body, never fewer.
     crate::s3_store::every_span_whole(&f, &two, &url);
+    // The connections kept for the next GET, closed by the TLS front after
+    // 1 s idle, are let go, not left in CLOSE-WAIT until the next GET.
+    let port: u16 = endpoint.rsplit(':').next().unwrap().parse().unwrap();
+    // The point of the sleep: the front's keepalive_timeout runs out.
+    std::thread::sleep(Duration::from_secs(2));
+    let t = Instant::now();
+    eventually(
+        "kept connections the server closed let go",
+        Duration::from_secs(20),
+        || close_wait_to(port) == 0,
+    );
+    eprintln!(
+        "https: kept connections let go {:?} after the front closed them",
+        t.elapsed()
+    );
     assert_eq!(
         f.nginx.count(&format!("GET {}", image_path(A))),
         fetched,

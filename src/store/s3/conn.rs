@@ -32,15 +32,19 @@
 //! A body dropped part way drops its connection with it (the socket
 //! closed); one read to its end is kept for the next GET ([`POOL`] at
 //! most), and looked at before it is used again (a closed one is dropped).
+//! While any is kept, a task looks at them every [`SWEEP`] and closes
+//! those the server closed and those unused for [`IDLE`] (a server closes
+//! its idle connections: left alone, ours sat in CLOSE-WAIT until the next
+//! GET; found by a hostile pass).
 
 use std::future::Future;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -75,6 +79,11 @@ const READ_BUF: usize = 256 << 10;
 const HELD: u64 = 4 * READ_BUF as u64;
 /// Idle connections kept.
 const POOL: usize = 8;
+/// A kept connection unused this long is closed (as reqwest's pool does,
+/// `object_store`'s other calls: 30 s).
+const IDLE: Duration = Duration::from_secs(30);
+/// How often the kept connections are looked at.
+const SWEEP: Duration = Duration::from_secs(5);
 
 /// The span GETs' client: [`HttpConnector`] for `object_store`.
 #[derive(Debug, Clone)]
@@ -89,6 +98,8 @@ struct Inner {
     /// The span's pace floor: the mark never reaches past its next multiple.
     floor: u64,
     idle: Mutex<Vec<Conn>>,
+    /// Whether the task that looks at kept connections runs.
+    sweeping: AtomicBool,
 }
 
 /// hyper's side of one connection: polled by whoever waits on it (the
@@ -100,6 +111,8 @@ type Driver =
 struct Conn {
     tls: bool,
     authority: String,
+    /// When it was last given back.
+    since: Instant,
     send: SendRequest<http_body_util::Empty<Bytes>>,
     driver: Driver,
     mark: Arc<AtomicUsize>,
@@ -151,6 +164,7 @@ impl SpanClient {
                 connect_timeout,
                 floor: floor.max(1) as u64,
                 idle: Mutex::new(Vec::new()),
+                sweeping: AtomicBool::new(false),
             }),
         }
     }
@@ -282,11 +296,23 @@ impl Inner {
         }
     }
 
-    fn put(&self, conn: Conn) {
+    /// Keep `conn` for the next GET (at most [`POOL`]), and have the
+    /// kept ones looked at while any is kept ([`sweep`]).
+    fn put(self: &Arc<Self>, mut conn: Conn) {
         conn.mark.store(1, Ordering::Relaxed);
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() < POOL {
+        conn.since = Instant::now();
+        {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            if idle.len() >= POOL {
+                return;
+            }
             idle.push(conn);
+        }
+        if !self.sweeping.swap(true, Ordering::AcqRel) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => drop(rt.spawn(sweep(Arc::downgrade(self)))),
+                Err(_) => self.sweeping.store(false, Ordering::Release),
+            }
         }
     }
 
@@ -313,6 +339,7 @@ impl Inner {
         Ok(Conn {
             tls,
             authority: authority.to_string(),
+            since: Instant::now(),
             send,
             driver: Box::pin(conn),
             mark,
@@ -352,6 +379,32 @@ impl Inner {
             .await
             .map_err(|e| err(HttpErrorKind::Connect, e))?;
         Ok(Stream::Tls(Box::new(s)))
+    }
+}
+
+/// Every [`SWEEP`] while connections are kept: each looked at out of the
+/// lock, those closed by the server or unused for [`IDLE`] closed; the
+/// task ends when none is left (the next [`Inner::put`] starts another)
+/// or the client is gone.
+async fn sweep(pool: Weak<Inner>) {
+    loop {
+        tokio::time::sleep(SWEEP).await;
+        let Some(p) = pool.upgrade() else { return };
+        let kept = std::mem::take(&mut *p.idle.lock().unwrap_or_else(|e| e.into_inner()));
+        let kept: Vec<Conn> = kept
+            .into_iter()
+            .filter_map(|mut c| (c.since.elapsed() < IDLE && c.ready()).then_some(c))
+            .collect();
+        let mut idle = p.idle.lock().unwrap_or_else(|e| e.into_inner());
+        for c in kept {
+            if idle.len() < POOL {
+                idle.push(c);
+            }
+        }
+        if idle.is_empty() {
+            p.sweeping.store(false, Ordering::Release);
+            return;
+        }
     }
 }
 
