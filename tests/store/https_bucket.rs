@@ -1,20 +1,61 @@
 //! The bucket behind HTTPS, as most buckets are reached: nginx terminating
 //! TLS before a real Garage node, its certificate from `talos-gen mirror
 //! cert` (a private CA the replica trusts through `SSL_CERT_FILE`). The
-//! span GETs to an HTTPS endpoint go through reqwest, not the client that
-//! marks plain-HTTP sockets (`store/s3/conn.rs`): the same bytes, the same
-//! bounds. A certificate the replica does not trust is one line that names
-//! the endpoint.
+//! span GETs go through the client that marks its sockets
+//! (`store/s3/conn.rs`), in TLS: the same bytes, the same bounds, the
+//! same memory a slow reader holds as on plain HTTP. A certificate the
+//! replica does not trust is one line that names the certificate error.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::s3_store::{object_key, replica_builder, stored};
+use crate::slow_readers::{read_slowly, slow_readers};
 use crate::support;
 use crate::support::factory::{A, Factory, image_path};
 use crate::support::garage::Garage;
 use crate::support::{Nginx, NginxOpts, Service, curl, eventually};
 
-const PREFIX: &str = "https";
+/// One Garage node, a factory of `mib` MiB, and the TLS front before the
+/// node (`endpoint`), its CA at `ca`.
+struct Https {
+    g: Garage,
+    f: Factory,
+    _front: Nginx,
+    endpoint: String,
+    ca: PathBuf,
+}
+
+impl Https {
+    fn up(mib: usize) -> Option<Https> {
+        let g = Garage::cluster(&support::garage::binary()?, 1);
+        let f = Factory::new(mib, 0, &[A], None);
+        let certs = f.dir.path().join("certs");
+        support::mirror_cert(&certs);
+        let (front, endpoint) = tls_front(&f, &g, &certs);
+        Some(Https {
+            g,
+            f,
+            _front: front,
+            endpoint,
+            ca: certs.join("ca.crt"),
+        })
+    }
+
+    /// A replica on the bucket through the front (no local tier), trusting
+    /// the CA, `--upstream-timeout 2s`.
+    fn replica(&self, name: &str) -> Service {
+        replica_builder(&self.f, &self.g, &self.endpoint, name)
+            .args(["--upstream-timeout", "2s"])
+            .env("SSL_CERT_FILE", &self.ca.display().to_string())
+            .start()
+    }
+
+    /// The front's port.
+    fn port(&self) -> u16 {
+        self.endpoint.rsplit(':').next().unwrap().parse().unwrap()
+    }
+}
 
 /// nginx on a TLS port before Garage's S3 port (bodies streamed both ways,
 /// no size limit; idle connections closed after 1 s): the HTTPS endpoint.
@@ -41,16 +82,17 @@ fn tls_front(f: &Factory, g: &Garage, certs: &Path) -> (Nginx, String) {
     (ng, format!("https://127.0.0.1:{port}"))
 }
 
-/// Sockets on this machine in CLOSE-WAIT (the peer closed, this side has
-/// not) whose remote port is `port` (`/proc/net/tcp`: state 08).
-fn close_wait_to(port: u16) -> usize {
+/// Client sockets on this machine still open to `port`, ESTABLISHED or
+/// in CLOSE-WAIT (the peer closed, this side has not): `/proc/net/tcp`
+/// states 01 and 08, remote port `port`.
+fn open_to(port: u16) -> usize {
     let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
     tcp.lines()
         .skip(1)
         .filter(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             f.len() > 3
-                && f[3] == "08"
+                && (f[3] == "01" || f[3] == "08")
                 && f[2]
                     .rsplit(':')
                     .next()
@@ -58,23 +100,6 @@ fn close_wait_to(port: u16) -> usize {
                     == Some(port)
         })
         .count()
-}
-
-fn replica(f: &Factory, g: &Garage, endpoint: &str, ca: &Path, name: &str) -> Service {
-    let spool = f.dir.path().join(format!("spool-{name}"));
-    std::fs::create_dir_all(&spool).unwrap();
-    Service::builder()
-        .arg("--cache-dir")
-        .arg(&spool)
-        .args(["--factory-url", &f.nginx.url()])
-        .args(["--store", &format!("s3://{}/{PREFIX}", g.bucket)])
-        .args(["--s3-endpoint", endpoint])
-        .args(["--upstream-timeout", "2s"])
-        .args(["--local-cache-max-size", "0"])
-        .env("AWS_ACCESS_KEY_ID", &g.key_id)
-        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
-        .env("SSL_CERT_FILE", &ca.display().to_string())
-        .start()
 }
 
 /// A fill through one replica commits into the bucket over HTTPS; a second
@@ -86,49 +111,33 @@ fn replica(f: &Factory, g: &Garage, endpoint: &str, ca: &Path, name: &str) -> Se
 /// bounded time; after SIGCONT it is served whole again, no restart.
 #[test]
 fn a_bucket_behind_https_serves_whole_and_within_its_bounds() {
-    let Some(bin) = support::garage::binary() else {
-        return;
-    };
-    let g = Garage::cluster(&bin, 1);
-    let f = Factory::new(5, 0, &[A], None);
-    let certs = f.dir.path().join("certs");
-    support::mirror_cert(&certs);
-    let (_front, endpoint) = tls_front(&f, &g, &certs);
-    let ca = certs.join("ca.crt");
-
-    let one = replica(&f, &g, &endpoint, &ca, "one");
-    let r = curl(&[&format!("{}{}", one.url(), image_path(A))]);
-    assert_eq!((r.exit, r.status), (0, 200), "{}", one.log_text());
-    assert!(r.body == f.xz, "the fill's bytes");
-    let key = format!("{PREFIX}/objects/sha256/{}", support::sha256_hex(&f.xz));
-    eventually("the commit", Duration::from_secs(30), || {
-        g.list(0, &key).len() == 1
-    });
-    assert!(g.get(0, &key) == f.xz, "the bucket's object");
+    let Some(h) = Https::up(5) else { return };
+    let (g, f) = (&h.g, &h.f);
+    let one = h.replica("one");
+    stored(f, g, &one);
+    assert!(g.get(0, &object_key(&f.xz)) == f.xz, "the bucket's object");
     let fetched = f.nginx.count(&format!("GET {}", image_path(A)));
     assert_eq!(fetched, 1, "{}", f.nginx.access_log());
 
-    let two = replica(&f, &g, &endpoint, &ca, "two");
+    let two = h.replica("two");
     let url = format!("{}{}", two.url(), image_path(A));
     let r = curl(&[&url]);
     assert_eq!((r.exit, r.status), (0, 200), "{}", two.log_text());
     assert!(r.body == f.xz, "whole from the bucket over HTTPS");
     // Ranges of every length around the mark's bounds, in TLS: the socket
     // brings more bytes than the body, never fewer.
-    crate::s3_store::every_span_whole(&f, &two, &url);
+    crate::s3_store::every_span_whole(f, &two, &url);
     // The connections kept for the next GET, closed by the TLS front after
-    // 1 s idle, are let go, not left in CLOSE-WAIT until the next GET.
-    let port: u16 = endpoint.rsplit(':').next().unwrap().parse().unwrap();
-    // The point of the sleep: the front's keepalive_timeout runs out.
-    std::thread::sleep(Duration::from_secs(2));
+    // 1 s idle, are let go, not left in CLOSE-WAIT until the next GET: no
+    // socket of ours to the front stays open.
     let t = Instant::now();
     eventually(
         "kept connections the server closed let go",
         Duration::from_secs(20),
-        || close_wait_to(port) == 0,
+        || open_to(h.port()) == 0,
     );
     eprintln!(
-        "https: kept connections let go {:?} after the front closed them",
+        "https: no connection to the front left {:?} after the last GET",
         t.elapsed()
     );
     assert_eq!(
@@ -194,19 +203,13 @@ fn a_bucket_behind_https_serves_whole_and_within_its_bounds() {
 /// what is wrong with its certificate, never a stack of causes.
 #[test]
 fn an_untrusted_bucket_certificate_is_one_line() {
-    let Some(bin) = support::garage::binary() else {
-        return;
-    };
-    let g = Garage::cluster(&bin, 1);
-    let f = Factory::new(1, 0, &[A], None);
-    let certs = f.dir.path().join("certs");
-    support::mirror_cert(&certs);
-    let (_front, endpoint) = tls_front(&f, &g, &certs);
+    let Some(h) = Https::up(1) else { return };
+    let (g, endpoint) = (&h.g, &h.endpoint);
     let spool = tempfile::tempdir().unwrap();
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_talos-gen"))
         .args(["mirror", "verify", "--store"])
-        .arg(format!("s3://{}/{PREFIX}", g.bucket))
-        .args(["--s3-endpoint", &endpoint])
+        .arg(format!("s3://{}/store", g.bucket))
+        .args(["--s3-endpoint", endpoint])
         .arg("--cache-dir")
         .arg(spool.path())
         .env("AWS_ACCESS_KEY_ID", &g.key_id)
@@ -217,7 +220,7 @@ fn an_untrusted_bucket_certificate_is_one_line() {
     assert!(!o.status.success(), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(
-        err.contains(&endpoint) || err.contains("127.0.0.1"),
+        err.contains(endpoint.as_str()) || err.contains("127.0.0.1"),
         "{err}"
     );
     assert!(err.to_lowercase().contains("certificate"), "{err}");
@@ -233,54 +236,17 @@ fn an_untrusted_bucket_certificate_is_one_line() {
 /// object is whole afterwards.
 #[test]
 fn slow_readers_of_a_bucket_behind_https_hold_little_memory() {
-    use std::io::{Read, Write};
     const READERS: usize = 50;
     const LIMIT_KIB: u64 = 40 * 1024;
-    let Some(bin) = support::garage::binary() else {
-        return;
-    };
-    let g = Garage::cluster(&bin, 1);
-    let f = Factory::new(24, 0, &[A], None);
-    let certs = f.dir.path().join("certs");
-    support::mirror_cert(&certs);
-    let (_front, endpoint) = tls_front(&f, &g, &certs);
-    let ca = certs.join("ca.crt");
-    let one = replica(&f, &g, &endpoint, &ca, "one");
-    let r = curl(&[&format!("{}{}", one.url(), image_path(A))]);
-    assert_eq!((r.exit, r.status), (0, 200), "{}", one.log_text());
-    let key = format!("{PREFIX}/objects/sha256/{}", support::sha256_hex(&f.xz));
-    eventually("the commit", Duration::from_secs(30), || {
-        g.list(0, &key).len() == 1
-    });
-    let two = replica(&f, &g, &endpoint, &ca, "two");
+    let Some(h) = Https::up(24) else { return };
+    let (g, f) = (&h.g, &h.f);
+    stored(f, g, &h.replica("one"));
+    let two = h.replica("two");
     let url = format!("{}{}", two.url(), image_path(A));
     assert!(curl(&[&url]).body == f.xz, "whole from the bucket");
     let base = support::rss_anon_kib(two.pid());
-    let mut readers = Vec::new();
-    for _ in 0..READERS {
-        let mut s = support::small_window_client(two.port);
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        write!(s, "GET {} HTTP/1.1\r\nHost: x\r\n\r\n", image_path(A)).unwrap();
-        readers.push(s);
-    }
-    let mut buf = [0u8; 1024];
-    for s in &mut readers {
-        let n = s.read(&mut buf).unwrap();
-        assert!(
-            buf[..n].starts_with(b"HTTP/1.1 200"),
-            "{:?}",
-            String::from_utf8_lossy(&buf[..n])
-        );
-    }
-    // A KiB each, round after round, for five seconds.
-    let mut peak = 0;
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(5) {
-        for s in &mut readers {
-            let _ = s.read(&mut buf);
-        }
-        peak = peak.max(support::rss_anon_kib(two.pid()));
-    }
+    let mut readers = slow_readers(two.port, READERS);
+    let peak = read_slowly(&mut readers, two.pid());
     let held = peak.saturating_sub(base);
     eprintln!(
         "https: {READERS} slow readers of the bucket: anonymous memory {base} KiB idle, peak {peak} KiB ({} KiB a reader)",

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::factory::{A, A2, Factory, image_path};
 use crate::support::garage::Garage;
-use crate::support::{Service, curl, curl_spawn, eventually, sha256_hex};
+use crate::support::{Service, ServiceBuilder, curl, curl_spawn, eventually, sha256_hex};
 
 const PREFIX: &str = "store";
 
@@ -23,6 +23,16 @@ fn replica(f: &Factory, g: &Garage, node: usize, name: &str, extra: &[&str]) -> 
 
 /// [`replica`] through `endpoint` (a proxy before the bucket).
 fn replica_at(f: &Factory, g: &Garage, endpoint: &str, name: &str, extra: &[&str]) -> Service {
+    replica_builder(f, g, endpoint, name).args(extra).start()
+}
+
+/// The [`replica_at`] not yet started (for flags or an environment more).
+pub(crate) fn replica_builder(
+    f: &Factory,
+    g: &Garage,
+    endpoint: &str,
+    name: &str,
+) -> ServiceBuilder {
     let spool = f.dir.path().join(format!("spool-{name}"));
     std::fs::create_dir_all(&spool).unwrap();
     Service::builder()
@@ -34,8 +44,6 @@ fn replica_at(f: &Factory, g: &Garage, endpoint: &str, name: &str, extra: &[&str
         .env("AWS_ACCESS_KEY_ID", &g.key_id)
         .env("AWS_SECRET_ACCESS_KEY", &g.secret)
         .args(["--local-cache-max-size", "0"])
-        .args(extra)
-        .start()
 }
 
 fn metric(svc: &Service, name: &str) -> String {
@@ -47,16 +55,17 @@ fn metric(svc: &Service, name: &str) -> String {
         .to_string()
 }
 
-fn object_key(body: &[u8]) -> String {
+pub(crate) fn object_key(body: &[u8]) -> String {
     format!("{PREFIX}/objects/sha256/{}", sha256_hex(body))
 }
 
-/// Artifact A filled through `svc` and its object in the bucket: its URL
-/// on `svc`.
-fn stored(f: &Factory, g: &Garage, svc: &Service) -> String {
+/// Artifact A filled through `svc` (its bytes right) and its object in the
+/// bucket: its URL on `svc`.
+pub(crate) fn stored(f: &Factory, g: &Garage, svc: &Service) -> String {
     let url = format!("{}{}", svc.url(), image_path(A));
     let r = curl(&[&url]);
-    assert_eq!((r.exit, r.status), (0, 200));
+    assert_eq!((r.exit, r.status), (0, 200), "{}", svc.log_text());
+    assert!(r.body == f.xz, "the fill's bytes");
     eventually("the commit", Duration::from_secs(30), || {
         g.list(0, &object_key(&f.xz)).len() == 1
     });

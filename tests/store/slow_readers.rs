@@ -27,11 +27,11 @@ fn spooled(cache: &std::path::Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// [`READERS`] clients with a small receive window, each with its answer
-/// to a GET of the artifact started (its head read).
-fn slow_readers(port: u16) -> Vec<std::net::TcpStream> {
+/// `n` clients with a small receive window, each with its answer to a GET
+/// of artifact A started (its head read).
+pub(crate) fn slow_readers(port: u16, n: usize) -> Vec<std::net::TcpStream> {
     let mut readers = Vec::new();
-    for _ in 0..READERS {
+    for _ in 0..n {
         let mut s = small_window_client(port);
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         write!(s, "GET {} HTTP/1.1\r\nHost: x\r\n\r\n", image_path(A)).unwrap();
@@ -49,6 +49,21 @@ fn slow_readers(port: u16) -> Vec<std::net::TcpStream> {
     readers
 }
 
+/// The readers read a KiB each, round after round, for five seconds: the
+/// peak of `pid`'s anonymous memory meanwhile (KiB).
+pub(crate) fn read_slowly(readers: &mut [std::net::TcpStream], pid: u32) -> u64 {
+    let mut buf = [0u8; 1024];
+    let mut peak = 0;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        for s in readers.iter_mut() {
+            let _ = s.read(&mut buf);
+        }
+        peak = peak.max(rss_anon_kib(pid));
+    }
+    peak
+}
+
 #[test]
 fn four_hundred_slow_readers_of_one_fill_hold_little_memory() {
     // 40 MiB at 8 MiB/s: the fill lasts about five seconds.
@@ -56,7 +71,7 @@ fn four_hundred_slow_readers_of_one_fill_hold_little_memory() {
     let svc = up.serve(&["--write-timeout", "120"]);
     let base = rss_anon_kib(svc.pid());
     // Every reader has its answer started (it joined the fill).
-    let mut readers = slow_readers(svc.port);
+    let mut readers = slow_readers(svc.port, READERS);
     let mut buf = [0u8; 1024];
     // Slow readers: a KiB each, round after round, while the fill grows;
     // the peak of anonymous memory is kept.
@@ -116,17 +131,8 @@ fn four_hundred_slow_readers_of_a_stored_artifact_hold_little_memory() {
     }
     assert!(curl(&[&url]).body == up.xz);
     let base = rss_anon_kib(svc.pid());
-    let mut readers = slow_readers(svc.port);
-    let mut buf = [0u8; 1024];
-    // Slow readers: a KiB each, round after round, for five seconds.
-    let mut peak = 0;
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(5) {
-        for s in &mut readers {
-            let _ = s.read(&mut buf);
-        }
-        peak = peak.max(rss_anon_kib(svc.pid()));
-    }
+    let mut readers = slow_readers(svc.port, READERS);
+    let peak = read_slowly(&mut readers, svc.pid());
     eprintln!(
         "{READERS} slow readers of a stored artifact: anonymous memory {base} KiB before, peak {peak} KiB ({} KiB a reader)",
         peak.saturating_sub(base) / READERS as u64
