@@ -301,12 +301,18 @@ impl Inner {
     fn put(self: &Arc<Self>, mut conn: Conn) {
         conn.mark.store(1, Ordering::Relaxed);
         conn.since = Instant::now();
-        {
+        let over = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            if idle.len() >= POOL {
-                return;
+            if idle.len() < POOL {
+                idle.push(conn);
+                None
+            } else {
+                Some(conn)
             }
-            idle.push(conn);
+        };
+        // One too many is closed out of the lock.
+        if over.is_some() {
+            return;
         }
         if !self.sweeping.swap(true, Ordering::AcqRel) {
             match tokio::runtime::Handle::try_current() {
@@ -395,16 +401,23 @@ async fn sweep(pool: Weak<Inner>) {
             .into_iter()
             .filter_map(|mut c| (c.since.elapsed() < IDLE && c.ready()).then_some(c))
             .collect();
-        let mut idle = p.idle.lock().unwrap_or_else(|e| e.into_inner());
-        for c in kept {
-            if idle.len() < POOL {
-                idle.push(c);
+        let mut over = Vec::new();
+        {
+            let mut idle = p.idle.lock().unwrap_or_else(|e| e.into_inner());
+            for c in kept {
+                if idle.len() < POOL {
+                    idle.push(c);
+                } else {
+                    over.push(c);
+                }
+            }
+            if idle.is_empty() {
+                p.sweeping.store(false, Ordering::Release);
+                return;
             }
         }
-        if idle.is_empty() {
-            p.sweeping.store(false, Ordering::Release);
-            return;
-        }
+        // Those too many (others were given back meanwhile), closed out of the lock.
+        drop(over);
     }
 }
 

@@ -32,7 +32,7 @@
 //! # Parts
 //! This file: the config, the client, the [`Backend`] calls; [`upload`]
 //! (multipart from the spool), [`lock`] (the lease), [`span`] (reads),
-//! [`conn`] (the span GETs' HTTP client on a plain-HTTP endpoint).
+//! [`conn`] (the span GETs' HTTP client, plain or in TLS).
 //!
 //! # Blocking calls
 //! The [`Backend`] trait blocks (the store calls it only from blocking
@@ -215,14 +215,14 @@ fn client(cfg: &S3Config, key: &str, secret: &str, streams: bool) -> io::Result<
         b = b.with_token(t);
     }
     if let Some(e) = &cfg.endpoint {
-        let https = e.starts_with("https://");
-        if !https && e.starts_with("http://") {
+        let (http, https) = (e.starts_with("http://"), e.starts_with("https://"));
+        if http {
             opts = opts.with_allow_http(true);
         }
         // Span GETs through the client that marks its sockets ([`conn`]),
         // unless a proxy is configured for the endpoint's scheme (reqwest
         // honours it; that client does not).
-        if streams && (https || e.starts_with("http://")) && !proxied(https) {
+        if streams && (http || https) && !proxied(https) {
             let tls = if https {
                 Some(conn::tls_connector()?)
             } else {
