@@ -8,7 +8,8 @@
 //! value or an error, never panic, and what it accepts must satisfy the
 //! obvious invariants; a parsed schematic's canonical form is stable.
 //!
-//! Failure seeds proptest saved are in `parsers.proptest-regressions`.
+//! Failure seeds proptest saved are in `tests/proptest-regressions/parsers.txt`
+//! (where proptest reads them for this file; it runs them before new cases).
 
 use axum::http::HeaderValue;
 use proptest::prelude::*;
@@ -369,11 +370,15 @@ proptest! {
     fn schematic_strings_round_trip(args in proptest::collection::vec("(?s).{0,20}", 0..4)) {
         // Any extension/kernel-arg strings survive the canonical encoding:
         // decoding the canonical YAML yields the same values (Go quoting works).
-        // Excluded: a multi-line string starting with a space inside a
-        // sequence. go-yaml writes it as a literal block with the indentation
-        // hint `|4` but indents the content by 2 under the dash, which no YAML
-        // parser reads back; we reproduce Go's bytes.
-        prop_assume!(!args.iter().any(|a| a.contains('\n') && a.starts_with(' ')));
+        // Excluded: a multi-line string whose first non-empty line starts
+        // with a space; go-yaml v4 writes bytes that read back otherwise and
+        // we reproduce Go's bytes. Two cases: (1) the string starts with the
+        // space: the literal block gets the hint `|4` but its content is
+        // indented by 2 under the dash, which no YAML parser reads back;
+        // (2) the string starts with line breaks: v4 writes no hint (go-yaml
+        // issue #65), so a reader takes the indentation from that line and
+        // drops its leading space (`"\n a"` reads back as `"\na"`).
+        prop_assume!(!args.iter().any(|a| go_v4_loses_leading_space(a)));
         let s = Schematic {
             customization: talos_gen::schematic::Customization {
                 extra_kernel_args: args.clone(),
@@ -387,4 +392,14 @@ proptest! {
         prop_assert_eq!(&back.customization.extra_kernel_args, &args);
         prop_assert_eq!(back.canonical(), canonical);
     }
+}
+
+/// True for a multi-line string whose first non-empty line starts with a
+/// space: go-yaml v4's literal block for it does not read back as written
+/// (see `schematic_strings_round_trip`).
+fn go_v4_loses_leading_space(s: &str) -> bool {
+    s.contains('\n')
+        && s.split(['\n', '\r'])
+            .find(|line| !line.is_empty())
+            .is_some_and(|line| line.starts_with(' '))
 }
