@@ -306,7 +306,12 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
         } => {
             let cfg = load_config(&config, matrix.as_deref())?;
             let loc = at.location(STORE_TIMEOUT)?;
-            let store = mirror::open_store(&loc)?;
+            // A dry run changes nothing, not even the leftovers an open sweeps.
+            let store = if dry_run {
+                mirror::look_at_store(&loc)?
+            } else {
+                mirror::open_store(&loc)?
+            };
             let rt = rt()?;
             let r = rt.block_on(mirror::prune(&store, &cfg, dry_run))?;
             print_prune(&r);

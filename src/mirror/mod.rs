@@ -39,15 +39,25 @@ use crate::store::{Entry, Location, Store};
 /// The store at `loc`, which must be one (an export never creates a
 /// local store; a bucket is opened as it is).
 pub fn open_store(loc: &Location) -> Result<Store> {
-    if let Some(dir) = loc.dir()
-        && !dir.join("index").is_dir()
-    {
-        return Err(Error::bad_input(format!(
+    is_store(loc)?;
+    Store::open_at(loc, None)
+}
+
+/// [`open_store`] only to look (`mirror prune --dry-run`): nothing in the
+/// store changes ([`Store::open_untouched`]).
+pub fn look_at_store(loc: &Location) -> Result<Store> {
+    is_store(loc)?;
+    Store::open_untouched(loc)
+}
+
+fn is_store(loc: &Location) -> Result<()> {
+    match loc.dir() {
+        Some(dir) if !dir.join("index").is_dir() => Err(Error::bad_input(format!(
             "--cache-dir {}: not a talos-gen store",
             dir.display()
-        )));
+        ))),
+        _ => Ok(()),
     }
-    Store::open_at(loc, None)
 }
 
 /// The entries an export carries: all, or what `cfg` reaches. Items of

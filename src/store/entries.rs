@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::local::{index_name, is_hex64};
 use super::sums::Sums;
-use super::{Entry, Meta, Store, backend, now_secs};
+use super::{Entry, Meta, Store, Touch, backend, now_secs};
 use crate::error::{Error, Result};
 
 /// Unreferenced objects younger than this survive a startup.
@@ -228,11 +228,15 @@ fn entry_problem(en: &Entry, on_disk: &HashMap<String, u64>) -> Option<String> {
 impl Store {
     /// The start-up scan (under the store lock, before the store is
     /// shared): spool leftovers, objects, index entries, orphans, and every
-    /// object's checksums, loaded once.
-    pub(super) fn scan(&self) -> Result<(State, Vec<String>)> {
+    /// object's checksums, loaded once. With [`Touch::Untouched`] nothing
+    /// is removed: what is wrong is only left out and listed.
+    pub(super) fn scan(&self, touch: Touch) -> Result<(State, Vec<String>)> {
         let b = self.backend();
         let io = |e| Error::io(format!("reading the store {}", b.describe()), e);
-        b.clean_spool();
+        let recover = touch == Touch::Recover;
+        if recover {
+            b.clean_spool();
+        }
         let mut state = State::default();
         let mut dropped = Vec::new();
         let on_disk = b.list_objects().map_err(io)?;
@@ -256,8 +260,10 @@ impl Store {
                     }
                 }
                 (_, Some(p)) => {
-                    tracing::warn!(problem = %p, "dropping an index entry");
-                    b.delete_entry(&l.name);
+                    if recover {
+                        tracing::warn!(problem = %p, "dropping an index entry");
+                        b.delete_entry(&l.name);
+                    }
                     dropped.push(p);
                 }
                 (Err(_), None) => unreachable!("an unparsed entry is a problem"),
@@ -269,7 +275,7 @@ impl Store {
         for digest in on_disk.keys() {
             if !state.objects.contains_key(digest) {
                 let young = b.object_age(digest).is_some_and(|age| age < ORPHAN_GRACE);
-                if !young {
+                if !young && recover {
                     tracing::info!(%digest, "removing an unreferenced object");
                     b.delete_object(digest);
                 }

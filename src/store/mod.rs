@@ -184,6 +184,15 @@ impl From<&Path> for Location {
     }
 }
 
+/// What opening a store may do to it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Touch {
+    /// Recover: sweep leftovers, drop what is unreadable, evict.
+    Recover,
+    /// Only look ([`Store::open_untouched`]).
+    Untouched,
+}
+
 /// A handle to the store; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -236,7 +245,26 @@ impl Store {
     /// Open the store at `loc` (blocking: the S3 backend connects and
     /// lists the bucket); a bucket's local tier under its spool directory.
     pub fn open_at(loc: &Location, max_size: Option<u64>) -> Result<Store> {
+        Store::open_at_with(loc, max_size, Touch::Recover)
+    }
+
+    /// Open the store at `loc` only to look at it (`mirror prune
+    /// --dry-run`): nothing on the backend changes. No leftover of an
+    /// interrupted write is swept, no unreadable entry or orphan object is
+    /// removed, nothing is evicted, a bucket's local tier is not opened;
+    /// what [`Store::open_at`] would drop is only left out of the state and
+    /// listed by [`Store::dropped_at_open`].
+    pub fn open_untouched(loc: &Location) -> Result<Store> {
+        Store::open_at_with(loc, None, Touch::Untouched)
+    }
+
+    fn open_at_with(loc: &Location, max_size: Option<u64>, touch: Touch) -> Result<Store> {
         match loc {
+            Location::Dir(d) if touch == Touch::Untouched => {
+                let backend = LocalDir::open(d.clone())
+                    .map_err(|e| Error::io(format!("opening the store {}", d.display()), e))?;
+                Store::build(Box::new(backend), None, None, touch)
+            }
             Location::Dir(d) => Store::open(d.clone(), max_size),
             Location::S3(c) => {
                 let backend = S3Backend::open(c.clone()).map_err(|e| {
@@ -247,6 +275,7 @@ impl Store {
                     }
                 })?;
                 let tier = match c.local_tier {
+                    _ if touch == Touch::Untouched => None,
                     0 => None,
                     max => Some(Tier::open(c.spool.join("tier"), max).map_err(|e| {
                         Error::io(
@@ -255,20 +284,21 @@ impl Store {
                         )
                     })?),
                 };
-                Store::build(Box::new(backend), max_size, tier)
+                Store::build(Box::new(backend), max_size, tier, touch)
             }
         }
     }
 
     /// Open a store on any backend (the same checks as [`Store::open`]).
     pub fn with_backend(backend: Box<dyn Backend>, max_size: Option<u64>) -> Result<Store> {
-        Store::build(backend, max_size, None)
+        Store::build(backend, max_size, None, Touch::Recover)
     }
 
     fn build(
         backend: Box<dyn Backend>,
         max_size: Option<u64>,
         tier: Option<Tier>,
+        touch: Touch,
     ) -> Result<Store> {
         let mut store = Store {
             inner: Arc::new(Inner {
@@ -286,7 +316,7 @@ impl Store {
         };
         let (state, dropped) = {
             let _lock = store.lock_store()?;
-            store.scan()?
+            store.scan(touch)?
         };
         if let Some(t) = &store.inner.tier {
             t.keep_only(|d, size| state.objects.get(d).is_some_and(|o| o.size == size));
@@ -294,7 +324,9 @@ impl Store {
         let inner = Arc::get_mut(&mut store.inner).expect("store not shared yet");
         inner.state = Mutex::new(state);
         inner.dropped_at_open = dropped;
-        store.evict(None);
+        if touch == Touch::Recover {
+            store.evict(None);
+        }
         Ok(store)
     }
 

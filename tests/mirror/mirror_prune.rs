@@ -121,6 +121,39 @@ impl Fx {
             .exists()
     }
 
+    /// What opening the store sweeps (paths and bytes): a spool file no
+    /// process holds, an index entry that does not parse, an orphan
+    /// object older than the store's grace.
+    fn plant_leftovers(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        let orphan = b"an object no key names".to_vec();
+        let v = vec![
+            (
+                self.path("cache/tmp/fill-1-00000000deadbeef"),
+                b"half a fill".to_vec(),
+            ),
+            (
+                self.path("cache/index")
+                    .join(format!("{}.json", sha256_hex(b"no key"))),
+                b"{ not json".to_vec(),
+            ),
+            (
+                self.path("cache/objects/sha256").join(sha256_hex(&orphan)),
+                orphan,
+            ),
+        ];
+        for (p, body) in &v {
+            std::fs::write(p, body).unwrap();
+        }
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        std::fs::File::options()
+            .write(true)
+            .open(&v[2].0)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        v
+    }
+
     fn key_count(&self) -> usize {
         std::fs::read_dir(self.path("cache/index")).unwrap().count()
     }
@@ -179,13 +212,24 @@ async fn dropping_a_release_prunes_only_what_it_alone_named() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("run mirror sync first"), "{}", text(&o));
 
-    // The dry run lists what would go and its bytes, and removes nothing.
+    // The dry run lists what would go and its bytes, and removes nothing:
+    // not even what opening the store sweeps (a killed import's spool
+    // file, an index entry that does not parse, an old orphan object).
+    let leftovers = fx.plant_leftovers();
     let new_cfg = fx.config("new.yaml", &[NEW], &["metal-amd64.iso"]);
     let keys = fx.key_count();
     let o = fx.talos_gen(&["prune", "--dry-run"], &new_cfg);
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert_eq!(fx.key_count(), keys, "a dry run removes nothing");
+    for (p, body) in &leftovers {
+        assert_eq!(
+            std::fs::read(p).ok().as_ref(),
+            Some(body),
+            "a dry run left {} as it was",
+            p.display()
+        );
+    }
     for (v, path, _) in &fx.files {
         let key = if let Some(p) = path.strip_prefix("pxe/") {
             format!("factory/pxe/{p}")
@@ -248,6 +292,10 @@ async fn dropping_a_release_prunes_only_what_it_alone_named() {
     }
     for d in &shared {
         assert!(fx.has_object(d), "shared {d} kept");
+    }
+    // The run that changes the store recovers it as any open does.
+    for (p, _) in &leftovers {
+        assert!(!p.exists(), "{} swept by the real run", p.display());
     }
     for (v, path, body) in &fx.files {
         let _ = path;
