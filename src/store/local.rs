@@ -43,9 +43,38 @@ impl LocalDir {
     /// Open (creating) the directory layout under `root`.
     pub fn open(root: PathBuf) -> io::Result<LocalDir> {
         let layout = Layout::new(root);
-        for p in layout.dirs() {
-            fs::create_dir_all(&p)
-                .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", p.display())))?;
+        fs::create_dir_all(layout.root()).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("creating {}: {e}", layout.root().display()),
+            )
+        })?;
+        // The store's own folders are its own: one that is a link would
+        // lead its sweeps and writes outside the store, so each is made
+        // (parent first) and looked at without following a link (the root
+        // itself may be a link: that is where the operator put the store).
+        for p in layout.own_dirs() {
+            let made = fs::create_dir(&p);
+            let t = fs::symlink_metadata(&p).map(|m| m.file_type());
+            match (made, t) {
+                (_, Ok(t)) if t.is_dir() => {}
+                (_, Ok(t)) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "{} is a {}, not a folder of the store's own; refused",
+                            p.display(),
+                            kind(&t)
+                        ),
+                    ));
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("creating {}: {e}", p.display()),
+                    ));
+                }
+            }
         }
         let lock_path = layout.lock_file();
         let lock = fs::OpenOptions::new()
@@ -53,9 +82,17 @@ impl LocalDir {
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&lock_path)
-            .map_err(|e| {
-                io::Error::new(e.kind(), format!("opening {}: {e}", lock_path.display()))
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} is a link, not the store's own lock file; refused",
+                        lock_path.display()
+                    ),
+                ),
+                _ => io::Error::new(e.kind(), format!("opening {}: {e}", lock_path.display())),
             })?;
         Ok(LocalDir {
             layout,
@@ -377,9 +414,15 @@ impl Layout {
         &self.root
     }
 
-    /// The subfolders the store owns.
-    pub(super) fn dirs(&self) -> [PathBuf; 4] {
-        [self.objects(), self.index(), self.sums(), self.tmp()]
+    /// The folders under the root the store owns, each after its parent.
+    fn own_dirs(&self) -> [PathBuf; 5] {
+        [
+            self.root.join("objects"),
+            self.objects(),
+            self.index(),
+            self.sums(),
+            self.tmp(),
+        ]
     }
 
     pub(super) fn objects(&self) -> PathBuf {

@@ -889,3 +889,60 @@ async fn a_drop_that_did_not_take_is_told() {
         assert!(store.entry("k").is_none(), "the key is dropped either way");
     }
 }
+
+/// A folder of the store's own (or its lock file) that is a link would
+/// lead the store's sweeps and writes outside it: refused at open, and
+/// nothing outside is removed or created.
+#[test]
+fn a_store_folder_or_lock_that_is_a_link_is_refused() {
+    let outside = tempfile::tempdir().unwrap();
+    // Names the store's sweeps would take for their own.
+    let theirs = outside.path().join("fill-notes");
+    fs::write(&theirs, b"the user's").unwrap();
+    let orphan = outside.path().join(hex::encode(Sha256::digest(b"x")));
+    fs::write(&orphan, b"x").unwrap();
+    let old = SystemTime::now() - Duration::from_secs(7200);
+    fs::File::options()
+        .write(true)
+        .open(&orphan)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    for (link, what) in [
+        ("tmp", "is a symbolic link, not a folder of the store"),
+        ("objects", "is a symbolic link, not a folder of the store"),
+        (
+            "objects/sha256",
+            "is a symbolic link, not a folder of the store",
+        ),
+        ("index", "is a symbolic link, not a folder of the store"),
+        ("sums", "is a symbolic link, not a folder of the store"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().join(link);
+        fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &at).unwrap();
+        let err = Store::open(dir.path(), None).err().expect(link).to_string();
+        assert!(
+            err.contains(&at.display().to_string()) && err.contains(what),
+            "{link}: {err}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let created = outside.path().join("created-by-the-store");
+    std::os::unix::fs::symlink(&created, dir.path().join("lock")).unwrap();
+    let err = Store::open(dir.path(), None)
+        .err()
+        .expect("lock")
+        .to_string();
+    assert!(err.contains("is a link, not the store's own lock"), "{err}");
+    assert!(!created.exists(), "nothing created outside the store");
+    assert_eq!(fs::read(&theirs).unwrap(), b"the user's");
+    assert!(orphan.exists(), "nothing outside the store removed");
+    // The root itself may be a link: that is where the operator put it.
+    let real = tempfile::tempdir().unwrap();
+    let holder = tempfile::tempdir().unwrap();
+    let root = holder.path().join("store");
+    std::os::unix::fs::symlink(real.path(), &root).unwrap();
+    assert!(Store::open(&root, None).is_ok());
+}
