@@ -232,6 +232,14 @@ pub(super) fn write_file(path: &str, text: &str, what: &str) -> crate::Result<()
             }
             real
         }
+        Err(_) if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink()) => {
+            // Through a link that leads nowhere: the rename would replace
+            // the link itself, and writing where it points would make a
+            // file the user may not expect; refused either way.
+            return Err(crate::Error::bad_input(format!(
+                "{what}: {path:?} is a symbolic link to a file that does not exist; not written (give the file itself)"
+            )));
+        }
         Err(_) => std::path::PathBuf::from(path),
     };
     let dir = target
@@ -317,21 +325,37 @@ fn tempfile_in(dir: &std::path::Path) -> std::io::Result<(std::path::PathBuf, st
 pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
     use crate::machineconfig::Request;
     use crate::yaml::Value;
-    // The secrets bundle is an input only: neither output may be it (by
+    // Every file read is an input only: neither output may be one (by
     // name, or the same inode through a link), checked before any write.
-    if let Some(input) = &args.with_secrets {
-        let outputs = [
-            ("-o/--output", args.output.as_deref().filter(|p| *p != "-")),
-            ("--output-secrets", args.output_secrets.as_deref()),
-        ];
-        for (flag, out) in outputs {
-            if let Some(out) = out
-                && same_file(input, out)
-            {
-                return Err(crate::Error::bad_input(format!(
-                    "{flag}: {out:?} is the --with-secrets file {input:?}; it would be overwritten: give another file"
-                )));
-            }
+    let mut inputs: Vec<(String, &str)> = Vec::new();
+    for (flag, p) in [
+        ("--with-secrets", &args.with_secrets),
+        ("--values", &args.values),
+        (
+            "--image-verification-key",
+            &args.air_gap.image_verification_key,
+        ),
+        ("--mirror-ca", &args.air_gap.mirror_ca),
+    ] {
+        if let Some(p) = p.as_deref().filter(|p| *p != "-") {
+            inputs.push((flag.to_string(), p));
+        }
+    }
+    for (i, p) in args.config_patch.iter().enumerate() {
+        if let Some(p) = p.strip_prefix('@').filter(|p| *p != "-") {
+            inputs.push((format!("--config-patch #{}", i + 1), p));
+        }
+    }
+    let outputs = [
+        ("-o/--output", args.output.as_deref().filter(|p| *p != "-")),
+        ("--output-secrets", args.output_secrets.as_deref()),
+    ];
+    for (flag, out) in outputs {
+        let Some(out) = out else { continue };
+        if let Some((input_flag, input)) = inputs.iter().find(|(_, i)| same_file(i, out)) {
+            return Err(crate::Error::bad_input(format!(
+                "{flag}: {out:?} is the {input_flag} file {input:?}; it would be overwritten: give another file"
+            )));
         }
     }
     let secrets = match &args.with_secrets {
@@ -422,7 +446,21 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
         }
     }
     match output {
-        Some(path) => write_file(path, &out.config, "--output")?,
+        Some(path) => {
+            // A secrets bundle is never overwritten, not even by -o: the
+            // cluster's configs are made from it.
+            if let Ok(existing) = crate::input::read_string(
+                std::path::Path::new(path),
+                crate::input::MAX_INPUT,
+                crate::input::Kind::File,
+            ) && crate::machineconfig::secrets::Bundle::parse(&existing, path).is_ok()
+            {
+                return Err(crate::Error::refused(format!(
+                    "-o/--output: {path:?} holds a secrets bundle; not overwritten (give another file)"
+                )));
+            }
+            write_file(path, &out.config, "--output")?
+        }
         None => {
             use std::io::Write;
             let mut stdout = std::io::stdout().lock();

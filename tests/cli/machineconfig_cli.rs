@@ -606,6 +606,88 @@ fn the_secrets_bundle_is_never_an_output() {
     }
 }
 
+/// A hostile pass: no file the command reads is an output (`-f`,
+/// `--config-patch @FILE`, `--mirror-ca`, `--image-verification-key`: exit
+/// 2 before a write, the file keeps its bytes); `-o` never replaces a
+/// secrets bundle (exit 1), while a config written before is written again;
+/// an output through a link that leads nowhere is refused (exit 2; the link
+/// used to be replaced by the file).
+#[test]
+fn no_input_and_no_secrets_bundle_is_ever_an_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let base = ["--talos-version", "v1.13.6"];
+    for (name, body) in [
+        ("values.yaml", "talos: {}\n"),
+        ("patch.yaml", "machine: {}\n"),
+        ("ca.crt", "not read\n"),
+        ("key.pub", "not read\n"),
+    ] {
+        std::fs::write(p(name), body).unwrap();
+    }
+    let patch = format!("@{}", p("patch.yaml"));
+    for (flag, arg, file) in [
+        ("--values", p("values.yaml"), p("values.yaml")),
+        ("--config-patch #1", patch.clone(), p("patch.yaml")),
+        ("--mirror-ca", p("ca.crt"), p("ca.crt")),
+        ("--image-verification-key", p("key.pub"), p("key.pub")),
+    ] {
+        let before = std::fs::read(&file).unwrap();
+        let given = flag.split(' ').next().unwrap();
+        for out in ["-o", "--output-secrets"] {
+            let mut args = base.to_vec();
+            args.extend([given, arg.as_str(), out, file.as_str()]);
+            let (code, stdout, err) = mc(&args, None);
+            assert_eq!(code, 2, "{flag} {out}: {err}");
+            assert!(
+                err.contains(out.trim_start_matches('-'))
+                    && err.contains(flag)
+                    && err.contains("it would be overwritten"),
+                "{flag} {out}: {err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(stdout.is_empty());
+            assert_eq!(std::fs::read(&file).unwrap(), before, "{flag} {out}");
+        }
+    }
+    // A bundle, then -o onto it: refused, the bundle kept.
+    let sec = p("sec.yaml");
+    let (code, _, err) = mc(&[base[0], base[1], "--output-secrets", &sec], None);
+    assert_eq!(code, 0, "{err}");
+    let bundle = std::fs::read(&sec).unwrap();
+    let (code, stdout, err) = mc(&[base[0], base[1], "-o", &sec], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("holds a secrets bundle; not overwritten"),
+        "{err}"
+    );
+    assert!(stdout.is_empty());
+    assert_eq!(std::fs::read(&sec).unwrap(), bundle);
+    // A config is written again over the one before (the reconcile Job).
+    let cfg = p("worker.yaml");
+    for _ in 0..2 {
+        let (code, _, err) = mc(
+            &[base[0], base[1], "--with-secrets", &sec, "-o", &cfg],
+            None,
+        );
+        assert_eq!(code, 0, "{err}");
+    }
+    // A link that leads nowhere, as either output.
+    let link = p("dangling");
+    let nowhere = p("nowhere.yaml");
+    std::os::unix::fs::symlink(&nowhere, &link).unwrap();
+    for out in ["-o", "--output-secrets"] {
+        let (code, _, err) = mc(&[base[0], base[1], out, &link], None);
+        assert_eq!(code, 2, "{out}: {err}");
+        assert!(
+            err.contains("symbolic link to a file that does not exist"),
+            "{err}"
+        );
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+        assert!(!std::path::Path::new(&nowhere).exists());
+    }
+}
+
 /// Issue 20 hostile pass: every input file is read like the TLS files: a
 /// device (`/dev/zero`, read without end before: killed for memory) is
 /// exit 2 naming it, a pipe that never ends is cut at 16 MiB (exit 2), a
