@@ -150,6 +150,16 @@ pub struct ServeArgs {
         value_name = "SECONDS"
     )]
     pub write_timeout: u64,
+    /// Seconds a client has to send a request body whole, from the end of
+    /// its head; past it: 408 and the connection closed.
+    #[arg(
+        long,
+        env = "TALOS_GEN_BODY_READ_TIMEOUT",
+        default_value_t = 30,
+        value_name = "SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    pub body_read_timeout: u64,
     /// Upstream fills (image and blob downloads) running at once; more wait.
     #[arg(
         long,
@@ -241,6 +251,7 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         tag_revalidate: Duration::from_secs(args.tag_revalidate),
         header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
         write_timeout: Duration::from_secs(args.write_timeout.max(1)),
+        body_read_timeout: Duration::from_secs(args.body_read_timeout),
         max_concurrent_fills: args.max_concurrent_fills as usize,
         upstream_limits: args.upstream.limits(),
         metadata_ttl: Duration::from_secs(args.metadata_ttl),

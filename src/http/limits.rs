@@ -11,11 +11,19 @@
 //!   than the write timeout, so a client that stops reading cannot hold a
 //!   connection (and its file descriptor) forever.
 //! - [`BODY_LIMIT`]: request bodies above 1 MiB are refused with 413.
+//! - [`body_deadline`]: a request body must arrive whole within the body
+//!   read timeout (408 and the connection closed), so a client that sends a
+//!   head and then stalls or trickles its body cannot hold a connection
+//!   (and a handler, and a descriptor) forever.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode, header};
@@ -191,5 +199,73 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteGuard<T> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Middleware: the request body of a write must arrive whole within
+/// `--body-read-timeout` from the end of its head. Past it the body ends in
+/// an error (whatever reads it stops) and the answer is 408 with
+/// `Connection: close`: the rest of the body is never read.
+pub async fn body_deadline(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if !is_write(&req) {
+        return next.run(req).await;
+    }
+    let limit = st.cfg.body_read_timeout;
+    let fired = Arc::new(AtomicBool::new(false));
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let timed = Deadline {
+        inner: body,
+        sleep: Box::pin(tokio::time::sleep(limit)),
+        fired: fired.clone(),
+    };
+    let resp = next.run(Request::from_parts(parts, Body::new(timed))).await;
+    if !fired.load(Ordering::Relaxed) {
+        return resp;
+    }
+    tracing::warn!(%path, "refused: the request body did not arrive within the body read timeout");
+    (
+        StatusCode::REQUEST_TIMEOUT,
+        [(header::CONNECTION, "close")],
+        format!(
+            "error: the request body did not arrive whole within {}s (--body-read-timeout)\n",
+            limit.as_secs_f64()
+        ),
+    )
+        .into_response()
+}
+
+/// A request body that ends in an error once its deadline passes.
+struct Deadline {
+    inner: Body,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    fired: Arc<AtomicBool>,
+}
+
+impl http_body::Body for Deadline {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        if this.sleep.as_mut().poll(cx).is_ready() {
+            this.fired.store(true, Ordering::Relaxed);
+            return Poll::Ready(Some(Err(axum::Error::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the request body did not arrive within the body read timeout",
+            )))));
+        }
+        Pin::new(&mut this.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }

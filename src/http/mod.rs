@@ -54,6 +54,8 @@ pub struct ServeConfig {
     pub header_read_timeout: Duration,
     /// A response write blocked this long (the client stopped reading) ends the connection.
     pub write_timeout: Duration,
+    /// Time a client has to send a request body whole, from the end of its head (408 past it).
+    pub body_read_timeout: Duration,
     /// Upstream fills running at once.
     pub max_concurrent_fills: usize,
     /// The bounds on every upstream wait (`--upstream-timeout`, `--upstream-min-rate`).
@@ -91,6 +93,7 @@ impl ServeConfig {
             tag_revalidate: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(15),
             write_timeout: Duration::from_secs(60),
+            body_read_timeout: Duration::from_secs(30),
             max_concurrent_fills: 16,
             upstream_limits: crate::upstream::Limits::default(),
             metadata_ttl: crate::factory::DEFAULT_METADATA_TTL,
@@ -316,6 +319,11 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             limits::track,
+        ))
+        // A write's body arrives whole within the body read timeout (408).
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limits::body_deadline,
         ))
         .fallback(api::not_found)
         // Outermost: every answer, 401 and 413 included, gets its line.

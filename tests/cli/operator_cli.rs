@@ -615,10 +615,11 @@ fn help_describes_every_flag() {
                 "s3-region",
                 "trust-forwarded-for",
                 "local-cache-max-size",
+                "body-read-timeout",
             ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
-            assert_eq!(checked.len(), 27, "{checked:?}");
+            assert_eq!(checked.len(), 28, "{checked:?}");
         }
     }
     // The upstream bounds, on both commands that have them.

@@ -193,6 +193,110 @@ fn idle_connection_flood_does_not_starve_healthz() {
     );
 }
 
+/// A hostile pass: a client that sends a head and then stalls its body
+/// (or trickles it, or sends chunks without end) held its connection and
+/// its handler forever (580 s seen; 20,000 of them took every descriptor
+/// and `/healthz` with them). Each now gets 408 and a closed connection
+/// once `--body-read-timeout` (2 s here) has passed, `/healthz` answers
+/// meanwhile, the descriptors go, and a body sent in time is served.
+#[test]
+fn a_stalled_or_trickled_body_is_408_and_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let svc = Service::start(&[
+        "--cache-dir",
+        dir.path().to_str().unwrap(),
+        "--offline",
+        "--body-read-timeout",
+        "2",
+    ]);
+    let fds_before = fd_count(svc.pid());
+    let heads = [
+        "POST /schematics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{",
+        "POST /api/v1/machineconfig HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+        "POST /api/v1/kubelet-reservations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n",
+        "POST /schematics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n7FFFFFFF\r\naaaa",
+        "POST /schematics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n",
+    ];
+    let started = Instant::now();
+    let mut stalled = Vec::new();
+    for i in 0..100 {
+        let mut s = TcpStream::connect(("127.0.0.1", svc.port)).unwrap();
+        s.write_all(heads[i % heads.len()].as_bytes()).unwrap();
+        stalled.push(s);
+    }
+    // One that trickles a chunk every 200 ms, never finishing.
+    let mut trickle = TcpStream::connect(("127.0.0.1", svc.port)).unwrap();
+    trickle
+        .write_all(b"POST /schematics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .unwrap();
+    let trickler = std::thread::spawn(move || {
+        let t = Instant::now();
+        while trickle.write_all(b"1\r\na\r\n").is_ok() && t.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let mut got = Vec::new();
+        let _ = trickle.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = trickle.read_to_end(&mut got);
+        (t.elapsed(), String::from_utf8_lossy(&got).into_owned())
+    });
+    for _ in 0..3 {
+        let t = Instant::now();
+        let (code, _, _) = raw_request(
+            svc.port,
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert_eq!(code, 200);
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "/healthz took {:?}",
+            t.elapsed()
+        );
+    }
+    for (i, s) in stalled.iter_mut().enumerate() {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut got = Vec::new();
+        let r = s.read_to_end(&mut got);
+        let text = String::from_utf8_lossy(&got);
+        assert!(r.is_ok(), "connection {i} not closed: {r:?} {text}");
+        assert!(
+            text.contains("408 Request Timeout") && text.contains("--body-read-timeout"),
+            "connection {i} ({}): {text}",
+            heads[i % heads.len()].lines().next().unwrap()
+        );
+    }
+    let all = started.elapsed();
+    assert!(
+        all < Duration::from_secs(15),
+        "the stalled bodies took {all:?}"
+    );
+    let (took, text) = trickler.join().unwrap();
+    assert!(text.contains("408 Request Timeout"), "the trickle: {text}");
+    assert!(took < Duration::from_secs(15), "the trickle took {took:?}");
+    eventually_some(
+        "the server's descriptors of the closed connections to go",
+        Duration::from_secs(5),
+        || {
+            let fds_after = fd_count(svc.pid());
+            if fds_after <= fds_before + 2 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "file descriptors: {fds_before} before, {fds_after} after"
+                ))
+            }
+        },
+    );
+    // A body sent whole in time is served as before.
+    let body = "customization: {}\n";
+    let req = format!(
+        "POST /schematics HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (code, _, _) = raw_request(svc.port, req.as_bytes(), Duration::from_secs(5));
+    assert_eq!(code, 201);
+}
+
 #[test]
 fn slow_reader_neither_slows_others_nor_grows_memory() {
     // 24 MiB of random data: more than the loopback socket buffers hold.
