@@ -1,7 +1,9 @@
 //! The one mapping of the crate's errors to HTTP answers. A handler returns
 //! `Result<_, E>` for any of these and the answer is the same everywhere:
 //! a status and the one-line message (plain text); an upstream's own 4xx
-//! answer passes through as it came. The OCI routes keep only their body
+//! answer passes through with its status and body, under its type only when
+//! that is JSON (else plain text, `nosniff`: an upstream's HTML page never
+//! runs on our origin). The OCI routes keep only their body
 //! shape (`{"errors":[...]}`, [`crate::registry::OciError`]).
 //!
 //! | error | status |
@@ -11,7 +13,7 @@
 //! | not found, not cached offline | 404 |
 //! | upstream failed | 502 |
 //! | upstream timed out | 504 |
-//! | upstream 4xx | as it came |
+//! | upstream 4xx | as it came (JSON or plain text) |
 //! | the store holds it but does not answer (a bucket down) | 503, `Retry-After: 5` |
 //! | local I/O | 500 |
 //! | the store does not answer | 503 |
@@ -89,10 +91,19 @@ impl IntoResponse for FetchError {
             FetchError::Status {
                 content_type, body, ..
             } => {
+                // The body as it came, under a type no browser runs: JSON
+                // (a registry's `{"errors":[...]}`) keeps its type, anything
+                // else (an HTML error page) is plain text on our origin.
+                let ct = content_type
+                    .filter(|c| is_json(c))
+                    .and_then(|c| HeaderValue::from_str(&c).ok())
+                    .unwrap_or(HeaderValue::from_static("text/plain; charset=utf-8"));
                 let mut r = (status, body).into_response();
-                if let Some(ct) = content_type.and_then(|c| HeaderValue::from_str(&c).ok()) {
-                    r.headers_mut().insert(header::CONTENT_TYPE, ct);
-                }
+                r.headers_mut().insert(header::CONTENT_TYPE, ct);
+                r.headers_mut().insert(
+                    header::X_CONTENT_TYPE_OPTIONS,
+                    HeaderValue::from_static("nosniff"),
+                );
                 r
             }
             FetchError::Unavailable(m) => {
@@ -106,6 +117,21 @@ impl IntoResponse for FetchError {
             }
         }
     }
+}
+
+/// Is `content_type` JSON (`application/json`, `application/<x>+json`,
+/// with or without parameters)?
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|t| t.ends_with("+json") && !t.contains('/'))
 }
 
 impl IntoResponse for ImageError {
@@ -140,6 +166,36 @@ mod tests {
             404
         );
         assert_eq!(st(ImageError::NotCached("n".into()).into_response()), 404);
+        // An upstream's 4xx keeps its body; only JSON keeps its type, an
+        // HTML page becomes plain text (never run on our origin).
+        let relayed = |ct: &str| {
+            let r = FetchError::Status {
+                status: 404,
+                content_type: Some(ct.into()),
+                body: bytes::Bytes::from_static(b"<script>alert(1)</script>"),
+            }
+            .into_response();
+            let h = |n| r.headers().get(n).unwrap().to_str().unwrap().to_string();
+            (h(header::CONTENT_TYPE), h(header::X_CONTENT_TYPE_OPTIONS))
+        };
+        let plain = "text/plain; charset=utf-8".to_string();
+        let nosniff = "nosniff".to_string();
+        for html in [
+            "text/html",
+            "TEXT/HTML; charset=utf-8",
+            "image/svg+xml",
+            "application/xhtml+xml",
+            "application/json/../html",
+        ] {
+            assert_eq!(relayed(html), (plain.clone(), nosniff.clone()), "{html}");
+        }
+        for json in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "application/vnd.oci.image.index.v1+json",
+        ] {
+            assert_eq!(relayed(json), (json.to_string(), nosniff.clone()), "{json}");
+        }
         // The OCI routes answer the same statuses, only under their body.
         let all = || {
             [

@@ -294,11 +294,21 @@ fn upstream_down_serves_cache_and_fails_fast_otherwise() {
 fn upstream_errors_pass_through_uncached_and_bad_bytes_never_look_complete() {
     let fx = fixture(1, Some("4m"));
     let svc = fx.serve(&[]);
-    // 404 passes through, is not cached.
+    // 404 passes through, is not cached; nginx's HTML error page comes as
+    // plain text (an upstream's page never runs on our origin).
     let missing = format!("/image/{S}/{V}/nocloud-amd64.raw.xz");
     for _ in 0..2 {
         let g = curl(&[&format!("{}{missing}", svc.url())]);
         assert_eq!(g.status, 404);
+        assert!(String::from_utf8_lossy(&g.body).contains("<html>"));
+        assert_eq!(
+            g.header("content-type").as_deref(),
+            Some("text/plain; charset=utf-8")
+        );
+        assert_eq!(
+            g.header("x-content-type-options").as_deref(),
+            Some("nosniff")
+        );
     }
     assert_eq!(fx.nginx.count(&format!("GET {missing} ")), 2);
 
