@@ -100,6 +100,41 @@ pub fn one_line(text: &str) -> String {
     squeeze(&summary, ONE_LINE_MAX)
 }
 
+/// Longest span a parser's error quotes from a file's text (a field name,
+/// a scalar) before it is cut.
+pub const QUOTE_MAX: usize = 40;
+
+/// A parser's error message with every quoted span (between backquotes or
+/// double quotes) of more than [`QUOTE_MAX`] characters cut to its start
+/// and its length: the error names the field and the line, while a file
+/// read by mistake (a whole `/etc/passwd` as one scalar, a 10 MB key) is
+/// not copied onto the terminal or into a log.
+pub fn clip_quoted(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len().min(1024));
+    let mut rest = msg;
+    while let Some(open) = rest.find(['`', '"']) {
+        let q = rest.as_bytes()[open] as char;
+        out.push_str(&rest[..=open]);
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(q) else {
+            rest = after;
+            break;
+        };
+        let span = &after[..close];
+        let n = span.chars().count();
+        if n > QUOTE_MAX {
+            out.extend(span.chars().take(QUOTE_MAX / 2));
+            out.push_str(&format!("... ({n} characters)"));
+        } else {
+            out.push_str(span);
+        }
+        out.push(q);
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// An error and its causes as one line ([`one_line`]): each cause the
 /// text does not already say is appended (`: cause`), and the innermost
 /// one is kept whole when the line is cut (an S3 client's own words about
@@ -146,6 +181,40 @@ fn squeeze(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quoted_spans_are_clipped() {
+        let key = "k".repeat(10 << 20);
+        let m = clip_quoted(&format!(
+            "unknown field `{key}`, expected one of `owner`, `overlay`"
+        ));
+        assert_eq!(
+            m,
+            format!(
+                "unknown field `{}... (10485760 characters)`, expected one of `owner`, `overlay`",
+                "k".repeat(20)
+            )
+        );
+        let passwd =
+            "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin";
+        let m = clip_quoted(&format!(
+            "invalid type: string \"{passwd}\", expected struct"
+        ));
+        assert!(!m.contains("daemon"), "{m}");
+        assert!(m.ends_with("characters)\", expected struct"), "{m}");
+        for short in [
+            "unknown field `cpus`",
+            "a \"quote\" and `tick`",
+            "an open ` quote",
+            "\"",
+            "",
+        ] {
+            assert_eq!(clip_quoted(short), short);
+        }
+        // Multi-byte characters are cut on a character.
+        let m = clip_quoted(&format!("`{}`", "é".repeat(50)));
+        assert_eq!(m, format!("`{}... (50 characters)`", "é".repeat(20)));
+    }
 
     #[test]
     fn an_error_line_keeps_its_innermost_cause() {

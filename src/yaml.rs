@@ -9,6 +9,7 @@
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
+use crate::text::clip_quoted;
 
 /// A parsed YAML tree (mapping order kept as written).
 pub use serde_yaml::{Mapping, Value};
@@ -17,7 +18,8 @@ pub use serde_yaml::{Mapping, Value};
 /// position/field serde reports. The text passes [`check_structure`] first.
 pub fn from_str<T: DeserializeOwned>(text: &str, what: &str) -> Result<T> {
     check_structure(text, what)?;
-    serde_yaml::from_str(text).map_err(|e| Error::bad_input(format!("{what}: {e}")))
+    serde_yaml::from_str(text)
+        .map_err(|e| Error::bad_input(format!("{what}: {}", clip_quoted(&e.to_string()))))
 }
 
 /// Parse one document into a generic tree.
@@ -31,7 +33,8 @@ pub fn documents_from_str(text: &str, what: &str) -> Result<Vec<Value>> {
     check_structure(text, what)?;
     let mut out = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(text) {
-        let v = Value::deserialize(doc).map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
+        let v = Value::deserialize(doc)
+            .map_err(|e| Error::bad_input(format!("{what}: {}", clip_quoted(&e.to_string()))))?;
         if !v.is_null() {
             out.push(v);
         }
@@ -41,7 +44,8 @@ pub fn documents_from_str(text: &str, what: &str) -> Result<Vec<Value>> {
 
 /// Convert a parsed tree into `T`.
 pub fn from_value<T: DeserializeOwned>(v: Value, what: &str) -> Result<T> {
-    serde_yaml::from_value(v).map_err(|e| Error::bad_input(format!("{what}: {e}")))
+    serde_yaml::from_value(v)
+        .map_err(|e| Error::bad_input(format!("{what}: {}", clip_quoted(&e.to_string()))))
 }
 
 /// A whole number as the emitter's node (`Int`, or `UInt` above `i64`);

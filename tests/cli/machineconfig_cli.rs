@@ -688,6 +688,85 @@ fn no_input_and_no_secrets_bundle_is_ever_an_output() {
     }
 }
 
+/// A hostile pass: a file given where YAML of some shape is expected, but
+/// holding something else (`/etc/passwd` as one scalar, a line of
+/// `/etc/shadow` as a key, a 10 MB key), is refused in one short line that
+/// names the flag and the file but copies no more than 20 characters of any
+/// value it quotes (the whole file was printed, and a 10 MB line).
+#[test]
+fn a_wrong_file_is_named_not_copied_into_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let passwd = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\nsecret-line-three:x:2:2:bin:/bin:/usr/sbin/nologin\n";
+    std::fs::write(p("passwd"), passwd).unwrap();
+    let shadow = "root:$6$saltsalt$0123456789abcdefghijklmnopqrstuvwxyzABCDEF:20228:0:99999:7::\n";
+    std::fs::write(p("shadow"), format!("{shadow}: 1\n")).unwrap();
+    std::fs::write(p("bigkey.yaml"), format!("{}: 1\n", "k".repeat(10 << 20))).unwrap();
+    let base = ["--talos-version", "v1.13.6"];
+    let patch = |f: &str| format!("@{}", p(f));
+    for (flag, arg) in [
+        ("--with-secrets", p("passwd")),
+        ("--with-secrets", p("shadow")),
+        ("--with-secrets", p("bigkey.yaml")),
+        ("--config-patch", patch("shadow")),
+        ("--config-patch", patch("bigkey.yaml")),
+    ] {
+        let (code, stdout, err) = mc(&[base[0], base[1], flag, &arg], None);
+        assert_eq!(code, 2, "{flag} {arg}: {err}");
+        assert!(stdout.is_empty());
+        assert_eq!(err.lines().count(), 1, "{flag} {arg}: {err}");
+        assert!(err.len() < 400, "{flag} {arg}: {} bytes: {err}", err.len());
+        assert!(err.contains(flag), "{err}");
+        for leaked in [
+            "daemon",
+            "secret-line-three",
+            "0123456789abcdef",
+            "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk",
+        ] {
+            assert!(
+                !err.contains(leaked),
+                "{flag} {arg} copies {leaked:?}: {err}"
+            );
+        }
+    }
+    // The same for a mirror config and the schematic file it names.
+    std::fs::write(
+        p("m1.yaml"),
+        format!(
+            "schematics: [{{file: {}}}]\ntalosVersions: [v1.13.6]\n",
+            p("passwd")
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        p("m2.yaml"),
+        format!(
+            "schematics: [{{file: {}}}]\ntalosVersions: [v1.13.6]\n",
+            p("shadow")
+        ),
+    )
+    .unwrap();
+    for cfg in ["m1.yaml", "m2.yaml", "bigkey.yaml"] {
+        let (code, _, err) = support::run_text(&["mirror", "plan", "--config", &p(cfg)], None);
+        assert_eq!(code, 2, "{cfg}: {err}");
+        assert_eq!(err.lines().count(), 1, "{cfg}: {err}");
+        assert!(err.len() < 400, "{cfg}: {} bytes: {err}", err.len());
+        for leaked in [
+            "daemon",
+            "secret-line-three",
+            "0123456789abcdef",
+            "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk",
+        ] {
+            assert!(!err.contains(leaked), "{cfg} copies {leaked:?}: {err}");
+        }
+    }
+    // A short field name is still named whole.
+    std::fs::write(p("typo.yaml"), "schematicz: []\n").unwrap();
+    let (code, _, err) = support::run_text(&["mirror", "plan", "--config", &p("typo.yaml")], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unknown field `schematicz`"), "{err}");
+}
+
 /// Issue 20 hostile pass: every input file is read like the TLS files: a
 /// device (`/dev/zero`, read without end before: killed for memory) is
 /// exit 2 naming it, a pipe that never ends is cut at 16 MiB (exit 2), a

@@ -106,10 +106,10 @@ pub(super) fn decode_struct(
         };
         let p = path_join(path, key);
         let Some(field) = def.field(key) else {
-            return Err(Error::bad_input(format!(
+            return Err(Error::bad_input(crate::text::clip_quoted(&format!(
                 "{what}: unknown field {p:?} (Talos' {} has no field {key:?})",
                 def.name
-            )));
+            ))));
         };
         if val.is_null() {
             continue;
