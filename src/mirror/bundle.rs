@@ -50,9 +50,17 @@ pub fn export(
             .entry(e.digest.clone())
             .or_insert((e.size, e.key.clone()));
     }
-    let tmp = output.with_extension("tar.partial");
+    replaceable(output)?;
+    // Beside the output, a name of our own, never an existing file's.
+    let mut tmp_name = output.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(format!(
+        ".{}-{:08x}.partial",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    let tmp = output.with_file_name(tmp_name);
     let res = (|| -> Result<ExportReport> {
-        let f = std::fs::File::create(&tmp)
+        let f = std::fs::File::create_new(&tmp)
             .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
         let mut tar = tar::Builder::new(BufWriter::with_capacity(1 << 20, f));
         let werr = |e: std::io::Error| Error::io(format!("writing {}", tmp.display()), e);
@@ -103,6 +111,41 @@ pub fn export(
             Err(e)
         }
     }
+}
+
+/// May an export write `output`? When it does not exist, or is a bundle
+/// an export wrote (its first member is the index): an export again.
+/// Anything else (a user's file, a link, a directory) is never replaced.
+fn replaceable(output: &Path) -> Result<()> {
+    let refuse = |what: &str| {
+        Err(Error::refused(format!(
+            "--output {}: {what}; not overwritten (remove it, or give another path)",
+            output.display()
+        )))
+    };
+    let meta = match std::fs::symlink_metadata(output) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(format!("--output {}", output.display()), e)),
+        Ok(m) => m,
+    };
+    if meta.file_type().is_symlink() {
+        return refuse("a symbolic link");
+    }
+    if !meta.is_file() {
+        return refuse("exists and is not a regular file");
+    }
+    let first_is_index = std::fs::File::open(output).ok().is_some_and(|f| {
+        let mut tar = tar::Archive::new(BufReader::new(f));
+        let first = tar.entries().ok().and_then(|mut es| es.next());
+        first
+            .and_then(|e| e.ok())
+            .and_then(|e| e.path().ok().map(|p| p.as_os_str() == INDEX_NAME))
+            .unwrap_or(false)
+    });
+    if !first_is_index {
+        return refuse("exists and is not a bundle of mirror export");
+    }
+    Ok(())
 }
 
 fn append_bytes<W: Write>(

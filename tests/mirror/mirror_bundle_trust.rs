@@ -352,3 +352,105 @@ fn import_never_waits_on_a_fifo_or_reads_a_device() {
         assert!(err.contains(file) && err.contains(why), "{file}: {err}");
     }
 }
+
+/// A hostile pass: `mirror export --output` replaced whatever was there (a
+/// user's notes, a tar of theirs, the file behind a link). It now writes a
+/// new path or a bundle an export wrote before, and refuses anything else
+/// (exit 1, the file as it was), through a temp file of its own name.
+#[test]
+fn export_never_replaces_a_file_it_did_not_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    let data = b"an object".to_vec();
+    let d = sha256_hex(&data);
+    bundle(
+        &p("in.tar"),
+        &[entry("factory/x/a", &d, data.len())],
+        &[(format!("objects/sha256/{d}"), data)],
+    );
+    let cache = p("cache");
+    let o = talos_gen(&[
+        "mirror",
+        "import",
+        p("in.tar").to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let export = |out: &Path| {
+        talos_gen(&[
+            "mirror",
+            "export",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ])
+    };
+    // A user's file, a tar of theirs, a link to a file, a directory.
+    std::fs::write(p("notes.md"), b"my notes").unwrap();
+    let mut theirs = tar::Builder::new(std::fs::File::create(p("theirs.tar")).unwrap());
+    theirs
+        .append(
+            &header("photo.jpg", 3, tar::EntryType::Regular),
+            &b"jpg"[..],
+        )
+        .unwrap();
+    theirs.finish().unwrap();
+    drop(theirs);
+    std::os::unix::fs::symlink(p("notes.md"), p("link.tar")).unwrap();
+    std::fs::create_dir(p("adir")).unwrap();
+    for (name, why) in [
+        ("notes.md", "is not a bundle of mirror export"),
+        ("theirs.tar", "is not a bundle of mirror export"),
+        ("link.tar", "a symbolic link"),
+        ("adir", "not a regular file"),
+    ] {
+        let before = std::fs::read(p(name)).ok();
+        let o = export(&p(name));
+        assert_eq!(o.status.code(), Some(1), "{name}: {}", text(&o));
+        assert!(
+            text(&o).contains(why) && text(&o).contains("not overwritten"),
+            "{name}: {}",
+            text(&o)
+        );
+        assert_eq!(std::fs::read(p(name)).ok(), before, "{name} as it was");
+    }
+    assert!(
+        std::fs::symlink_metadata(p("link.tar"))
+            .unwrap()
+            .is_symlink()
+    );
+    // A new path, then the same path again (the export it wrote).
+    for _ in 0..2 {
+        let o = export(&p("out.tar"));
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let o = talos_gen(&[
+        "mirror",
+        "import",
+        p("out.tar").to_str().unwrap(),
+        "--cache-dir",
+        p("again").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    // Nothing of the export's own is left beside its output.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "adir",
+            "again",
+            "cache",
+            "in.tar",
+            "link.tar",
+            "notes.md",
+            "out.tar",
+            "theirs.tar"
+        ]
+    );
+}
