@@ -246,8 +246,38 @@ pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportRepor
         idx
     };
     let mut report = ImportReport::default();
+    // A key the index gives two objects is a contradiction: neither is
+    // imported (which one would the bundle's maker have meant?).
+    let mut claims: HashMap<&str, Vec<&str>> = HashMap::new();
+    for e in &index.entries {
+        let c = claims.entry(e.key.as_str()).or_default();
+        if !c.contains(&e.digest.as_str()) {
+            c.push(e.digest.as_str());
+        }
+    }
+    let mut contradicted: Vec<String> = claims
+        .iter()
+        .filter(|(_, ds)| ds.len() > 1)
+        .map(|(k, _)| k.to_string())
+        .collect();
+    contradicted.sort();
+    for k in &contradicted {
+        let ds: Vec<String> = claims[k.as_str()]
+            .iter()
+            .map(|d| format!("sha256:{d}"))
+            .collect();
+        report.bad.push(format!(
+            "{k}: the index gives it {} objects ({}); not imported",
+            ds.len(),
+            ds.join(", ")
+        ));
+    }
+    let mut seen: std::collections::HashSet<String> = Default::default();
     let mut by_digest: HashMap<String, Vec<Entry>> = HashMap::new();
     for e in index.entries {
+        if contradicted.binary_search(&e.key).is_ok() || !seen.insert(e.key.clone()) {
+            continue;
+        }
         // A key that names a digest (a blob, a manifest, a schematic) must
         // name its object's: never imported otherwise, whatever the bytes.
         if let Err(why) = crate::registry::layout::check_claim(&e.key, &e.digest) {

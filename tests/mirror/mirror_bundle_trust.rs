@@ -454,3 +454,58 @@ fn export_never_replaces_a_file_it_did_not_write() {
         ]
     );
 }
+
+/// A hostile pass: an index that gives one key two objects was imported
+/// without a word (one of the two won). Neither is imported now, the line
+/// names the key and both objects (exit 1); the rest of the bundle is.
+#[test]
+fn a_key_the_index_gives_two_objects_is_not_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, c) = (
+        b"object A".to_vec(),
+        b"object B".to_vec(),
+        b"object C".to_vec(),
+    );
+    let (da, db, dc) = (sha256_hex(&a), sha256_hex(&b), sha256_hex(&c));
+    let tar = dir.path().join("b.tar");
+    bundle(
+        &tar,
+        &[
+            entry("factory/x/two", &da, a.len()),
+            entry("factory/x/two", &db, b.len()),
+            entry("factory/x/one", &dc, c.len()),
+            entry("factory/x/one", &dc, c.len()),
+        ],
+        &[
+            (format!("objects/sha256/{da}"), a),
+            (format!("objects/sha256/{db}"), b),
+            (format!("objects/sha256/{dc}"), c),
+        ],
+    );
+    let cache = dir.path().join("cache");
+    let o = talos_gen(&[
+        "mirror",
+        "import",
+        tar.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!(
+            "factory/x/two: the index gives it 2 objects (sha256:{da}, sha256:{db}); not imported"
+        )) || text(&o).contains(&format!(
+            "factory/x/two: the index gives it 2 objects (sha256:{db}, sha256:{da}); not imported"
+        )),
+        "{}",
+        text(&o)
+    );
+    let indexed = |k: &str| {
+        cache
+            .join("index")
+            .join(format!("{}.json", sha256_hex(k.as_bytes())))
+            .exists()
+    };
+    assert!(!indexed("factory/x/two"));
+    assert!(indexed("factory/x/one"));
+}
