@@ -27,14 +27,17 @@ pub struct ImageQuery {
     filename: Option<String>,
 }
 
-/// A `?filename=` the answer can carry: a plain name, no quotes, controls
-/// or path separators (400 otherwise, naming it).
+/// A `?filename=` the answer can carry: a plain name of printable ASCII,
+/// no quotes, backslashes or path separators, not `.` or `..` (400
+/// otherwise, naming it; a name outside ASCII, such as one with a
+/// right-to-left override that shows `exe.iso` for `osi.exe`, included).
 fn check_filename(f: &str) -> crate::Result<()> {
     let ok = !f.is_empty()
         && f.len() <= 255
-        && !f
-            .chars()
-            .any(|c| c.is_control() || matches!(c, '"' | '\\' | '/'));
+        && f != "."
+        && f != ".."
+        && f.chars()
+            .all(|c| (c.is_ascii_graphic() || c == ' ') && !matches!(c, '"' | '\\' | '/'));
     if ok {
         Ok(())
     } else {

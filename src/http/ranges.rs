@@ -13,7 +13,10 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use headers::{ETag, HeaderMapExt, IfModifiedSince, IfNoneMatch, IfRange, LastModified};
+use headers::{
+    ETag, HeaderMapExt, IfMatch, IfModifiedSince, IfNoneMatch, IfRange, IfUnmodifiedSince,
+    LastModified,
+};
 
 use crate::fill::Object;
 
@@ -112,6 +115,24 @@ impl Validators {
         }
     }
 
+    /// `If-Match` (or, without it, `If-Unmodified-Since`) fails (RFC 9110
+    /// 13.2.2: 412 before anything else): no current tag matches strongly,
+    /// or the object changed after the date. A growing object (no tag yet)
+    /// matches only `If-Match: *`; without a date `If-Unmodified-Since` is
+    /// ignored.
+    fn precondition_failed(&self, req: &HeaderMap) -> bool {
+        if let Some(im) = req.typed_get::<IfMatch>() {
+            return match self.etag() {
+                Some(e) => !im.precondition_passes(&e),
+                None => im != IfMatch::any(),
+            };
+        }
+        match (req.typed_get::<IfUnmodifiedSince>(), self.last_modified) {
+            (Some(ius), Some(t)) => !ius.precondition_passes(t),
+            _ => false,
+        }
+    }
+
     /// `If-None-Match` (or, without it, `If-Modified-Since`) says the
     /// client's copy is current.
     fn not_modified(&self, req: &HeaderMap) -> bool {
@@ -188,6 +209,12 @@ pub async fn respond(obj: Object, req: &HeaderMap, a: Answer) -> Response {
     let mut h = a.base;
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     a.validators.insert(&mut h);
+    if a.validators.precondition_failed(req) {
+        let mut r = StatusCode::PRECONDITION_FAILED.into_response();
+        r.headers_mut().extend(h);
+        r.headers_mut().remove(header::CONTENT_TYPE);
+        return r;
+    }
     if a.validators.not_modified(req) {
         let mut r = StatusCode::NOT_MODIFIED.into_response();
         r.headers_mut().extend(h);
@@ -322,5 +349,24 @@ mod tests {
         // a growing object has no validators: If-Range never matches
         assert!(!Validators::default().range_applies(&hm(&[("if-range", "\"abc\"")])));
         assert!(!Validators::default().not_modified(&hm(&[("if-none-match", "*")])));
+        // If-Match, If-Unmodified-Since: 412 when they fail.
+        assert!(!v.precondition_failed(&hm(&[])));
+        assert!(!v.precondition_failed(&hm(&[("if-match", "\"abc\"")])));
+        assert!(!v.precondition_failed(&hm(&[("if-match", "\"x\", \"abc\"")])));
+        assert!(!v.precondition_failed(&hm(&[("if-match", "*")])));
+        assert!(v.precondition_failed(&hm(&[("if-match", "\"nope\"")])));
+        assert!(v.precondition_failed(&hm(&[("if-match", "W/\"abc\"")])));
+        let before = httpdate::fmt_http_date(t - std::time::Duration::from_secs(60));
+        assert!(v.precondition_failed(&hm(&[("if-unmodified-since", &before)])));
+        assert!(!v.precondition_failed(&hm(&[("if-unmodified-since", &date)])));
+        // If-Match wins over If-Unmodified-Since.
+        assert!(!v.precondition_failed(&hm(&[
+            ("if-match", "\"abc\""),
+            ("if-unmodified-since", &before)
+        ])));
+        let growing = Validators::default();
+        assert!(growing.precondition_failed(&hm(&[("if-match", "\"abc\"")])));
+        assert!(!growing.precondition_failed(&hm(&[("if-match", "*")])));
+        assert!(!growing.precondition_failed(&hm(&[("if-unmodified-since", &before)])));
     }
 }

@@ -131,6 +131,28 @@ fn streaming_import_ranges_head_sha256_and_nbd_probe() {
     let lm = g.header("last-modified").unwrap();
     let r = curl(&["-H", &format!("If-Modified-Since: {lm}"), &url]);
     assert_eq!(r.status, 304);
+    // If-Match and If-Unmodified-Since (a hostile pass found them ignored).
+    let r = curl(&["-r", "0-9", "-H", &format!("If-Match: {etag}"), &url]);
+    assert_eq!((r.status, r.body.len()), (206, 10));
+    let r = curl(&["-r", "0-9", "-H", "If-Match: \"nope\"", &url]);
+    assert_eq!((r.status, r.body.len()), (412, 0));
+    let r = curl(&[
+        "-H",
+        "If-Unmodified-Since: Sat, 01 Jan 2000 00:00:00 GMT",
+        &url,
+    ]);
+    assert_eq!((r.status, r.body.len()), (412, 0));
+    let r = curl(&["-H", &format!("If-Unmodified-Since: {lm}"), &url]);
+    assert_eq!((r.status, r.body.len()), (200, len));
+    // ?filename= is a plain ASCII name, never `..` or a spoofing character.
+    for bad in ["..", ".", "%E2%80%AEosi.exe", "caf%C3%A9.iso", "%FF"] {
+        let r = curl(&[&format!("{url}?filename={bad}")]);
+        assert_eq!(r.status, 400, "{bad}");
+        assert!(
+            String::from_utf8_lossy(&r.body).contains("not a plain file name"),
+            "{bad}"
+        );
+    }
 
     // .sha256, usable as CDI's checksum.
     let s = curl(&[&format!("{url}.sha256")]);
