@@ -347,13 +347,14 @@ pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportRepor
                 let t = std::mem::replace(&mut tmp, store.temp()?);
                 store.commit(t, &e.key, meta).await?;
                 known.insert(digest.to_string());
+                // Counted as imported only when this import wrote it.
+                report.objects += 1;
+                report.bytes += want;
             } else {
                 store.link(&e.key, digest, meta).await?;
             }
             report.keys += 1;
         }
-        report.objects += 1;
-        report.bytes += want;
     }
     for entries in by_digest.values() {
         for e in entries {

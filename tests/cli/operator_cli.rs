@@ -827,6 +827,9 @@ fn mirror_edges() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("already present"), "{out}");
+    // Nothing was written the second time, and the line says so (it
+    // counted the objects already there as imported).
+    assert!(out.contains("0 keys, 0 objects (0 B) imported"), "{out}");
 }
 
 /// README: the commands a user copies work as written.
