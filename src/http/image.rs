@@ -77,7 +77,7 @@ pub async fn get_image(
     let Ok(resp) = once_more_if_dropped(|| async move {
         Ok::<_, Infallible>(match cache.open(key).await {
             Err(e) => e.into_response(),
-            Ok(obj) if sha => sha256_answer(obj, name, head_only).await,
+            Ok(obj) if sha => sha256_answer(obj, name, head_only, headers).await,
             Ok(obj) => artifact(cache, obj, head_only, headers, filename).await,
         })
     })
@@ -118,13 +118,24 @@ pub async fn versions(State(state): State<AppState>) -> Response {
 }
 
 /// `<sha256>  <asset>`: known once the artifact is stored.
-async fn sha256_answer(obj: Object, name: &str, head_only: bool) -> Response {
+async fn sha256_answer(obj: Object, name: &str, head_only: bool, req: &HeaderMap) -> Response {
     let stored = match obj.complete().await {
         Ok(o) => o,
         Err(e) => return e.into_response(),
     };
     let body = format!("{}  {name}\n", stored.entry.digest);
     let etag = format!("\"{}.sha256\"", stored.entry.digest);
+    let validators = super::ranges::Validators {
+        etag: Some(etag.clone()),
+        last_modified: None,
+    };
+    if let Some(status) = validators.precondition(req) {
+        let mut h = HeaderMap::new();
+        if let Ok(v) = HeaderValue::from_str(&etag) {
+            h.insert(header::ETAG, v);
+        }
+        return super::ranges::bodiless(status, h);
+    }
     let mut r = text(axum::http::StatusCode::OK, body.clone());
     if head_only {
         *r.body_mut() = Body::empty();

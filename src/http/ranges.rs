@@ -115,6 +115,21 @@ impl Validators {
         }
     }
 
+    /// The answer the conditional headers of `req` call for before any
+    /// body: 412 (a failed `If-Match` / `If-Unmodified-Since`), else 304
+    /// (`If-None-Match` / `If-Modified-Since` say the client's copy is
+    /// current), else `None`. Every answer that carries these validators
+    /// (a body, a HEAD, a `.sha256` line) asks this one function.
+    pub fn precondition(&self, req: &HeaderMap) -> Option<StatusCode> {
+        if self.precondition_failed(req) {
+            Some(StatusCode::PRECONDITION_FAILED)
+        } else if self.not_modified(req) {
+            Some(StatusCode::NOT_MODIFIED)
+        } else {
+            None
+        }
+    }
+
     /// `If-Match` (or, without it, `If-Unmodified-Since`) fails (RFC 9110
     /// 13.2.2: 412 before anything else): no current tag matches strongly,
     /// or the object changed after the date. A growing object (no tag yet)
@@ -158,6 +173,15 @@ impl Validators {
             None => false,
         }
     }
+}
+
+/// A 304 or 412 with the answer's headers but no body (and no type).
+pub fn bodiless(status: StatusCode, h: HeaderMap) -> Response {
+    let mut r = status.into_response();
+    r.headers_mut().extend(h);
+    r.headers_mut().remove(header::CONTENT_TYPE);
+    r.headers_mut().remove(header::CONTENT_LENGTH);
+    r
 }
 
 /// How one response goes out.
@@ -209,17 +233,8 @@ pub async fn respond(obj: Object, req: &HeaderMap, a: Answer) -> Response {
     let mut h = a.base;
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     a.validators.insert(&mut h);
-    if a.validators.precondition_failed(req) {
-        let mut r = StatusCode::PRECONDITION_FAILED.into_response();
-        r.headers_mut().extend(h);
-        r.headers_mut().remove(header::CONTENT_TYPE);
-        return r;
-    }
-    if a.validators.not_modified(req) {
-        let mut r = StatusCode::NOT_MODIFIED.into_response();
-        r.headers_mut().extend(h);
-        r.headers_mut().remove(header::CONTENT_TYPE);
-        return r;
+    if let Some(status) = a.validators.precondition(req) {
+        return bodiless(status, h);
     }
     let ask = match req.get(header::RANGE).and_then(|v| v.to_str().ok()) {
         Some(v) if a.validators.range_applies(req) => parse_range(v, len),

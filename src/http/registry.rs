@@ -212,8 +212,18 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
             let d = Digest::parse(reference)?;
             if method == Method::HEAD {
                 let size = reg.blob_size(&up, repo, &d).await?;
+                let mut h = HeaderMap::new();
+                blob_headers(&mut h, &d, size);
+                // The same conditionals as the GET's answer (412, 304).
+                let validators = super::ranges::Validators {
+                    etag: Some(format!("\"{d}\"")),
+                    last_modified: None,
+                };
+                if let Some(status) = validators.precondition(&req.headers) {
+                    return Ok(super::ranges::bodiless(status, h));
+                }
                 let mut resp = Response::new(Body::empty());
-                blob_headers(resp.headers_mut(), &d, size);
+                *resp.headers_mut() = h;
                 return Ok(resp);
             }
             let (up, d) = (&up, &d);

@@ -231,6 +231,18 @@ async fn ns_mirror_served_only_for_configured_registries() {
         cold.data.len().to_string().as_str()
     );
     assert_eq!(r.headers["docker-content-digest"], cold.digest.as_str());
+    // HEAD asks the conditionals as GET does (a hostile pass found HEAD
+    // answering 200 where GET answered 412 or 304).
+    let tag = format!("\"{}\"", cold.digest);
+    for (h, v, want) in [
+        ("if-match", "\"nope\"", 412),
+        ("if-match", tag.as_str(), 200),
+        ("if-none-match", tag.as_str(), 304),
+        ("if-none-match", "\"nope\"", 200),
+    ] {
+        let r = send(http.head(&burl).header(h, v)).await;
+        assert_eq!(r.status, want, "HEAD {h}: {v}");
+    }
     let r = send(http.get(&burl).header("range", "bytes=1000-2999")).await;
     assert_eq!(r.status, 206);
     assert_eq!(r.body, &cold.data[1000..3000]);

@@ -157,6 +157,16 @@ fn streaming_import_ranges_head_sha256_and_nbd_probe() {
     // .sha256, usable as CDI's checksum.
     let s = curl(&[&format!("{url}.sha256")]);
     assert_eq!(s.status, 200);
+    // Its tag is asked by the conditionals like any answer's.
+    let stag = s.header("etag").unwrap();
+    for (h, want) in [
+        (format!("If-Match: {stag}"), 200),
+        ("If-Match: \"x\"".to_string(), 412),
+        (format!("If-None-Match: {stag}"), 304),
+    ] {
+        let r = curl(&["-H", &h, &format!("{url}.sha256")]);
+        assert_eq!((r.status, r.body.is_empty()), (want, want != 200), "{h}");
+    }
     assert_eq!(
         String::from_utf8(s.body).unwrap(),
         format!("{}  {A}\n", sha256_hex(&fx.xz))
