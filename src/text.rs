@@ -111,27 +111,40 @@ pub const QUOTE_MAX: usize = 40;
 /// not copied onto the terminal or into a log.
 pub fn clip_quoted(msg: &str) -> String {
     let mut out = String::with_capacity(msg.len().min(1024));
-    let mut rest = msg;
-    while let Some(open) = rest.find(['`', '"']) {
-        let q = rest.as_bytes()[open] as char;
-        out.push_str(&rest[..=open]);
-        let after = &rest[open + 1..];
-        let Some(close) = after.find(q) else {
-            rest = after;
-            break;
-        };
-        let span = &after[..close];
+    let mut chars = msg.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c != '`' && c != '"' {
+            continue;
+        }
+        // The span to the matching quote; in double quotes a backslash
+        // escapes the next character (`\"` does not end the span). A span
+        // with no end runs to the end of the message, and is cut alike.
+        let mut span = String::new();
+        let mut closed = false;
+        let mut escaped = false;
+        for d in chars.by_ref() {
+            if escaped {
+                escaped = false;
+            } else if d == '\\' && c == '"' {
+                escaped = true;
+            } else if d == c {
+                closed = true;
+                break;
+            }
+            span.push(d);
+        }
         let n = span.chars().count();
         if n > QUOTE_MAX {
             out.extend(span.chars().take(QUOTE_MAX / 2));
             out.push_str(&format!("... ({n} characters)"));
         } else {
-            out.push_str(span);
+            out.push_str(&span);
         }
-        out.push(q);
-        rest = &after[close + 1..];
+        if closed {
+            out.push(c);
+        }
     }
-    out.push_str(rest);
     out
 }
 
@@ -202,7 +215,26 @@ mod tests {
         ));
         assert!(!m.contains("daemon"), "{m}");
         assert!(m.ends_with("characters)\", expected struct"), "{m}");
+        // An escaped quote does not end a span.
+        let m = clip_quoted(&format!(
+            "invalid type: string \"a\\\"{}\", expected a mapping",
+            "S".repeat(5000)
+        ));
+        assert_eq!(
+            m,
+            format!(
+                "invalid type: string \"a\\\"{}... (5003 characters)\", expected a mapping",
+                "S".repeat(17)
+            )
+        );
+        // A span with no end is cut too.
+        let m = clip_quoted(&format!("unknown field \"{}", "S".repeat(5000)));
+        assert_eq!(
+            m,
+            format!("unknown field \"{}... (5000 characters)", "S".repeat(20))
+        );
         for short in [
+            "a \"x\\\"y\" b",
             "unknown field `cpus`",
             "a \"quote\" and `tick`",
             "an open ` quote",

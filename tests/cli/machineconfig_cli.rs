@@ -702,12 +702,19 @@ fn a_wrong_file_is_named_not_copied_into_the_error() {
     let shadow = "root:$6$saltsalt$0123456789abcdefghijklmnopqrstuvwxyzABCDEF:20228:0:99999:7::\n";
     std::fs::write(p("shadow"), format!("{shadow}: 1\n")).unwrap();
     std::fs::write(p("bigkey.yaml"), format!("{}: 1\n", "k".repeat(10 << 20))).unwrap();
+    // A quote escaped inside the value does not end the cut.
+    std::fs::write(
+        p("escaped.yaml"),
+        format!("\"ab\\\"cd {}\"\n", passwd.replace('\n', " ")),
+    )
+    .unwrap();
     let base = ["--talos-version", "v1.13.6"];
     let patch = |f: &str| format!("@{}", p(f));
     for (flag, arg) in [
         ("--with-secrets", p("passwd")),
         ("--with-secrets", p("shadow")),
         ("--with-secrets", p("bigkey.yaml")),
+        ("--with-secrets", p("escaped.yaml")),
         ("--config-patch", patch("shadow")),
         ("--config-patch", patch("bigkey.yaml")),
     ] {
