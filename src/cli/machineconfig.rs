@@ -325,6 +325,13 @@ fn tempfile_in(dir: &std::path::Path) -> std::io::Result<(std::path::PathBuf, st
 pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
     use crate::machineconfig::Request;
     use crate::yaml::Value;
+    // The bundle is kept in a file: every later config of the cluster
+    // needs it again (`-` would have made a file named `-`).
+    if args.output_secrets.as_deref() == Some("-") {
+        return Err(crate::Error::bad_input(
+            "--output-secrets: \"-\" is not a file; give the file the bundle is kept in (every later config of the cluster needs it)",
+        ));
+    }
     // Every file read is an input only: neither output may be one (by
     // name, or the same inode through a link), checked before any write.
     let mut inputs: Vec<(String, &str)> = Vec::new();

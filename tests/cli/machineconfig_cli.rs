@@ -672,6 +672,11 @@ fn no_input_and_no_secrets_bundle_is_ever_an_output() {
         );
         assert_eq!(code, 0, "{err}");
     }
+    // `--output-secrets -` is no file (it made one named `-`).
+    let (code, stdout, err) = mc(&[base[0], base[1], "--output-secrets", "-"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is not a file"), "{err}");
+    assert!(stdout.is_empty());
     // A link that leads nowhere, as either output.
     let link = p("dangling");
     let nowhere = p("nowhere.yaml");
