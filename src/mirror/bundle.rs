@@ -51,7 +51,10 @@ pub fn export(
             .or_insert((e.size, e.key.clone()));
     }
     replaceable(output)?;
-    // Beside the output, a name of our own, never an existing file's.
+    sweep_partials(output);
+    // Beside the output, a name of our own, never an existing file's,
+    // locked while it is written (so a later export can tell a killed
+    // one's leftover from a running one's file).
     let mut tmp_name = output.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(format!(
         ".{}-{:08x}.partial",
@@ -62,6 +65,8 @@ pub fn export(
     let res = (|| -> Result<ExportReport> {
         let f = std::fs::File::create_new(&tmp)
             .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
+        f.lock()
+            .map_err(|e| Error::io(format!("locking {}", tmp.display()), e))?;
         let mut tar = tar::Builder::new(BufWriter::with_capacity(1 << 20, f));
         let werr = |e: std::io::Error| Error::io(format!("writing {}", tmp.display()), e);
         let index = serde_json::to_vec(&BundleIndex {
@@ -109,6 +114,57 @@ pub fn export(
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
             Err(e)
+        }
+    }
+}
+
+/// Remove what an export to `output` killed before its end left beside
+/// it: `<name>.<pid>-<8 hex>.partial`, a regular file no process holds
+/// locked (a running export holds its own) and older than a minute.
+/// Nothing else is touched.
+fn sweep_partials(output: &Path) {
+    let (Some(dir), Some(name)) = (output.parent(), output.file_name()) else {
+        return;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let ours = n
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(".partial"))
+            .and_then(|r| r.split_once('-'))
+            .is_some_and(|(pid, hex)| {
+                !pid.is_empty()
+                    && pid.bytes().all(|b| b.is_ascii_digit())
+                    && hex.len() == 8
+                    && hex.bytes().all(|b| b.is_ascii_hexdigit())
+            });
+        if !ours || !e.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        // A file just made may not be locked yet by the export making it.
+        let young = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_none_or(|age| age < std::time::Duration::from_secs(60));
+        if young {
+            continue;
+        }
+        if let Ok(f) = std::fs::File::open(e.path())
+            && f.try_lock().is_ok()
+        {
+            tracing::info!(path = %e.path().display(), "removing what an interrupted export left");
+            let _ = std::fs::remove_file(e.path());
         }
     }
 }

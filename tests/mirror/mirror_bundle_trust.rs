@@ -421,6 +421,18 @@ fn export_never_replaces_a_file_it_did_not_write() {
             .unwrap()
             .is_symlink()
     );
+    // What a killed export left beside its output goes with the next
+    // export to that output; a name of another shape stays.
+    std::fs::write(p("out.tar.4242-0badf00d.partial"), b"half a tar").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(p("out.tar.4242-0badf00d.partial"))
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(120))
+        .unwrap();
+    // One just made (an export that has not locked it yet) stays.
+    std::fs::write(p("out.tar.4243-0badf00e.partial"), b"being written").unwrap();
+    std::fs::write(p("out.tar.mine.partial"), b"the user's").unwrap();
     // A new path, then the same path again (the export it wrote).
     for _ in 0..2 {
         let o = export(&p("out.tar"));
@@ -450,6 +462,8 @@ fn export_never_replaces_a_file_it_did_not_write() {
             "link.tar",
             "notes.md",
             "out.tar",
+            "out.tar.4243-0badf00e.partial",
+            "out.tar.mine.partial",
             "theirs.tar"
         ]
     );
