@@ -160,6 +160,17 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u64).range(1..=3600)
     )]
     pub body_read_timeout: u64,
+    /// Connections open at once; past it the oldest idle one (a keep-alive,
+    /// a head still arriving) is closed for the new one, and with every one
+    /// busy the new one is closed (default: three quarters of the open-file
+    /// limit)
+    #[arg(
+        long,
+        env = "TALOS_GEN_MAX_CONNECTIONS",
+        value_name = "N",
+        value_parser = clap::value_parser!(u64).range(1..=1_000_000)
+    )]
+    pub max_connections: Option<u64>,
     /// Upstream fills (image and blob downloads) running at once; more wait.
     #[arg(
         long,
@@ -252,6 +263,9 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
         write_timeout: Duration::from_secs(args.write_timeout.max(1)),
         body_read_timeout: Duration::from_secs(args.body_read_timeout),
+        max_connections: args
+            .max_connections
+            .map_or_else(crate::http::conns::Connections::default_max, |n| n as usize),
         max_concurrent_fills: args.max_concurrent_fills as usize,
         upstream_limits: args.upstream.limits(),
         metadata_ttl: Duration::from_secs(args.metadata_ttl),

@@ -35,11 +35,13 @@ pub struct Peer(pub SocketAddr);
 pub struct WithPeer<S> {
     inner: S,
     peer: SocketAddr,
+    busy: super::conns::Busy,
 }
 
 impl<S> WithPeer<S> {
-    pub fn new(inner: S, peer: SocketAddr) -> WithPeer<S> {
-        WithPeer { inner, peer }
+    /// `busy`: the connection's requests in flight ([`super::conns`]).
+    pub fn new(inner: S, peer: SocketAddr, busy: super::conns::Busy) -> WithPeer<S> {
+        WithPeer { inner, peer, busy }
     }
 }
 
@@ -53,6 +55,7 @@ where
 
     fn call(&self, mut req: hyper::Request<B>) -> Self::Future {
         req.extensions_mut().insert(Peer(self.peer));
+        req.extensions_mut().insert(self.busy.clone());
         self.inner.call(req)
     }
 }

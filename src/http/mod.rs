@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 pub mod access;
 pub mod api;
 pub mod blocking;
+pub mod conns;
 pub mod datavolume;
 pub mod error;
 pub mod ranges;
@@ -56,6 +57,8 @@ pub struct ServeConfig {
     pub write_timeout: Duration,
     /// Time a client has to send a request body whole, from the end of its head (408 past it).
     pub body_read_timeout: Duration,
+    /// Connections open at once; past it the oldest idle one closes for a new one (`conns`).
+    pub max_connections: usize,
     /// Upstream fills running at once.
     pub max_concurrent_fills: usize,
     /// The bounds on every upstream wait (`--upstream-timeout`, `--upstream-min-rate`).
@@ -94,6 +97,7 @@ impl ServeConfig {
             header_read_timeout: Duration::from_secs(15),
             write_timeout: Duration::from_secs(60),
             body_read_timeout: Duration::from_secs(30),
+            max_connections: conns::Connections::default_max(),
             max_concurrent_fills: 16,
             upstream_limits: crate::upstream::Limits::default(),
             metadata_ttl: crate::factory::DEFAULT_METADATA_TTL,
@@ -326,11 +330,13 @@ pub fn router(state: AppState) -> Router {
             limits::body_deadline,
         ))
         .fallback(api::not_found)
-        // Outermost: every answer, 401 and 413 included, gets its line.
+        // Every answer, 401 and 413 included, gets its line.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             access::log,
         ))
+        // Outermost: the connection is busy until the answer's body is done.
+        .layer(axum::middleware::from_fn(conns::track))
         .with_state(state)
 }
 
@@ -380,6 +386,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         .max_headers(limits::MAX_HEADERS)
         .keep_alive(true);
     let write_timeout = state.cfg.write_timeout;
+    let conns = conns::Connections::new(state.cfg.max_connections);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let stop = shutdown_signal();
     tokio::pin!(stop);
@@ -397,19 +404,34 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
                 continue;
             }
         };
+        // Past --max-connections the oldest idle connection closes for
+        // this one; with every one busy, this one is closed.
+        let Some(admitted) = conns.admit() else {
+            tracing::warn!(%peer, "connection closed: every open connection has a request in flight (--max-connections)");
+            drop(tcp);
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         let guarded = limits::WriteGuard::new(tcp, write_timeout);
         let svc = access::WithPeer::new(
             hyper_util::service::TowerToHyperService::new(app.clone()),
             peer,
+            admitted.busy.clone(),
         );
         let Some(acceptor) = &acceptor else {
             let io = hyper_util::rt::TokioIo::new(guarded);
             let conn = graceful.watch(http.serve_connection(io, svc));
             tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "connection ended");
+                let close = admitted.close.clone();
+                tokio::select! {
+                    r = conn => if let Err(e) = r {
+                        tracing::debug!(error = %e, "connection ended");
+                    },
+                    _ = close.notified() => {
+                        tracing::debug!(%peer, "idle connection closed for a new one (--max-connections)");
+                    }
                 }
+                drop(admitted);
             });
             continue;
         };
@@ -430,9 +452,16 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
                 }
             };
             let io = hyper_util::rt::TokioIo::new(tls);
-            if let Err(e) = watcher.watch(http.serve_connection(io, svc)).await {
-                tracing::debug!(error = %e, "connection ended");
+            let close = admitted.close.clone();
+            tokio::select! {
+                r = watcher.watch(http.serve_connection(io, svc)) => if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended");
+                },
+                _ = close.notified() => {
+                    tracing::debug!(%peer, "idle connection closed for a new one (--max-connections)");
+                }
             }
+            drop(admitted);
         });
     }
     // Stop accepting; let requests in flight finish, up to the timeout.

@@ -616,10 +616,11 @@ fn help_describes_every_flag() {
                 "trust-forwarded-for",
                 "local-cache-max-size",
                 "body-read-timeout",
+                "max-connections",
             ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
-            assert_eq!(checked.len(), 28, "{checked:?}");
+            assert_eq!(checked.len(), 29, "{checked:?}");
         }
     }
     // The upstream bounds, on both commands that have them.

@@ -297,6 +297,57 @@ fn a_stalled_or_trickled_body_is_408_and_closed() {
     assert_eq!(code, 201);
 }
 
+/// A hostile pass: 20,000 connections sending a head a byte at a time took
+/// every file descriptor, and `/healthz` with them, until the header read
+/// timeout. With `--max-connections 64`, 600 such connections leave the
+/// server with about 64 sockets: each new one takes the place of the
+/// oldest idle one, `/healthz` answers within a second, and a download in
+/// flight all the while is never the one closed (it ends whole).
+#[test]
+fn a_connection_flood_is_bounded_and_never_cuts_a_request_in_flight() {
+    // 24 MiB: more than the loopback socket buffers hold, so the server is
+    // still sending when the flood comes.
+    let up = Factory::new(24, 1, &[A], None);
+    let svc = up.serve(&["--max-connections", "64"]);
+    let url = format!("{}{}", svc.url(), image_path(A));
+    assert_eq!(curl(&[&url]).status, 200);
+    let fds_before = fd_count(svc.pid());
+    // A download at 4 MiB/s: in flight through the whole flood.
+    let slow = crate::support::curl_spawn(&["--limit-rate", "4M", &url]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut flood = Vec::new();
+    for _ in 0..600 {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", svc.port)) else {
+            continue;
+        };
+        let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+        flood.push(s);
+    }
+    for _ in 0..5 {
+        let t = Instant::now();
+        let (code, _, body) = raw_request(
+            svc.port,
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert_eq!((code, body.as_slice()), (200, b"ok\n".as_slice()));
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "/healthz took {:?}",
+            t.elapsed()
+        );
+    }
+    let fds = fd_count(svc.pid());
+    assert!(
+        fds <= fds_before + 64 + 8,
+        "{fds} descriptors with 600 connections at --max-connections 64 ({fds_before} before)"
+    );
+    let got = slow.wait();
+    assert_eq!((got.exit, got.status), (0, 200), "{}", got.stderr);
+    assert!(got.body == up.xz, "the download in flight ends whole");
+    drop(flood);
+}
+
 #[test]
 fn slow_reader_neither_slows_others_nor_grows_memory() {
     // 24 MiB of random data: more than the loopback socket buffers hold.
