@@ -154,6 +154,9 @@ impl Drop for InFlight {
 }
 
 /// An answer's body that keeps its request in flight until it is dropped.
+/// Its size hint and end are the inner body's, so the answer keeps its
+/// `Content-Length` (`BodyExt::map_frame` with the guard in its closure
+/// would drop the hint, and every answer would go chunked).
 struct Holding {
     inner: Body,
     _guard: InFlight,

@@ -421,18 +421,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         let Some(acceptor) = &acceptor else {
             let io = hyper_util::rt::TokioIo::new(guarded);
             let conn = graceful.watch(http.serve_connection(io, svc));
-            tokio::spawn(async move {
-                let close = admitted.close.clone();
-                tokio::select! {
-                    r = conn => if let Err(e) = r {
-                        tracing::debug!(error = %e, "connection ended");
-                    },
-                    _ = close.notified() => {
-                        tracing::debug!(%peer, "idle connection closed for a new one (--max-connections)");
-                    }
-                }
-                drop(admitted);
-            });
+            tokio::spawn(until_closed(conn, admitted, peer));
             continue;
         };
         // The handshake runs in the connection's task, bounded like a
@@ -452,16 +441,12 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
                 }
             };
             let io = hyper_util::rt::TokioIo::new(tls);
-            let close = admitted.close.clone();
-            tokio::select! {
-                r = watcher.watch(http.serve_connection(io, svc)) => if let Err(e) = r {
-                    tracing::debug!(error = %e, "connection ended");
-                },
-                _ = close.notified() => {
-                    tracing::debug!(%peer, "idle connection closed for a new one (--max-connections)");
-                }
-            }
-            drop(admitted);
+            until_closed(
+                watcher.watch(http.serve_connection(io, svc)),
+                admitted,
+                peer,
+            )
+            .await;
         });
     }
     // Stop accepting; let requests in flight finish, up to the timeout.
@@ -480,6 +465,24 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         ),
     }
     Ok(())
+}
+
+/// Serve one connection until it ends, or until [`conns`] closes it for a
+/// newer one (dropping the connection closes its socket); then it leaves
+/// the table.
+async fn until_closed<E: std::fmt::Display>(
+    conn: impl std::future::Future<Output = std::result::Result<(), E>>,
+    admitted: conns::Conn,
+    peer: SocketAddr,
+) {
+    tokio::select! {
+        r = conn => if let Err(e) = r {
+            tracing::debug!(error = %e, "connection ended");
+        },
+        _ = admitted.close.notified() => {
+            tracing::debug!(%peer, "idle connection closed for a new one (--max-connections)");
+        }
+    }
 }
 
 /// Aborts the task when dropped (the certificate poll ends with `serve`).

@@ -37,6 +37,38 @@ fn post(path: &str, body_len: usize, chunked: bool) -> Vec<u8> {
     req
 }
 
+/// `/healthz` answers `ok` `n` times, each within a second.
+fn healthz_answers_within_a_second(port: u16, n: usize) {
+    for _ in 0..n {
+        let t = Instant::now();
+        let (code, _, body) = raw_request(
+            port,
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert_eq!((code, body.as_slice()), (200, b"ok\n".as_slice()));
+        let took = t.elapsed();
+        assert!(took < Duration::from_secs(1), "/healthz took {took:?}");
+    }
+}
+
+/// The server's descriptors come back to `before` (give or take two)
+/// once the connections it closed are gone.
+fn descriptors_back_to(pid: u32, before: usize) {
+    eventually_some(
+        "the server's descriptors of the closed connections to go",
+        Duration::from_secs(5),
+        || {
+            let after = fd_count(pid);
+            if after <= before + 2 {
+                Ok(())
+            } else {
+                Err(format!("file descriptors: {before} before, {after} after"))
+            }
+        },
+    );
+}
+
 /// Send a request whose body the server may refuse early; read the status.
 fn status_of(port: u16, req: &[u8]) -> u16 {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -140,17 +172,7 @@ fn idle_connection_flood_does_not_starve_healthz() {
         idle.push(s);
     }
     // /healthz answers quickly despite 500 idle connections.
-    for _ in 0..5 {
-        let t = Instant::now();
-        let (code, _, body) = raw_request(
-            svc.port,
-            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-            Duration::from_secs(5),
-        );
-        let took = t.elapsed();
-        assert_eq!((code, body.as_slice()), (200, b"ok\n".as_slice()));
-        assert!(took < Duration::from_secs(1), "/healthz took {took:?}");
-    }
+    healthz_answers_within_a_second(svc.port, 5);
     // After the header-read timeout (2 s) the server closes every one of
     // them: waited for, connection by connection, up to 10x that timeout
     // (a loaded machine), instead of a fixed sleep.
@@ -177,20 +199,7 @@ fn idle_connection_flood_does_not_starve_healthz() {
             }
         },
     );
-    eventually_some(
-        "the server's descriptors of the closed connections to go",
-        Duration::from_secs(5),
-        || {
-            let fds_after = fd_count(svc.pid());
-            if fds_after <= fds_before + 2 {
-                Ok(())
-            } else {
-                Err(format!(
-                    "file descriptors: {fds_before} before, {fds_after} after"
-                ))
-            }
-        },
-    );
+    descriptors_back_to(svc.pid(), fds_before);
 }
 
 /// A hostile pass: a client that sends a head and then stalls its body
@@ -239,20 +248,7 @@ fn a_stalled_or_trickled_body_is_408_and_closed() {
         let _ = trickle.read_to_end(&mut got);
         (t.elapsed(), String::from_utf8_lossy(&got).into_owned())
     });
-    for _ in 0..3 {
-        let t = Instant::now();
-        let (code, _, _) = raw_request(
-            svc.port,
-            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-            Duration::from_secs(5),
-        );
-        assert_eq!(code, 200);
-        assert!(
-            t.elapsed() < Duration::from_secs(1),
-            "/healthz took {:?}",
-            t.elapsed()
-        );
-    }
+    healthz_answers_within_a_second(svc.port, 3);
     for (i, s) in stalled.iter_mut().enumerate() {
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut got = Vec::new();
@@ -273,20 +269,7 @@ fn a_stalled_or_trickled_body_is_408_and_closed() {
     let (took, text) = trickler.join().unwrap();
     assert!(text.contains("408 Request Timeout"), "the trickle: {text}");
     assert!(took < Duration::from_secs(15), "the trickle took {took:?}");
-    eventually_some(
-        "the server's descriptors of the closed connections to go",
-        Duration::from_secs(5),
-        || {
-            let fds_after = fd_count(svc.pid());
-            if fds_after <= fds_before + 2 {
-                Ok(())
-            } else {
-                Err(format!(
-                    "file descriptors: {fds_before} before, {fds_after} after"
-                ))
-            }
-        },
-    );
+    descriptors_back_to(svc.pid(), fds_before);
     // A body sent whole in time is served as before.
     let body = "customization: {}\n";
     let req = format!(
@@ -323,20 +306,7 @@ fn a_connection_flood_is_bounded_and_never_cuts_a_request_in_flight() {
         let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ");
         flood.push(s);
     }
-    for _ in 0..5 {
-        let t = Instant::now();
-        let (code, _, body) = raw_request(
-            svc.port,
-            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-            Duration::from_secs(5),
-        );
-        assert_eq!((code, body.as_slice()), (200, b"ok\n".as_slice()));
-        assert!(
-            t.elapsed() < Duration::from_secs(1),
-            "/healthz took {:?}",
-            t.elapsed()
-        );
-    }
+    healthz_answers_within_a_second(svc.port, 5);
     let fds = fd_count(svc.pid());
     assert!(
         fds <= fds_before + 64 + 8,
