@@ -231,7 +231,10 @@ impl Store {
     /// interrupted writes, check the index against the objects, and evict
     /// down to `max_size` bytes.
     pub fn open(dir: impl Into<PathBuf>, max_size: Option<u64>) -> Result<Store> {
-        let dir: PathBuf = dir.into();
+        Store::open_dir(dir.into(), max_size, Touch::Recover)
+    }
+
+    fn open_dir(dir: PathBuf, max_size: Option<u64>, touch: Touch) -> Result<Store> {
         if dir.as_os_str().is_empty() {
             return Err(Error::bad_input(
                 "the cache directory is an empty path (give a directory)",
@@ -239,7 +242,7 @@ impl Store {
         }
         let backend = LocalDir::open(dir.clone())
             .map_err(|e| Error::io(format!("opening the store {}", dir.display()), e))?;
-        Store::with_backend(Box::new(backend), max_size)
+        Store::build(Box::new(backend), max_size, None, touch)
     }
 
     /// Open the store at `loc` (blocking: the S3 backend connects and
@@ -260,12 +263,7 @@ impl Store {
 
     fn open_at_with(loc: &Location, max_size: Option<u64>, touch: Touch) -> Result<Store> {
         match loc {
-            Location::Dir(d) if touch == Touch::Untouched => {
-                let backend = LocalDir::open(d.clone())
-                    .map_err(|e| Error::io(format!("opening the store {}", d.display()), e))?;
-                Store::build(Box::new(backend), None, None, touch)
-            }
-            Location::Dir(d) => Store::open(d.clone(), max_size),
+            Location::Dir(d) => Store::open_dir(d.clone(), max_size, touch),
             Location::S3(c) => {
                 let backend = S3Backend::open(c.clone()).map_err(|e| {
                     if e.kind() == std::io::ErrorKind::InvalidInput {
