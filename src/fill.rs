@@ -444,8 +444,11 @@ impl Fills {
         Ok(Joined::Filling(FillHandle::new(sh)))
     }
 
-    async fn run(&self, key: &str, spec: FillSpec, sh: &Shared) -> Result<Entry, FetchError> {
-        let local = |e: crate::Error| FetchError::Local(e.to_string());
+    async fn run(&self, key: &str, spec: FillSpec, sh: &Arc<Shared>) -> Result<Entry, FetchError> {
+        let local = |e: crate::Error| match e {
+            crate::Error::Unavailable(m) => FetchError::Unavailable(m),
+            e => FetchError::Local(e.to_string()),
+        };
         let opened = (spec.open)().await?;
         let head = opened.head;
         if let (Some(a), Some(b)) = (head.len, spec.expected_len)
@@ -456,10 +459,30 @@ impl Fills {
             )));
         }
         let want_len = head.len.or(spec.expected_len);
-        let mut tmp = self.store.temp().map_err(local)?;
-        let reader = File::open(tmp.path())
-            .map_err(|e| FetchError::Local(format!("opening {}: {e}", tmp.path().display())))?;
+        // The temp file is created, locked and opened for readers on a
+        // blocking thread, and written on one ([`SpoolWriter`]): no write,
+        // hash or checksum of a fill runs on an async worker.
+        let tmp = self.store.temp().await.map_err(local)?;
+        let path = tmp.path().to_path_buf();
+        let reader = tokio::task::spawn_blocking(move || {
+            File::open(&path).map_err(|e| format!("opening {}: {e}", path.display()))
+        })
+        .await
+        .map_err(|e| FetchError::Local(format!("opening a fill's file: {e}")))?
+        .map_err(FetchError::Local)?;
         let _ = sh.file.set(Arc::new(reader));
+        let published = sh.clone();
+        let mut tmp = tmp.into_writer(move |t| {
+            // The checksums of what was written, before readers are told.
+            {
+                let mut sums = published.sums.lock().unwrap_or_else(|p| p.into_inner());
+                let from = sums.whole.len();
+                sums.whole.extend_from_slice(t.chunk_sums_since(from));
+                sums.tail = t.tail_sum();
+            }
+            let written = t.len();
+            published.tx.send_modify(|p| p.written = written);
+        });
         let _ = sh.head.set(head.clone());
         sh.tx.send_modify(|p| p.phase = Phase::Streaming);
 
@@ -504,16 +527,8 @@ impl Fills {
                     want_len.unwrap_or(0)
                 )));
             }
-            tmp.write_all(&chunk).await.map_err(local)?;
             written += chunk.len() as u64;
-            {
-                // The checksums of what was written, before readers are told.
-                let mut sums = sh.sums.lock().unwrap_or_else(|p| p.into_inner());
-                let from = sums.whole.len();
-                sums.whole.extend_from_slice(tmp.chunk_sums_since(from));
-                sums.tail = tmp.tail_sum();
-            }
-            sh.tx.send_modify(|p| p.written = written);
+            tmp.write(chunk.clone()).await.map_err(local)?;
             if let Some(v) = &vtx {
                 // A closed channel means the verifier thread ended; its result says why.
                 let _ = v.send(chunk).await;
@@ -521,6 +536,7 @@ impl Fills {
         }
         drop(body);
         drop(vtx);
+        let tmp = tmp.finish().await.map_err(local)?;
         if let Some(n) = want_len
             && written != n
         {
@@ -1080,10 +1096,10 @@ mod tests {
         fn list_objects(&self) -> std::io::Result<HashMap<String, u64>> {
             self.inner.list_objects()
         }
-        fn object_len(&self, digest: &str) -> Option<u64> {
+        fn object_len(&self, digest: &str) -> std::io::Result<Option<u64>> {
             self.inner.object_len(digest)
         }
-        fn object_age(&self, digest: &str) -> Option<Duration> {
+        fn object_age(&self, digest: &str) -> std::io::Result<Option<Duration>> {
             self.inner.object_age(digest)
         }
         fn open_object(
@@ -1108,7 +1124,7 @@ mod tests {
         fn list_entries(&self) -> std::io::Result<Vec<crate::store::backend::Listed>> {
             self.inner.list_entries()
         }
-        fn read_entry(&self, name: &str) -> Option<(Vec<u8>, u64)> {
+        fn read_entry(&self, name: &str) -> std::io::Result<Option<(Vec<u8>, u64)>> {
             use std::sync::atomic::Ordering::SeqCst;
             if self.frozen.load(SeqCst) {
                 self.entered.store(true, SeqCst);
@@ -1141,9 +1157,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = Store::open(dir.path(), None).unwrap();
-            let mut t = store.temp().unwrap();
-            t.write_all(b"abc").await.unwrap();
-            store.commit(t, "a", Meta::default()).await.unwrap();
+            store
+                .commit_bytes("a", bytes::Bytes::copy_from_slice(b"abc"), Meta::default())
+                .await
+                .unwrap();
         }
         let (frozen, entered) = (
             Arc::new(AtomicBool::new(false)),

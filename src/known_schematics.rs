@@ -150,14 +150,14 @@ impl KnownSchematics {
                 }
             }
             _ => {
-                let mut tmp = self.store.temp()?;
-                tmp.write_all(canonical.as_bytes()).await?;
                 let meta = crate::store::Meta {
                     content_type: Some("application/yaml".into()),
                     pinned,
                     ..Default::default()
                 };
-                self.store.commit(tmp, &key, meta).await?;
+                self.store
+                    .commit_bytes(&key, canonical.clone().into_bytes().into(), meta)
+                    .await?;
             }
         }
         Ok((id, canonical))

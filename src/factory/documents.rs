@@ -308,15 +308,15 @@ impl ImageCache {
         d: &Document,
         pinned: bool,
     ) -> crate::Result<crate::store::Entry> {
-        let store = self.fills.store();
-        let mut t = store.temp()?;
-        t.write_all(&d.body).await?;
         let meta = crate::store::Meta {
             content_type: Some(d.content_type.clone()),
             pinned,
             ..Default::default()
         };
-        store.commit(t, &doc.store_key(), meta).await
+        self.fills
+            .store()
+            .commit_bytes(&doc.store_key(), d.body.clone(), meta)
+            .await
     }
 
     /// `GET /versions`: [`ImageCache::document`] with the TTL the service

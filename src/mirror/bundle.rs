@@ -365,8 +365,10 @@ pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportRepor
             report.bad.push(format!("{name}: {why}"));
             continue;
         }
-        let mut tmp = store.temp()?;
+        // Written on a blocking thread (the store's spool writer).
+        let mut writer = store.temp().await?.into_writer(|_| {});
         let mut ok = true;
+        let mut len = 0u64;
         loop {
             let n = member
                 .read(&mut buf)
@@ -374,18 +376,23 @@ pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportRepor
             if n == 0 {
                 break;
             }
-            if tmp.len() + n as u64 > want {
+            if len + n as u64 > want {
                 ok = false;
                 break;
             }
-            tmp.write_all(&buf[..n]).await?;
+            len += n as u64;
+            writer
+                .write(bytes::Bytes::copy_from_slice(&buf[..n]))
+                .await?;
         }
+        let tmp = writer.finish().await?;
         if !ok || tmp.len() != want || tmp.digest() != digest {
             report
                 .bad
                 .push(format!("sha256:{digest}: bytes do not match its name"));
             continue;
         }
+        let mut tmp = Some(tmp);
         for e in entries {
             if store.entry(&e.key).is_some_and(|x| x.digest == e.digest) {
                 report.present += 1;
@@ -400,7 +407,9 @@ pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportRepor
                 meta: e.meta.clone(),
             };
             if !known.contains(digest) {
-                let t = std::mem::replace(&mut tmp, store.temp()?);
+                let Some(t) = tmp.take() else {
+                    continue;
+                };
                 store.commit(t, &e.key, meta).await?;
                 known.insert(digest.to_string());
                 // Counted as imported only when this import wrote it.

@@ -152,14 +152,12 @@ pub async fn write_import(
 pub async fn write(store: &Store, status: &SyncStatus) -> Result<()> {
     let json = serde_json::to_vec_pretty(status)
         .map_err(|e| crate::Error::refused(format!("encoding the sync status: {e}")))?;
-    let mut tmp = store.temp()?;
-    tmp.write_all(&json).await?;
     let meta = Meta {
         content_type: Some("application/json".into()),
         pinned: true,
         ..Default::default()
     };
-    store.commit(tmp, STATUS_KEY, meta).await?;
+    store.commit_bytes(STATUS_KEY, json.into(), meta).await?;
     Ok(())
 }
 

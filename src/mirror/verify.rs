@@ -167,9 +167,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), None).unwrap();
         for (k, body) in [("a", &b"hello"[..]), ("b", &b"world"[..])] {
-            let mut t = store.temp().unwrap();
-            t.write_all(body).await.unwrap();
-            store.commit(t, k, Default::default()).await.unwrap();
+            store
+                .commit_bytes(k, bytes::Bytes::copy_from_slice(body), Default::default())
+                .await
+                .unwrap();
         }
         let e = store.entry("a").unwrap();
         drop(store);
@@ -198,9 +199,10 @@ mod tests {
             ("cut", &b"world!"[..]),
             ("ok", &b"fine"[..]),
         ] {
-            let mut t = store.temp().unwrap();
-            t.write_all(body).await.unwrap();
-            store.commit(t, k, Default::default()).await.unwrap();
+            store
+                .commit_bytes(k, bytes::Bytes::copy_from_slice(body), Default::default())
+                .await
+                .unwrap();
         }
         let grown = store.entry("grown").unwrap().digest;
         let cut = store.entry("cut").unwrap().digest;
@@ -231,9 +233,14 @@ mod tests {
     async fn missing_checksums_are_added() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), None).unwrap();
-        let mut t = store.temp().unwrap();
-        t.write_all(b"old object").await.unwrap();
-        let e = store.commit(t, "k", Default::default()).await.unwrap();
+        let e = store
+            .commit_bytes(
+                "k",
+                bytes::Bytes::copy_from_slice(b"old object"),
+                Default::default(),
+            )
+            .await
+            .unwrap();
         drop(store);
         std::fs::remove_file(dir.path().join("sums").join(&e.digest)).unwrap();
         let r = verify(dir.path()).unwrap();

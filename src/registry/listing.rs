@@ -399,14 +399,14 @@ impl Registry {
         {
             return Ok(());
         }
-        let mut tmp = self.store.temp()?;
-        tmp.write_all(body).await?;
         let meta = Meta {
             content_type: Some(INDEX_MEDIA_TYPE.into()),
             pinned: pin || old.is_some_and(|e| e.pinned),
             ..Meta::default()
         };
-        self.store.commit(tmp, key, meta).await?;
+        self.store
+            .commit_bytes(key, bytes::Bytes::copy_from_slice(body), meta)
+            .await?;
         Ok(())
     }
 }

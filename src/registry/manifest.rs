@@ -363,14 +363,12 @@ impl Registry {
         if self.store.entry(&key).is_some() {
             return Ok(());
         }
-        let mut tmp = self.store.temp()?;
-        tmp.write_all(&m.body).await?;
         let meta = Meta {
             content_type: Some(m.media_type.clone()),
             pinned: pin,
             ..Meta::default()
         };
-        self.store.commit(tmp, &key, meta).await?;
+        self.store.commit_bytes(&key, m.body.clone(), meta).await?;
         Ok(())
     }
 }

@@ -11,6 +11,9 @@
 //! - **change tokens**: `list_entries`/`read_entry` give each entry a token
 //!   that changes whenever the entry is rewritten (an inode, an ETag), so a
 //!   process sees what other processes wrote before it deletes anything;
+//! - **absent is not unknown**: a read answers held (`Ok(Some)`), absent
+//!   (`Ok(None)`) or unavailable (`Err`, with why); only a backend's own
+//!   "not found" is absent;
 //! - **one lock**: `lock` excludes every process on the same store while
 //!   entries are written and objects deleted;
 //! - **names it owns**: it removes only what it wrote.
@@ -114,11 +117,13 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Every object: digest -> length.
     fn list_objects(&self) -> io::Result<HashMap<String, u64>>;
-    /// An object's length, if it is there.
-    fn object_len(&self, digest: &str) -> Option<u64>;
+    /// An object's length: `Ok(None)` when it is not there, `Err` when the
+    /// backend did not answer (never taken for "not there").
+    fn object_len(&self, digest: &str) -> io::Result<Option<u64>>;
     /// How long ago the object was written (orphans younger than a grace
-    /// period may still be about to get their entry).
-    fn object_age(&self, digest: &str) -> Option<Duration>;
+    /// period may still be about to get their entry); `Ok(None)` when it
+    /// is not there, `Err` when the backend did not answer.
+    fn object_age(&self, digest: &str) -> io::Result<Option<Duration>>;
     /// Open an object of `len` bytes (the index knows it: objects are
     /// immutable, so a remote backend opens it without a round trip).
     fn open_object(&self, digest: &str, len: u64) -> io::Result<Box<dyn ObjectRead>>;
@@ -128,7 +133,11 @@ pub trait Backend: Send + Sync + 'static {
     fn delete_object(&self, digest: &str);
 
     fn list_entries(&self) -> io::Result<Vec<Listed>>;
-    fn read_entry(&self, name: &str) -> Option<(Vec<u8>, u64)>;
+    /// An entry's body and change token: `Ok(None)` when there is no such
+    /// entry, `Err` when the backend did not answer (never taken for
+    /// "no entry": a commit or a fetch decided on that would undo what
+    /// another process wrote).
+    fn read_entry(&self, name: &str) -> io::Result<Option<(Vec<u8>, u64)>>;
     /// Write (replace) an entry; its new change token.
     fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64>;
     fn delete_entry(&self, name: &str);

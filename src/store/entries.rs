@@ -46,8 +46,8 @@ pub(super) struct Obj {
     pub(super) readers: usize,
     last_used: u64,
     pub(super) keys: Vec<String>,
-    /// Loaded once: `Some(None)` when the object has no checksums.
-    pub(super) sums: Option<Option<Arc<Sums>>>,
+    /// Its block checksums, once loaded (or rebuilt): `None` until then.
+    pub(super) sums: Option<Arc<Sums>>,
     /// The object's file open for reads (a local store), kept from its
     /// first open until it leaves memory (evicted, dropped, its last key
     /// gone) or the cap on idle files takes it ([`MAX_IDLE_FILES`]); readers
@@ -190,6 +190,15 @@ impl State {
     }
 }
 
+/// Who writes an entry, and so what it may replace.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Write {
+    /// A cached copy (a fill, a link): never replaces a pinned entry.
+    Cache,
+    /// The owner of the pins (the mirror job, `set_pinned`): replaces.
+    Owner,
+}
+
 /// Parse an entry the backend gave, checking it against its name.
 fn parse_entry(name: &str, body: &[u8]) -> std::result::Result<Entry, String> {
     let en: Entry =
@@ -241,10 +250,13 @@ impl Store {
         let mut dropped = Vec::new();
         let on_disk = b.list_objects().map_err(io)?;
         for l in b.list_entries().map_err(io)? {
-            let parsed = b
-                .read_entry(&l.name)
-                .ok_or_else(|| format!("index entry {} cannot be read", l.name))
-                .and_then(|(body, _)| parse_entry(&l.name, &body));
+            // An entry the backend did not answer for is not dropped: the
+            // open fails (an entry gone between the listing and the read
+            // was removed by another process, and is simply not there).
+            let parsed = match b.read_entry(&l.name).map_err(io)? {
+                None => continue,
+                Some((body, _)) => parse_entry(&l.name, &body),
+            };
             let problem = match &parsed {
                 Err(p) => Some(p.clone()),
                 Ok(en) => entry_problem(en, &on_disk),
@@ -274,7 +286,12 @@ impl Store {
         // their index entry).
         for digest in on_disk.keys() {
             if !state.objects.contains_key(digest) {
-                let young = b.object_age(digest).is_some_and(|age| age < ORPHAN_GRACE);
+                // An age the backend did not tell counts as young: nothing
+                // is deleted on a guess.
+                let young = match b.object_age(digest) {
+                    Ok(age) => age.is_some_and(|age| age < ORPHAN_GRACE),
+                    Err(_) => true,
+                };
                 if !young && recover {
                     tracing::info!(%digest, "removing an unreferenced object");
                     b.delete_object(digest);
@@ -285,13 +302,13 @@ impl Store {
         for (digest, o) in state.objects.iter_mut() {
             if let Ok(s) = self.load_sums(digest, o.size) {
                 unchecked += usize::from(s.is_none());
-                o.sums = Some(s);
+                o.sums = s;
             }
         }
         if unchecked > 0 {
             tracing::warn!(
                 objects = unchecked,
-                "objects without chunk checksums (written by an older talos-gen, or their checksum file lost): each is hashed whole at its first read and given them (a local store; from a bucket they are served unchecked, `talos-gen mirror verify` adds them)"
+                "objects without chunk checksums that fit (written by an older talos-gen, or their checksum file lost): each is read whole at its first read and given them when it hashes to its digest"
             );
         }
         // LRU order from fetch times; the clock continues above them.
@@ -360,7 +377,7 @@ impl Store {
             if self.is_remote() {
                 self.refresh_in_background();
             } else {
-                self.refresh();
+                let _ = self.refresh();
             }
         }
         let st = self.lock();
@@ -380,7 +397,7 @@ impl Store {
         }
         let store = self.clone();
         let run = move || {
-            store.refresh();
+            let _ = store.refresh();
             store.inner.refreshing.store(false, Ordering::Release);
         };
         match tokio::runtime::Handle::try_current() {
@@ -389,37 +406,43 @@ impl Store {
         }
     }
 
-    /// Load `key`'s index entry written by another process, if its object
-    /// is there with the right size (blocking).
-    pub(super) fn adopt(&self, key: &str) -> Option<()> {
+    /// Load `key`'s index entry written by another process (blocking):
+    /// `Ok(true)` when the store holds it (now in memory), `Ok(false)` when
+    /// the backend says there is no such entry (or its object is not
+    /// there), `Err` when the backend did not answer: never "absent".
+    pub(super) fn adopt(&self, key: &str) -> std::io::Result<bool> {
         let name = index_name(key);
-        let (body, token) = self.backend().read_entry(&name)?;
-        let en = parse_entry(&name, &body).ok()?;
-        if self.backend().object_len(&en.digest) != Some(en.size) {
-            return None;
+        let Some((body, token)) = self.answered(self.backend().read_entry(&name))? else {
+            return Ok(false);
+        };
+        let Ok(en) = parse_entry(&name, &body) else {
+            return Ok(false);
+        };
+        if self.answered(self.backend().object_len(&en.digest))? != Some(en.size) {
+            return Ok(false);
         }
         let mut st = self.lock();
         if st.keys.contains_key(key) {
-            return Some(());
+            return Ok(true);
         }
         st.seen.insert(name, token);
         st.insert(en);
-        Some(())
+        Ok(true)
     }
 
     /// Re-read the index entries other processes wrote or removed since we
     /// last looked (blocking; before deciding to delete, under the store
     /// lock). The backend is read with the state unlocked; what it said is
-    /// applied after.
-    pub(super) fn refresh(&self) {
+    /// applied after, and only when every read was answered: `Err` (the
+    /// backend did not answer) changes nothing, and the caller deletes
+    /// nothing on the view it has.
+    pub(super) fn refresh(&self) -> std::io::Result<()> {
         let b = self.backend();
         let (seen, written) = {
             let st = self.lock();
             (st.seen.clone(), st.written)
         };
-        let Ok(list) = b.list_entries() else {
-            return;
-        };
+        let list = self.answered(b.list_entries())?;
         let mut present = HashSet::new();
         let mut fresh = Vec::new();
         for l in list {
@@ -427,13 +450,15 @@ impl Store {
             if seen.get(&l.name) == Some(&l.token) {
                 continue;
             }
-            let Some(en) = b
-                .read_entry(&l.name)
-                .and_then(|(body, _)| parse_entry(&l.name, &body).ok())
-            else {
+            let Some((body, _)) = self.answered(b.read_entry(&l.name))? else {
+                // Removed since the listing.
+                present.remove(&l.name);
                 continue;
             };
-            if b.object_len(&en.digest) != Some(en.size) {
+            let Ok(en) = parse_entry(&l.name, &body) else {
+                continue;
+            };
+            if self.answered(b.object_len(&en.digest))? != Some(en.size) {
                 continue;
             }
             fresh.push((l.name, l.token, en));
@@ -461,6 +486,7 @@ impl Store {
             }
         }
         st.last_refresh = Some(Instant::now());
+        Ok(())
     }
 
     /// Point `key` at an object already in the store (e.g. a tag at a
@@ -495,34 +521,54 @@ impl Store {
             pinned: meta.pinned,
             meta: meta.meta,
         };
-        self.put_entry(entry.clone()).await?;
-        Ok(entry)
+        self.put_entry(entry, Write::Cache).await
     }
 
     /// Write `entry` under the store lock (the object must be there), then
-    /// evict; all on a blocking thread.
-    async fn put_entry(&self, entry: Entry) -> Result<()> {
+    /// evict; all on a blocking thread. The entry that stands is returned
+    /// (a pinned one another process wrote wins over an unpinned write).
+    async fn put_entry(&self, entry: Entry, write: Write) -> Result<Entry> {
         let store = self.clone();
         tokio::task::spawn_blocking(move || {
             let digest = entry.digest.clone();
             let lock = store.lock_store()?;
-            store.put_entry_locked(&lock, entry)?;
+            let stands = store.put_entry_locked(&lock, entry, write)?;
             drop(lock);
             store.evict(Some(&digest));
-            Ok(())
+            Ok(stands)
         })
         .await
         .map_err(|e| Error::io("index task", std::io::Error::other(e)))?
     }
 
-    /// Write the index entry for `entry` and update the in-memory state.
-    /// The caller holds the store lock (blocking).
+    /// What the backend's silence is told as: 503, never "absent".
+    pub(super) fn did_not_answer(&self, e: std::io::Error) -> Error {
+        Error::Unavailable(format!(
+            "the store {} did not answer: {}",
+            self.describe(),
+            crate::text::error_line(&e)
+        ))
+    }
+
+    /// Write the index entry for `entry` and update the in-memory state;
+    /// the entry that stands is returned. The caller holds the store lock
+    /// (blocking). The entry there now is read first, under that lock: a
+    /// write never replaces an entry it has not read. A pinned entry wins
+    /// over a [`Write::Cache`] write (it stays, with its digest, and is
+    /// returned); a backend that does not answer is
+    /// [`Error::Unavailable`], and nothing is written or dropped.
     pub(super) fn put_entry_locked(
         &self,
         _lock: &backend::LockGuard<'_>,
         entry: Entry,
-    ) -> Result<()> {
-        if self.backend().object_len(&entry.digest) != Some(entry.size) {
+        write: Write,
+    ) -> Result<Entry> {
+        let b = self.backend();
+        let object_len = |d: &str| {
+            self.answered(b.object_len(d))
+                .map_err(|e| self.did_not_answer(e))
+        };
+        if object_len(&entry.digest)? != Some(entry.size) {
             // Another process removed it since we looked.
             let mut st = self.lock();
             if let Some(o) = st.objects.remove(&entry.digest) {
@@ -534,29 +580,46 @@ impl Store {
             )));
         }
         let name = index_name(&entry.key);
-        let body = serde_json::to_vec_pretty(&entry)
-            .map_err(|e| Error::io("encoding an index entry", std::io::Error::other(e)))?;
-        let token = self.backend().write_entry(&name, &body).map_err(|e| {
-            Error::io(
-                format!("writing the index entry {name} in {}", self.describe()),
-                e,
-            )
-        })?;
+        let current = self
+            .answered(b.read_entry(&name))
+            .map_err(|e| self.did_not_answer(e))?
+            .and_then(|(body, token)| parse_entry(&name, &body).ok().map(|en| (en, token)));
+        let (stands, token) = match current {
+            Some((cur, token))
+                if write == Write::Cache
+                    && cur.pinned
+                    && !entry.pinned
+                    && object_len(&cur.digest)? == Some(cur.size) =>
+            {
+                tracing::info!(key = %cur.key, digest = %cur.digest, "a pinned entry stays: not replaced by a cached copy");
+                (cur, token)
+            }
+            _ => {
+                let body = serde_json::to_vec_pretty(&entry)
+                    .map_err(|e| Error::io("encoding an index entry", std::io::Error::other(e)))?;
+                let token = self.answered(b.write_entry(&name, &body)).map_err(|e| {
+                    Error::io(
+                        format!("writing the index entry {name} in {}", self.describe()),
+                        e,
+                    )
+                })?;
+                self.lock().written += 1;
+                (entry, token)
+            }
+        };
         let old = {
             let mut st = self.lock();
-            st.written += 1;
             st.seen.insert(name, token);
-            st.insert(entry)
+            st.insert(stands.clone())
         };
         if let Some(old) = old {
             // The key named another object before: delete it if nothing
             // (here or in another process) names it any more.
-            self.refresh();
-            if !self.lock().objects.contains_key(&old) {
+            if self.refresh().is_ok() && !self.lock().objects.contains_key(&old) {
                 self.delete_object(&old);
             }
         }
-        Ok(())
+        Ok(stands)
     }
 
     /// Forget `key` (its object goes when no other key names it). Blocking.
@@ -564,7 +627,10 @@ impl Store {
         let Ok(_lock) = self.lock_store() else {
             return;
         };
-        self.refresh();
+        // Nothing is deleted on a view the backend did not confirm.
+        if self.refresh().is_err() {
+            return;
+        }
         self.remove_key_locked(key);
     }
 
@@ -620,7 +686,7 @@ impl Store {
             return Ok(());
         }
         entry.pinned = pinned;
-        self.put_entry(entry).await
+        self.put_entry(entry, Write::Owner).await.map(drop)
     }
 
     /// Evict least-recently-used objects that no reader holds and no key
@@ -642,7 +708,11 @@ impl Store {
         let Ok(_lock) = self.lock_store() else {
             return;
         };
-        self.refresh();
+        // Nothing is evicted on a view the backend did not confirm (an
+        // object another process pinned meanwhile would go).
+        if self.refresh().is_err() {
+            return;
+        }
         loop {
             // The victim leaves memory with its keys in one hold of the
             // state lock (no reader can lease it after the choice); its

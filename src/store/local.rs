@@ -284,16 +284,21 @@ impl Backend for LocalDir {
         Ok(on_disk)
     }
 
-    fn object_len(&self, digest: &str) -> Option<u64> {
-        let md = fs::symlink_metadata(self.layout.object(digest)).ok()?;
-        md.is_file().then_some(md.len())
+    fn object_len(&self, digest: &str) -> io::Result<Option<u64>> {
+        match fs::symlink_metadata(self.layout.object(digest)) {
+            Ok(md) => Ok(md.is_file().then_some(md.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
-    fn object_age(&self, digest: &str) -> Option<Duration> {
-        fs::symlink_metadata(self.layout.object(digest))
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
+    fn object_age(&self, digest: &str) -> io::Result<Option<Duration>> {
+        match fs::symlink_metadata(self.layout.object(digest)) {
+            Ok(md) if md.is_file() => Ok(Some(md.modified()?.elapsed().unwrap_or_default())),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn open_object(&self, digest: &str, _len: u64) -> io::Result<Box<dyn ObjectRead>> {
@@ -335,13 +340,19 @@ impl Backend for LocalDir {
         Ok(v)
     }
 
-    fn read_entry(&self, name: &str) -> Option<(Vec<u8>, u64)> {
+    fn read_entry(&self, name: &str) -> io::Result<Option<(Vec<u8>, u64)>> {
         use std::io::Read;
-        let mut f = open_regular(&self.layout.index().join(name)).ok()?;
-        let ino = f.metadata().ok()?.ino();
+        let mut f = match open_regular(&self.layout.index().join(name)) {
+            Ok(f) => f,
+            // No entry, or a name of the store's shape that is not a file
+            // of its own (a link, a FIFO): not an entry.
+            Err(e) if not_an_entry(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let ino = f.metadata()?.ino();
         let mut b = Vec::new();
-        f.read_to_end(&mut b).ok()?;
-        Some((b, ino))
+        f.read_to_end(&mut b)?;
+        Ok(Some((b, ino)))
     }
 
     fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64> {
@@ -502,6 +513,15 @@ pub(super) fn open_regular(path: &Path) -> io::Result<File> {
         ));
     }
     Ok(f)
+}
+
+/// What [`open_regular`] answers for a name that holds no file of the
+/// store's: nothing there, a link (`O_NOFOLLOW`), or not a regular file.
+fn not_an_entry(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::InvalidInput
+    ) || e.raw_os_error() == Some(libc::ELOOP)
 }
 
 /// A regular file of the store's own, opened for reads.

@@ -55,9 +55,9 @@
 //! use talos_gen::store::{Store, Meta};
 //! let store = Store::open("/var/cache/talos-gen", Some(50 << 30))?;
 //! // write
-//! let mut tmp = store.temp()?;
-//! tmp.write_all(b"hello").await?;
-//! let entry = store.commit(tmp, "image/x/v1.0.0/a.raw.xz", Meta::default()).await?;
+//! let entry = store
+//!     .commit_bytes("image/x/v1.0.0/a.raw.xz", b"hello"[..].into(), Meta::default())
+//!     .await?;
 //! assert_eq!(entry.size, 5);
 //! // read (the lease keeps the object from eviction while held)
 //! if let Some(obj) = store.get("image/x/v1.0.0/a.raw.xz") {
@@ -99,7 +99,7 @@ use local::is_hex64;
 pub use objects::{Unavailable, hash_and_sum};
 pub use read::{Lease, StoredObject};
 pub use s3::{S3Backend, S3Config};
-pub use temp::TempObject;
+pub use temp::{SpoolWriter, TempObject};
 use tier::Tier;
 
 /// Bytes per step when streaming a stored object (1 MiB measured best
@@ -215,8 +215,30 @@ struct Inner {
     refreshing: AtomicBool,
     /// What [`Store::open`] found wrong and dropped.
     dropped_at_open: Vec<String>,
-    /// The backend answered its last call or probe (an S3 outage clears it).
-    available: AtomicBool,
+    /// The backend answered its last call or probe: the first call that
+    /// fails or times out clears it for every request at once, and
+    /// requests waiting on the store are woken by the change
+    /// ([`Store::open_key`]); a call or probe that answers sets it again.
+    available: tokio::sync::watch::Sender<bool>,
+    /// When the backend was last probed ([`Store::check`]), in ms since
+    /// `opened`: a store marked down is probed again by a caller at most
+    /// once a second.
+    last_probe: AtomicU64,
+    opened: std::time::Instant,
+}
+
+impl Inner {
+    /// Is a probe of a store marked down due (none for a second)? The one
+    /// caller that gets `true` probes; the others are answered at once.
+    fn probe_due(&self) -> bool {
+        let now = self.opened.elapsed().as_millis() as u64 + 1000;
+        let last = self.last_probe.load(Ordering::Acquire);
+        now.saturating_sub(last) >= 1000
+            && self
+                .last_probe
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
 }
 
 fn now_secs() -> u64 {
@@ -309,7 +331,9 @@ impl Store {
                 evict_again: AtomicBool::new(false),
                 refreshing: AtomicBool::new(false),
                 dropped_at_open: Vec::new(),
-                available: AtomicBool::new(true),
+                available: tokio::sync::watch::Sender::new(true),
+                last_probe: AtomicU64::new(0),
+                opened: std::time::Instant::now(),
             }),
         };
         let (state, dropped) = {
@@ -339,18 +363,57 @@ impl Store {
     /// Is the backend reachable (within `limit`)? Updates
     /// [`Store::available`]. Blocking.
     pub fn check(&self, limit: Duration) -> Result<()> {
-        let r = self.backend().check(limit);
-        self.inner.available.store(r.is_ok(), Ordering::Relaxed);
-        r.map_err(|e| Error::io(format!("the store {}", self.describe()), e))
+        let now = self.inner.opened.elapsed().as_millis() as u64 + 1000;
+        self.inner.last_probe.fetch_max(now, Ordering::AcqRel);
+        self.answered(self.backend().check(limit))
+            .map_err(|e| Error::io(format!("the store {}", self.describe()), e))
     }
 
     /// Did the backend answer its last call or [`Store::check`]?
     pub fn available(&self) -> bool {
-        self.inner.available.load(Ordering::Relaxed)
+        *self.inner.available.borrow()
     }
 
     fn set_available(&self, ok: bool) {
-        self.inner.available.store(ok, Ordering::Relaxed);
+        self.inner.available.send_if_modified(|v| {
+            let changed = *v != ok;
+            *v = ok;
+            changed
+        });
+    }
+
+    /// Note what a backend call said of the backend: any failure marks the
+    /// store down for everyone at once, an answer marks it up. Every call
+    /// whose answer decides "held or absent" goes through here.
+    pub(super) fn answered<T>(&self, r: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &r {
+            if self.available() {
+                tracing::warn!(store = %self.describe(), error = %e, "the store did not answer: marked down");
+            }
+            self.set_available(false);
+        } else {
+            self.set_available(true);
+        }
+        r
+    }
+
+    /// Resolves when the store goes from up to down after this call (a
+    /// request waiting on the store is answered 503 then, not at its own
+    /// timeout).
+    pub(super) fn went_down(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.inner.available.subscribe();
+        rx.borrow_and_update();
+        async move {
+            loop {
+                if rx.changed().await.is_err() {
+                    // The store is gone: never resolves.
+                    std::future::pending::<()>().await;
+                }
+                if !*rx.borrow_and_update() {
+                    return;
+                }
+            }
+        }
     }
 
     /// Is the store somewhere other than a local directory (a bucket)?

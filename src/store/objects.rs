@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::backend::ObjectRead;
+use super::entries::Write;
 use super::local::LocalObject;
 use super::read::{Lease, StoredObject};
 use super::sums::{self, Sums};
@@ -30,6 +31,15 @@ impl std::fmt::Display for Unavailable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// What [`Store::rebuild_sums`] came to.
+enum Rebuilt {
+    Sums(Arc<Sums>),
+    /// The bytes were wrong: the copy is gone.
+    Dropped,
+    /// The backend did not answer: nothing dropped.
+    Unanswered,
 }
 
 impl Store {
@@ -61,9 +71,25 @@ impl Store {
         }
         let store = self.clone();
         let key = key.to_string();
-        tokio::task::spawn_blocking(move || store.lookup(&key))
+        self.unless_down(tokio::task::spawn_blocking(move || store.lookup(&key)))
             .await
             .unwrap_or_else(|e| Err(Unavailable(format!("opening a stored object: {e}"))))
+    }
+
+    /// Await a blocking call to the store, or answer "unavailable" as soon
+    /// as the store is marked down meanwhile (by any request's failed call
+    /// or the probe): a request waiting on a frozen bucket gets its 503 when
+    /// the first call fails, not at its own timeout. The call itself runs
+    /// on to its own bound on its blocking thread.
+    async fn unless_down<T>(
+        &self,
+        call: tokio::task::JoinHandle<std::result::Result<T, Unavailable>>,
+    ) -> std::result::Result<std::result::Result<T, Unavailable>, tokio::task::JoinError> {
+        let down = self.went_down();
+        tokio::select! {
+            r = call => r,
+            () = down => Ok(Err(self.unavailable())),
+        }
     }
 
     /// The object for `key` if this process holds it open already (a local
@@ -113,7 +139,7 @@ impl Store {
     ) -> std::result::Result<Option<(Entry, bytes::Bytes)>, Unavailable> {
         let store = self.clone();
         let key = key.to_string();
-        tokio::task::spawn_blocking(move || {
+        self.unless_down(tokio::task::spawn_blocking(move || {
             let Some(o) = store.lookup(&key)? else {
                 return Ok(None);
             };
@@ -140,30 +166,41 @@ impl Store {
                     }
                 }
             }
-        })
+        }))
         .await
         .unwrap_or_else(|e| Err(Unavailable(format!("reading a stored object: {e}"))))
     }
 
     /// Open the object for `key` (blocking): `Ok(None)` when the store
-    /// does not have it, `Err` when it does but cannot reach it now.
-    /// Marks it recently used. A held object's size and checksums are in
-    /// memory, so this reaches the backend only for a key another process
-    /// wrote (adopted) or checksums not yet loaded.
+    /// does not have it (the backend said so), `Err` when it may and the
+    /// backend did not answer (never taken for "absent": the caller answers
+    /// 503, it does not fetch the key again). Marks it recently used. A
+    /// held object's size and checksums are in memory, so this reaches the
+    /// backend only for a key another process wrote (adopted) or checksums
+    /// not yet loaded. Every object comes with its block checksums: where
+    /// they are missing or do not fit, the whole object is read first and
+    /// they are rebuilt only when it hashes to its digest.
     pub fn lookup(&self, key: &str) -> std::result::Result<Option<StoredObject>, Unavailable> {
         let down = || self.unavailable();
         let known = self.lock().keys.get(key).cloned();
         let entry = match known {
             Some(e) => e,
-            None if !self.available() => return Err(down()),
             None => {
-                // Another process (the mirror job) may have added it.
-                if self.adopt(key).is_none() {
-                    return Ok(None);
+                if !self.available() && !self.recheck_due() {
+                    return Err(down());
                 }
-                match self.lock().keys.get(key) {
-                    Some(e) => e.clone(),
-                    None => return Ok(None),
+                // Another process (the mirror job, another replica) may
+                // have added it.
+                match self.adopt(key) {
+                    Ok(true) => match self.lock().keys.get(key) {
+                        Some(e) => e.clone(),
+                        None => return Ok(None),
+                    },
+                    Ok(false) => return Ok(None),
+                    Err(e) => {
+                        tracing::warn!(key, error = %e, "the store did not answer");
+                        return Err(down());
+                    }
                 }
             }
         };
@@ -197,17 +234,16 @@ impl Store {
             return Err(down());
         }
         let sums = match known_sums {
-            Some(s) => s,
+            Some(s) => Some(s),
             None => match self.load_sums(&entry.digest, entry.size) {
                 Ok(s) => {
                     if let Some(o) = self.lock().objects.get_mut(&entry.digest) {
-                        o.sums = Some(s.clone());
+                        o.sums = s.clone();
                     }
                     s
                 }
                 Err(e) => {
                     tracing::warn!(key, error = %e, "the store did not answer");
-                    self.set_available(false);
                     return Err(down());
                 }
             },
@@ -215,13 +251,14 @@ impl Store {
         let tier = tiered.is_some();
         let mut object = match tiered {
             Some(o) => o,
-            None => match self.backend().open_object(&entry.digest, entry.size) {
+            None => match self
+                .answered_unless_missing(self.backend().open_object(&entry.digest, entry.size))
+            {
                 Ok(o) => o,
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     // The backend did not answer (an S3 outage): the entry
                     // stays; the request fails rather than refetching.
                     tracing::warn!(key, error = %e, "the store did not answer");
-                    self.set_available(false);
                     return Err(down());
                 }
                 Err(e) => {
@@ -232,37 +269,23 @@ impl Store {
                 }
             },
         };
-        // A local object without checksums (an older talos-gen's, or its
-        // checksum file lost): hashed whole once, here, before a byte of it
-        // goes out; right, it gets its checksums; wrong, it is dropped.
         let sums = match sums {
-            Some(s) => Some(s),
-            None if !tier && !self.is_remote() => match hash_and_sum(&*object) {
-                Ok((got, fresh)) if got == entry.digest => {
-                    tracing::warn!(%entry.digest, "an object without checksums hashed right; its checksums written");
-                    let _ = self.write_sums(&entry.digest, &fresh);
-                    let fresh = Some(Arc::new(fresh));
-                    if let Some(o) = self.lock().objects.get_mut(&entry.digest)
-                        && o.born == born
-                    {
-                        o.sums = Some(fresh.clone());
+            Some(s) => s,
+            None => match self.rebuild_sums(&entry, born, &*object, tier) {
+                Rebuilt::Sums(s) => s,
+                Rebuilt::Dropped => {
+                    drop(lease);
+                    if tier {
+                        // Only the local copy was wrong: read the bucket.
+                        return self.lookup(key);
                     }
-                    fresh
-                }
-                Ok((got, _)) => {
-                    drop(lease);
-                    let reason = format!("it has no checksums and its bytes hash to sha256:{got}");
-                    self.quarantine_copy(&entry.digest, Some(born), &reason);
                     return Ok(None);
                 }
-                Err(e) => {
-                    tracing::warn!(key, error = %e, "reading an object without checksums");
+                Rebuilt::Unanswered => {
                     drop(lease);
-                    self.read_failed(&entry.digest, born, &e, false);
-                    return Ok(None);
+                    return Err(down());
                 }
             },
-            None => None,
         };
         if !tier && let Some(t) = self.tier() {
             t.want(self, &entry.digest, entry.size, sums.clone());
@@ -287,24 +310,110 @@ impl Store {
         }))
     }
 
+    /// [`Store::answered`] for an open: a missing object is the backend's
+    /// answer too (the caller drops the entry).
+    fn answered_unless_missing<T>(&self, r: std::io::Result<T>) -> std::io::Result<T> {
+        match r {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(e),
+            r => self.answered(r),
+        }
+    }
+
+    /// Is the store marked down but not probed for a second? Then this
+    /// caller probes it (one at a time; within a second of the last probe
+    /// everyone else is answered "unavailable" at once). Blocking.
+    fn recheck_due(&self) -> bool {
+        if !self.inner.probe_due() {
+            return false;
+        }
+        self.check(std::time::Duration::from_secs(2)).is_ok()
+    }
+
+    /// An object without block checksums (or with ones that do not fit its
+    /// size): read whole, once, before a byte of it goes out. Its bytes
+    /// hash to its digest: the checksums are rebuilt from that read and
+    /// written. They do not: the copy is dropped (a tier copy only that
+    /// copy). The backend did not answer: nothing is dropped.
+    fn rebuild_sums(
+        &self,
+        entry: &Entry,
+        born: u64,
+        object: &dyn ObjectRead,
+        tiered: bool,
+    ) -> Rebuilt {
+        let digest = &entry.digest;
+        match hash_and_sum(object) {
+            Ok((got, fresh)) if got == *digest => {
+                tracing::warn!(%digest, "an object without checksums hashed right; its checksums rebuilt");
+                if let Err(e) = self.write_sums(digest, &fresh) {
+                    tracing::warn!(%digest, error = %e, "writing rebuilt checksums");
+                }
+                let fresh = Arc::new(fresh);
+                if let Some(o) = self.lock().objects.get_mut(digest)
+                    && o.born == born
+                {
+                    o.sums = Some(fresh.clone());
+                }
+                Rebuilt::Sums(fresh)
+            }
+            Ok((got, _)) => {
+                if tiered {
+                    let _ = self.tier_mismatch(digest, 0);
+                } else {
+                    let reason = format!("it has no checksums and its bytes hash to sha256:{got}");
+                    self.quarantine_copy(digest, Some(born), &reason);
+                }
+                Rebuilt::Dropped
+            }
+            Err(e)
+                if !tiered
+                    && self.is_remote()
+                    && !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::InvalidData
+                            | std::io::ErrorKind::NotFound
+                            | std::io::ErrorKind::UnexpectedEof
+                    ) =>
+            {
+                tracing::warn!(%digest, error = %e, "the store did not answer");
+                self.set_available(false);
+                Rebuilt::Unanswered
+            }
+            Err(e) => {
+                tracing::warn!(%digest, error = %e, "reading an object without checksums");
+                self.read_failed(digest, born, &e, tiered);
+                Rebuilt::Dropped
+            }
+        }
+    }
+
     /// The checksums of an object of `size` bytes, if they are there and
-    /// fit (`Ok(None)`: none, served unchecked); `Err`: the backend did
-    /// not answer.
+    /// fit (`Ok(None)`: none, or none that fit: the caller rebuilds them
+    /// from a whole read); `Err`: the backend did not answer.
     pub(super) fn load_sums(&self, digest: &str, size: u64) -> std::io::Result<Option<Arc<Sums>>> {
-        let Some(b) = self.backend().read_sums(digest)? else {
+        let Some(b) = self.answered(self.backend().read_sums(digest))? else {
             return Ok(None);
         };
         match Sums::decode(&b) {
             Ok(s) if s.fits(size) => Ok(Some(Arc::new(s))),
             _ => {
-                tracing::warn!(%digest, "the checksums do not fit their object; serving it unchecked");
+                tracing::warn!(%digest, "the checksums do not fit their object: rebuilt from a whole read");
                 Ok(None)
             }
         }
     }
 
-    /// A new temp file for a fill. Hashes what is written through it.
-    pub fn temp(&self) -> Result<TempObject> {
+    /// A new temp file for a fill, created and locked on a blocking thread;
+    /// written through [`TempObject::into_writer`], which hashes as it goes.
+    pub async fn temp(&self) -> Result<TempObject> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.temp_blocking())
+            .await
+            .map_err(|e| Error::io("temp file task", std::io::Error::other(e)))?
+    }
+
+    /// [`Store::temp`] for a caller on a blocking thread.
+    pub(super) fn temp_blocking(&self) -> Result<TempObject> {
         let (path, file) = self
             .backend()
             .spool()
@@ -312,11 +421,34 @@ impl Store {
         Ok(TempObject::new(path, file))
     }
 
+    /// Store a small body (a manifest, a list, a schematic) under `key`:
+    /// the temp file, its write and the commit, all on a blocking thread.
+    pub async fn commit_bytes(&self, key: &str, body: bytes::Bytes, meta: Meta) -> Result<Entry> {
+        let store = self.clone();
+        let key = key.to_string();
+        tokio::task::spawn_blocking(move || {
+            let mut tmp = store.temp_blocking()?;
+            tmp.write(&body)?;
+            store.commit_now(tmp, &key, meta)
+        })
+        .await
+        .map_err(|e| Error::io("commit task", std::io::Error::other(e)))?
+    }
+
     /// Fsync `tmp`, move it into place as its sha256 and point `key` at it
     /// (replacing what the key named before), with `meta` (a pin included:
     /// one index write). Evicts down to the size limit, never the object
     /// just committed. Every step on a blocking thread.
     pub async fn commit(&self, tmp: TempObject, key: &str, meta: Meta) -> Result<Entry> {
+        let store = self.clone();
+        let key = key.to_string();
+        tokio::task::spawn_blocking(move || store.commit_now(tmp, &key, meta))
+            .await
+            .map_err(|e| Error::io("commit task", std::io::Error::other(e)))?
+    }
+
+    /// [`Store::commit`] on the caller's (blocking) thread.
+    pub(super) fn commit_now(&self, tmp: TempObject, key: &str, meta: Meta) -> Result<Entry> {
         let (file, src, digest, size, sums) = tmp.into_parts();
         let entry = Entry {
             key: key.to_string(),
@@ -327,32 +459,33 @@ impl Store {
             pinned: meta.pinned,
             meta: meta.meta,
         };
-        let store = self.clone();
-        let en = entry.clone();
-        tokio::task::spawn_blocking(move || {
-            let res = store.commit_blocking(file, &src, en.clone(), sums);
-            // The spool file is gone on success; on failure it must go too.
-            let _ = std::fs::remove_file(&src);
-            if res.is_ok() {
-                store.evict(Some(&en.digest));
-            }
-            res
-        })
-        .await
-        .map_err(|e| Error::io("commit task", std::io::Error::other(e)))??;
-        Ok(entry)
+        let digest = entry.digest.clone();
+        let res = self.commit_blocking(file, &src, entry, sums);
+        // The spool file is gone on success; on failure it must go too.
+        let _ = std::fs::remove_file(&src);
+        if res.is_ok() {
+            self.evict(Some(&digest));
+        }
+        res
     }
 
-    fn commit_blocking(&self, file: File, src: &Path, entry: Entry, sums: Sums) -> Result<()> {
+    /// The commit on a blocking thread; the entry that stands is returned
+    /// (a pinned entry another process wrote stays, and the object just
+    /// stored goes again unless a key names it).
+    fn commit_blocking(&self, file: File, src: &Path, entry: Entry, sums: Sums) -> Result<Entry> {
         let put = |file: File| {
-            self.backend()
-                .put_object(src, file, &entry.digest, &sums.encode())
-                .map_err(|e| {
-                    Error::io(
-                        format!("storing sha256:{} in {}", entry.digest, self.describe()),
-                        e,
-                    )
-                })
+            self.answered_unless_missing(self.backend().put_object(
+                src,
+                file,
+                &entry.digest,
+                &sums.encode(),
+            ))
+            .map_err(|e| {
+                Error::io(
+                    format!("storing sha256:{} in {}", entry.digest, self.describe()),
+                    e,
+                )
+            })
         };
         // An upload (S3) runs before the lock, so replicas do not wait on
         // each other's uploads; under the lock the object is checked again
@@ -367,35 +500,48 @@ impl Store {
             None
         };
         let lock = self.lock_store()?;
+        let there = match early {
+            Some(_) => self
+                .answered(self.backend().object_len(&entry.digest))
+                .map_err(|e| self.did_not_answer(e))?,
+            None => None,
+        };
         let existed = match early {
-            Some(existed) if self.backend().object_len(&entry.digest) == Some(entry.size) => {
-                existed
-            }
+            Some(existed) if there == Some(entry.size) => existed,
             _ => put(file)?,
         };
-        if let Err(e) = self.put_entry_locked(&lock, entry.clone()) {
-            // No index entry: the object must not stay behind as an orphan
-            // (unless another key, here or in another process, names it).
-            if !existed {
-                self.refresh();
-                if !self.lock().objects.contains_key(&entry.digest) {
-                    self.delete_object(&entry.digest);
-                }
-            }
-            return Err(e);
+        let stands = self.put_entry_locked(&lock, entry.clone(), Write::Cache);
+        // No index entry for it (a failure, or a pinned entry that stays):
+        // the object must not stay behind as an orphan (unless another key,
+        // here or in another process, names it; nothing is deleted on a
+        // view the backend did not confirm).
+        let orphan = match &stands {
+            Ok(e) => e.digest != entry.digest,
+            Err(_) => true,
+        };
+        if orphan
+            && !existed
+            && self.refresh().is_ok()
+            && !self.lock().objects.contains_key(&entry.digest)
+        {
+            self.delete_object(&entry.digest);
         }
+        let stands = stands?;
         drop(lock);
+        if stands.digest != entry.digest {
+            return Ok(stands);
+        }
         // The checksums are known: the first read loads nothing.
         let sums = Arc::new(sums);
         if let Some(o) = self.lock().objects.get_mut(&entry.digest) {
-            o.sums = Some(Some(sums.clone()));
+            o.sums = Some(sums.clone());
         }
         // A bucket's fill is verified on local disk already: it becomes
         // the local tier's copy.
         if let Some(t) = self.tier() {
             t.adopt_spool(src, &entry.digest, entry.size);
         }
-        Ok(())
+        Ok(stands)
     }
 
     /// A chunk of `digest` failed its checksum. If the whole object still
@@ -463,7 +609,10 @@ impl Store {
                 return;
             }
         };
-        self.refresh();
+        if let Err(e) = self.refresh() {
+            tracing::error!(%digest, error = %e, "object missing from the store; its keys NOT dropped: the store did not answer");
+            return;
+        }
         let keys = self.remove_object_locked(digest);
         tracing::warn!(%digest, ?keys, "object missing from the store; dropping its keys");
     }
@@ -516,7 +665,10 @@ impl Store {
         self.inner
             .corrupt
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.refresh();
+        if let Err(e) = self.refresh() {
+            tracing::error!(%digest, reason, error = %e, "corrupt object in the store; NOT dropped: the store did not answer");
+            return;
+        }
         let keys = self.remove_object_locked(digest);
         tracing::error!(%digest, ?keys, reason, "corrupt object in the store; dropped (the next request fetches it again)");
         if keys.is_empty() {
@@ -562,7 +714,7 @@ impl Store {
             .write_sums(digest, &sums.encode())
             .map_err(|e| Error::io(format!("writing the checksums of sha256:{digest}"), e))?;
         if let Some(o) = self.lock().objects.get_mut(digest) {
-            o.sums = Some(Some(Arc::new(sums.clone())));
+            o.sums = Some(Arc::new(sums.clone()));
         }
         Ok(())
     }
@@ -570,9 +722,12 @@ impl Store {
     /// Open an object's bytes by digest, unleased and unchecked (for
     /// `mirror verify`, which hashes them whole).
     pub fn open_raw(&self, digest: &str) -> Result<Box<dyn ObjectRead>> {
-        let size = self.backend().object_len(digest).ok_or_else(|| {
-            Error::NotFound(format!("object sha256:{digest} is not in the store"))
-        })?;
+        let size = self
+            .answered(self.backend().object_len(digest))
+            .map_err(|e| self.did_not_answer(e))?
+            .ok_or_else(|| {
+                Error::NotFound(format!("object sha256:{digest} is not in the store"))
+            })?;
         self.backend()
             .open_object(digest, size)
             .map_err(|e| Error::io(format!("opening sha256:{digest}"), e))
@@ -584,7 +739,7 @@ impl Store {
     /// on the serving path), or another process stored it again.
     pub fn drop_object(&self, digest: &str, reason: &str) -> bool {
         self.quarantine(digest, reason);
-        self.backend().object_len(digest).is_none()
+        matches!(self.backend().object_len(digest), Ok(None))
     }
 }
 

@@ -43,13 +43,10 @@ pub(super) fn checked(
     (from, to): (u64, u64),
     (start, end): (u64, u64),
     size: u64,
-    sums: Option<Arc<Sums>>,
+    sums: Arc<Sums>,
     verdict: Arc<dyn Verdict>,
 ) -> impl futures::Stream<Item = io::Result<Bytes>> + Send + 'static {
-    let unit = sums
-        .as_ref()
-        .map_or(super::sums::CHUNK, |s| s.chunk())
-        .max(1) as u64;
+    let unit = sums.chunk().max(1) as u64;
     let st = State {
         pieces,
         pos: from,
@@ -92,7 +89,7 @@ struct State {
     end: u64,
     size: u64,
     unit: u64,
-    sums: Option<Arc<Sums>>,
+    sums: Arc<Sums>,
     verdict: Arc<dyn Verdict>,
     /// Where the block being gathered starts.
     block: u64,
@@ -131,13 +128,7 @@ impl State {
             ));
             return self.fail(e).await;
         }
-        let Some(sums) = self.sums.clone() else {
-            // No checksums to hold it to (an object stored without them).
-            self.emit(self.pos, piece.clone());
-            self.pos += piece.len() as u64;
-            self.done = self.pos >= self.to;
-            return;
-        };
+        let sums = self.sums.clone();
         // `piece` holds `base..base + len`; its bytes from `run` on are not
         // handed on yet.
         let (base, len) = (self.pos, piece.len());
@@ -280,11 +271,11 @@ mod tests {
         span: (u64, u64),
         out: (u64, u64),
         size: u64,
-        sums: Option<Sums>,
+        sums: Sums,
         seen: Arc<Seen>,
     ) -> (Vec<u8>, Option<io::Error>) {
         let pieces: Pieces = Box::pin(futures::stream::iter(items));
-        let s = checked(pieces, span, out, size, sums.map(Arc::new), seen);
+        let s = checked(pieces, span, out, size, Arc::new(sums), seen);
         let mut s = std::pin::pin!(s);
         let mut got = Vec::new();
         while let Some(r) = s.next().await {
@@ -324,8 +315,7 @@ mod tests {
             ] {
                 let seen = Arc::new(Seen::default());
                 let items = cut(&d[span.0 as usize..span.1 as usize], sizes);
-                let (got, err) =
-                    run(items, span, out, n as u64, Some(sums.clone()), seen.clone()).await;
+                let (got, err) = run(items, span, out, n as u64, sums.clone(), seen.clone()).await;
                 assert!(err.is_none(), "{sizes:?} {span:?}: {err:?}");
                 assert!(
                     got == d[out.0 as usize..out.1 as usize],
@@ -347,15 +337,7 @@ mod tests {
             let seen = Arc::new(Seen::default());
             let items = cut(&bad, sizes);
             let span = (0, n as u64);
-            let (got, err) = run(
-                items,
-                span,
-                span,
-                n as u64,
-                Some(sums.clone()),
-                seen.clone(),
-            )
-            .await;
+            let (got, err) = run(items, span, span, n as u64, sums.clone(), seen.clone()).await;
             let err = err.expect("cut");
             assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{sizes:?}");
             assert!(got.len() <= 2 * CHUNK, "{sizes:?}: {} bytes out", got.len());
@@ -374,15 +356,7 @@ mod tests {
             rotten[8 + 4 * 3] ^= 1;
             let rotten = Sums::decode(&rotten).unwrap();
             let span = (0, n as u64);
-            let (got, err) = run(
-                cut(&d, sizes),
-                span,
-                span,
-                n as u64,
-                Some(rotten),
-                seen.clone(),
-            )
-            .await;
+            let (got, err) = run(cut(&d, sizes), span, span, n as u64, rotten, seen.clone()).await;
             assert!(err.is_none(), "{err:?}");
             assert!(got == d, "{sizes:?}");
             assert_eq!(seen.mismatches.lock().unwrap().len(), 1);
@@ -398,15 +372,7 @@ mod tests {
         // Ends early.
         let seen = Arc::new(Seen::default());
         let items = cut(&d[..2 * CHUNK + 5], &[4096]);
-        let (got, err) = run(
-            items,
-            span,
-            span,
-            n as u64,
-            Some(sums.clone()),
-            seen.clone(),
-        )
-        .await;
+        let (got, err) = run(items, span, span, n as u64, sums.clone(), seen.clone()).await;
         assert_eq!(err.unwrap().kind(), io::ErrorKind::UnexpectedEof);
         assert!(got == d[..2 * CHUNK], "the whole blocks before the end");
         assert_eq!(seen.failures.lock().unwrap().len(), 1);
@@ -414,15 +380,7 @@ mod tests {
         let seen = Arc::new(Seen::default());
         let mut items = cut(&d[..CHUNK + 5], &[4096]);
         items.push(Err(io::Error::new(io::ErrorKind::TimedOut, "slow")));
-        let (got, err) = run(
-            items,
-            span,
-            span,
-            n as u64,
-            Some(sums.clone()),
-            seen.clone(),
-        )
-        .await;
+        let (got, err) = run(items, span, span, n as u64, sums.clone(), seen.clone()).await;
         assert_eq!(err.unwrap().kind(), io::ErrorKind::TimedOut);
         assert!(got == d[..CHUNK]);
         // Brings more than asked.
@@ -432,23 +390,10 @@ mod tests {
             (0, CHUNK as u64),
             (0, 10),
             n as u64,
-            Some(sums.clone()),
+            sums.clone(),
             seen,
         )
         .await;
         assert!(err.is_some());
-        // No checksums: passed on, still cut at an early end.
-        let seen = Arc::new(Seen::default());
-        let (got, err) = run(
-            cut(&d[..100], &[7]),
-            span,
-            (3, n as u64),
-            n as u64,
-            None,
-            seen,
-        )
-        .await;
-        assert!(err.is_some());
-        assert!(got == d[3..100]);
     }
 }

@@ -35,7 +35,10 @@ impl Drop for Lease {
 pub struct StoredObject {
     pub entry: Entry,
     pub(super) object: Box<dyn ObjectRead>,
-    pub(super) sums: Option<Arc<Sums>>,
+    /// Its block checksums: every object is opened with them (rebuilt
+    /// from a whole read that matched its sha256 where they were missing
+    /// or did not fit), so no read is ever served unchecked.
+    pub(super) sums: Arc<Sums>,
     pub(super) lease: Lease,
     /// Read from a bucket's local tier (a mismatch drops the copy only).
     pub(super) tiered: bool,
@@ -70,7 +73,7 @@ struct Check<'a> {
     digest: &'a str,
     born: u64,
     object: &'a dyn ObjectRead,
-    sums: Option<&'a Sums>,
+    sums: &'a Sums,
     tiered: bool,
 }
 
@@ -89,7 +92,8 @@ impl Check<'_> {
     /// handed back with the bytes, for the rest of the read).
     fn blocks(&self, from: u64, to: u64, b: Bytes) -> io::Result<(Bytes, Option<Sums>)> {
         let mut fresh_sums: Option<Sums> = None;
-        if let Some(s) = self.sums {
+        {
+            let s = self.sums;
             let bs = s.chunk() as u64;
             // The checksums computed afresh after a mismatch, for the rest.
             let mut at = from;
@@ -124,9 +128,8 @@ impl Check<'_> {
 }
 
 /// The checksum block size reads align to.
-fn unit_of(sums: Option<&Sums>) -> u64 {
-    sums.map_or(super::sums::CHUNK as u64, |s| s.chunk() as u64)
-        .max(1)
+fn unit_of(sums: &Sums) -> u64 {
+    (sums.chunk() as u64).max(1)
 }
 
 /// What a stream asks of the store when a block fails its check or a
@@ -134,7 +137,7 @@ fn unit_of(sums: Option<&Sums>) -> u64 {
 /// paths; it holds the lease as long as the stream lives.
 struct ReadVerdict {
     object: Arc<dyn ObjectRead>,
-    sums: Option<Arc<Sums>>,
+    sums: Arc<Sums>,
     lease: Lease,
     tiered: bool,
 }
@@ -145,7 +148,7 @@ impl ReadVerdict {
     /// store ([`Store::read_failed`]).
     fn recheck(
         &self,
-        sums: Option<&Sums>,
+        sums: &Sums,
         from: u64,
         to: u64,
         b: io::Result<Bytes>,
@@ -170,8 +173,7 @@ impl ReadVerdict {
 
 impl super::pieces::Verdict for ReadVerdict {
     fn mismatch(&self, from: u64, to: u64, b: Bytes) -> io::Result<Bytes> {
-        self.recheck(self.sums.as_deref(), from, to, Ok(b))
-            .map(|(b, _)| b)
+        self.recheck(&self.sums, from, to, Ok(b)).map(|(b, _)| b)
     }
 
     fn failed(&self, e: &io::Error) {
@@ -291,7 +293,7 @@ struct FileRead {
     verdict: Arc<ReadVerdict>,
     /// The checksums the next piece is checked against (the verdict's,
     /// until a mismatch proved them rotten and they were rewritten).
-    sums: Option<Arc<Sums>>,
+    sums: Arc<Sums>,
     /// The bytes asked for.
     start: u64,
     end: u64,
@@ -311,7 +313,7 @@ impl FileRead {
     ) -> FileRead {
         let end = end.min(size);
         let sums = verdict.sums.clone();
-        let unit = unit_of(sums.as_deref());
+        let unit = unit_of(&sums);
         let (at, last) = if start < end {
             (
                 start - start % unit,
@@ -353,7 +355,7 @@ impl FileRead {
             self.piece = next_piece(self.piece, n, at.elapsed());
         }
         while self.at < self.last {
-            let unit = unit_of(self.sums.as_deref());
+            let unit = unit_of(&self.sums);
             let left = self.last - self.at;
             let size = |piece: usize| {
                 let want = (piece as u64).max(unit) / unit * unit;
@@ -414,9 +416,7 @@ impl FileRead {
     /// the object's end): inline while they match, else on a blocking
     /// thread, where a rotten object is dropped.
     async fn check(&mut self, from: u64, to: u64, b: Bytes) -> io::Result<Bytes> {
-        let Some(s) = self.sums.clone() else {
-            return Ok(b);
-        };
+        let s = self.sums.clone();
         let bs = s.chunk();
         let first = (from / bs as u64) as usize;
         if b.chunks(bs)
@@ -426,12 +426,12 @@ impl FileRead {
             return Ok(b);
         }
         let v = self.verdict.clone();
-        let (b, fresh) = tokio::task::spawn_blocking(move || v.recheck(Some(&s), from, to, Ok(b)))
+        let (b, fresh) = tokio::task::spawn_blocking(move || v.recheck(&s, from, to, Ok(b)))
             .await
             .map_err(io::Error::other)??;
         if let Some(f) = fresh {
             // The checksums were what rotted: the rewritten ones check the rest.
-            self.sums = Some(Arc::new(f));
+            self.sums = Arc::new(f);
         }
         Ok(b)
     }
@@ -493,7 +493,7 @@ impl StoredObject {
                 .stream()
                 .left_stream();
         }
-        let wins = windows(start, end, size, unit_of(sums.as_deref()));
+        let wins = windows(start, end, size, unit_of(&sums));
         // A remote object's bytes as they arrive, checked in place
         // (`pieces`); else window by window on blocking threads.
         if let (Some(&(from, _)), Some(&(_, to))) = (wins.first(), wins.last())
@@ -524,7 +524,7 @@ impl StoredObject {
                 let (from, to) = wins.next()?;
                 let read = tokio::task::spawn_blocking(move || {
                     let b = span.next_bytes((to - from) as usize);
-                    let r = v.recheck(v.sums.as_deref(), from, to, b).map(|(b, _)| b);
+                    let r = v.recheck(&v.sums, from, to, b).map(|(b, _)| b);
                     (span, r)
                 })
                 .await;
@@ -608,13 +608,13 @@ impl io::Read for ChunkReader {
             if self.pos >= size {
                 return Ok(0);
             }
-            let (from, to) = windows(self.pos, size, size, unit_of(self.obj.sums.as_deref()))[0];
+            let (from, to) = windows(self.pos, size, size, unit_of(&self.obj.sums))[0];
             let check = Check {
                 store: &self.obj.lease.store,
                 digest: &self.obj.lease.digest,
                 born: self.obj.lease.born,
                 object: &*self.obj.object,
-                sums: self.obj.sums.as_deref(),
+                sums: &self.obj.sums,
                 tiered: self.obj.tiered,
             };
             self.buf = check.window(from, to)?;

@@ -7,12 +7,10 @@ use std::fs;
 use std::time::Duration;
 
 async fn put(store: &Store, key: &str, body: &[u8], pinned: bool) -> Entry {
-    let mut t = store.temp().unwrap();
-    t.write_all(body).await.unwrap();
     store
-        .commit(
-            t,
+        .commit_bytes(
             key,
+            bytes::Bytes::copy_from_slice(body),
             Meta {
                 pinned,
                 ..Meta::default()
@@ -161,7 +159,7 @@ async fn sees_entries_written_by_another_process() {
     assert_eq!(serve.total_size(), 8);
     // a live writer's temp file survives another's startup (it holds
     // the file's lock; PIDs say nothing across PID namespaces)
-    let t = mirror.temp().unwrap();
+    let t = mirror.temp().await.unwrap();
     let p = t.path().to_path_buf();
     drop(Store::open(dir.path(), None).unwrap());
     assert!(p.exists());
@@ -198,12 +196,26 @@ async fn streams_ranges() {
 async fn temp_dropped_is_removed() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), None).unwrap();
-    let mut t = store.temp().unwrap();
-    t.write_all(b"x").await.unwrap();
-    let p = t.path().to_path_buf();
+    let mut w = store.temp().await.unwrap().into_writer(|_| {});
+    w.write(bytes::Bytes::from_static(b"x")).await.unwrap();
+    let p = w.path().to_path_buf();
     assert!(p.exists());
+    let t = w.finish().await.unwrap();
+    assert_eq!(t.len(), 1);
     drop(t);
     assert!(!p.exists());
+    // A writer dropped unfinished: its file goes too.
+    let mut w = store.temp().await.unwrap().into_writer(|_| {});
+    w.write(bytes::Bytes::from_static(b"y")).await.unwrap();
+    let p = w.path().to_path_buf();
+    drop(w);
+    for _ in 0..500 {
+        if !p.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!p.exists(), "an unfinished writer's file is removed");
 }
 
 async fn read_whole(o: StoredObject) -> std::io::Result<Vec<u8>> {
@@ -386,9 +398,10 @@ async fn a_failed_index_write_leaves_no_orphaned_object() {
     // fail, as a full disk would (root ignores permissions, so a
     // read-only directory would not).
     fs::create_dir(dir.path().join("index").join(local::index_name("k"))).unwrap();
-    let mut t = store.temp().unwrap();
-    t.write_all(b"orphan?").await.unwrap();
-    let err = store.commit(t, "k", Meta::default()).await.unwrap_err();
+    let err = store
+        .commit_bytes("k", bytes::Bytes::from_static(b"orphan?"), Meta::default())
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("index entry"), "{err}");
     assert_eq!(
         fs::read_dir(dir.path().join("objects/sha256"))
@@ -481,11 +494,11 @@ impl Backend for Counting {
         self.count();
         self.inner.list_objects()
     }
-    fn object_len(&self, digest: &str) -> Option<u64> {
+    fn object_len(&self, digest: &str) -> std::io::Result<Option<u64>> {
         self.count();
         self.inner.object_len(digest)
     }
-    fn object_age(&self, digest: &str) -> Option<Duration> {
+    fn object_age(&self, digest: &str) -> std::io::Result<Option<Duration>> {
         self.count();
         self.inner.object_age(digest)
     }
@@ -510,7 +523,7 @@ impl Backend for Counting {
         self.count();
         self.inner.list_entries()
     }
-    fn read_entry(&self, name: &str) -> Option<(Vec<u8>, u64)> {
+    fn read_entry(&self, name: &str) -> std::io::Result<Option<(Vec<u8>, u64)>> {
         self.count();
         self.inner.read_entry(name)
     }

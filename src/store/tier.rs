@@ -48,7 +48,11 @@ struct TierState {
     /// Copies from the bucket in progress.
     copying: HashSet<String>,
     /// Copies waiting for a slot: (digest, size, checksums).
-    pending: VecDeque<(String, u64, Option<Arc<Sums>>)>,
+    pending: VecDeque<(String, u64, Arc<Sums>)>,
+    /// Bytes held for copies in progress (a background copy being written,
+    /// a fill's spool file about to be renamed in): counted with `total`
+    /// against the bound, so the tier never holds more than it.
+    reserved: u64,
 }
 
 impl Tier {
@@ -166,9 +170,30 @@ impl Tier {
         }
     }
 
-    fn insert(&self, digest: &str, size: u64) {
-        {
+    /// Make room for `size` more bytes and hold them for a copy about to
+    /// be written: least recently used copies out (their files removed
+    /// before this returns) until what is held plus every reservation is
+    /// within the bound. `false`: it does not fit beside the copies in
+    /// progress (nothing held).
+    fn reserve(&self, size: u64) -> bool {
+        let victims = {
             let mut st = self.lock();
+            if st.reserved.saturating_add(size) > self.max {
+                return false;
+            }
+            st.reserved += size;
+            Self::victims(&mut st, self.max)
+        };
+        self.remove_files(victims);
+        true
+    }
+
+    /// A reservation of `size` bytes ends: its copy is in place as
+    /// `digest` (`Some`), or it failed (`None`).
+    fn settle(&self, size: u64, digest: Option<&str>) {
+        let mut st = self.lock();
+        st.reserved -= size;
+        if let Some(digest) = digest {
             st.clock += 1;
             let t = st.clock;
             if let Some((n, _)) = st.files.insert(digest.to_string(), (size, t)) {
@@ -176,50 +201,60 @@ impl Tier {
             }
             st.total += size;
         }
-        self.shrink();
+        let victims = Self::victims(&mut st, self.max);
+        drop(st);
+        self.remove_files(victims);
     }
 
     /// Least recently used copies out until within the bound.
     fn shrink(&self) {
-        let victims: Vec<String> = {
-            let mut st = self.lock();
-            let mut v = Vec::new();
-            while st.total > self.max {
-                let Some(d) = st
-                    .files
-                    .iter()
-                    .min_by_key(|(_, (_, last))| *last)
-                    .map(|(d, _)| d.clone())
-                else {
-                    break;
-                };
-                if let Some((n, _)) = st.files.remove(&d) {
-                    st.total -= n;
-                }
-                v.push(d);
+        let victims = Self::victims(&mut self.lock(), self.max);
+        self.remove_files(victims);
+    }
+
+    /// Take the least recently used copies out of memory until what is
+    /// held and reserved is within `max`; their files are the caller's to
+    /// remove (with the state unlocked).
+    fn victims(st: &mut TierState, max: u64) -> Vec<String> {
+        let mut v = Vec::new();
+        while st.total + st.reserved > max {
+            let Some(d) = st
+                .files
+                .iter()
+                .min_by_key(|(_, (_, last))| *last)
+                .map(|(d, _)| d.clone())
+            else {
+                break;
+            };
+            if let Some((n, _)) = st.files.remove(&d) {
+                st.total -= n;
             }
-            v
-        };
+            v.push(d);
+        }
+        v
+    }
+
+    fn remove_files(&self, victims: Vec<String>) {
         for d in victims {
             tracing::debug!(digest = %d, "out of the local tier");
             let _ = fs::remove_file(self.path(&d));
         }
     }
 
-    /// A fill's verified spool file becomes the copy of `digest`.
+    /// A fill's verified spool file becomes the copy of `digest` (room made
+    /// first: the tier never holds more than its bound).
     pub(super) fn adopt_spool(&self, spool: &Path, digest: &str, size: u64) {
-        if size > self.max {
+        if !self.reserve(size) {
             return;
         }
-        if fs::rename(spool, self.path(digest)).is_ok() {
-            self.insert(digest, size);
-        }
+        let placed = fs::rename(spool, self.path(digest)).is_ok();
+        self.settle(size, placed.then_some(digest));
     }
 
     /// `digest` was read from the bucket: copy it here in the background
     /// (at most [`COPIES`] at once, the rest queued; a request meanwhile
     /// reads the bucket).
-    pub(super) fn want(&self, store: &Store, digest: &str, size: u64, sums: Option<Arc<Sums>>) {
+    pub(super) fn want(&self, store: &Store, digest: &str, size: u64, sums: Arc<Sums>) {
         if size > self.max {
             return;
         }
@@ -231,22 +266,28 @@ impl Tier {
             if st.files.contains_key(digest) || st.copying.contains(digest) {
                 return;
             }
-            if st.copying.len() >= COPIES {
-                if st.pending.len() < PENDING && !st.pending.iter().any(|(d, ..)| d == digest) {
+            let queued = st.pending.iter().any(|(d, ..)| d == digest);
+            if st.copying.len() >= COPIES || st.reserved + size > self.max {
+                if st.pending.len() < PENDING && !queued {
                     st.pending.push_back((digest.to_string(), size, sums));
                 }
                 return;
             }
             st.copying.insert(digest.to_string());
         }
+        if !self.reserve(size) {
+            self.lock().copying.remove(digest);
+            return;
+        }
         let store = store.clone();
         let mut next = Some((digest.to_string(), size, sums));
         rt.spawn_blocking(move || {
             let Some(tier) = store.tier() else { return };
             while let Some((digest, size, sums)) = next.take() {
-                match tier.copy(&store, &digest, size, sums.as_deref()) {
-                    Ok(()) => tier.insert(&digest, size),
+                match tier.copy(&store, &digest, size, &sums) {
+                    Ok(()) => tier.settle(size, Some(&digest)),
                     Err(e) => {
+                        tier.settle(size, None);
                         tracing::warn!(%digest, error = %e, "copying into the local tier failed")
                     }
                 }
@@ -256,13 +297,26 @@ impl Tier {
                     // The bucket does not answer: nothing waits on it.
                     st.pending.clear();
                 }
-                // The next one waiting, unless it got its copy meanwhile.
+                // The next one waiting, unless it got its copy meanwhile;
+                // one that does not fit beside the copies in progress waits.
                 while let Some(w) = st.pending.pop_front() {
-                    if !st.files.contains_key(&w.0) && !st.copying.contains(&w.0) {
-                        st.copying.insert(w.0.clone());
-                        next = Some(w);
+                    if st.files.contains_key(&w.0) || st.copying.contains(&w.0) {
+                        continue;
+                    }
+                    if st.reserved + w.1 > tier.max {
+                        st.pending.push_front(w);
                         break;
                     }
+                    st.copying.insert(w.0.clone());
+                    next = Some(w);
+                    break;
+                }
+                drop(st);
+                if let Some(w) = &next
+                    && !tier.reserve(w.1)
+                {
+                    tier.lock().copying.remove(&w.0);
+                    next = None;
                 }
             }
         });
@@ -270,13 +324,7 @@ impl Tier {
 
     /// Read `digest` from the bucket into a temp file here, every block
     /// checked and the whole hashed, then rename it into place.
-    fn copy(
-        &self,
-        store: &Store,
-        digest: &str,
-        size: u64,
-        sums: Option<&Sums>,
-    ) -> std::io::Result<()> {
+    fn copy(&self, store: &Store, digest: &str, size: u64, sums: &Sums) -> std::io::Result<()> {
         use sha2::Digest as _;
         let object = store.backend().open_object(digest, size)?;
         let tmp = self
@@ -293,7 +341,8 @@ impl Tier {
                     Some(s) => s.next_bytes(n)?,
                     None => object.read_chunk(pos, n)?,
                 };
-                if let Some(s) = sums {
+                {
+                    let s = sums;
                     let bs = s.chunk();
                     for (i, block) in b.chunks(bs).enumerate() {
                         if !s.check(pos as usize / bs + i, block) {

@@ -745,9 +745,14 @@ async fn a_full_disk_at_the_index_write_leaves_no_orphan() {
     let filler = fs.path().join("filler");
     std::fs::write(&filler, vec![0u8; (fs.free() - 2 * 4096) as usize]).unwrap();
     assert_eq!(fs.free(), 2 * 4096);
-    let mut t = store.temp().unwrap();
-    t.write_all(&[7u8; 4000]).await.unwrap();
-    let err = store.commit(t, "k", Default::default()).await.unwrap_err();
+    let err = store
+        .commit_bytes(
+            "k",
+            bytes::Bytes::copy_from_slice(&[7u8; 4000]),
+            Default::default(),
+        )
+        .await
+        .unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains("index entry") && msg.contains("No space left"),
@@ -761,9 +766,14 @@ async fn a_full_disk_at_the_index_write_leaves_no_orphan() {
     assert!(store.get("k").is_none());
     // room again: the same commit goes through
     std::fs::remove_file(&filler).unwrap();
-    let mut t = store.temp().unwrap();
-    t.write_all(&[7u8; 4000]).await.unwrap();
-    store.commit(t, "k", Default::default()).await.unwrap();
+    store
+        .commit_bytes(
+            "k",
+            bytes::Bytes::copy_from_slice(&[7u8; 4000]),
+            Default::default(),
+        )
+        .await
+        .unwrap();
     assert_eq!(
         store.get("k").unwrap().read_small(8192).unwrap().len(),
         4000

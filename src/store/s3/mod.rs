@@ -384,6 +384,18 @@ impl S3Backend {
         }
     }
 
+    /// An object's metadata: `Ok(None)` when the bucket says it is not
+    /// there, `Err` when it did not answer.
+    fn head_object(&self, digest: &str) -> io::Result<Option<object_store::ObjectMeta>> {
+        let s3 = self.s3.clone();
+        let p = self.object_path(digest);
+        match self.call(async move { s3.head(&p).await }) {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     fn get_bytes(&self, path: ObjPath) -> io::Result<(Bytes, u64)> {
         let s3 = self.s3.clone();
         self.call(async move {
@@ -504,21 +516,16 @@ impl Backend for S3Backend {
         Ok(out)
     }
 
-    fn object_len(&self, digest: &str) -> Option<u64> {
-        let s3 = self.s3.clone();
-        let p = self.object_path(digest);
-        self.call(async move { s3.head(&p).await })
-            .ok()
-            .map(|m| m.size)
+    fn object_len(&self, digest: &str) -> io::Result<Option<u64>> {
+        Ok(self.head_object(digest)?.map(|m| m.size))
     }
 
-    fn object_age(&self, digest: &str) -> Option<Duration> {
-        let s3 = self.s3.clone();
-        let p = self.object_path(digest);
-        let m = self.call(async move { s3.head(&p).await }).ok()?;
-        let t =
-            UNIX_EPOCH + Duration::from_millis(m.last_modified.timestamp_millis().max(0) as u64);
-        Some(t.elapsed().unwrap_or_default())
+    fn object_age(&self, digest: &str) -> io::Result<Option<Duration>> {
+        Ok(self.head_object(digest)?.map(|m| {
+            let t = UNIX_EPOCH
+                + Duration::from_millis(m.last_modified.timestamp_millis().max(0) as u64);
+            t.elapsed().unwrap_or_default()
+        }))
     }
 
     /// No round trip: the length is the index's (objects are immutable);
@@ -545,11 +552,11 @@ impl Backend for S3Backend {
         )?;
         // Content-addressed: an object of the right length under its
         // digest is these bytes (a replica committed it first).
-        if self.object_len(digest) == Some(len) {
+        if self.object_len(digest)? == Some(len) {
             return Ok(true);
         }
         self.upload(&self.object_path(digest), &file, len)?;
-        match self.object_len(digest) {
+        match self.object_len(digest)? {
             Some(n) if n == len => Ok(false),
             other => Err(io::Error::other(format!(
                 "the uploaded object sha256:{digest} has {other:?} bytes, not {len}"
@@ -589,13 +596,15 @@ impl Backend for S3Backend {
         Ok(v)
     }
 
-    fn read_entry(&self, name: &str) -> Option<(Vec<u8>, u64)> {
+    fn read_entry(&self, name: &str) -> io::Result<Option<(Vec<u8>, u64)>> {
         if !is_index_name(name) {
-            return None;
+            return Ok(None);
         }
-        self.get_bytes(self.path(&format!("index/{name}")))
-            .ok()
-            .map(|(b, t)| (b.to_vec(), t))
+        match self.get_bytes(self.path(&format!("index/{name}"))) {
+            Ok((b, t)) => Ok(Some((b.to_vec(), t))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64> {
