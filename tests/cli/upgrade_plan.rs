@@ -975,3 +975,95 @@ fn upgrade_images_lists_every_pair_once() {
     );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
+
+/// The mirror config's `upgrades:` expands to the images `upgrade images`
+/// lists for the same question (and each Talos release's disk image), in
+/// `mirror plan` (what `mirror sync` fetches: the same items).
+#[test]
+fn mirror_plan_expands_upgrades_to_the_same_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("mirror.yaml");
+    std::fs::write(
+        &cfg,
+        "upgrades:\n  - fromTalos: v1.11.6\n    fromKubernetes: 1.31.4\n    toTalos: v1.14.6\n    toKubernetes: 1.36.3\n    schematic: cozystack\n    platform: nocloud\n    arch: arm64\n",
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let o = run(&["mirror", "plan", "--config", c, "--json"], None);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let mut oci: Vec<String> = Vec::new();
+    let mut disks: Vec<String> = Vec::new();
+    for i in j["items"].as_array().unwrap() {
+        let r = i["reference"].as_str().unwrap().to_string();
+        if i["kind"] == "image" {
+            disks.push(r);
+        } else {
+            oci.push(r);
+        }
+    }
+    let mut args = vec!["upgrade", "images"];
+    args.extend(ISSUE);
+    args.extend(["--schematic", "cozystack"]);
+    let o = run(&args, None);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let mut want: Vec<String> = stdout(&o).lines().map(str::to_string).collect();
+    want.sort();
+    oci.sort();
+    assert_eq!(oci, want);
+    let coz = want[0]
+        .split('/')
+        .nth(2)
+        .unwrap()
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        disks,
+        ["v1.11.6", "v1.12.11", "v1.14.6"]
+            .map(|t| format!("/image/{coz}/{t}/nocloud-arm64.raw.xz"))
+    );
+    assert_eq!(j["workers"].as_array().unwrap().len(), 8);
+    assert_eq!(j["workers"][1]["upgrade"], "upgrades[0] pair 2 of 8");
+    let o = run(&["mirror", "plan", "--config", c], None);
+    assert!(
+        stdout(&o).contains("(upgrades[0] pair 8 of 8)\n"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stderr(&o).contains("upgrades[0]: Talos v1.12 on the way"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A blocked plan: exit 1 naming the entry; a bad field: exit 2.
+    for (body, code, says) in [
+        (
+            "upgrades: [{fromTalos: v1.13.9, fromKubernetes: 1.35.6, toTalos: v1.13.9, toKubernetes: 1.34.1}]\n",
+            1,
+            "upgrades[0]: no path",
+        ),
+        (
+            "upgrades: [{fromTalos: v1.13, fromKubernetes: 1.35.6, toTalos: v1.14, toKubernetes: 1.35}]\n",
+            2,
+            "upgrades[0].fromTalos",
+        ),
+        (
+            "upgrades: [{fromTalos: v1.13.9, fromKubernetes: 1.35.6, toTalos: v1.14, toKubernetes: 1.35, arch: s390x}]\n",
+            2,
+            "upgrades[0].arch",
+        ),
+        (
+            "upgrades: [{fromTalos: v1.13.9, fromKubernetes: 1.35.6, toTalos: v1.14, toKubernetes: 1.35, bogus: 1}]\n",
+            2,
+            "bogus",
+        ),
+    ] {
+        std::fs::write(&cfg, body).unwrap();
+        let o = run(&["mirror", "plan", "--config", c], None);
+        assert_eq!(o.status.code(), Some(code), "{body}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{body}: {}", stderr(&o));
+    }
+}
