@@ -457,10 +457,11 @@ pub fn plan(matrix: &Matrix, q: &Question) -> Result<Plan> {
                 && let Some(steps) = graph.shortest(true)
             {
                 return Err(Error::refused(format!(
-                    "no in-place path from {} to {}: the host-upgrade window (each Talos minor takes hosts from its hostUpgrade.from up to below its hostUpgrade.below) stops in-place Talos steps at {reach}; with --replace (machines replaced) the plan has {} steps",
+                    "no in-place path from {} to {}: the host-upgrade window (each Talos minor takes hosts from its hostUpgrade.from up to below its hostUpgrade.below) stops in-place Talos steps at {reach}; with --replace (machines replaced) the plan has {} step{}",
                     pair_text(&from),
                     pair_text(&to),
-                    steps.len()
+                    steps.len(),
+                    if steps.len() == 1 { "" } else { "s" }
                 )));
             }
             Err(Error::refused(format!(
@@ -785,7 +786,7 @@ mod tests {
         let e = plan(m(), &q("v1.0.6", "1.23.6", "v1.1.2", "1.23.6")).unwrap_err();
         assert_eq!(e.exit_code(), 1);
         assert!(e.to_string().contains("host-upgrade window"), "{e}");
-        assert!(e.to_string().contains("the plan has 1 steps"), "{e}");
+        assert!(e.to_string().ends_with("the plan has 1 step"), "{e}");
         // bad input
         for bad in [
             q("x", "1.31.4", "v1.14.6", "1.36.3"),

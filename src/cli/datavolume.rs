@@ -55,7 +55,7 @@ pub struct DatavolumeArgs {
     /// the artifact is whole: after a cold cache, the whole download).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = super::common::duration_flag)]
     pub timeout: Duration,
-    /// Write the DataVolume here, atomically (default: standard output).
+    /// Write the documents here, atomically (default: standard output).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<String>,
 }

@@ -53,7 +53,7 @@ pub struct PlanArgs {
     /// Talos steps replace machines with a fresh disk (Cluster API): no host-upgrade window.
     #[arg(long)]
     pub replace: bool,
-    /// Print the plan as JSON.
+    /// Print JSON: the plan (upgrade images: the plan and each image with its role).
     #[arg(long)]
     pub json: bool,
     /// Use this data file (default: the embedded matrix).

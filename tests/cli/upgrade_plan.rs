@@ -686,7 +686,7 @@ fn pair() -> impl Strategy<Value = (String, String)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Every step of a plan is valid and leaves the pair it says; the plan
     /// ends at the target; no shorter plan exists (an independent
@@ -1066,4 +1066,65 @@ fn mirror_plan_expands_upgrades_to_the_same_images() {
         assert_eq!(o.status.code(), Some(code), "{body}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{body}: {}", stderr(&o));
     }
+}
+
+/// `--matrix FILE` replaces the data: its windows and denied versions rule.
+#[test]
+fn upgrade_plan_reads_a_matrix_file_with_denied_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.yaml");
+    std::fs::write(
+        &file,
+        "talos:\n  - talos: \"1.98\"\n    kubernetes: {min: \"1.40.0\", max: \"1.41.99\"}\n    defaultKubernetes: {initial: \"1.41.0\", latest: \"1.41.2\"}\n    newest: \"1.98.4\"\n    hostUpgrade: {from: \"1.97.0\", below: \"1.100.0\"}\n  - talos: \"1.99\"\n    kubernetes: {min: \"1.41.0\", max: \"1.42.99\"}\n    defaultKubernetes: {initial: \"1.42.0\", latest: \"1.42.2\"}\n    newest: \"1.99.2\"\n    hostUpgrade: {from: \"1.98.0\", below: \"1.100.0\", denied: [\"1.98.3\"]}\n",
+    )
+    .unwrap();
+    let m = file.to_str().unwrap();
+    let plan = |from: &str| {
+        run(
+            &[
+                "upgrade",
+                "plan",
+                "--matrix",
+                m,
+                "--from-talos",
+                from,
+                "--from-kubernetes",
+                "1.41.0",
+                "--to-talos",
+                "1.99",
+                "--to-kubernetes",
+                "1.42.0",
+            ],
+            None,
+        )
+    };
+    // 1.98.3 is denied: it first moves to 1.98.4 (its own minor's window).
+    let o = plan("v1.98.3");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "1. talos v1.98.4 (leaves talos v1.98.4, kubernetes 1.41.0)\n\
+         2. talos v1.99.2 (leaves talos v1.99.2, kubernetes 1.41.0)\n\
+         3. kubernetes 1.42.0 (leaves talos v1.99.2, kubernetes 1.42.0)\n"
+    );
+    let o = plan("v1.98.1");
+    assert_eq!(stdout(&o).lines().count(), 2, "{}", stdout(&o));
+    let o = run(
+        &[
+            "upgrade",
+            "plan",
+            "--matrix",
+            "/nonexistent/m.yaml",
+            "--from-talos",
+            "v1.98.1",
+            "--from-kubernetes",
+            "1.41.0",
+            "--to-talos",
+            "1.99",
+            "--to-kubernetes",
+            "1.42.0",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
