@@ -498,7 +498,6 @@ impl<'m> Graph<'m> {
                 push_unique(&mut talos, v.clone());
             }
         }
-        talos.dedup();
         talos.sort_by(release_cmp);
         talos.dedup();
         let mut kubernetes = vec![from.kubernetes.clone(), to.kubernetes.clone()];
