@@ -10,6 +10,13 @@
 //! `storageClassName`). Pure: the caller reads the checksum (the CLI over
 //! HTTP, the service from its own store) and hands it in; written with the
 //! one YAML emitter.
+//!
+//! The golden layout (Cozystack's shared worker image: one import per
+//! schematic and release into a shared namespace, every worker disk a
+//! clone of it): with `golden`, the import lands in `namespace` and a CDI
+//! `DataSource` (`spec.source.pvc`: the import's PVC) names it; a
+//! [`ClonePlan`] writes a worker's `DataVolume` whose `spec.sourceRef` is
+//! that DataSource (CDI clones the PVC; no `spec.source`, no download).
 
 use crate::error::{Error, Result};
 use crate::factory::ImageKey;
@@ -39,6 +46,9 @@ impl Names {
             (Names::Flags, Size) => "--size",
             (Names::Flags, StorageClass) => "--storage-class",
             (Names::Flags, CertConfigMap) => "--cert-configmap",
+            (Names::Flags, Namespace) => "--namespace",
+            (Names::Flags, CloneFrom) => "--clone-from",
+            (Names::Flags, Golden) => "--golden",
             (Names::Query, BaseUrl) => "--public-url",
             (Names::Query, Schematic) => "schematic",
             (Names::Query, TalosVersion) => "talosVersion",
@@ -48,6 +58,9 @@ impl Names {
             (Names::Query, Size) => "size",
             (Names::Query, StorageClass) => "storageClass",
             (Names::Query, CertConfigMap) => "certConfigMap",
+            (Names::Query, Namespace) => "namespace",
+            (Names::Query, CloneFrom) => "cloneFrom",
+            (Names::Query, Golden) => "golden",
         }
     }
 }
@@ -63,6 +76,9 @@ enum Field {
     Size,
     StorageClass,
     CertConfigMap,
+    Namespace,
+    CloneFrom,
+    Golden,
 }
 
 /// What a user asks for, as typed.
@@ -79,6 +95,11 @@ pub struct Request {
     pub size: String,
     pub storage_class: Option<String>,
     pub cert_configmap: Option<String>,
+    /// `metadata.namespace` of the documents (default: none, the
+    /// namespace they are applied in); required with `golden`.
+    pub namespace: Option<String>,
+    /// Also a `DataSource` naming the import's PVC: the golden image.
+    pub golden: bool,
 }
 
 /// A checked request: the artifact and everything the document says.
@@ -92,6 +113,42 @@ pub struct Plan {
     pub size: String,
     pub storage_class: Option<String>,
     pub cert_configmap: Option<String>,
+    pub namespace: Option<String>,
+    pub golden: bool,
+}
+
+/// `{"requests": {"storage": size}}` and the class, as CDI's `StorageSpec`.
+fn storage(size: &str, class: Option<&str>) -> Map {
+    Map::new()
+        .field(
+            "resources",
+            Map::new().field("requests", Map::new().field("storage", size)),
+        )
+        .some("storageClassName", class)
+}
+
+/// `metadata`: the name and, when given, the namespace.
+fn metadata(name: &str, namespace: Option<&str>) -> Map {
+    Map::new().field("name", name).some("namespace", namespace)
+}
+
+/// Documents as YAML: one, or several each after `---`.
+fn yaml_of(docs: &[Node]) -> String {
+    let texts: Vec<String> = docs.iter().map(crate::goyaml::to_string).collect();
+    texts.join("---\n")
+}
+
+/// Documents as JSON: one object, or a `v1` `List` of them (what `kubectl
+/// apply -f` takes).
+fn json_docs(docs: &[Node]) -> serde_json::Value {
+    match docs {
+        [one] => json_of(one),
+        many => serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": many.iter().map(json_of).collect::<Vec<_>>(),
+        }),
+    }
 }
 
 impl Plan {
@@ -106,33 +163,175 @@ impl Plan {
             .field("url", self.url.as_str())
             .some("certConfigMap", self.cert_configmap.as_deref())
             .field("checksum", format!("sha256:{sha256}"));
-        let storage = Map::new()
-            .field(
-                "resources",
-                Map::new().field("requests", Map::new().field("storage", self.size.as_str())),
-            )
-            .some("storageClassName", self.storage_class.as_deref());
         Map::new()
             .field("apiVersion", "cdi.kubevirt.io/v1beta1")
             .field("kind", "DataVolume")
-            .field("metadata", Map::new().field("name", self.name.as_str()))
+            .field("metadata", metadata(&self.name, self.namespace.as_deref()))
             .field(
                 "spec",
                 Map::new()
                     .field("source", Map::new().field("http", http))
-                    .field("storage", storage),
+                    .field(
+                        "storage",
+                        storage(&self.size, self.storage_class.as_deref()),
+                    ),
             )
             .into()
     }
 
-    /// The document as YAML.
-    pub fn to_yaml(&self, sha256: &str) -> String {
-        crate::goyaml::to_string(&self.document(sha256))
+    /// The golden image's `DataSource` (`cdi.kubevirt.io/v1beta1`): in the
+    /// import's namespace, named as it, its `spec.source.pvc` the PVC CDI
+    /// makes for the import (named as the DataVolume). `None` unless golden.
+    pub fn data_source(&self) -> Option<Node> {
+        let ns = self.namespace.as_deref().filter(|_| self.golden)?;
+        Some(
+            Map::new()
+                .field("apiVersion", "cdi.kubevirt.io/v1beta1")
+                .field("kind", "DataSource")
+                .field("metadata", metadata(&self.name, Some(ns)))
+                .field(
+                    "spec",
+                    Map::new().field(
+                        "source",
+                        Map::new().field(
+                            "pvc",
+                            Map::new()
+                                .field("name", self.name.as_str())
+                                .field("namespace", ns),
+                        ),
+                    ),
+                )
+                .into(),
+        )
     }
 
-    /// The document as JSON (the same tree).
+    /// Every document: the `DataVolume`, then the golden `DataSource`.
+    pub fn documents(&self, sha256: &str) -> Vec<Node> {
+        let mut docs = vec![self.document(sha256)];
+        docs.extend(self.data_source());
+        docs
+    }
+
+    /// The documents as YAML (two, `---` between, when golden).
+    pub fn to_yaml(&self, sha256: &str) -> String {
+        yaml_of(&self.documents(sha256))
+    }
+
+    /// The documents as JSON: the DataVolume, or a `List` of both when golden.
     pub fn to_json(&self, sha256: &str) -> serde_json::Value {
-        json_of(&self.document(sha256))
+        json_docs(&self.documents(sha256))
+    }
+}
+
+/// A worker disk cloned from a golden image, as typed.
+#[derive(Debug, Clone, Default)]
+pub struct CloneRequest {
+    /// `NAMESPACE/NAME` of the golden image's `DataSource`.
+    pub clone_from: String,
+    pub name: String,
+    pub size: String,
+    pub storage_class: Option<String>,
+    /// `metadata.namespace` of the worker's DataVolume (default: none).
+    pub namespace: Option<String>,
+}
+
+/// A checked [`CloneRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClonePlan {
+    pub source_namespace: String,
+    pub source_name: String,
+    pub name: String,
+    pub size: String,
+    pub storage_class: Option<String>,
+    pub namespace: Option<String>,
+}
+
+impl ClonePlan {
+    /// The worker's `DataVolume`: `spec.sourceRef` the DataSource, no
+    /// `spec.source`.
+    pub fn document(&self) -> Node {
+        Map::new()
+            .field("apiVersion", "cdi.kubevirt.io/v1beta1")
+            .field("kind", "DataVolume")
+            .field("metadata", metadata(&self.name, self.namespace.as_deref()))
+            .field(
+                "spec",
+                Map::new()
+                    .field(
+                        "sourceRef",
+                        Map::new()
+                            .field("kind", "DataSource")
+                            .field("name", self.source_name.as_str())
+                            .field("namespace", self.source_namespace.as_str()),
+                    )
+                    .field(
+                        "storage",
+                        storage(&self.size, self.storage_class.as_deref()),
+                    ),
+            )
+            .into()
+    }
+
+    pub fn to_yaml(&self) -> String {
+        yaml_of(&[self.document()])
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        json_docs(&[self.document()])
+    }
+}
+
+/// Check a clone request.
+pub fn clone_plan(req: &CloneRequest, names: Names) -> Result<ClonePlan> {
+    let n = |f| names.of(f);
+    let (ns, source) = req.clone_from.split_once('/').ok_or_else(|| {
+        Error::bad_input(format!(
+            "{}: {:?} is not NAMESPACE/NAME of a DataSource (e.g. cozy-public/talos-v1.13.6-cozystack)",
+            n(Field::CloneFrom),
+            shown(&req.clone_from)
+        ))
+    })?;
+    check_label(ns, n(Field::CloneFrom), "namespace")?;
+    check_subdomain(source, n(Field::CloneFrom), "DataSource")?;
+    check_subdomain(&req.name, n(Field::Name), "DataVolume")?;
+    check_size(&req.size, n(Field::Size))?;
+    if let Some(sc) = &req.storage_class {
+        check_subdomain(sc, n(Field::StorageClass), "StorageClass")?;
+    }
+    if let Some(own) = &req.namespace {
+        check_label(own, n(Field::Namespace), "namespace")?;
+    }
+    Ok(ClonePlan {
+        source_namespace: ns.to_string(),
+        source_name: source.to_string(),
+        name: req.name.clone(),
+        size: req.size.clone(),
+        storage_class: req.storage_class.clone(),
+        namespace: req.namespace.clone(),
+    })
+}
+
+fn check_size(size: &str, what: &str) -> Result<()> {
+    if is_storage_quantity(size) {
+        Ok(())
+    } else {
+        Err(Error::bad_input(format!(
+            "{what}: {:?} is not a Kubernetes quantity of storage above zero (e.g. 20Gi, 500M)",
+            shown(size)
+        )))
+    }
+}
+
+/// A DNS-1123 label (what Kubernetes names namespaces by): lowercase
+/// letters, digits and `-`, starting and ending alphanumeric, at most 63.
+fn check_label(s: &str, what: &str, kind: &str) -> Result<()> {
+    if s.len() <= 63 && !s.contains('.') && check_subdomain(s, what, kind).is_ok() {
+        Ok(())
+    } else {
+        Err(Error::bad_input(format!(
+            "{what}: {:?} is not a {kind} name (lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)",
+            shown(s)
+        )))
     }
 }
 
@@ -185,12 +384,17 @@ pub fn plan(req: &Request, names: Names, resolve: &dyn Fn(&str) -> Option<String
         &format!("{platform}-{arch}.raw.xz"),
     )?;
     check_subdomain(&req.name, n(Field::Name), "DataVolume")?;
-    if !is_storage_quantity(&req.size) {
-        return Err(Error::bad_input(format!(
-            "{}: {:?} is not a Kubernetes quantity of storage above zero (e.g. 20Gi, 500M)",
-            n(Field::Size),
-            shown(&req.size)
-        )));
+    check_size(&req.size, n(Field::Size))?;
+    match (&req.namespace, req.golden) {
+        (Some(ns), _) => check_label(ns, n(Field::Namespace), "namespace")?,
+        (None, true) => {
+            return Err(Error::bad_input(format!(
+                "{}: needs {} (the shared namespace of the golden image, e.g. cozy-public)",
+                n(Field::Golden),
+                n(Field::Namespace)
+            )));
+        }
+        (None, false) => {}
     }
     if let Some(sc) = &req.storage_class {
         check_subdomain(sc, n(Field::StorageClass), "StorageClass")?;
@@ -205,6 +409,8 @@ pub fn plan(req: &Request, names: Names, resolve: &dyn Fn(&str) -> Option<String
         size: req.size.clone(),
         storage_class: req.storage_class.clone(),
         cert_configmap: req.cert_configmap.clone(),
+        namespace: req.namespace.clone(),
+        golden: req.golden,
     })
 }
 
@@ -382,6 +588,92 @@ mod tests {
             j["spec"]["storage"]["resources"]["requests"]["storage"],
             "20Gi"
         );
+    }
+
+    #[test]
+    fn golden_and_clone() {
+        let hex = "ab".repeat(32);
+        let mut r = req();
+        r.name = "talos-v1.13.6-cozystack".into();
+        r.golden = true;
+        let e = plan(&r, Names::Flags, &none).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--golden: needs --namespace (the shared namespace of the golden image, e.g. cozy-public)"
+        );
+        r.namespace = Some("cozy-public".into());
+        let p = plan(&r, Names::Flags, &none).unwrap();
+        let y = p.to_yaml(&hex);
+        let (dv, ds) = y.split_once("---\n").unwrap();
+        assert!(dv.starts_with("apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata:\n    name: talos-v1.13.6-cozystack\n    namespace: cozy-public\nspec:\n"), "{y}");
+        assert_eq!(
+            ds,
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataSource\nmetadata:\n    name: talos-v1.13.6-cozystack\n    namespace: cozy-public\nspec:\n    source:\n        pvc:\n            name: talos-v1.13.6-cozystack\n            namespace: cozy-public\n"
+        );
+        let j = p.to_json(&hex);
+        assert_eq!(j["kind"], "List");
+        assert_eq!(
+            j["items"][1]["spec"]["source"]["pvc"]["namespace"],
+            "cozy-public"
+        );
+        // A namespace alone places the one DataVolume.
+        r.golden = false;
+        let p = plan(&r, Names::Flags, &none).unwrap();
+        assert_eq!(p.to_json(&hex)["metadata"]["namespace"], "cozy-public");
+        assert!(!p.to_yaml(&hex).contains("---"));
+        r.namespace = Some("Cozy.Public".into());
+        let e = plan(&r, Names::Query, &none).unwrap_err();
+        assert!(e.to_string().starts_with("namespace: "), "{e}");
+
+        let c = CloneRequest {
+            clone_from: "cozy-public/talos-v1.13.6-cozystack".into(),
+            name: "md0-disk-0".into(),
+            size: "20Gi".into(),
+            storage_class: Some("replicated".into()),
+            namespace: None,
+        };
+        let p = clone_plan(&c, Names::Flags).unwrap();
+        assert_eq!(
+            p.to_yaml(),
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata:\n    name: md0-disk-0\nspec:\n    sourceRef:\n        kind: DataSource\n        name: talos-v1.13.6-cozystack\n        namespace: cozy-public\n    storage:\n        resources:\n            requests:\n                storage: 20Gi\n        storageClassName: replicated\n"
+        );
+        for (f, flag, query) in [
+            (
+                (|c: &mut CloneRequest| c.clone_from = "nons".into()) as fn(&mut CloneRequest),
+                "--clone-from",
+                "cloneFrom",
+            ),
+            (
+                |c| c.clone_from = "a.b/x".into(),
+                "--clone-from",
+                "cloneFrom",
+            ),
+            (
+                |c| c.clone_from = "ns/X".into(),
+                "--clone-from",
+                "cloneFrom",
+            ),
+            (|c| c.name = "".into(), "--name", "name"),
+            (|c| c.size = "20GB".into(), "--size", "size"),
+            (
+                |c| c.storage_class = Some("-".into()),
+                "--storage-class",
+                "storageClass",
+            ),
+            (
+                |c| c.namespace = Some("x_y".into()),
+                "--namespace",
+                "namespace",
+            ),
+        ] {
+            let mut c = c.clone();
+            f(&mut c);
+            let e = clone_plan(&c, Names::Flags).unwrap_err();
+            assert_eq!(e.exit_code(), 2);
+            assert!(e.to_string().starts_with(&format!("{flag}: ")), "{e}");
+            let e = clone_plan(&c, Names::Query).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("{query}: ")), "{e}");
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod schematic;
 pub mod pull_list;
 
 pub mod machineconfig;
+pub mod upgrade;
 
 pub mod factory;
 pub mod fill;

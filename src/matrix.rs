@@ -57,6 +57,9 @@ pub struct TalosEntry {
     pub host_upgrade_from: Option<Version>,
     /// Talos versions a host may downgrade to are below this (exclusive).
     pub host_downgrade_below: Option<Version>,
+    /// Host versions Talos refuses to upgrade from to this minor
+    /// (`DeniedHostUpgradeVersions`; empty in every release so far).
+    pub host_upgrade_denied: Vec<Version>,
     /// The newest Talos release of this minor the data knows (`1.13.9`): the
     /// image tag a version given without a patch becomes.
     pub newest: Option<Version>,
@@ -169,6 +172,8 @@ struct RawHost {
     from: Option<String>,
     #[serde(default)]
     below: Option<String>,
+    #[serde(default)]
+    denied: Vec<String>,
 }
 
 impl Matrix {
@@ -238,7 +243,7 @@ impl Matrix {
                 &e.default_kubernetes.latest,
                 &at("defaultKubernetes.latest"),
             )?;
-            let (from, below) = match e.host_upgrade {
+            let (from, below, denied) = match e.host_upgrade {
                 Some(h) => (
                     h.from
                         .map(|v| Version::parse_named(&v, &at("hostUpgrade.from")))
@@ -246,8 +251,12 @@ impl Matrix {
                     h.below
                         .map(|v| Version::parse_named(&v, &at("hostUpgrade.below")))
                         .transpose()?,
+                    h.denied
+                        .iter()
+                        .map(|v| Version::parse_named(v, &at("hostUpgrade.denied")))
+                        .collect::<Result<Vec<_>>>()?,
                 ),
-                None => (None, None),
+                None => (None, None, Vec::new()),
             };
             let newest = e
                 .newest
@@ -272,6 +281,7 @@ impl Matrix {
                 default_latest: latest,
                 host_upgrade_from: from,
                 host_downgrade_below: below,
+                host_upgrade_denied: denied,
                 newest,
             };
             for (field, d) in [

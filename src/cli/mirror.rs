@@ -12,7 +12,9 @@ const SYNC_EXAMPLES: &str = "\
 Config keys (YAML, docs/interface.md): schematics (IDs, names such as cozystack, or {file: path}),
 talosVersions, images (disk image asset names), installers, extraImages, workers ({talos,
 kubernetes, schematic, platform, arch, installerRepository, optionalImages}: everything a worker
-pool pulls), talosctl, pxe, sourceImages.
+pool pulls), talosctl, pxe, sourceImages, upgrades ({fromTalos, fromKubernetes, toTalos,
+toKubernetes, replace, schematic, platform, arch, installerRepository, optionalImages}: every pair
+of `talos-gen upgrade plan`, each as a workers entry).
 
 Exit 0 when every item is stored, 1 when any failed (each named once), 2 for a bad config.
 The result is kept in the store and shown on serve's status page and /metrics.
@@ -78,7 +80,7 @@ pub enum MirrorCommand {
     /// Fetch everything the config names into the store.
     #[command(after_help = SYNC_EXAMPLES)]
     Sync {
-        /// The mirror config (YAML: schematics, talosVersions, images, installers, extraImages, workers, talosctl, pxe, sourceImages; see below).
+        /// The mirror config (YAML: schematics, talosVersions, images, installers, extraImages, workers, talosctl, pxe, sourceImages, upgrades; see below).
         #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
         config: String,
         #[command(flatten)]

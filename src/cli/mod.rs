@@ -14,6 +14,7 @@ pub mod matrix;
 pub mod mirror;
 pub mod schematic;
 pub mod serve;
+pub mod upgrade;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -42,6 +43,8 @@ pub enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Fill, check and carry the store for air-gapped sites.
     Mirror(mirror::MirrorArgs),
+    /// Plan an upgrade by Talos' own rules: its steps, and every image they pull.
+    Upgrade(upgrade::UpgradeArgs),
     /// Write the CDI DataVolume that imports a disk image from the service, with its checksum.
     Datavolume(datavolume::DatavolumeArgs),
     /// Print the version and the Talos and Kubernetes ranges the embedded matrix knows.
@@ -82,6 +85,10 @@ const EXAMPLES: &[(&[&str], &str)] = &[
     (
         &["mirror", "import"],
         "The import is recorded in the store: serve's status page and /metrics show it like a sync.\n\nExamples:\n  talos-gen mirror import /media/usb/mirror.tar --cache-dir /var/cache/talos-gen\n  talos-gen serve --offline --cache-dir /var/cache/talos-gen",
+    ),
+    (
+        &["upgrade"],
+        "Examples:\n  talos-gen upgrade plan --from-talos v1.11.6 --from-kubernetes 1.31.4 --to-talos v1.14.6 --to-kubernetes 1.36.3\n  talos-gen upgrade images --from-talos v1.11.6 --from-kubernetes 1.31.4 --to-talos v1.14.6 --to-kubernetes 1.36.3 --schematic cozystack",
     ),
     (
         &["version"],
@@ -185,6 +192,7 @@ pub fn main() -> i32 {
         Command::KubeletReservations(a) => machineconfig::run_reservations(a),
         Command::Serve(a) => serve::run(*a),
         Command::Mirror(a) => mirror::run(a),
+        Command::Upgrade(a) => upgrade::run(a),
         Command::Datavolume(a) => datavolume::run(a),
         Command::Version => {
             println!("talos-gen {}", version_text());

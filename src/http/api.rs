@@ -1,4 +1,4 @@
-//! `/api/v1/`: the support matrix as JSON, and the pair check.
+//! `/api/v1/`: the support matrix as JSON, the pair check, and the upgrade plan.
 //! Thin: parse the query, call `matrix`, shape the answer.
 
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ pub async fn not_found(uri: axum::http::Uri) -> Response {
         (
             StatusCode::NOT_FOUND,
             Json(serde_json::json!({
-                "error": format!("no such API endpoint: {shown} (known: /api/v1/matrix, /api/v1/matrix/check, /api/v1/machineconfig, /api/v1/kubelet-reservations, /api/v1/datavolume)")
+                "error": format!("no such API endpoint: {shown} (known: /api/v1/matrix, /api/v1/matrix/check, /api/v1/machineconfig, /api/v1/kubelet-reservations, /api/v1/datavolume, /api/v1/upgrade-plan)")
             })),
         )
             .into_response()
@@ -64,4 +64,63 @@ pub async fn matrix_check(
         "kubernetes": k8s.to_string(),
     }))
     .into_response()
+}
+
+/// The query keys of `/api/v1/upgrade-plan`.
+const UPGRADE_KEYS: &[&str] = &[
+    "fromTalos",
+    "fromKubernetes",
+    "toTalos",
+    "toKubernetes",
+    "replace",
+];
+
+/// `GET /api/v1/upgrade-plan?fromTalos=&fromKubernetes=&toTalos=&toKubernetes=[&replace=true]`:
+/// 200 with the JSON `upgrade plan --json` prints; 400 for bad input (an
+/// unknown key, a missing or malformed version), 422 when no path exists
+/// (the blocking rule named); the error as `{"error": ...}`.
+pub async fn upgrade_plan(
+    State(st): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    match upgrade_plan_json(&st.matrix, &q) {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => super::error::JsonError(e).into_response(),
+    }
+}
+
+fn upgrade_plan_json(
+    matrix: &crate::matrix::Matrix,
+    q: &HashMap<String, String>,
+) -> Result<serde_json::Value, Error> {
+    if let Some(k) = q.keys().find(|k| !UPGRADE_KEYS.contains(&k.as_str())) {
+        return Err(Error::bad_input(format!(
+            "{:?}: not a query parameter of /api/v1/upgrade-plan (known: {})",
+            k.chars().take(64).collect::<String>(),
+            UPGRADE_KEYS.join(", ")
+        )));
+    }
+    let replace = match q.get("replace").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(Error::bad_input(format!(
+                "replace: {:?} is not true or false",
+                other.chars().take(64).collect::<String>()
+            )));
+        }
+    };
+    let get = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+    let plan = crate::upgrade::plan(
+        matrix,
+        &crate::upgrade::Question {
+            from_talos: get("fromTalos"),
+            from_kubernetes: get("fromKubernetes"),
+            to_talos: get("toTalos"),
+            to_kubernetes: get("toKubernetes"),
+            replace,
+            names: crate::upgrade::QUERY,
+        },
+    )?;
+    Ok(plan.to_json())
 }

@@ -5,6 +5,11 @@
 //! (the same the `.sha256` route answers: the fill runs first when it is
 //! not stored yet). Thin: parse the query, ask [`crate::datavolume`] and
 //! the image cache, answer YAML (or JSON).
+//!
+//! `golden=true&namespace=NS`: the import in NS and the `DataSource` naming
+//! it (two YAML documents; JSON a `List`). `cloneFrom=NS/NAME&name=&size=
+//! [&storageClass=&namespace=]`: a worker's DataVolume cloned from that
+//! DataSource; it reads nothing from the store.
 
 use std::collections::HashMap;
 
@@ -26,7 +31,20 @@ const KEYS: &[&str] = &[
     "arch",
     "storageClass",
     "certConfigMap",
+    "namespace",
+    "golden",
+    "cloneFrom",
     "format",
+];
+
+/// What a `cloneFrom` request may not carry (they describe an import).
+const IMPORT_ONLY: &[&str] = &[
+    "schematic",
+    "talosVersion",
+    "platform",
+    "arch",
+    "certConfigMap",
+    "golden",
 ];
 
 pub async fn get(
@@ -42,6 +60,15 @@ pub async fn get(
             e.into_response()
         }
     };
+    if let Err(e) = check_keys(&q) {
+        return fail(e);
+    }
+    if let Some(from) = q.get("cloneFrom") {
+        return match clone(&q, from) {
+            Ok(p) => answer(json, p.to_json(), p.to_yaml()),
+            Err(e) => fail(e),
+        };
+    }
     let plan = match plan(&st, &q, &headers) {
         Ok(p) => p,
         Err(e) => return fail(e),
@@ -53,23 +80,46 @@ pub async fn get(
         },
         Err(e) => return e.into_response(),
     };
+    answer(json, plan.to_json(&sha), plan.to_yaml(&sha))
+}
+
+fn answer(json: bool, j: serde_json::Value, yaml: String) -> Response {
     if json {
-        axum::Json(plan.to_json(&sha)).into_response()
+        axum::Json(j).into_response()
     } else {
         (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/yaml")],
-            plan.to_yaml(&sha),
+            yaml,
         )
             .into_response()
     }
 }
 
-fn plan(
-    st: &AppState,
-    q: &HashMap<String, String>,
-    headers: &HeaderMap,
-) -> crate::Result<datavolume::Plan> {
+fn clone(q: &HashMap<String, String>, from: &str) -> crate::Result<datavolume::ClonePlan> {
+    if let Some(k) = IMPORT_ONLY.iter().find(|k| q.contains_key(**k)) {
+        return Err(Error::bad_input(format!(
+            "{k}: not with cloneFrom (a clone reads the golden image's DataSource, not an import)"
+        )));
+    }
+    let need = |k: &str| {
+        q.get(k)
+            .cloned()
+            .ok_or_else(|| Error::bad_input(format!("{k}: missing query parameter")))
+    };
+    datavolume::clone_plan(
+        &datavolume::CloneRequest {
+            clone_from: from.to_string(),
+            name: need("name")?,
+            size: need("size")?,
+            storage_class: q.get("storageClass").cloned(),
+            namespace: q.get("namespace").cloned(),
+        },
+        Names::Query,
+    )
+}
+
+fn check_keys(q: &HashMap<String, String>) -> crate::Result<()> {
     if let Some(k) = q.keys().find(|k| !KEYS.contains(&k.as_str())) {
         return Err(Error::bad_input(format!(
             "{:?}: not a query parameter of /api/v1/datavolume (known: {})",
@@ -86,6 +136,24 @@ fn plan(
             f.chars().take(64).collect::<String>()
         )));
     }
+    Ok(())
+}
+
+fn plan(
+    st: &AppState,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> crate::Result<datavolume::Plan> {
+    let golden = match q.get("golden").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(Error::bad_input(format!(
+                "golden: {:?} is not true or false",
+                other.chars().take(64).collect::<String>()
+            )));
+        }
+    };
     let need = |k: &str| {
         q.get(k)
             .cloned()
@@ -101,6 +169,8 @@ fn plan(
         size: need("size")?,
         storage_class: q.get("storageClass").cloned(),
         cert_configmap: q.get("certConfigMap").cloned(),
+        namespace: q.get("namespace").cloned(),
+        golden,
     };
     datavolume::plan(&req, Names::Query, &|n| {
         st.schematics.id_by_name(n).map(str::to_string)

@@ -119,6 +119,7 @@ pub fn routes() -> Vec<(&'static str, &'static [u16], MethodRouter<AppState>)> {
         ("/readyz", &[200], get(ops::readyz)),
         ("/api/v1/matrix", &[200], get(api::matrix)),
         ("/api/v1/matrix/check", &[200], get(api::matrix_check)),
+        ("/api/v1/upgrade-plan", &[200], get(api::upgrade_plan)),
         ("/schematics", &[201], post(schematics::create)),
         ("/schematics/{id}", &[200], get(schematics::get)),
         ("/v2/", &[200], get(registry::v2_root)),
@@ -249,6 +250,7 @@ pub const ROUTE_POLICY: &[(&str, Policy)] = &[
     ("/metrics", policy(Writes::None, Gate::Open)),
     ("/api/v1/matrix", policy(Writes::Token, Gate::Open)),
     ("/api/v1/matrix/check", policy(Writes::Token, Gate::Open)),
+    ("/api/v1/upgrade-plan", policy(Writes::Token, Gate::Open)),
     ("/api/v1/machineconfig", policy(Writes::Token, Gate::Open)),
     (
         "/api/v1/kubelet-reservations",

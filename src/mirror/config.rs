@@ -34,6 +34,33 @@ struct Raw {
     /// `ghcr.io/siderolabs/<name>`) per `talosVersions` entry.
     #[serde(default)]
     source_images: Vec<String>,
+    /// Upgrade plans: every pair on the way, each as a `workers:` entry.
+    #[serde(default)]
+    upgrades: Vec<RawUpgrade>,
+}
+
+/// An `upgrades:` entry: the pairs of `talos-gen upgrade plan` from one
+/// pair to another, each expanded as a `workers:` entry (its pull list and
+/// disk image).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawUpgrade {
+    from_talos: String,
+    from_kubernetes: String,
+    to_talos: String,
+    to_kubernetes: String,
+    #[serde(default)]
+    replace: bool,
+    #[serde(default)]
+    schematic: Option<RawSchematic>,
+    #[serde(default)]
+    platform: Option<String>,
+    #[serde(default)]
+    arch: Option<String>,
+    #[serde(default)]
+    installer_repository: Option<String>,
+    #[serde(default)]
+    optional_images: bool,
 }
 
 /// A `workers:` entry: one worker pool, everything its nodes pull.
@@ -55,7 +82,7 @@ struct RawWorker {
     optional_images: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 enum RawSchematic {
     Id(String),
@@ -150,6 +177,8 @@ pub struct Worker {
     pub disk: ImageKey,
     /// The OCI items of the pull list, in its order (the installer first).
     pub oci: Vec<Item>,
+    /// For an `upgrades:` entry's pair: `upgrades[0] pair 2 of 8`.
+    pub upgrade: Option<String>,
 }
 
 impl Worker {
@@ -379,20 +408,80 @@ impl Config {
         }
         for (i, w) in raw.workers.into_iter().enumerate() {
             let at = format!("{what}: workers[{i}]");
-            let worker = Config::worker(w, base, &at, i, matrix)?;
+            let worker = Config::worker(w, base, &at, &format!("workers[{i}]"), matrix)?;
             for n in &worker.pull.notes {
                 cfg.notes.push(format!("workers[{i}]: {n}"));
             }
             cfg.workers.push(worker);
         }
+        for (i, u) in raw.upgrades.into_iter().enumerate() {
+            cfg.upgrade(u, base, what, i, matrix)?;
+        }
         Ok(cfg)
+    }
+
+    /// Expand `upgrades[i]`: plan it, then each pair as a worker.
+    fn upgrade(
+        &mut self,
+        u: RawUpgrade,
+        base: &Path,
+        what: &str,
+        i: usize,
+        matrix: &crate::matrix::Matrix,
+    ) -> Result<()> {
+        let key = format!("upgrades[{i}]");
+        let at = format!("{what}: {key}");
+        let names: Vec<String> = ["fromTalos", "fromKubernetes", "toTalos", "toKubernetes"]
+            .iter()
+            .map(|f| format!("{key}.{f}"))
+            .collect();
+        let plan = crate::upgrade::plan(
+            matrix,
+            &crate::upgrade::Question {
+                from_talos: &u.from_talos,
+                from_kubernetes: &u.from_kubernetes,
+                to_talos: &u.to_talos,
+                to_kubernetes: &u.to_kubernetes,
+                replace: u.replace,
+                names: crate::upgrade::Names {
+                    from_talos: &names[0],
+                    from_kubernetes: &names[1],
+                    to_talos: &names[2],
+                    to_kubernetes: &names[3],
+                },
+            },
+        )
+        .map_err(|e| match e {
+            Error::BadInput(m) => Error::bad_input(format!("{what}: {m}")),
+            Error::Refused(m) => Error::refused(format!("{at}: {m}")),
+            e => e,
+        })?;
+        for n in &plan.notes {
+            self.notes.push(format!("{key}: {n}"));
+        }
+        let pairs = plan.pairs();
+        for (n, pair) in pairs.iter().enumerate() {
+            let w = RawWorker {
+                talos: pair.talos.to_string(),
+                kubernetes: pair.kubernetes.to_string(),
+                schematic: u.schematic.clone(),
+                platform: u.platform.clone(),
+                arch: u.arch.clone(),
+                installer_repository: u.installer_repository.clone(),
+                optional_images: u.optional_images,
+            };
+            let mut worker = Config::worker(w, base, &at, &key, matrix)?;
+            worker.upgrade = Some(format!("{key} pair {} of {}", n + 1, pairs.len()));
+            self.workers.push(worker);
+        }
+        Ok(())
     }
 
     fn worker(
         w: RawWorker,
         base: &Path,
         at: &str,
-        i: usize,
+        key: &str,
         matrix: &crate::matrix::Matrix,
     ) -> Result<Worker> {
         let schematic = match w.schematic {
@@ -412,11 +501,11 @@ impl Config {
             )));
         }
         let names = [
-            format!("workers[{i}].talos"),
-            format!("workers[{i}].kubernetes"),
-            format!("workers[{i}].schematic"),
-            format!("workers[{i}].installerRepository"),
-            format!("workers[{i}].platform"),
+            format!("{key}.talos"),
+            format!("{key}.kubernetes"),
+            format!("{key}.schematic"),
+            format!("{key}.installerRepository"),
+            format!("{key}.platform"),
         ];
         let pull = crate::pull_list::plan(
             matrix,
@@ -462,6 +551,7 @@ impl Config {
             arch,
             disk,
             oci,
+            upgrade: None,
         })
     }
 
@@ -619,8 +709,17 @@ impl Config {
         let mut seen: Vec<Item> = Vec::new();
         for (i, w) in self.workers.iter().enumerate() {
             out.push_str(&format!(
-                "worker {i}: Talos {} (image data {}), Kubernetes {}, schematic {}, {}-{}\n",
-                w.pull.talos, w.pull.release, w.pull.kubernetes, w.schematic.id, w.platform, w.arch
+                "worker {i}: Talos {} (image data {}), Kubernetes {}, schematic {}, {}-{}{}\n",
+                w.pull.talos,
+                w.pull.release,
+                w.pull.kubernetes,
+                w.schematic.id,
+                w.platform,
+                w.arch,
+                w.upgrade
+                    .as_ref()
+                    .map(|u| format!(" ({u})"))
+                    .unwrap_or_default()
             ));
             out.push_str(&format!("  disk image  {}\n", w.disk.path()));
             for (p, item) in w.pull.images.iter().zip(&w.oci) {
@@ -688,6 +787,9 @@ impl Config {
                 pull["platform"] = json!(w.platform);
                 pull["arch"] = json!(w.arch);
                 pull["diskImage"] = json!(w.disk.path());
+                if let Some(u) = &w.upgrade {
+                    pull["upgrade"] = json!(u);
+                }
                 pull["items"] = json!(w.items().iter().map(item).collect::<Vec<_>>());
                 pull
             })

@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["matrix", "schematic", "upstream", "metrics", "inventory"],
     &["known_schematics", "fill"],
     &["pull_list", "verifiers"],
-    &["machineconfig", "factory", "registry"],
+    &["machineconfig", "factory", "registry", "upgrade"],
     &["datavolume", "compose"],
     &["mirror"],
     &["http"],

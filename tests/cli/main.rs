@@ -16,4 +16,5 @@ mod operator_cli;
 mod parsers;
 mod reservations;
 mod talos_minors;
+mod upgrade_plan;
 mod versions_names;

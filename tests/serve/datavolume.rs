@@ -5,7 +5,9 @@
 //! `DataVolumeSource`, `DataVolumeSourceHTTP`, `StorageSpec` and
 //! `VolumeResourceRequirements` as CDI's `api/openapi-spec/swagger.json`
 //! publishes them, unknown fields refused as a structural CRD prunes them,
-//! the checksum as CDI's `checksum.ParseAndValidate` reads it), then read
+//! the checksum as CDI's `checksum.ParseAndValidate` reads it; the golden
+//! layout's `DataSource` and a clone's `spec.sourceRef` the same way, from
+//! kubevirt/containerized-data-importer at c07cdb6fbd18, v1.66.0-6), then read
 //! the importer's way: nbdkit's curl plugin and qemu-img convert on the URL
 //! it names, the bytes hashing to the checksum it names and unpacking to
 //! the disk.
@@ -77,31 +79,99 @@ fn cdi_schema() -> serde_json::Value {
             "dataSourceRef": s("object"),
         }),
     );
-    let spec = obj(
+    // v1beta1.DataVolumeSourceRef; the webhook (datavolume-validate.go)
+    // takes only kind DataSource.
+    let source_ref = obj(
+        &["kind", "name"],
+        serde_json::json!({
+            "kind": {"const": "DataSource"}, "name": s("string"), "namespace": s("string"),
+        }),
+    );
+    let mut spec = obj(
         &[],
         serde_json::json!({
-            "source": source, "sourceRef": s("object"), "pvc": s("object"), "storage": storage,
+            "source": source, "sourceRef": source_ref, "pvc": s("object"), "storage": storage,
             "priorityClassName": s("string"), "serviceAccountName": s("string"),
             "contentType": {"enum": ["kubevirt", "archive"]},
             "checkpoints": s("array"), "finalCheckpoint": s("boolean"), "preallocation": s("boolean"),
         }),
     );
+    // The webhook: "Data volume should have either Source or SourceRef".
+    spec["oneOf"] = serde_json::json!([{"required": ["source"]}, {"required": ["sourceRef"]}]);
     let mut dv = obj(
         &["spec", "apiVersion", "kind", "metadata"],
         serde_json::json!({
             "apiVersion": {"const": "cdi.kubevirt.io/v1beta1"},
             "kind": {"const": "DataVolume"},
-            "metadata": {
-                "type": "object",
-                "required": ["name"],
-                "properties": {"name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"}},
-            },
+            "metadata": metadata(),
             "spec": spec,
             "status": s("object"),
         }),
     );
     dv["$schema"] = "http://json-schema.org/draft-07/schema#".into();
     dv
+}
+
+/// `metadata`: a DNS-1123 subdomain name, a DNS-1123 label namespace.
+fn metadata() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"},
+            "namespace": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
+        },
+    })
+}
+
+/// CDI v1beta1's `DataSource` (swagger.json definitions
+/// `v1beta1.DataSource`, `v1beta1.DataSourceSpec` (required `source`),
+/// `v1beta1.DataSourceSource` (`pvc`, `snapshot`, `dataSource`),
+/// `v1beta1.DataVolumeSourcePVC` (required `name`, `namespace`)).
+fn cdi_datasource_schema() -> serde_json::Value {
+    let named = serde_json::json!({
+        "type": "object",
+        "required": ["namespace", "name"],
+        "properties": {"name": {"type": "string"}, "namespace": {"type": "string"}},
+        "additionalProperties": false,
+    });
+    serde_json::json!({
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "required": ["spec", "apiVersion", "kind", "metadata"],
+        "properties": {
+            "apiVersion": {"const": "cdi.kubevirt.io/v1beta1"},
+            "kind": {"const": "DataSource"},
+            "metadata": metadata(),
+            "spec": {
+                "type": "object",
+                "required": ["source"],
+                "properties": {
+                    "source": {
+                        "type": "object",
+                        "properties": {"pvc": named, "snapshot": named, "dataSource": named},
+                        "additionalProperties": false,
+                    },
+                },
+                "additionalProperties": false,
+            },
+            "status": {"type": "object"},
+        },
+        "additionalProperties": false,
+    })
+}
+
+fn check_datasource(doc: &serde_json::Value) {
+    let schema = cdi_datasource_schema();
+    let v = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let errors: Vec<String> = v
+        .iter_errors(doc)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "not a CDI v1beta1 DataSource: {errors:?}\n{doc:#}"
+    );
 }
 
 fn check_shape(doc: &serde_json::Value) {
@@ -364,4 +434,183 @@ fn datavolume_from_the_cli_and_the_api_is_cdis_shape_and_imports_with_its_checks
         yaml(&String::from_utf8(r.body).unwrap())["spec"]["source"]["http"]["checksum"],
         want_sum.as_str()
     );
+}
+
+/// The documents of a YAML stream (`---` lines between them).
+fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
+    text.split("\n---\n").map(yaml).collect()
+}
+
+/// Issue 40: the golden layout. `--golden --namespace NS` writes the import
+/// in NS and a `DataSource` naming its PVC; `--clone-from NS/NAME` a
+/// worker's DataVolume whose `spec.sourceRef` is it (no `spec.source`, no
+/// service asked); the API answers the same bytes for the same question.
+/// Each document checked against CDI's published shapes, which are shown
+/// to refuse what CDI refuses.
+#[test]
+fn golden_image_and_its_clones_are_cdis_shape() {
+    // The schemas bite: both source and sourceRef, a sourceRef of another
+    // kind, a DataSource's pvc without its namespace.
+    let schema = cdi_schema();
+    let dv = jsonschema::validator_for(&schema).unwrap();
+    let both = serde_json::json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+        "metadata": {"name": "x"}, "spec": {"source": {"blank": {}},
+        "sourceRef": {"kind": "DataSource", "name": "g"}}});
+    assert!(!dv.is_valid(&both));
+    let pvc_ref = serde_json::json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+        "metadata": {"name": "x"}, "spec": {"sourceRef": {"kind": "PersistentVolumeClaim", "name": "g"}}});
+    assert!(!dv.is_valid(&pvc_ref));
+    let schema = cdi_datasource_schema();
+    let ds = jsonschema::validator_for(&schema).unwrap();
+    let no_ns = serde_json::json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+        "metadata": {"name": "g"}, "spec": {"source": {"pvc": {"name": "g"}}}});
+    assert!(!ds.is_valid(&no_ns));
+
+    let fx = Factory::new(2, 4, &[A], None);
+    let svc = fx.serve(&[]);
+    let want_sum = format!("sha256:{}", sha256_hex(&fx.xz));
+    let name = "talos-v1-13-6-cozystack";
+    let (code, golden, err) = run_text(
+        &[
+            "datavolume",
+            "--golden",
+            "--namespace",
+            "cozy-public",
+            "--base-url",
+            &svc.url(),
+            "--schematic",
+            S,
+            "--talos-version",
+            V,
+            "--name",
+            name,
+            "--size",
+            "20Gi",
+            "--cert-configmap",
+            "talos-gen-ca",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let docs = yaml_docs(&golden);
+    assert_eq!(docs.len(), 2, "{golden}");
+    check_shape(&docs[0]);
+    check_datasource(&docs[1]);
+    assert_eq!(
+        docs[0]["metadata"],
+        serde_json::json!({"name": name, "namespace": "cozy-public"})
+    );
+    let http = &docs[0]["spec"]["source"]["http"];
+    assert_eq!(http["checksum"], want_sum.as_str());
+    assert_eq!(http["certConfigMap"], "talos-gen-ca");
+    assert_eq!(docs[1]["metadata"], docs[0]["metadata"]);
+    assert_eq!(
+        docs[1]["spec"]["source"]["pvc"],
+        serde_json::json!({"name": name, "namespace": "cozy-public"})
+    );
+    let api = |query: &str| curl(&[&format!("{}/api/v1/datavolume?{query}", svc.url())]);
+    let q = format!(
+        "golden=true&namespace=cozy-public&schematic={S}&talosVersion={V}&name={name}&size=20Gi&certConfigMap=talos-gen-ca"
+    );
+    let r = api(&q);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(String::from_utf8(r.body).unwrap(), golden);
+    let r = api(&format!("{q}&format=json"));
+    let j: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(j["kind"], "List");
+    assert_eq!(j["items"], serde_json::Value::Array(docs.clone()));
+
+    // A worker's disk, cloned: no service, no checksum.
+    let out = fx.dir.path().join("md0-disk-0.yaml");
+    let (code, stdout, err) = run_text(
+        &[
+            "datavolume",
+            "--clone-from",
+            &format!("cozy-public/{name}"),
+            "--name",
+            "md0-disk-0",
+            "--size",
+            "20Gi",
+            "--storage-class",
+            "replicated",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!((code, stdout.as_str()), (0, ""), "{err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let clone = yaml(&text);
+    check_shape(&clone);
+    assert!(clone["spec"].get("source").is_none(), "{text}");
+    assert_eq!(
+        clone["spec"]["sourceRef"],
+        serde_json::json!({"kind": "DataSource", "name": name, "namespace": "cozy-public"})
+    );
+    assert_eq!(clone["spec"]["storage"]["storageClassName"], "replicated");
+    let r = api(&format!(
+        "cloneFrom=cozy-public/{name}&name=md0-disk-0&size=20Gi&storageClass=replicated"
+    ));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(String::from_utf8(r.body).unwrap(), text);
+
+    // Bad input: exit 2 / 400 naming what was typed.
+    for (args, want) in [
+        (
+            vec![
+                "--golden",
+                "--base-url",
+                "http://x.example",
+                "--schematic",
+                S,
+                "--talos-version",
+                V,
+            ],
+            "--namespace",
+        ),
+        (
+            vec![
+                "--clone-from",
+                "cozy-public/g",
+                "--base-url",
+                "http://x.example",
+            ],
+            "--base-url",
+        ),
+        (
+            vec!["--clone-from", "cozy-public"],
+            "--clone-from: \"cozy-public\"",
+        ),
+        (vec!["--clone-from", "Cozy/g"], "--clone-from: \"Cozy\""),
+    ] {
+        let mut a = vec!["datavolume", "--name", "md0", "--size", "20Gi"];
+        a.extend(args.iter().copied());
+        let (code, _, err) = run_text(&a, None);
+        assert_eq!(code, 2, "{a:?}: {err}");
+        assert!(err.contains(want), "{a:?}: {err}");
+    }
+    for (query, want) in [
+        (
+            format!("golden=true&schematic={S}&talosVersion={V}&name=g&size=1Gi"),
+            "golden: needs namespace",
+        ),
+        (
+            format!("golden=yes&namespace=n&schematic={S}&talosVersion={V}&name=g&size=1Gi"),
+            "golden: \"yes\"",
+        ),
+        (
+            "cloneFrom=n/g&name=w&size=1Gi&schematic=cozystack".to_string(),
+            "schematic: not with cloneFrom",
+        ),
+        ("cloneFrom=n/g&size=1Gi".to_string(), "name: missing"),
+        (
+            "cloneFrom=g&name=w&size=1Gi&format=json".to_string(),
+            "cloneFrom: \\\"g\\\"",
+        ),
+    ] {
+        let r = api(&query);
+        let body = String::from_utf8_lossy(&r.body);
+        assert_eq!(r.status, 400, "{query}: {body}");
+        assert!(body.contains(want), "{query}: {body}");
+    }
 }

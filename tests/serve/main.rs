@@ -17,3 +17,4 @@ mod ops_limits;
 mod ops_status;
 mod serve_api;
 mod tls_e2e;
+mod upgrade_api;
