@@ -363,3 +363,98 @@ fn an_image_pulled_once_pulls_again_while_the_bucket_is_frozen() {
     );
     other.assert_copied(&files, "thawed");
 }
+
+/// The entry a key has in the bucket (its index entry, parsed).
+fn bucket_entry(g: &Garage, prefix: &str, key: &str) -> Option<serde_json::Value> {
+    g.list(0, &format!("{prefix}/index/")).iter().find_map(|name| {
+        let v: serde_json::Value = serde_json::from_slice(&g.get(0, name)).ok()?;
+        (v["key"] == key).then_some(v)
+    })
+}
+
+/// A key `mirror sync` stored (pinned) after a replica started, so the
+/// replica never read it: while the bucket is frozen, asking that replica
+/// for it is 503 within the store's bound, for every request waiting, and
+/// the factory is never asked (before, "the bucket did not answer" was
+/// read as "absent": the replica fetched the key from the factory and, once
+/// the bucket came back, its commit wrote over the mirror's pinned entry,
+/// pointing it at the factory's new bytes). After SIGCONT the entry is
+/// still pinned with the mirror's digest though the factory now serves
+/// other bytes, and the replica serves the mirror's.
+#[test]
+fn a_mirrored_key_is_never_fetched_again_or_repointed_while_the_bucket_is_frozen() {
+    use support::factory::{S, V};
+    let Some(bin) = support::garage::binary() else {
+        return;
+    };
+    let g = Garage::cluster(&bin, 1);
+    let f = Factory::new(2, 0, &[A], None);
+    let (one, _) = replica(&f, &g, "one", &[]);
+    // The mirror job fills the bucket after the replica started.
+    let cfg = f.dir.path().join("mirror.yaml");
+    std::fs::write(
+        &cfg,
+        format!("schematics: [{S}]\ntalosVersions: [{V}]\nimages: [{A}]\ninstallers: []\n"),
+    )
+    .unwrap();
+    let spool = f.dir.path().join("spool-mirror");
+    std::fs::create_dir_all(&spool).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+        .args(["mirror", "sync", "--config", cfg.to_str().unwrap()])
+        .args(["--factory-url", &f.nginx.url()])
+        .args(["--store", &format!("s3://{}/{PREFIX}", g.bucket)])
+        .args(["--s3-endpoint", &g.endpoint(0)])
+        .arg("--cache-dir")
+        .arg(&spool)
+        .env("AWS_ACCESS_KEY_ID", &g.key_id)
+        .env("AWS_SECRET_ACCESS_KEY", &g.secret)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let key = format!("image/{S}/{V}/{A}");
+    let mirrored = sha256_hex(&f.xz);
+    let e = bucket_entry(&g, PREFIX, &key).expect("the mirror's entry");
+    assert_eq!((e["digest"].as_str(), e["pinned"].as_bool()), (Some(&*mirrored), Some(true)));
+    // The factory now serves other bytes under the same name.
+    let other = support::xz_bytes(&support::random_bytes(1 << 20, 99));
+    std::fs::write(f.root().join(&image_path(A)[1..]), &other).unwrap();
+    let gets_before = f.gets(A);
+
+    g.freeze(0);
+    let url = format!("{}{}", one.url(), image_path(A));
+    let askers: Vec<_> = (0..8)
+        .map(|_| {
+            let u = url.clone();
+            std::thread::spawn(move || timed(&u))
+        })
+        .collect();
+    for a in askers {
+        let (st, _, took) = a.join().unwrap();
+        eprintln!("frozen: a key only the bucket holds, never read here: {st} in {took:?}");
+        assert_eq!(st, 503, "{}", one.log_text());
+        // One store bound (2 s) and a margin for a loaded machine.
+        assert!(took < Duration::from_secs(6), "{took:?}");
+    }
+    // Asked again while still frozen: at once (the store is known down).
+    let (st, _, took) = timed(&url);
+    eprintln!("frozen, asked again: {st} in {took:?}");
+    assert_eq!(st, 503);
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(f.gets(A), gets_before, "the factory was asked for a key the store holds");
+
+    g.thaw(0);
+    let back = eventually("the key served again", Duration::from_secs(15), || {
+        curl(&["--max-time", "10", &url]).status == 200
+    });
+    eprintln!("thawed: served again after {back:?}");
+    let (st, body, _) = timed(&url);
+    assert_eq!(st, 200);
+    assert!(body == f.xz, "the mirror's bytes, not the factory's new ones");
+    assert_eq!(f.gets(A), gets_before, "the factory was asked for a key the store holds");
+    let e = bucket_entry(&g, PREFIX, &key).expect("the mirror's entry");
+    assert_eq!(
+        (e["digest"].as_str(), e["pinned"].as_bool()),
+        (Some(&*mirrored), Some(true)),
+        "the mirror's entry stays pinned with its digest"
+    );
+}
