@@ -70,7 +70,7 @@ pub fn run(args: DatavolumeArgs) -> crate::Result<i32> {
     let text = plan.to_yaml(&sha);
     match &args.output {
         Some(path) => super::machineconfig::write_file(path, &text, "-o")?,
-        None => print!("{text}"),
+        None => out!("{text}")?,
     }
     Ok(0)
 }

@@ -36,6 +36,46 @@ struct Raw {
     source_images: Vec<String>,
 }
 
+/// The config's top-level keys (the contract's and those [`Raw`] reads;
+/// `upgrades` is the contract's upgrade-plan list).
+pub const KEYS: &[&str] = &[
+    "schematics",
+    "talosVersions",
+    "images",
+    "installers",
+    "extraImages",
+    "workers",
+    "talosctl",
+    "pxe",
+    "sourceImages",
+    "upgrades",
+];
+
+/// A top-level key the config does not have is bad input naming it and the
+/// nearest known key, one line (a typo never silently drops a list).
+fn check_top_level(text: &str, what: &str) -> Result<()> {
+    use crate::yaml::Value;
+    let Ok(Value::Mapping(m)) = crate::yaml::value_from_str(text, what) else {
+        // Not a mapping, or not YAML: the typed parse says what is wrong.
+        return Ok(());
+    };
+    for k in m.keys() {
+        let k = match k {
+            Value::String(s) => s.clone(),
+            other => format!("{other:?}"),
+        };
+        if !KEYS.contains(&k.as_str()) {
+            let listed: Vec<String> = KEYS.iter().map(|k| format!("`{k}`")).collect();
+            let near = crate::text::by_nearness(&k, KEYS)[0];
+            return Err(Error::bad_input(crate::text::clip_quoted(&format!(
+                "{what}: unknown field `{k}` (nearest known: `{near}`), expected one of {}",
+                listed.join(", ")
+            ))));
+        }
+    }
+    Ok(())
+}
+
 /// A `workers:` entry: one worker pool, everything its nodes pull.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -291,6 +331,7 @@ impl Config {
         what: &str,
         matrix: &crate::matrix::Matrix,
     ) -> Result<Config> {
+        check_top_level(text, what)?;
         let raw: Raw = crate::yaml::from_str(text, what)?;
         let mut cfg = Config::default();
         for (i, s) in raw.schematics.into_iter().enumerate() {

@@ -15,5 +15,6 @@ mod machineconfig_schema;
 mod operator_cli;
 mod parsers;
 mod reservations;
+mod second_day;
 mod talos_minors;
 mod versions_names;

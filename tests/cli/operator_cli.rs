@@ -258,27 +258,40 @@ fn errors_name_what_was_typed() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("(0, 100]"), "{err}");
-    // A typo at the top level of a values file: a warning, still written.
+    // A typo at the top level of a values file (issue 41): exit 2, one
+    // line naming the key and the nearest known one, nothing written.
     let dir = tempfile::tempdir().unwrap();
     let typo = dir.path().join("values.yaml");
-    std::fs::write(
-        &typo,
-        std::fs::read_to_string(&values).unwrap() + "instanceTyp: u1.large\n",
-    )
-    .unwrap();
-    let (code, out, err) = mc(
-        &shared,
-        &["--profile", "cozystack", "-f", typo.to_str().unwrap()],
-    );
+    let text = std::fs::read_to_string(&values).unwrap();
+    for (typo_text, key, near) in [
+        (
+            format!("{text}instanceTyp: u1.large\n"),
+            "instanceTyp",
+            "instanceType",
+        ),
+        (
+            text.replacen("\ntalos:\n", "\ntalso:\n", 1),
+            "talso",
+            "talos",
+        ),
+    ] {
+        std::fs::write(&typo, typo_text).unwrap();
+        let (code, out, err) = mc(
+            &shared,
+            &["--profile", "cozystack", "-f", typo.to_str().unwrap()],
+        );
+        assert_eq!(code, 2, "{err}");
+        assert!(out.is_empty(), "{out}");
+        assert_eq!(
+            err.trim(),
+            format!(
+                "talos-gen: --values: unknown top-level key \"{key}\" (nearest known: \"{near}\")"
+            )
+        );
+    }
+    // The real file (every key of the chart) is taken.
+    let (code, _, err) = mc(&shared, &["--profile", "cozystack", "-f", v]);
     assert_eq!(code, 0, "{err}");
-    assert!(!out.is_empty());
-    assert!(
-        err.contains("unknown top-level key \"instanceTyp\"")
-            && err.contains("did you mean \"instanceType\""),
-        "{err}"
-    );
-    // The real file has no such warning.
-    let (_, _, err) = mc(&shared, &["--profile", "cozystack", "-f", v]);
     assert!(!err.contains("unknown top-level key"), "{err}");
     // serve names the flag typed; internal type names never show.
     let (code, _, err) = run(&[
@@ -833,12 +846,11 @@ fn mirror_edges() {
     assert!(out.contains("0 keys, 0 objects (0 B) imported"), "{out}");
 }
 
-/// README: the commands a user copies work as written.
+/// README: the commands a user copies work as written, from a fresh clone
+/// (issue 41: the values file they name is the repository's own
+/// `examples/kubernetes-nodes.values.yaml`, nothing from elsewhere).
 #[test]
 fn readme_commands_run() {
-    let Some(shared) = support::reference_dir() else {
-        return;
-    };
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     // Every `talos-gen machineconfig|kubelet-reservations|schematic|matrix`
@@ -871,12 +883,11 @@ fn readme_commands_run() {
         }
     }
     assert!(cmds.len() >= 4, "{cmds:?}");
+    // A clone's root as the commands see it: the repository's files under
+    // their own paths, what the commands write kept out of the checkout.
     let work = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        shared.join("cozystack/kubernetes-nodes.values.yaml"),
-        work.path().join("kubernetes-nodes.values.yaml"),
-    )
-    .unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::os::unix::fs::symlink(root.join("examples"), work.path().join("examples")).unwrap();
     for c in cmds {
         let words: Vec<String> = shell_words(&c);
         assert_eq!(words[0], "talos-gen", "{c}");
@@ -891,6 +902,32 @@ fn readme_commands_run() {
             support::stderr(&out)
         );
     }
+}
+
+/// The example values file is the chart's `values.yaml` as published (the
+/// reference copy in `../shared`), under a comment naming its source.
+#[test]
+fn example_values_file_is_the_charts() {
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/kubernetes-nodes.values.yaml"
+    ))
+    .unwrap();
+    let head: String = example.lines().take(4).collect::<Vec<_>>().join(" ");
+    assert!(
+        head.contains("github.com/cozystack/cozystack")
+            && head.contains("packages/apps/kubernetes-nodes/values.yaml"),
+        "{head}"
+    );
+    let Some(shared) = support::reference_dir() else {
+        return;
+    };
+    let chart =
+        std::fs::read_to_string(shared.join("cozystack/kubernetes-nodes.values.yaml")).unwrap();
+    assert!(
+        example.ends_with(&chart),
+        "the example is not the chart's file"
+    );
 }
 
 /// Enough of sh's word splitting for the README: spaces, '' and "".
