@@ -132,7 +132,12 @@ fn listen_takes_host_names() {
     assert!(line.contains("127.0.0.1:"), "{line}");
     let line = serve_listening("127.0.0.1:0").unwrap();
     assert!(line.contains("127.0.0.1:"), "{line}");
-    for bad in ["localhost", "localhost:http", "no such host:80", "[::1]x:80"] {
+    for bad in [
+        "localhost",
+        "localhost:http",
+        "no such host:80",
+        "[::1]x:80",
+    ] {
         let (code, err) = serve_listening(bad).unwrap_err();
         assert_eq!(code, 2, "{bad}: {err}");
         assert!(
@@ -191,10 +196,7 @@ fn a_path_of_the_wrong_kind_is_named() {
         let (code, out, err) = run(&args);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(out.is_empty(), "{args:?}: {out}");
-        assert!(
-            err.contains(flag) && err.contains(path),
-            "{args:?}: {err}"
-        );
+        assert!(err.contains(flag) && err.contains(path), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
     }
 }
@@ -251,7 +253,10 @@ fn typo_tips_are_one_line() {
         (vec!["serve", "--cach-dir", "x"], "--cache-dir"),
         (vec!["matrix", "--jsn"], "--json"),
         (vec!["mirror", "sycn"], "sync"),
-        (vec!["machineconfig", "--cluster-nam", "c"], "--cluster-name"),
+        (
+            vec!["machineconfig", "--cluster-nam", "c"],
+            "--cluster-name",
+        ),
     ] {
         let (code, _, err) = run(&args);
         assert_eq!(code, 2, "{args:?}: {err}");
@@ -318,13 +323,19 @@ fn images_say_what_they_use() {
     let installer = out.lines().next().unwrap();
     assert!(installer.ends_with(":v1.13.12"), "{out}");
     assert!(
-        err.contains("the installer is tagged v1.13.12 as asked")
-            && err.contains("as for v1.13.9"),
+        err.contains("the installer is tagged v1.13.12 as asked") && err.contains("as for v1.13.9"),
         "{err}"
     );
     assert!(!err.contains("using the images of"), "{err}");
     // The matrix's refusal of a bare minor says it once.
-    let (code, _, err) = run(&["matrix", "check", "--talos", "v1.99", "--kubernetes", "1.35"]);
+    let (code, _, err) = run(&[
+        "matrix",
+        "check",
+        "--talos",
+        "v1.99",
+        "--kubernetes",
+        "1.35",
+    ]);
     assert_eq!(code, 1, "{err}");
     assert!(!err.contains("(minor v1.99)"), "{err}");
     assert!(err.contains("v1.14"), "{err}");
