@@ -256,7 +256,8 @@ impl Item {
     pub fn name(&self) -> String {
         match self {
             Item::Image(k) => format!("image {}", k.path()),
-            Item::Installer { repo, tag } => format!("installer {repo}:{tag}"),
+            // The reference a worker pulls, as `mirror plan` prints it.
+            Item::Installer { tag, .. } => format!("installer {}:{tag}", item_repository(self)),
             Item::Extra(x) => format!("image {}", x.display()),
             Item::Talosctl(t) => format!("talosctl {}", t.path()),
         }
@@ -799,7 +800,7 @@ mod tests {
             [
                 "image ghcr.io/siderolabs/kubelet:v1.35.6".to_string(),
                 format!("image /image/{S}/v1.13.9/openstack-amd64.raw.xz"),
-                format!("installer installer/{S}:v1.13.9"),
+                format!("installer factory.talos.dev/installer/{S}:v1.13.9"),
                 "image registry.k8s.io/pause:3.10.1".to_string(),
                 format!("image /image/{v}/v1.12.11/nocloud-arm64.raw.xz"),
                 format!("image registry.example/talos/installer/{v}:v1.12.11"),
@@ -918,7 +919,10 @@ mod tests {
         assert!(c.schematics[1].canonical.is_some());
         let items = c.items();
         assert_eq!(items.len(), 5);
-        assert_eq!(items[1].name(), format!("installer installer/{S}:v1.13.6"));
+        assert_eq!(
+            items[1].name(),
+            format!("installer factory.talos.dev/installer/{S}:v1.13.6")
+        );
         for bad in [
             "schematics: [abc]\n",
             "schematics: [{file: missing.yaml}]\n",

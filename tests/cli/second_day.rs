@@ -380,3 +380,31 @@ fn mirror_config_typos_are_named() {
         "{err}"
     );
 }
+
+/// `datavolume` against a base URL nothing answers: exit 1, one line
+/// naming the checksum URL once (the client's own error repeated it).
+#[test]
+fn datavolume_says_its_url_once() {
+    let port = support::free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let (code, _, err) = run(&[
+        "datavolume",
+        "--base-url",
+        &base,
+        "--schematic",
+        "cozystack",
+        "--talos-version",
+        "v1.13.6",
+        "--name",
+        "d",
+        "--size",
+        "20Gi",
+        "--timeout",
+        "5s",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(err.matches(&base).count(), 1, "{err}");
+    assert!(err.contains("openstack-amd64.raw.xz.sha256"), "{err}");
+    assert!(err.to_lowercase().contains("connect"), "{err}");
+}
