@@ -285,3 +285,37 @@ impl Values {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chart's values file (the repository's copy) is taken as it is,
+    /// and its keys are the known ones: every key it sets, and the two
+    /// optional ones its schema has (`podCpuLimit`, `podCpuRequest`).
+    #[test]
+    fn the_charts_keys_are_known() {
+        let text = include_str!("../../examples/kubernetes-nodes.values.yaml");
+        let v = crate::yaml::value_from_str(text, "values").unwrap();
+        let Value::Mapping(m) = &v else {
+            panic!("not a mapping")
+        };
+        let mut set: Vec<&str> = m.keys().filter_map(|k| k.as_str()).collect();
+        set.extend(["podCpuLimit", "podCpuRequest"]);
+        set.sort();
+        let mut known = CHART_KEYS.to_vec();
+        known.sort();
+        assert_eq!(set, known);
+        let values = Values::from_value(v, "values").unwrap();
+        assert_eq!(values, Values::defaults());
+        let e = Values::from_value(
+            crate::yaml::value_from_str("talso:\n  version: v1.12.3\n", "v").unwrap(),
+            "values",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "values: unknown top-level key \"talso\" (nearest known: \"talos\")"
+        );
+    }
+}

@@ -907,6 +907,26 @@ mod tests {
         assert!(c.notes[0].starts_with("workers[0]: "), "{:?}", c.notes);
     }
 
+    /// Every key the typed config reads is in [`KEYS`] (the check before
+    /// it would refuse one it lacks), and a key of neither is refused by
+    /// name with the nearest known key.
+    #[test]
+    fn top_level_keys() {
+        let e = crate::yaml::from_str::<Raw>("noSuchKey: []\n", "cfg").unwrap_err();
+        let msg = e.to_string();
+        let listed = msg.split_once("expected one of").unwrap().1;
+        let read: Vec<&str> = listed.split('`').skip(1).step_by(2).collect();
+        assert!(read.len() >= 9, "{msg}");
+        for k in read {
+            assert!(KEYS.contains(&k), "{k} is read but not in KEYS");
+        }
+        let e = Config::parse("imagse: []\n", Path::new("."), "cfg").unwrap_err();
+        assert_eq!(
+            e.to_string().split_once(", expected").unwrap().0,
+            "cfg: unknown field `imagse` (nearest known: `images`)"
+        );
+    }
+
     #[test]
     fn parse_and_items() {
         let dir = tempfile::tempdir().unwrap();
