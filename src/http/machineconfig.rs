@@ -270,6 +270,7 @@ pub async fn reservations(body: Bytes) -> Response {
     let result = super::blocking::run("computing the reservations", move || {
         parse_body::<ReservationsRequest>(&body)
             .and_then(|req| machineconfig::kubelet_reservations(&req))
+            .map_err(|e| with_api_names(e, false))
     })
     .await;
     match result {

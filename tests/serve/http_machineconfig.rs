@@ -121,6 +121,12 @@ async fn reservations_over_http() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 400);
+    // Issue 41: the API's field, never the CLI's flag.
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.contains("evictionHardMemory") && !text.contains("--"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
