@@ -292,6 +292,9 @@ pub fn cache_dir_flag(s: &str) -> Result<String, String> {
 pub fn dir_flag(s: &str) -> Result<String, String> {
     match std::fs::metadata(s) {
         Ok(m) if !m.is_dir() => Err(format!("{s:?} is {}, not a directory", kind_of_file(&m))),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => Err(format!(
+            "{s:?}: a folder on its way is a file, not a directory"
+        )),
         _ => Ok(s.to_string()),
     }
 }
@@ -397,6 +400,8 @@ mod tests {
         let e = cache_dir_flag(f).unwrap_err();
         assert!(e.contains(f) && e.contains("a regular file"), "{e}");
         assert!(dir_flag("/dev/null").unwrap_err().contains("a device"));
+        let under = format!("{f}/store");
+        assert!(dir_flag(&under).unwrap_err().contains("not a directory"));
         assert_eq!(dir_flag("/nonexistent/x"), Ok("/nonexistent/x".into()));
         assert!(file_flag("/").unwrap_err().contains("a directory"));
         assert_eq!(file_flag("-"), Ok("-".into()));

@@ -157,8 +157,10 @@ fn a_path_of_the_wrong_kind_is_named() {
     std::fs::write(&file, "x").unwrap();
     let file = file.to_str().unwrap();
     let d = dir.path().to_str().unwrap();
+    let under = format!("{file}/store");
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         (vec!["serve", "--cache-dir", file], "--cache-dir", file),
+        (vec!["serve", "--cache-dir", &under], "--cache-dir", &under),
         (
             vec!["mirror", "verify", "--cache-dir", file],
             "--cache-dir",
