@@ -443,7 +443,15 @@ pub fn parse_sha256_file(body: &str, asset: &str) -> std::result::Result<String,
 pub async fn fetch_checksum(plan: &Plan, timeout: std::time::Duration) -> Result<String> {
     use crate::upstream::{Limits, Upstream, UpstreamConfig};
     let url = plan.checksum_url();
-    let fail = |why: String| Error::Upstream(format!("reading the checksum from {url}: {why}"));
+    // The URL said once: the client's errors repeat it (`upstream URL:
+    // error sending request for url (URL): ...`).
+    let fail = |why: String| {
+        let why = why
+            .replace(&format!("upstream {url}: "), "")
+            .replace(&format!(" for url ({url})"), "")
+            .replace(&url, "it");
+        Error::Upstream(format!("reading the checksum from {url}: {why}"))
+    };
     let up = Upstream::new(UpstreamConfig {
         limits: Limits {
             timeout,

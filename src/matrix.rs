@@ -350,14 +350,20 @@ impl Matrix {
             .iter()
             .find(|e| e.talos.minor_key() == talos.minor_key())
             .ok_or_else(|| {
-                let known = match (self.entries.first(), self.entries.last()) {
-                    (Some(a), Some(b)) => format!(" (it knows {} to {})", a.talos, b.talos),
-                    _ => String::new(),
+                let known: Vec<String> = self.entries.iter().map(|e| e.talos.to_string()).collect();
+                let known = if known.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (it knows {})", known.join(", "))
+                };
+                // `v1.99.1 (minor v1.99)`; a bare minor is not said twice.
+                let minor = if talos.patch.is_some() {
+                    format!(" (minor {})", talos.minor_string())
+                } else {
+                    String::new()
                 };
                 Error::refused(format!(
-                    "the support matrix does not know Talos {} (minor {}){known}",
-                    talos,
-                    talos.minor_string()
+                    "the support matrix does not know Talos {talos}{minor}{known}"
                 ))
             })
     }

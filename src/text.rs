@@ -28,6 +28,15 @@ pub fn human_size(n: u64) -> String {
     }
 }
 
+/// `1 object`, `3 objects`: a count with its noun in the right number.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
 /// `3d 4h`, `5m 12s`, `40s`.
 pub fn human_duration(d: Duration) -> String {
     let s = d.as_secs();
@@ -191,6 +200,51 @@ fn squeeze(text: &str, max: usize) -> String {
     }
 }
 
+/// Levenshtein distance over chars, ASCII case ignored (keys and names are
+/// short; a word is read up to its first 64 characters).
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().map(|c| c.to_ascii_lowercase()).collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().take(64).enumerate() {
+        let ca = ca.to_ascii_lowercase();
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(cur).min(row[j])
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// The known words by closeness to `word` (edit distance, then the order
+/// of `known`), nearest first.
+pub fn by_nearness<'a>(word: &str, known: &[&'a str]) -> Vec<&'a str> {
+    let mut all: Vec<(usize, usize, &str)> = known
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (edit_distance(word, k), i, *k))
+        .collect();
+    all.sort();
+    all.into_iter().map(|(_, _, k)| k).collect()
+}
+
+/// A typo tip, one line: `unknown key "talso" (nearest known: "talos")`,
+/// `what` naming the kind of word (`top-level key`), with the nearest of
+/// `known` whatever its distance (the user reads what is there).
+pub fn unknown_word(what: &str, word: &str, known: &[&str]) -> String {
+    let quoted = clip_quoted(&format!("{word:?}"));
+    match by_nearness(word, known).first() {
+        Some(k) => format!("unknown {what} {quoted} (nearest known: {k:?})"),
+        None => format!("unknown {what} {quoted}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +368,9 @@ mod tests {
 
     #[test]
     fn formats_and_grammars() {
+        assert_eq!(count(1, "object", "objects"), "1 object");
+        assert_eq!(count(0, "object", "objects"), "0 objects");
+        assert_eq!(count(2, "key", "keys"), "2 keys");
         assert_eq!(human_size(10), "10 B");
         assert_eq!(human_size(1536), "1.5 KiB");
         assert_eq!(human_size(3 << 30), "3.0 GiB");
@@ -326,5 +383,22 @@ mod tests {
         assert!(is_hex64(&"a".repeat(64)));
         assert!(!is_hex64(&"A".repeat(64)));
         assert!(!is_hex64(&"a".repeat(63)));
+    }
+
+    #[test]
+    fn typo_tips() {
+        assert_eq!(edit_distance("talso", "talos"), 2);
+        assert_eq!(edit_distance("instanceTyp", "instanceType"), 1);
+        assert_eq!(edit_distance("Talos", "talos"), 0);
+        let known = ["cluster", "talos", "instanceType", "version"];
+        assert_eq!(by_nearness("talso", &known)[0], "talos");
+        assert_eq!(
+            unknown_word("top-level key", "instanceTyp", &known),
+            "unknown top-level key \"instanceTyp\" (nearest known: \"instanceType\")"
+        );
+        assert_eq!(unknown_word("name", "x", &[]), "unknown name \"x\"");
+        let long = "k".repeat(500);
+        let line = unknown_word("key", &long, &known);
+        assert!(line.len() < 120 && !line.contains('\n'), "{line}");
     }
 }

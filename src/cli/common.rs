@@ -10,7 +10,8 @@ use crate::upstream::Limits;
 #[derive(Debug, Clone, Args)]
 pub struct UpstreamArgs {
     /// Longest any one step of an upstream request may take: connecting,
-    /// the response headers, the next body byte (Go duration: 30s, 2m, 1m30s).
+    /// the response headers, the next body byte (30s, 2m, 1m30s, or plain
+    /// seconds).
     /// A stream from the bucket of --store s3:// must also bring 1 MiB
     /// within each timeout.
     #[arg(
@@ -206,13 +207,38 @@ pub fn parse_bool(s: &str) -> Option<bool> {
     }
 }
 
-/// A Go duration (`30s`, `2m`, `1m30s`, `500ms`), more than zero.
-pub fn duration_flag(s: &str) -> Result<Duration, String> {
-    match crate::machineconfig::duration::parse(s.trim()) {
-        Some(ns) if ns > 0 => Ok(Duration::from_nanos(ns.min(u64::MAX as i128) as u64)),
-        Some(_) => Err(format!("{s:?} must be more than zero")),
-        None => Err(format!("{s:?} is not a duration (e.g. 30s, 2m, 1m30s)")),
+/// The one grammar of every duration flag: a Go duration (`30s`, `2m`,
+/// `1m30s`, `500ms`) or plain seconds (`30`), zero or more.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let ns = if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        t.parse::<u64>()
+            .ok()
+            .map(|secs| i128::from(secs) * 1_000_000_000)
+    } else {
+        crate::machineconfig::duration::parse(t)
+    };
+    match ns {
+        Some(ns) if ns >= 0 => Ok(Duration::from_nanos(ns.min(u64::MAX as i128) as u64)),
+        Some(_) => Err(format!("{s:?} must not be negative")),
+        None => Err(format!(
+            "{s:?} is not a duration (e.g. 30s, 2m, 1m30s, or plain seconds: 30)"
+        )),
     }
+}
+
+/// A duration flag ([`parse_duration`]), more than zero.
+pub fn duration_flag(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?} must be more than zero")),
+        d => Ok(d),
+    }
+}
+
+/// A duration flag ([`parse_duration`]) where zero has a meaning (asks
+/// every time, the shortest bound).
+pub fn duration_or_zero_flag(s: &str) -> Result<Duration, String> {
+    parse_duration(s)
 }
 
 fn rate_flag(s: &str) -> Result<u64, String> {
@@ -248,16 +274,94 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
 }
 
 /// A cache directory: any path but the empty one (which would root the
-/// store in the working directory).
+/// store in the working directory), and not an existing file of another
+/// kind (a regular file, a device: "File exists" on creating it said
+/// nothing useful).
 pub fn cache_dir_flag(s: &str) -> Result<String, String> {
     if s.trim().is_empty() {
-        Err(
+        return Err(
             "the cache directory must not be empty (give a directory, e.g. /var/cache/talos-gen)"
                 .into(),
-        )
-    } else {
-        Ok(s.to_string())
+        );
     }
+    dir_flag(s)
+}
+
+/// A directory flag: a path that is a directory or does not exist yet
+/// (made later); an existing file of another kind is bad input naming it.
+pub fn dir_flag(s: &str) -> Result<String, String> {
+    match std::fs::metadata(s) {
+        Ok(m) if !m.is_dir() => Err(format!("{s:?} is {}, not a directory", kind_of_file(&m))),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => Err(format!(
+            "{s:?}: a folder on its way is a file, not a directory"
+        )),
+        _ => Ok(s.to_string()),
+    }
+}
+
+/// An input file flag: `-` (standard input), or a path that is not a
+/// directory (a missing file is said when it is read, with its error).
+pub fn file_flag(s: &str) -> Result<String, String> {
+    match std::fs::metadata(s) {
+        Ok(m) if m.is_dir() && s != "-" => Err(format!("{s:?} is a directory; give a file")),
+        _ => Ok(s.to_string()),
+    }
+}
+
+/// `a regular file`, `a directory`, ... for a path's refusal.
+fn kind_of_file(m: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_file() {
+        "a regular file"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a directory"
+    }
+}
+
+/// `--listen`: `HOST:PORT` with an IP address or a host name (resolved
+/// here, the first IPv4 address first, as Go's net.Listen picks), or
+/// `:PORT` (all IPv4 interfaces, 0.0.0.0); `[::1]:8080` for IPv6. The
+/// socket address, written back as text.
+pub fn listen_flag(s: &str) -> Result<String, String> {
+    use std::net::{SocketAddr, ToSocketAddrs};
+    let t = s.trim();
+    let full = match t.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => t.to_string(),
+    };
+    if let Ok(a) = full.parse::<SocketAddr>() {
+        return Ok(a.to_string());
+    }
+    let form =
+        "give HOST:PORT, e.g. 127.0.0.1:8080, localhost:8080, :8080 (all interfaces) or [::1]:8080";
+    let (host, port) = full
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?} has no port; {form}"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{s:?}: the port {port:?} is not a number from 0 to 65535; {form}"))?;
+    if host.is_empty() || host.contains(['/', ' ', '[', ']']) {
+        return Err(format!("{s:?} is not HOST:PORT; {form}"));
+    }
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{s:?}: the host name {host:?} does not resolve ({e})"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .map(|a| a.to_string())
+        .ok_or_else(|| format!("{s:?}: the host name {host:?} has no address"))
 }
 
 #[cfg(test)]
@@ -270,8 +374,16 @@ mod tests {
         assert_eq!(duration_flag("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(duration_flag("250ms"), Ok(Duration::from_millis(250)));
         assert!(duration_flag("0s").is_err());
-        assert!(duration_flag("30").is_err());
+        assert!(duration_flag("0").is_err());
+        assert_eq!(duration_flag("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(duration_flag(" 2m "), Ok(Duration::from_secs(120)));
+        assert_eq!(duration_or_zero_flag("0"), Ok(Duration::ZERO));
+        assert_eq!(duration_or_zero_flag("0s"), Ok(Duration::ZERO));
         assert!(duration_flag("-5s").is_err());
+        assert!(duration_flag("-5").is_err());
+        assert!(duration_flag("30x").is_err());
+        assert!(duration_flag("").is_err());
+        assert!(duration_flag("99999999999999999999999").is_err());
         assert_eq!(rate_flag("1Ki"), Ok(1024));
         assert_eq!(rate_flag("0"), Ok(0));
         assert!(rate_flag("fast").is_err());
@@ -283,6 +395,23 @@ mod tests {
         assert!(parse_size("ten").is_err());
         assert!(parse_size("10X").is_err());
         assert!(cache_dir_flag("  ").is_err());
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let f = f.path().to_str().unwrap();
+        let e = cache_dir_flag(f).unwrap_err();
+        assert!(e.contains(f) && e.contains("a regular file"), "{e}");
+        assert!(dir_flag("/dev/null").unwrap_err().contains("a device"));
+        let under = format!("{f}/store");
+        assert!(dir_flag(&under).unwrap_err().contains("not a directory"));
+        assert_eq!(dir_flag("/nonexistent/x"), Ok("/nonexistent/x".into()));
+        assert!(file_flag("/").unwrap_err().contains("a directory"));
+        assert_eq!(file_flag("-"), Ok("-".into()));
+        assert_eq!(listen_flag(":8080"), Ok("0.0.0.0:8080".into()));
+        assert_eq!(listen_flag("127.0.0.1:80"), Ok("127.0.0.1:80".into()));
+        assert_eq!(listen_flag("[::1]:80"), Ok("[::1]:80".into()));
+        assert_eq!(listen_flag("localhost:8080"), Ok("127.0.0.1:8080".into()));
+        assert!(listen_flag("localhost").is_err());
+        assert!(listen_flag("localhost:http").is_err());
+        assert!(listen_flag("localhost:99999").is_err());
         assert_eq!(cache_dir_flag("/var/cache/x"), Ok("/var/cache/x".into()));
         assert_eq!(
             store_flag("s3://talos-gen/store"),

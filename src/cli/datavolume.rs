@@ -100,7 +100,7 @@ pub fn run(args: DatavolumeArgs) -> crate::Result<i32> {
 fn write(output: Option<&str>, text: &str) -> crate::Result<i32> {
     match output {
         Some(path) => super::machineconfig::write_file(path, text, "-o")?,
-        None => print!("{text}"),
+        None => out!("{text}")?,
     }
     Ok(0)
 }

@@ -27,7 +27,7 @@ pub struct ImagesArgs {
     #[arg(long)]
     pub json: bool,
     /// Use this data file (default: the embedded matrix and its image table).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = super::common::file_flag)]
     pub matrix: Option<String>,
 }
 
@@ -49,13 +49,13 @@ pub fn run(args: ImagesArgs) -> crate::Result<i32> {
         eprintln!("talos-gen: images: {n}");
     }
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&p.to_json()).unwrap_or_default()
-        );
+        )?;
     } else {
         for i in &p.images {
-            println!("{}", i.reference);
+            outln!("{}", i.reference)?;
         }
     }
     Ok(0)

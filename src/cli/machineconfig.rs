@@ -50,8 +50,8 @@ impl ReservationOverrides {
 
 const MACHINECONFIG_EXAMPLES: &str = "\
 Examples:
-  # A Cozystack worker pool, from the chart's values file
-  talos-gen machineconfig --profile cozystack -f kubernetes-nodes.values.yaml \\
+  # A Cozystack worker pool, from the chart's values file (as in the repository's examples/)
+  talos-gen machineconfig --profile cozystack -f examples/kubernetes-nodes.values.yaml \\
     --cluster-name tenant1 --endpoint https://tenant1.example:6443 \\
     --with-secrets secrets.yaml -o worker.yaml
 
@@ -80,7 +80,7 @@ pub struct MachineconfigArgs {
     #[arg(long, value_name = "URL")]
     pub endpoint: Option<String>,
     /// A talosctl secrets bundle (default: fresh secrets are generated).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = super::common::file_flag)]
     pub with_secrets: Option<String>,
     /// Write the secrets bundle used here (mode 0600); never replaces a file holding a different bundle (default: not written).
     #[arg(long, value_name = "FILE")]
@@ -118,7 +118,7 @@ pub struct MachineconfigArgs {
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<String>,
     /// The values of one Cozystack worker pool (the chart's values.yaml; needs --profile cozystack; default: none).
-    #[arg(short = 'f', long, value_name = "FILE")]
+    #[arg(short = 'f', long, value_name = "FILE", value_parser = super::common::file_flag)]
     pub values: Option<String>,
     /// A DNS server IP; repeatable (default: none).
     #[arg(long, value_name = "IP")]
@@ -141,7 +141,7 @@ pub struct MachineconfigArgs {
     #[command(flatten)]
     pub reservations: ReservationOverrides,
     /// Use this support-matrix data file (default: the embedded one).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = super::common::file_flag)]
     pub matrix: Option<String>,
     /// Write the config here, atomically (default: standard output).
     #[arg(short = 'o', long, value_name = "FILE")]
@@ -162,13 +162,13 @@ pub struct AirGapArgs {
     /// A cosign public key (PEM): an ImageVerificationConfig with a
     /// publicKey rule for each image of the pull list (Talos 1.13+)
     /// (default: none, no ImageVerificationConfig).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = super::common::file_flag)]
     pub image_verification_key: Option<String>,
     /// A PEM CA certificate (`ca.crt` of `talos-gen mirror cert`) trusted
     /// for every https:// mirror endpoint the config writes: a
     /// RegistryTLSConfig document per endpoint host from Talos 1.12,
     /// machine.registries.config.<host>.tls.ca before (default: none).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = super::common::file_flag)]
     pub mirror_ca: Option<String>,
 }
 
@@ -322,6 +322,10 @@ fn tempfile_in(dir: &std::path::Path) -> std::io::Result<(std::path::PathBuf, st
     Err(std::io::Error::other("no temporary file name free"))
 }
 
+/// Said on stderr when the config was made from fresh secrets that were
+/// not saved (neither `--with-secrets` nor `--output-secrets`).
+pub const SECRETS_NOT_SAVED: &str = "warning: the secrets generated for this config were not saved, so no control plane or other node can be made for its cluster; give --output-secrets FILE to keep them (or --with-secrets FILE to use a bundle you have)";
+
 pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
     use crate::machineconfig::Request;
     use crate::yaml::Value;
@@ -429,6 +433,11 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
     for w in &out.warnings {
         eprintln!("talos-gen: {w}");
     }
+    if args.with_secrets.is_none() && args.output_secrets.is_none() {
+        // Fresh secrets nobody kept: no control plane or other worker can
+        // ever be made for the cluster this config joins.
+        eprintln!("talos-gen: {SECRETS_NOT_SAVED}");
+    }
     if let Some(path) = &args.output_secrets {
         // Never replace a different bundle: configs already made from it
         // would stop matching the cluster. The same bundle is left as it is.
@@ -488,9 +497,9 @@ pub fn run_reservations(args: ReservationsArgs) -> crate::Result<i32> {
     if args.json {
         let text = serde_json::to_string_pretty(&r)
             .map_err(|e| crate::Error::refused(format!("encoding JSON: {e}")))?;
-        println!("{text}");
+        outln!("{text}")?;
     } else {
-        print!("{}", r.to_text());
+        out!("{}", r.to_text())?;
     }
     Ok(0)
 }

@@ -10,7 +10,7 @@ use crate::version::Version;
 #[derive(Debug, Args)]
 pub struct MatrixArgs {
     /// Use this data file (default: the embedded matrix).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", value_parser = super::common::file_flag)]
     pub matrix: Option<String>,
     /// Print the table as JSON.
     #[arg(long)]
@@ -43,9 +43,9 @@ pub fn run(args: MatrixArgs) -> crate::Result<i32> {
     match args.command {
         None => {
             if args.json {
-                println!("{}", pretty(&matrix.to_json()));
+                outln!("{}", pretty(&matrix.to_json()))?;
             } else {
-                print!("{}", matrix.to_table());
+                out!("{}", matrix.to_table())?;
             }
             Ok(0)
         }
@@ -63,7 +63,7 @@ pub fn run(args: MatrixArgs) -> crate::Result<i32> {
                     // check() refuses; it has no other failure.
                     Err(e) => (false, e.to_string()),
                 };
-                println!(
+                outln!(
                     "{}",
                     pretty(&serde_json::json!({
                         "supported": supported,
@@ -71,11 +71,11 @@ pub fn run(args: MatrixArgs) -> crate::Result<i32> {
                         "talos": talos.to_string(),
                         "kubernetes": k8s.to_string(),
                     }))
-                );
+                )?;
                 return Ok(if supported { 0 } else { 1 });
             }
             let s = answer?;
-            println!("ok: {}", s.message);
+            outln!("ok: {}", s.message)?;
             Ok(0)
         }
     }

@@ -81,7 +81,7 @@ pub enum MirrorCommand {
     #[command(after_help = SYNC_EXAMPLES)]
     Sync {
         /// The mirror config (YAML: schematics, talosVersions, images, installers, extraImages, workers, talosctl, pxe, sourceImages, upgrades; see below).
-        #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
+        #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE", value_parser = super::common::file_flag)]
         config: String,
         #[command(flatten)]
         at: super::common::MirrorStoreArgs,
@@ -121,11 +121,12 @@ pub enum MirrorCommand {
             long,
             env = "TALOS_GEN_COSIGN_KEY",
             value_name = "FILE",
-            value_delimiter = ' '
+            value_delimiter = ' ',
+            value_parser = super::common::file_flag
         )]
         cosign_key: Vec<String>,
         /// Support-matrix data file for `workers:` (default: the embedded one).
-        #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
+        #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE", value_parser = super::common::file_flag)]
         matrix: Option<String>,
         /// After a sync with no failure, remove what the mirror job stored
         /// and the config no longer names (as `mirror prune`); a failed
@@ -140,7 +141,7 @@ pub enum MirrorCommand {
     #[command(after_help = PRUNE_EXAMPLES)]
     Prune {
         /// The mirror config whose items are kept.
-        #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
+        #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE", value_parser = super::common::file_flag)]
         config: String,
         #[command(flatten)]
         at: super::common::MirrorStoreArgs,
@@ -148,19 +149,19 @@ pub enum MirrorCommand {
         #[arg(long)]
         dry_run: bool,
         /// Support-matrix data file for `workers:` (default: the embedded one).
-        #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
+        #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE", value_parser = super::common::file_flag)]
         matrix: Option<String>,
     },
     /// Print what a sync would fetch (workers expanded); no network.
     Plan {
         /// The mirror config, as for `mirror sync`.
-        #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
+        #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE", value_parser = super::common::file_flag)]
         config: String,
         /// Print the plan as JSON (default: text).
         #[arg(long)]
         json: bool,
         /// Support-matrix data file for `workers:` (default: the embedded one).
-        #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
+        #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE", value_parser = super::common::file_flag)]
         matrix: Option<String>,
     },
     /// Re-hash every stored object against its digest.
@@ -191,7 +192,7 @@ pub enum MirrorCommand {
         )]
         format: crate::mirror::Format,
         /// Export only what this mirror config names (default: everything stored).
-        #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE")]
+        #[arg(long, env = "TALOS_GEN_CONFIG", value_name = "FILE", value_parser = super::common::file_flag)]
         config: Option<String>,
     },
     /// Write a CA and a server certificate for `serve --tls-cert/--tls-key`.
@@ -201,7 +202,7 @@ pub enum MirrorCommand {
         /// With ca.crt and ca.key already there, only a new tls.crt/tls.key
         /// is issued from that CA; an existing tls.crt or tls.key is refused
         /// (exit 1): no file is ever overwritten.
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", value_parser = super::common::dir_flag)]
         output_dir: String,
         /// A host name or IP address the mirror is reached at (a subject
         /// alternative name of tls.crt); repeatable or comma-separated.
@@ -216,7 +217,7 @@ pub enum MirrorCommand {
     /// Verify and add the objects of an exported tar file.
     Import {
         /// A tar file written by `talos-gen mirror export`.
-        #[arg(value_name = "FILE.tar")]
+        #[arg(value_name = "FILE.tar", value_parser = super::common::file_flag)]
         file: String,
         #[command(flatten)]
         at: super::common::MirrorStoreArgs,
@@ -229,19 +230,25 @@ const STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One line per key that goes (or would), then the total.
 fn print_prune(r: &crate::mirror::PruneReport) {
+    use crate::text::count;
     let human = crate::text::human_size;
     let verb = if r.dry_run { "would remove" } else { "removed" };
     for (k, size) in &r.keys {
-        println!("{verb} {k} ({})", human(*size));
+        let _ = outln!("{verb} {k} ({})", human(*size));
     }
-    println!(
-        "mirror prune{}: {} keys {verb}, {} objects ({}) {}; {} mirrored keys kept",
+    let _ = outln!(
+        "mirror prune{}: {} {}, {} ({}) {}; {} kept",
         if r.dry_run { " --dry-run" } else { "" },
-        r.keys.len(),
-        r.objects,
+        count(r.keys.len() as u64, "key", "keys"),
+        if r.dry_run {
+            "would be removed"
+        } else {
+            "removed"
+        },
+        count(r.objects as u64, "object", "objects"),
         human(r.bytes),
         if r.dry_run { "would be freed" } else { "freed" },
-        r.kept
+        count(r.kept as u64, "mirrored key", "mirrored keys")
     );
 }
 
@@ -333,12 +340,12 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
         } => {
             let cfg = load_config(&config, matrix.as_deref())?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(&cfg.plan_json()).unwrap_or_default()
-                );
+                )?;
             } else {
-                print!("{}", cfg.plan_text());
+                out!("{}", cfg.plan_text())?;
             }
             Ok(0)
         }
@@ -363,7 +370,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 return Ok(0);
             }
             let r = mirror::export(&loc, Path::new(&output), cfg.as_ref())?;
-            println!(
+            let _ = outln!(
                 "mirror export: {} keys, {} objects ({}) written to {output}",
                 r.keys,
                 r.objects,
@@ -420,7 +427,7 @@ fn after_sync(
     prune: Option<bool>,
 ) -> crate::Result<i32> {
     use crate::mirror;
-    println!("{}", report.summary());
+    let _ = outln!("{}", report.summary());
     let failed = report.failed();
     // Each failed item was printed once, with its reason, as it ended.
     if !failed.is_empty() {
@@ -452,7 +459,7 @@ fn after_sync(
 
 /// `mirror verify`'s lines; the exit code (1 when anything was dropped).
 fn print_verify(r: &crate::mirror::VerifyReport) -> i32 {
-    println!(
+    let _ = outln!(
         "mirror verify: {} objects ({}) checked, {} bad, {} entries dropped on open{}",
         r.objects,
         crate::text::human_size(r.bytes),
@@ -495,7 +502,7 @@ fn print_export_tree(r: &crate::mirror::TreeReport, format: crate::mirror::Forma
         mirror::Format::Oci => "image references",
         _ => "artifacts",
     };
-    println!(
+    let _ = outln!(
         "mirror export --format {}: {} {what}, {} files ({}) in {output}; {} copied ({}), {} unchanged, {} removed",
         format.name(),
         r.items,
@@ -514,7 +521,7 @@ fn print_cert(r: &crate::mirror::cert::CertReport, name: &[String], output_dir: 
         .not_after
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default();
-    println!(
+    let _ = outln!(
         "mirror cert: {} for {} (valid until {until}){}",
         r.written
             .iter()
@@ -540,7 +547,7 @@ fn report_import(
     r: &crate::mirror::ImportReport,
 ) -> i32 {
     use crate::mirror;
-    println!("mirror import: {}", r.summary());
+    let _ = outln!("mirror import: {}", r.summary());
     let written = rt.block_on(mirror::report::write_import(loc, r, file, took));
     if let Err(e) = written {
         eprintln!("talos-gen: mirror import: recording the result in the store: {e}");

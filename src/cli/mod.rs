@@ -6,6 +6,21 @@ use clap::{Parser, Subcommand};
 
 use crate::error::Error;
 
+/// `println!` to standard output through [`write_stdout`]: a reader that
+/// closed the pipe (`| head`) is a quiet end, never a panic.
+macro_rules! outln {
+    ($($t:tt)*) => {
+        $crate::cli::write_stdout(&format!("{}\n", format_args!($($t)*)))
+    };
+}
+
+/// `print!` through [`write_stdout`].
+macro_rules! out {
+    ($($t:tt)*) => {
+        $crate::cli::write_stdout(&format!($($t)*))
+    };
+}
+
 pub mod common;
 pub mod datavolume;
 pub mod images;
@@ -179,8 +194,17 @@ pub fn main() -> i32 {
     {
         Ok(c) => c,
         Err(e) => {
-            // clap prints help/version with exit 0 and usage errors with exit 2.
-            let _ = e.print();
+            // clap prints help/version with exit 0; a usage error is one
+            // line (the contract's), exit 2.
+            use clap::error::ErrorKind;
+            match e.kind() {
+                ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    let _ = e.print();
+                }
+                _ => eprintln!("{}", usage_error_line(&e.render().to_string())),
+            }
             return e.exit_code();
         }
     };
@@ -194,10 +218,7 @@ pub fn main() -> i32 {
         Command::Mirror(a) => mirror::run(a),
         Command::Upgrade(a) => upgrade::run(a),
         Command::Datavolume(a) => datavolume::run(a),
-        Command::Version => {
-            println!("talos-gen {}", version_text());
-            Ok(0)
-        }
+        Command::Version => outln!("talos-gen {}", version_text()).map(|_| 0),
     };
     match result {
         Ok(code) => code,
@@ -205,8 +226,54 @@ pub fn main() -> i32 {
     }
 }
 
-/// Print one line naming the problem and return its exit code.
+/// clap's usage error as one line: `error: ` and its message, then its
+/// tips ("tip: a similar argument exists: '--cache-dir'"), without the
+/// usage and the pointer to `--help` that follow.
+pub fn usage_error_line(text: &str) -> String {
+    let mut line = String::new();
+    for l in text.lines() {
+        let l = l.trim();
+        if l.starts_with("Usage:") || l.starts_with("For more information") {
+            break;
+        }
+        if l.is_empty() {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(if line.ends_with(':') { " " } else { "; " });
+        }
+        line.push_str(l);
+    }
+    line
+}
+
+/// What [`write_stdout`]'s errors are about.
+const STDOUT: &str = "writing standard output";
+
+/// Write `text` to standard output and flush it. A closed stdout (the
+/// reader of a pipe is gone: `talos-gen matrix --json | head -c 100`) is
+/// an error [`report`] ends on quietly with exit 0: what was read was what
+/// the reader wanted.
+pub fn write_stdout(text: &str) -> crate::Result<()> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    o.write_all(text.as_bytes())
+        .and_then(|_| o.flush())
+        .map_err(|e| Error::io(STDOUT, e))
+}
+
+/// The reader of standard output went away (EPIPE).
+fn stdout_closed(e: &Error) -> bool {
+    matches!(e, Error::Io { context, source }
+        if context == STDOUT && source.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// Print one line naming the problem and return its exit code (a closed
+/// standard output: nothing printed, exit 0).
 pub fn report(e: &Error) -> i32 {
+    if stdout_closed(e) {
+        return 0;
+    }
     eprintln!("talos-gen: {e}");
     e.exit_code()
 }

@@ -40,13 +40,24 @@ pub fn run(args: SchematicArgs) -> crate::Result<i32> {
         .filter(|_| !std::path::Path::new(file).exists());
     let text = match embedded {
         Some((_, text)) => text.to_string(),
+        // A bare word that is no file: most likely a name mistyped.
+        None if file != "-" && !file.contains('/') && std::fs::symlink_metadata(file).is_err() => {
+            let names: Vec<&str> = crate::known_schematics::EMBEDDED
+                .iter()
+                .map(|(n, _)| *n)
+                .collect();
+            return Err(crate::Error::bad_input(format!(
+                "schematic: {file:?} is neither a file nor an embedded schematic (names, nearest first: {})",
+                crate::text::by_nearness(file, &names).join(", ")
+            )));
+        }
         None => super::read_yaml_input(file, "schematic")?,
     };
     let (id, yaml) = crate::schematic::id_and_canonical(&text)?;
     if canonical {
-        print!("{yaml}");
+        out!("{yaml}")?;
     } else {
-        println!("{id}");
+        outln!("{id}")?;
     }
     Ok(0)
 }

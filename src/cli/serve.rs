@@ -15,7 +15,8 @@ Examples:
     --mirror-upstream ghcr.io=https://ghcr.io,docker.io=https://registry-1.docker.io
 
   # Air-gapped: answer only from a mirrored store, never contact an upstream
-  talos-gen serve --offline --cache-dir /var/cache/talos-gen --mirror-upstream ghcr.io=https://ghcr.io
+  # (the registries the store holds are known without --mirror-upstream)
+  talos-gen serve --offline --cache-dir /var/cache/talos-gen
 
   # Replicas sharing one S3 bucket (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)
   talos-gen serve --store s3://talos-gen/store --s3-endpoint http://s3.internal:3900 \\
@@ -33,12 +34,15 @@ Examples:
 #[derive(Debug, Args)]
 #[command(after_help = SERVE_EXAMPLES)]
 pub struct ServeArgs {
-    /// Address to listen on, HOST:PORT; `:PORT` means all interfaces.
+    /// Address to listen on, HOST:PORT (an IP address, or a host name
+    /// resolved at start, its first IPv4 address first); `:PORT` means all
+    /// interfaces (0.0.0.0).
     #[arg(
         long,
         env = "TALOS_GEN_LISTEN",
         default_value = "127.0.0.1:8080",
-        value_name = "ADDR"
+        value_name = "ADDR",
+        value_parser = super::common::listen_flag
     )]
     pub listen: String,
     /// The store (cache) directory, created when missing; with --store, only
@@ -89,10 +93,10 @@ pub struct ServeArgs {
     )]
     pub local_cache_max_size: u64,
     /// Named schematic files (default: the embedded `schematics/`).
-    #[arg(long, env = "TALOS_GEN_SCHEMATICS_DIR", value_name = "DIR")]
+    #[arg(long, env = "TALOS_GEN_SCHEMATICS_DIR", value_name = "DIR", value_parser = super::common::dir_flag)]
     pub schematics_dir: Option<String>,
     /// Use this support-matrix data file (default: the embedded one).
-    #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE")]
+    #[arg(long, env = "TALOS_GEN_MATRIX", value_name = "FILE", value_parser = super::common::file_flag)]
     pub matrix: Option<String>,
     /// Upstreams for `?ns=` mirror requests, ns=URL; repeatable or comma-separated (default: none).
     #[arg(
@@ -102,64 +106,71 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub mirror_upstream: Vec<String>,
-    /// Seconds in-flight requests may take to finish after SIGTERM.
+    /// How long in-flight requests may take to finish after SIGTERM
+    /// (durations here and below: 30s, 2m, 1m30s, or plain seconds).
     #[arg(
         long,
         env = "TALOS_GEN_SHUTDOWN_TIMEOUT",
-        default_value_t = 30,
-        value_name = "SECONDS"
+        default_value = "30s",
+        value_name = "DURATION",
+        value_parser = super::common::duration_or_zero_flag
     )]
-    pub shutdown_timeout: u64,
+    pub shutdown_timeout: Duration,
     /// File holding the bearer token required by `/api/v1/` writes (default: no token required).
-    #[arg(long, env = "TALOS_GEN_API_TOKEN_FILE", value_name = "FILE")]
+    #[arg(long, env = "TALOS_GEN_API_TOKEN_FILE", value_name = "FILE", value_parser = super::common::file_flag)]
     pub api_token_file: Option<String>,
-    /// Seconds a tag -> digest mapping of `/v2/` is trusted before the upstream is asked again.
+    /// How long a tag -> digest mapping of `/v2/` is trusted before the upstream is asked again.
     #[arg(
         long,
         env = "TALOS_GEN_TAG_REVALIDATE",
-        default_value_t = 30,
-        value_name = "SECONDS"
+        default_value = "30s",
+        value_name = "DURATION",
+        value_parser = super::common::duration_or_zero_flag
     )]
-    pub tag_revalidate: u64,
-    /// Seconds a stored factory document (`/versions`, the signing key and
+    pub tag_revalidate: Duration,
+    /// How long a stored factory document (`/versions`, the signing key and
     /// certificate, the official extension and overlay lists) is answered
     /// before the factory is asked again; 0 asks every time. Whatever the
     /// age, the stored copy answers when the factory cannot (or `--offline`).
     #[arg(
         long,
         env = "TALOS_GEN_METADATA_TTL",
-        default_value_t = 300,
-        value_name = "SECONDS"
+        default_value = "5m",
+        value_name = "DURATION",
+        value_parser = super::common::duration_or_zero_flag
     )]
-    pub metadata_ttl: u64,
-    /// Seconds a client has to send a request head; also how long an idle
-    /// keep-alive connection stays open.
+    pub metadata_ttl: Duration,
+    /// How long a client has to send a request head; also how long an idle
+    /// keep-alive connection stays open (at least 1s).
     #[arg(
         long,
         env = "TALOS_GEN_HEADER_READ_TIMEOUT",
-        default_value_t = 15,
-        value_name = "SECONDS"
+        default_value = "15s",
+        value_name = "DURATION",
+        value_parser = super::common::duration_or_zero_flag
     )]
-    pub header_read_timeout: u64,
-    /// Seconds a response write may stay blocked (the client stopped reading)
-    /// before the connection is closed.
+    pub header_read_timeout: Duration,
+    /// How long a response write may stay blocked (the client stopped
+    /// reading) before the connection is closed (at least 1s).
     #[arg(
         long,
         env = "TALOS_GEN_WRITE_TIMEOUT",
-        default_value_t = 60,
-        value_name = "SECONDS"
+        default_value = "60s",
+        value_name = "DURATION",
+        value_parser = super::common::duration_or_zero_flag
     )]
-    pub write_timeout: u64,
-    /// Seconds a client has to send a request body whole, from the end of
-    /// its head; past it: 408 and the connection closed.
+    pub write_timeout: Duration,
+    /// How long a client has to send a request body whole, from the end of
+    /// its head (more than zero, at most 1h); past it: 408 and the
+    /// connection closed.
     #[arg(
         long,
         env = "TALOS_GEN_BODY_READ_TIMEOUT",
-        default_value_t = 30,
-        value_name = "SECONDS",
-        value_parser = clap::value_parser!(u64).range(1..=3600)
+        default_value = "30s",
+        value_name = "DURATION",
+        value_parser = body_read_timeout_flag
     )]
-    pub body_read_timeout: u64,
+    pub body_read_timeout: Duration,
     /// Connections open at once; past it the oldest idle one (a keep-alive,
     /// a head still arriving) is closed for the new one, and with every one
     /// busy the new one is closed (default: three quarters of the open-file
@@ -192,7 +203,8 @@ pub struct ServeArgs {
         long,
         env = "TALOS_GEN_TLS_CERT",
         value_name = "FILE",
-        requires = "tls_key"
+        requires = "tls_key",
+        value_parser = super::common::file_flag
     )]
     pub tls_cert: Option<String>,
     /// The PEM private key of --tls-cert (default: none, plain HTTP).
@@ -200,7 +212,8 @@ pub struct ServeArgs {
         long,
         env = "TALOS_GEN_TLS_KEY",
         value_name = "FILE",
-        requires = "tls_cert"
+        requires = "tls_cert",
+        value_parser = super::common::file_flag
     )]
     pub tls_key: Option<String>,
     /// The base URL clients reach this service at (e.g.
@@ -257,18 +270,18 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         matrix: args.matrix.map(Into::into),
         mirror_upstreams: crate::registry::MirrorTable::parse(&args.mirror_upstream)
             .map_err(crate::Error::bad_input)?,
-        shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+        shutdown_timeout: args.shutdown_timeout,
         api_token_file: args.api_token_file.map(Into::into),
-        tag_revalidate: Duration::from_secs(args.tag_revalidate),
-        header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
-        write_timeout: Duration::from_secs(args.write_timeout.max(1)),
-        body_read_timeout: Duration::from_secs(args.body_read_timeout),
+        tag_revalidate: args.tag_revalidate,
+        header_read_timeout: args.header_read_timeout.max(Duration::from_secs(1)),
+        write_timeout: args.write_timeout.max(Duration::from_secs(1)),
+        body_read_timeout: args.body_read_timeout,
         max_connections: args
             .max_connections
             .map_or_else(crate::http::conns::Connections::default_max, |n| n as usize),
         max_concurrent_fills: args.max_concurrent_fills as usize,
         upstream_limits: args.upstream.limits(),
-        metadata_ttl: Duration::from_secs(args.metadata_ttl),
+        metadata_ttl: args.metadata_ttl,
         tls: match (args.tls_cert, args.tls_key) {
             (Some(cert), Some(key)) => Some(crate::http::tls::TlsFiles {
                 cert: cert.into(),
@@ -288,6 +301,14 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         .map_err(|e| crate::Error::io("starting the runtime", e))?;
     rt.block_on(crate::http::serve(cfg))?;
     Ok(0)
+}
+
+/// `--body-read-timeout`: more than zero, at most an hour.
+fn body_read_timeout_flag(s: &str) -> Result<Duration, String> {
+    match super::common::duration_flag(s)? {
+        d if d > Duration::from_secs(3600) => Err(format!("{s:?} is more than 1h")),
+        d => Ok(d),
+    }
 }
 
 /// `--public-url`: http(s)://HOST[:PORT][/PATH], kept without a trailing `/`.

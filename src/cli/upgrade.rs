@@ -85,9 +85,9 @@ pub fn run(args: UpgradeArgs) -> crate::Result<i32> {
         UpgradeCommand::Plan(a) => {
             let (_, plan) = plan(&a)?;
             if a.json {
-                println!("{}", pretty(&plan.to_json()));
+                outln!("{}", pretty(&plan.to_json()))?;
             } else {
-                print!("{}", plan.to_text());
+                out!("{}", plan.to_text())?;
             }
             Ok(0)
         }
@@ -108,10 +108,10 @@ pub fn run(args: UpgradeArgs) -> crate::Result<i32> {
                 eprintln!("talos-gen: upgrade images: {n}");
             }
             if a.plan.json {
-                println!("{}", pretty(&upgrade::images_json(&plan, &images)));
+                outln!("{}", pretty(&upgrade::images_json(&plan, &images)))?;
             } else {
                 for i in images {
-                    println!("{}", i.reference);
+                    outln!("{}", i.reference)?;
                 }
             }
             Ok(0)

@@ -29,7 +29,7 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
         None => req,
     };
     let mut warnings = Vec::new();
-    let cozy = profile(req, &mut warnings)?;
+    let cozy = profile(req)?;
     let v = Versions::resolve(req, cozy.as_ref(), matrix, &mut warnings)?;
     check_support(req, cozy.as_ref(), matrix, &v, &mut warnings)?;
     check_references(req, cozy.as_ref())?;
@@ -84,9 +84,9 @@ fn named_schematic(req: &Request) -> Option<Request> {
     })
 }
 
-/// The profile's values (`--profile cozystack`, `--values`), their
-/// warnings noted; none without the profile.
-fn profile(req: &Request, warnings: &mut Vec<String>) -> Result<Option<cozystack::Values>> {
+/// The profile's values (`--profile cozystack`, `--values`); none without
+/// the profile.
+fn profile(req: &Request) -> Result<Option<cozystack::Values>> {
     let cozy = match nonempty(&req.profile) {
         None => None,
         Some("cozystack") => {
@@ -94,7 +94,6 @@ fn profile(req: &Request, warnings: &mut Vec<String>) -> Result<Option<cozystack
                 Some(v) => cozystack::Values::from_value(as_tree(v, "--values")?, "--values")?,
                 None => cozystack::Values::defaults(),
             };
-            warnings.extend(values.warnings.iter().cloned());
             if let Some(id) = crate::known_schematics::embedded_id(&values.schematic_id) {
                 values.schematic_id = id.to_string();
             }

@@ -1,7 +1,7 @@
 //! The values of one Cozystack `kubernetes-nodes` worker pool, read as the
-//! chart reads them: chart defaults for what the file leaves out, keys the
-//! generator has no use for ignored, unknown keys inside `talos` and
-//! `kubelet` refused.
+//! chart reads them: chart defaults for what the file leaves out, the
+//! chart's keys the generator has no use for ignored, any other key at the
+//! top level or inside `talos` and `kubelet` refused.
 
 use serde::Deserialize;
 
@@ -86,12 +86,11 @@ pub struct Values {
     /// `instanceType`, `resources` and the `kubelet` overrides.
     pub sizing: Sizing,
     pub gpu: bool,
-    /// Warnings for stderr: top-level keys the chart does not have (typos).
-    pub warnings: Vec<String>,
 }
 
-/// The top-level keys of the chart's `values.yaml` (2026): anything else is
-/// most likely a typo, warned about (the chart itself ignores it).
+/// The top-level keys of the chart's `values.yaml` and its schema (every
+/// `@param` of packages/apps/kubernetes-nodes/values.yaml, 2026, the two
+/// optional `podCpu*` ones included): anything else is a typo, refused.
 pub const CHART_KEYS: &[&str] = &[
     "cluster",
     "storageClass",
@@ -101,6 +100,8 @@ pub const CHART_KEYS: &[&str] = &[
     "diskSize",
     "roles",
     "resources",
+    "podCpuLimit",
+    "podCpuRequest",
     "gpus",
     "kubelet",
     "logSerialConsole",
@@ -127,21 +128,6 @@ fn text(v: &Option<Value>, field: &str, what: &str) -> Result<Option<String>> {
     }
 }
 
-/// `a` and `b` differ by one dropped, added or changed character.
-fn close(a: &str, b: &str) -> bool {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
-    if long.len() - short.len() > 1 || short == long {
-        return false;
-    }
-    let head = short.iter().zip(&long).take_while(|(x, y)| x == y).count();
-    if short.len() == long.len() {
-        short[head + 1..] == long[head + 1..]
-    } else {
-        short[head..] == long[head + 1..]
-    }
-}
-
 impl Values {
     /// Parse a values tree (`what` names the source in errors).
     pub fn from_value(v: Value, what: &str) -> Result<Values> {
@@ -154,7 +140,8 @@ impl Values {
                 )));
             }
         };
-        let mut warnings = Vec::new();
+        // A key the chart does not have is a typo (`talso:` would leave
+        // talos.version at the default without a word): refused.
         if let Value::Mapping(m) = &v {
             for k in m.keys() {
                 let k = match k {
@@ -162,14 +149,10 @@ impl Values {
                     other => format!("{other:?}"),
                 };
                 if !CHART_KEYS.contains(&k.as_str()) {
-                    let near = CHART_KEYS
-                        .iter()
-                        .find(|c| c.eq_ignore_ascii_case(&k) || close(c, &k))
-                        .map(|c| format!(" (did you mean {c:?}?)"))
-                        .unwrap_or_default();
-                    warnings.push(format!(
-                        "warning: {what}: unknown top-level key {k:?}{near}; ignored"
-                    ));
+                    return Err(Error::bad_input(format!(
+                        "{what}: {}",
+                        crate::text::unknown_word("top-level key", &k, CHART_KEYS)
+                    )));
                 }
             }
         }
@@ -274,7 +257,6 @@ impl Values {
                 )?,
             },
             gpu: raw.gpus.is_some_and(|g| !g.is_empty()),
-            warnings,
         })
     }
 
@@ -301,5 +283,39 @@ impl Values {
             self.schematic_id,
             self.talos_version
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chart's values file (the repository's copy) is taken as it is,
+    /// and its keys are the known ones: every key it sets, and the two
+    /// optional ones its schema has (`podCpuLimit`, `podCpuRequest`).
+    #[test]
+    fn the_charts_keys_are_known() {
+        let text = include_str!("../../examples/kubernetes-nodes.values.yaml");
+        let v = crate::yaml::value_from_str(text, "values").unwrap();
+        let Value::Mapping(m) = &v else {
+            panic!("not a mapping")
+        };
+        let mut set: Vec<&str> = m.keys().filter_map(|k| k.as_str()).collect();
+        set.extend(["podCpuLimit", "podCpuRequest"]);
+        set.sort();
+        let mut known = CHART_KEYS.to_vec();
+        known.sort();
+        assert_eq!(set, known);
+        let values = Values::from_value(v, "values").unwrap();
+        assert_eq!(values, Values::defaults());
+        let e = Values::from_value(
+            crate::yaml::value_from_str("talso:\n  version: v1.12.3\n", "v").unwrap(),
+            "values",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "values: unknown top-level key \"talso\" (nearest known: \"talos\")"
+        );
     }
 }

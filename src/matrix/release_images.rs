@@ -273,6 +273,18 @@ impl ImageTable {
             .rev()
             .find(|r| r.talos.pre.is_none())
             .copied();
+        if same_minor.is_empty() {
+            let mut minors: Vec<String> = self
+                .releases
+                .iter()
+                .map(|r| r.talos.minor_string())
+                .collect();
+            minors.dedup();
+            return Err(Error::refused(format!(
+                "no image data for Talos {talos}: the data knows the minors {}",
+                minors.join(", ")
+            )));
+        }
         if talos.patch.is_none() {
             return match stable {
                 Some(newest) => Ok(Lookup {
@@ -313,7 +325,7 @@ impl ImageTable {
             return Ok(Lookup {
                 release: newest,
                 note: Some(format!(
-                    "Talos {talos} is newer than the image data; using the images of {}, the newest known release of {}",
+                    "Talos {talos} is newer than the image data: the installer is tagged {talos} as asked; the other images are chosen as for {}, the newest {} release the data knows",
                     newest.talos,
                     talos.minor_string()
                 )),

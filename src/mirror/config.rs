@@ -63,6 +63,46 @@ struct RawUpgrade {
     optional_images: bool,
 }
 
+/// The config's top-level keys (the contract's and those [`Raw`] reads;
+/// `upgrades` is the contract's upgrade-plan list).
+pub const KEYS: &[&str] = &[
+    "schematics",
+    "talosVersions",
+    "images",
+    "installers",
+    "extraImages",
+    "workers",
+    "talosctl",
+    "pxe",
+    "sourceImages",
+    "upgrades",
+];
+
+/// A top-level key the config does not have is bad input naming it and the
+/// nearest known key, one line (a typo never silently drops a list).
+fn check_top_level(text: &str, what: &str) -> Result<()> {
+    use crate::yaml::Value;
+    let Ok(Value::Mapping(m)) = crate::yaml::value_from_str(text, what) else {
+        // Not a mapping, or not YAML: the typed parse says what is wrong.
+        return Ok(());
+    };
+    for k in m.keys() {
+        let k = match k {
+            Value::String(s) => s.clone(),
+            other => format!("{other:?}"),
+        };
+        if !KEYS.contains(&k.as_str()) {
+            let listed: Vec<String> = KEYS.iter().map(|k| format!("`{k}`")).collect();
+            let near = crate::text::by_nearness(&k, KEYS)[0];
+            return Err(Error::bad_input(crate::text::clip_quoted(&format!(
+                "{what}: unknown field `{k}` (nearest known: `{near}`), expected one of {}",
+                listed.join(", ")
+            ))));
+        }
+    }
+    Ok(())
+}
+
 /// A `workers:` entry: one worker pool, everything its nodes pull.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -245,7 +285,8 @@ impl Item {
     pub fn name(&self) -> String {
         match self {
             Item::Image(k) => format!("image {}", k.path()),
-            Item::Installer { repo, tag } => format!("installer {repo}:{tag}"),
+            // The reference a worker pulls, as `mirror plan` prints it.
+            Item::Installer { tag, .. } => format!("installer {}:{tag}", item_repository(self)),
             Item::Extra(x) => format!("image {}", x.display()),
             Item::Talosctl(t) => format!("talosctl {}", t.path()),
         }
@@ -320,6 +361,7 @@ impl Config {
         what: &str,
         matrix: &crate::matrix::Matrix,
     ) -> Result<Config> {
+        check_top_level(text, what)?;
         let raw: Raw = crate::yaml::from_str(text, what)?;
         let mut cfg = Config::default();
         for (i, s) in raw.schematics.into_iter().enumerate() {
@@ -860,7 +902,7 @@ mod tests {
             [
                 "image ghcr.io/siderolabs/kubelet:v1.35.6".to_string(),
                 format!("image /image/{S}/v1.13.9/openstack-amd64.raw.xz"),
-                format!("installer installer/{S}:v1.13.9"),
+                format!("installer factory.talos.dev/installer/{S}:v1.13.9"),
                 "image registry.k8s.io/pause:3.10.1".to_string(),
                 format!("image /image/{v}/v1.12.11/nocloud-arm64.raw.xz"),
                 format!("image registry.example/talos/installer/{v}:v1.12.11"),
@@ -967,6 +1009,26 @@ mod tests {
         assert!(c.notes[0].starts_with("workers[0]: "), "{:?}", c.notes);
     }
 
+    /// Every key the typed config reads is in [`KEYS`] (the check before
+    /// it would refuse one it lacks), and a key of neither is refused by
+    /// name with the nearest known key.
+    #[test]
+    fn top_level_keys() {
+        let e = crate::yaml::from_str::<Raw>("noSuchKey: []\n", "cfg").unwrap_err();
+        let msg = e.to_string();
+        let listed = msg.split_once("expected one of").unwrap().1;
+        let read: Vec<&str> = listed.split('`').skip(1).step_by(2).collect();
+        assert!(read.len() >= 9, "{msg}");
+        for k in read {
+            assert!(KEYS.contains(&k), "{k} is read but not in KEYS");
+        }
+        let e = Config::parse("imagse: []\n", Path::new("."), "cfg").unwrap_err();
+        assert_eq!(
+            e.to_string().split_once(", expected").unwrap().0,
+            "cfg: unknown field `imagse` (nearest known: `images`)"
+        );
+    }
+
     #[test]
     fn parse_and_items() {
         let dir = tempfile::tempdir().unwrap();
@@ -979,7 +1041,10 @@ mod tests {
         assert!(c.schematics[1].canonical.is_some());
         let items = c.items();
         assert_eq!(items.len(), 5);
-        assert_eq!(items[1].name(), format!("installer installer/{S}:v1.13.6"));
+        assert_eq!(
+            items[1].name(),
+            format!("installer factory.talos.dev/installer/{S}:v1.13.6")
+        );
         for bad in [
             "schematics: [abc]\n",
             "schematics: [{file: missing.yaml}]\n",

@@ -125,9 +125,10 @@ impl SyncReport {
             )
         };
         format!(
-            "mirror sync: {} items, {ok} ok, {} failed;{docs} fetched {fetched} objects ({}), {stored} already stored ({}); {:.1}s",
-            self.items.len(),
+            "mirror sync: {}, {ok} ok, {} failed;{docs} fetched {} ({}), {stored} found stored ({}); {:.1}s",
+            count(self.items.len() as u64, "item", "items"),
             failed(&self.items),
+            count(fetched as u64, "object", "objects"),
             human(fbytes),
             human(sbytes),
             self.elapsed.as_secs_f64()
@@ -135,7 +136,7 @@ impl SyncReport {
     }
 }
 
-use crate::text::human_size as human;
+use crate::text::{count, human_size as human};
 
 /// Counters of one item, shared by its concurrent parts.
 #[derive(Default)]
@@ -253,7 +254,13 @@ pub async fn sync(
             elapsed: t.elapsed(),
             ..Default::default()
         };
-        say(line(&rep));
+        say(match rep.error {
+            None => format!(
+                "ok     {}: taught to the factory and kept in the store",
+                rep.name
+            ),
+            Some(_) => line(&rep),
+        });
         reports.push(rep);
     }
 
@@ -346,18 +353,23 @@ fn line(r: &ItemReport) -> String {
     match &r.error {
         Some(e) => format!("FAILED {}: {e}", r.name),
         None if r.fetched == 0 => format!(
-            "ok     {}: already stored ({} objects, {})",
+            "ok     {}: already stored ({}, {})",
             r.name,
-            r.stored,
+            count(r.stored as u64, "object", "objects"),
             human(r.stored_bytes)
         ),
+        // Objects shared with an item done before it in this run count as
+        // found stored too: said so (a first sync has nothing stored before).
         None => format!(
-            "ok     {}: fetched {} objects ({}) in {:.1}s, {} already stored",
+            "ok     {}: fetched {} ({}) in {:.1}s{}",
             r.name,
-            r.fetched,
+            count(r.fetched as u64, "object", "objects"),
             human(r.fetched_bytes),
             r.elapsed.as_secs_f64(),
-            r.stored
+            match r.stored {
+                0 => String::new(),
+                n => format!(", {n} found stored (by an earlier run or another item of this one)"),
+            }
         ),
     }
 }

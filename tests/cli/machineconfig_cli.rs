@@ -141,7 +141,14 @@ fn values_file_unknown_keys() {
     };
     let g = Golden::new(&shared);
     for (text, want, msg) in [
-        ("somethingNew: 1\nversion: v1.34\n", 0, ""),
+        // Issue 41: a top-level key the chart does not have is refused
+        // (a typo of `talos:` once silently gave the default release).
+        (
+            "somethingNew: 1\nversion: v1.34\n",
+            2,
+            "--values: unknown top-level key \"somethingNew\" (nearest known: ",
+        ),
+        ("version: v1.34\npodCpuLimit: 2\n", 0, ""),
         ("talos:\n  versionn: v1.13.6\n", 2, "versionn"),
         (
             "kubelet:\n  systemReservedMem: 1Gi\n",

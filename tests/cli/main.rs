@@ -15,6 +15,7 @@ mod machineconfig_schema;
 mod operator_cli;
 mod parsers;
 mod reservations;
+mod second_day;
 mod talos_minors;
 mod upgrade_plan;
 mod versions_names;

@@ -437,7 +437,8 @@ async fn a_worker_pulls_everything_offline_from_an_imported_mirror() {
     );
     for p in &site.pulls {
         let name = if p.host == "factory.talos.dev" {
-            format!("ok     installer {}:{}", p.repo, p.tag)
+            // Named as `mirror plan` names it (issue 41).
+            format!("ok     installer {}/{}:{}", p.host, p.repo, p.tag)
         } else {
             format!("ok     image {}", p.reference())
         };

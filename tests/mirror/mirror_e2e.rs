@@ -149,6 +149,17 @@ async fn sync_then_offline_serves_everything_and_resync_fetches_nothing() {
     let mut fx = Fixture::new(3, None).await;
     let o = fx.sync("mirror.yaml", "cache");
     let (stdout, err) = ok(&o, "first sync");
+    // Issue 41: a first sync into an empty store says nothing was found
+    // stored, and the schematic line says what was done with it.
+    assert!(stdout.contains(", 0 found stored (0 B)"), "{stdout}");
+    assert!(
+        !err.contains("already stored") && !err.contains("found stored"),
+        "{err}"
+    );
+    assert!(
+        err.contains("taught to the factory and kept in the store"),
+        "{err}"
+    );
     assert!(
         stdout.contains("failed") && stdout.contains(" 0 failed"),
         "{stdout}"

@@ -309,7 +309,7 @@ fn mirror_sync_keeps_them_per_release_notes_a_404_and_export_carries_them() {
     assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
     for p in ["/versions", KEY, CERT, &ext_path(V)] {
         assert!(
-            err.contains(&format!("ok     factory {p}: fetched 1 objects")),
+            err.contains(&format!("ok     factory {p}: fetched 1 object (")),
             "{p}: {err}"
         );
     }
@@ -323,7 +323,7 @@ fn mirror_sync_keeps_them_per_release_notes_a_404_and_export_carries_them() {
     assert!(!err.contains("FAILED"), "{err}");
     assert!(
         out.contains(
-            "1 items, 1 ok, 0 failed; factory documents: 4 kept, 1 not offered (404), 0 failed;"
+            "1 item, 1 ok, 0 failed; factory documents: 4 kept, 1 not offered (404), 0 failed;"
         ),
         "{out}"
     );

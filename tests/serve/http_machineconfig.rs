@@ -121,6 +121,12 @@ async fn reservations_over_http() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 400);
+    // Issue 41: the API's field, never the CLI's flag.
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.contains("evictionHardMemory") && !text.contains("--"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -158,4 +164,145 @@ async fn air_gap_fields_over_http() {
         .unwrap();
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("v1.12.11"));
+}
+
+/// The ```` ```sh api-tested ```` blocks of docs/interface.md, continuation
+/// lines joined: the API examples a user copies.
+fn api_examples() -> Vec<String> {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/interface.md")).unwrap();
+    let mut out = Vec::new();
+    let mut block: Option<String> = None;
+    for l in doc.lines() {
+        let t = l.trim();
+        match &mut block {
+            None if t.starts_with("```sh api-tested") => block = Some(String::new()),
+            None => {}
+            Some(b) if t.starts_with("```") => {
+                out.push(std::mem::take(b));
+                block = None;
+            }
+            Some(b) => {
+                b.push_str(t.trim_end_matches('\\'));
+                b.push(' ');
+            }
+        }
+    }
+    out
+}
+
+/// Issue 41 item 4: the values file posted as it is, the flags as query
+/// parameters (the documented example, run with curl from the repository's
+/// root as written), JSON values alike; errors name the API's fields.
+#[tokio::test]
+async fn values_file_as_body_with_flags_in_the_query() {
+    let (_dir, server) = start();
+    let examples = api_examples();
+    assert!(
+        !examples.is_empty(),
+        "docs/interface.md has no api-tested example"
+    );
+    for ex in &examples {
+        let cmd = ex.replace("http://127.0.0.1:8080", &server.url());
+        let out = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{cmd}: {}{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("type: worker"), "{text}");
+        // instanceType=u1.xlarge of the query: its reservations.
+        assert!(text.contains("memory: 819Mi"), "{text}");
+        assert!(text.contains("installer/ce4c9805"), "{text}");
+    }
+    let client = reqwest::Client::new();
+    let post = |query: &str, body: &str| {
+        client
+            .post(format!("{}/api/v1/machineconfig{query}", server.url()))
+            .body(body.to_string())
+            .send()
+    };
+    let q = "?clusterName=demo&endpoint=https://demo:6443&profile=cozystack";
+    // JSON values, as it is.
+    let r = post(q, r#"{"cluster": "demo", "version": "v1.34", "gpus": []}"#)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("kubelet:v1.34.9"));
+    // Repeated and comma-separated list parameters.
+    let r = post(
+        &format!("{q}&additionalSans=a.example,b.example&nameserver=10.0.0.53"),
+        "version: v1.35\n",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("b.example") && text.contains("10.0.0.53"),
+        "{text}"
+    );
+    // Errors name API fields, never CLI flags.
+    for (query, body, want) in [
+        (
+            "?endpoint=https://demo:6443&profile=cozystack",
+            "cluster: demo\n",
+            "clusterName: required",
+        ),
+        (
+            q,
+            "talso:\n  version: v1.12.3\n",
+            "body: unknown top-level key \\\"talso\\\" (nearest known: \\\"talos\\\")",
+        ),
+        (
+            "?clusterNam=demo",
+            "",
+            "unknown query parameter \\\"clusterNam\\\" (nearest known: \\\"clusterName\\\")",
+        ),
+        (
+            "?clusterName=demo&endpoint=https://demo:6443&talosVersion=v1.13.6&kubernetesVersion=banana",
+            "",
+            "kubernetesVersion",
+        ),
+        (
+            "?clusterName=demo&endpoint=https://demo:6443&profile=cozystack&secrets=x",
+            "",
+            "secrets: not a query parameter",
+        ),
+    ] {
+        let r = post(query, body).await.unwrap();
+        assert_eq!(r.status(), 400, "{query}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains(want), "{query}: {text}");
+        assert!(
+            !text.contains("\"--") && !text.contains(" --"),
+            "{query}: {text}"
+        );
+    }
+    // The envelope's errors too; a values file sent without query
+    // parameters is told what to do.
+    let r = post("", r#"{"endpoint": "https://demo:6443"}"#)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("clusterName: required"));
+    let values = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/kubernetes-nodes.values.yaml"
+    ))
+    .unwrap();
+    let r = post("", &values).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("unknown field `cluster`") && text.contains("query parameters"),
+        "{text}"
+    );
 }

@@ -366,10 +366,12 @@ fn an_image_pulled_once_pulls_again_while_the_bucket_is_frozen() {
 
 /// The entry a key has in the bucket (its index entry, parsed).
 fn bucket_entry(g: &Garage, prefix: &str, key: &str) -> Option<serde_json::Value> {
-    g.list(0, &format!("{prefix}/index/")).iter().find_map(|name| {
-        let v: serde_json::Value = serde_json::from_slice(&g.get(0, name)).ok()?;
-        (v["key"] == key).then_some(v)
-    })
+    g.list(0, &format!("{prefix}/index/"))
+        .iter()
+        .find_map(|name| {
+            let v: serde_json::Value = serde_json::from_slice(&g.get(0, name)).ok()?;
+            (v["key"] == key).then_some(v)
+        })
 }
 
 /// A key `mirror sync` stored (pinned) after a replica started, so the
@@ -414,7 +416,10 @@ fn a_mirrored_key_is_never_fetched_again_or_repointed_while_the_bucket_is_frozen
     let key = format!("image/{S}/{V}/{A}");
     let mirrored = sha256_hex(&f.xz);
     let e = bucket_entry(&g, PREFIX, &key).expect("the mirror's entry");
-    assert_eq!((e["digest"].as_str(), e["pinned"].as_bool()), (Some(&*mirrored), Some(true)));
+    assert_eq!(
+        (e["digest"].as_str(), e["pinned"].as_bool()),
+        (Some(&*mirrored), Some(true))
+    );
     // The factory now serves other bytes under the same name.
     let other = support::xz_bytes(&support::random_bytes(1 << 20, 99));
     std::fs::write(f.root().join(&image_path(A)[1..]), &other).unwrap();
@@ -440,7 +445,11 @@ fn a_mirrored_key_is_never_fetched_again_or_repointed_while_the_bucket_is_frozen
     eprintln!("frozen, asked again: {st} in {took:?}");
     assert_eq!(st, 503);
     assert!(took < Duration::from_secs(3), "{took:?}");
-    assert_eq!(f.gets(A), gets_before, "the factory was asked for a key the store holds");
+    assert_eq!(
+        f.gets(A),
+        gets_before,
+        "the factory was asked for a key the store holds"
+    );
 
     g.thaw(0);
     let back = eventually("the key served again", Duration::from_secs(15), || {
@@ -449,8 +458,15 @@ fn a_mirrored_key_is_never_fetched_again_or_repointed_while_the_bucket_is_frozen
     eprintln!("thawed: served again after {back:?}");
     let (st, body, _) = timed(&url);
     assert_eq!(st, 200);
-    assert!(body == f.xz, "the mirror's bytes, not the factory's new ones");
-    assert_eq!(f.gets(A), gets_before, "the factory was asked for a key the store holds");
+    assert!(
+        body == f.xz,
+        "the mirror's bytes, not the factory's new ones"
+    );
+    assert_eq!(
+        f.gets(A),
+        gets_before,
+        "the factory was asked for a key the store holds"
+    );
     let e = bucket_entry(&g, PREFIX, &key).expect("the mirror's entry");
     assert_eq!(
         (e["digest"].as_str(), e["pinned"].as_bool()),
