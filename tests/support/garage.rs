@@ -271,6 +271,22 @@ api_bind_addr = "127.0.0.1:{s3_port}"
         );
     }
 
+    /// Delete the object `key` (through node `i`).
+    pub fn delete(&self, i: usize, key: &str) {
+        let empty = hex::encode(sha2::Sha256::digest(b""));
+        let out = self.curl(
+            i,
+            &empty,
+            &["--fail-with-body", "-X", "DELETE"],
+            &format!("/{}/{key}", self.bucket),
+        );
+        assert!(
+            out.status.success(),
+            "DELETE {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Every node's S3 endpoint.
     pub fn endpoints(&self) -> Vec<String> {
         (0..self.nodes.len()).map(|i| self.endpoint(i)).collect()
