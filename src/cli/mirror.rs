@@ -364,6 +364,15 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 eprintln!("talos-gen: {}", report.interrupted_summary(name));
                 return Ok(code);
             }
+            // Every item ended: a signal now (during --prune or the status
+            // record) ends the run at once, saying so.
+            rt.spawn(async move {
+                let (name, code) = signals.first().await;
+                eprintln!(
+                    "talos-gen: mirror sync: interrupted by {name} after every item ended (each listed above); --prune and the status page's record may not be done"
+                );
+                std::process::exit(code);
+            });
             after_sync(&rt, &loc, &cfg, &report, prune.then_some(dry_run))
         }
         MirrorCommand::Prune {
