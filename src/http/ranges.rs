@@ -381,6 +381,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cache_status_values() {
+        assert_eq!(CacheStatus::Hit.value(), "talos-gen; hit");
+        assert_eq!(
+            CacheStatus::Miss { stored: false }.value(),
+            "talos-gen; fwd=miss"
+        );
+        assert_eq!(
+            CacheStatus::Miss { stored: false }.kept().value(),
+            "talos-gen; fwd=miss; stored"
+        );
+        assert_eq!(CacheStatus::Hit.kept(), CacheStatus::Hit);
+        assert_eq!(CacheStatus::stored(true).value(), "talos-gen; fwd=stale");
+        assert_eq!(CacheStatus::stored(false), CacheStatus::Hit);
+    }
+
+    #[test]
     fn ranges() {
         let p = |s| parse_range(s, 100);
         let r = |start, end| RangeAsk::Partial(ByteRange { start, end });

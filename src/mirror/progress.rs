@@ -551,6 +551,55 @@ mod tests {
         assert_eq!(t, "stalled, no bytes for 3s, 0 B so far: y");
     }
 
+    #[test]
+    fn progress_lines_say_how_far_and_how_fast() {
+        assert_eq!(
+            progress_text(
+                "x",
+                512 << 10,
+                Some(2 << 20),
+                &rate_text(1 << 20, Duration::from_secs(2))
+            ),
+            "progress x: 512.0 KiB of 2.0 MiB (25%), 512.0 KiB/s"
+        );
+        assert_eq!(
+            progress_text("y", 1024, None, "-"),
+            "progress y: 1.0 KiB so far, -"
+        );
+    }
+
+    /// Lines for the items in flight only, each with its rate since its
+    /// last line; none once the item ended.
+    #[tokio::test]
+    async fn a_line_per_item_in_flight() {
+        let multi = MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden());
+        let total = Total::new(&multi);
+        let m = Meter::new(&multi, &total, "item".into());
+        assert!(total.progress_lines().is_empty());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let run = {
+            let m = m.clone();
+            tokio::spawn(async move { m.around(async { rx.await.ok() }).await })
+        };
+        tokio::task::yield_now().await;
+        while total.in_flight().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        m.grow(100);
+        m.inc(40);
+        let lines = total.progress_lines();
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0].starts_with("progress item: 40 B of 100 B (40%), "),
+            "{lines:?}"
+        );
+        let f = total.in_flight();
+        assert_eq!((f[0].done, f[0].len), (40, Some(100)));
+        tx.send(()).unwrap();
+        run.await.unwrap();
+        assert!(total.progress_lines().is_empty());
+    }
+
     #[tokio::test]
     async fn forms() {
         let multi = MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden());
