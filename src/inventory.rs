@@ -82,6 +82,11 @@ impl Inventory {
         self.store.available()
     }
 
+    /// Does the index hold `key` (as this process knows it)?
+    pub fn holds(&self, key: &str) -> bool {
+        self.store.entry(key).is_some()
+    }
+
     pub fn totals(&self) -> Totals {
         let entries = self.store.entries();
         Totals {
@@ -144,33 +149,16 @@ impl Inventory {
     /// Ask the store whether it answers, within `limit` (a local directory
     /// always does; a bucket gets a HEAD), off the async threads.
     pub async fn check(&self, limit: Duration) -> Result<()> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.check(limit))
+        self.check_task(limit)
             .await
             .map_err(|e| Error::io("checking the store", std::io::Error::other(e)))?
     }
 
-    /// For a bucket: check every `every` (each check bounded by `limit`), so
-    /// that [`Inventory::available`] follows it down and back up, and log
-    /// each change. A local directory needs no watch.
-    pub fn watch(&self, every: Duration, limit: Duration) {
-        if !self.is_remote() {
-            return;
-        }
-        let inv = self.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let was = inv.available();
-                let ok = inv.check(limit).await.is_ok();
-                if ok != was {
-                    if ok {
-                        tracing::info!(store = %inv.describe(), "the store answers again");
-                    } else {
-                        tracing::error!(store = %inv.describe(), "the store does not answer; answering 503");
-                    }
-                }
-            }
-        });
+    /// [`Inventory::check`] as a task of its own on a blocking thread, so
+    /// a caller can stop waiting for it without starting another (the
+    /// background prober, `http::ops`).
+    pub fn check_task(&self, limit: Duration) -> tokio::task::JoinHandle<Result<()>> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.check(limit))
     }
 }

@@ -224,6 +224,42 @@ pub enum MirrorCommand {
     },
 }
 
+/// A stopped sync's record for the status page is written within this,
+/// or not at all.
+const INTERRUPTED_WRITE: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a stopped run waits for its tasks to end (blocking ones, a
+/// commit's fsync) before it exits; together with [`INTERRUPTED_WRITE`]
+/// well inside the 10 s a signal's answer is promised in.
+const INTERRUPTED_DRAIN: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// SIGINT and SIGTERM, caught from the start of a sync or an import so
+/// that either ends it with one line saying what was stored (exit 130,
+/// 143, as the shell reports a process the signal ended).
+struct Signals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+
+impl Signals {
+    fn new(rt: &tokio::runtime::Runtime) -> Signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        let _in = rt.enter();
+        Signals(
+            signal(SignalKind::interrupt())
+                .ok()
+                .zip(signal(SignalKind::terminate()).ok()),
+        )
+    }
+
+    /// The first of them to come: its name and the exit code it means.
+    async fn first(&mut self) -> (&'static str, i32) {
+        match &mut self.0 {
+            Some((int, term)) => tokio::select! {
+                _ = int.recv() => ("SIGINT", 130),
+                _ = term.recv() => ("SIGTERM", 143),
+            },
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// The bound on every S3 call of verify, export and import (sync and
 /// serve take `--upstream-timeout`).
 const STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -304,7 +340,48 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             };
             let loc = at.location(upstream.upstream_timeout)?;
             let rt = rt()?;
-            let report = rt.block_on(mirror::sync(&cfg, &loc, &opts))?;
+            let mut signals = Signals::new(&rt);
+            let caught = std::cell::Cell::new(None);
+            let report = rt.block_on(async {
+                let stop = async {
+                    caught.set(Some(signals.first().await));
+                };
+                mirror::sync_until(&cfg, &loc, &opts, stop).await
+            })?;
+            if report.interrupted {
+                let (name, code) = caught.get().unwrap_or(("a signal", 130));
+                // The run as the status page shows it, if the store answers
+                // at once; then the fills in flight are dropped with the
+                // runtime (their temp files with them).
+                rt.block_on(async {
+                    let l = loc.clone();
+                    let write = async {
+                        let store = tokio::task::spawn_blocking(move || mirror::open_store(&l))
+                            .await
+                            .ok()?
+                            .ok()?;
+                        let mut status = mirror::report::SyncStatus::from_report(&report);
+                        status.ok = false;
+                        mirror::report::write(&store, &status).await.ok()
+                    };
+                    tokio::time::timeout(INTERRUPTED_WRITE, write)
+                        .await
+                        .ok()
+                        .flatten()
+                });
+                rt.shutdown_timeout(INTERRUPTED_DRAIN);
+                eprintln!("talos-gen: {}", report.interrupted_summary(name));
+                return Ok(code);
+            }
+            // Every item ended: a signal now (during --prune or the status
+            // record) ends the run at once, saying so.
+            rt.spawn(async move {
+                let (name, code) = signals.first().await;
+                eprintln!(
+                    "talos-gen: mirror sync: interrupted by {name} after every item ended (each listed above); --prune and the status page's record may not be done"
+                );
+                std::process::exit(code);
+            });
             after_sync(&rt, &loc, &cfg, &report, prune.then_some(dry_run))
         }
         MirrorCommand::Prune {
@@ -388,7 +465,24 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             let loc = at.location(STORE_TIMEOUT)?;
             let started = std::time::Instant::now();
             let rt = rt()?;
-            let r = rt.block_on(mirror::import(Path::new(&file), &loc))?;
+            let mut signals = Signals::new(&rt);
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let caught = std::sync::Arc::new(std::sync::OnceLock::new());
+            let watch = {
+                let (stop, caught) = (stop.clone(), caught.clone());
+                rt.spawn(async move {
+                    let _ = caught.set(signals.first().await);
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                })
+            };
+            let r = rt.block_on(mirror::import_until(Path::new(&file), &loc, &stop, true))?;
+            watch.abort();
+            if r.interrupted.is_some() {
+                let (name, code) = caught.get().copied().unwrap_or(("a signal", 130));
+                rt.shutdown_timeout(INTERRUPTED_DRAIN);
+                eprintln!("talos-gen: {}", r.interrupted_summary(name));
+                return Ok(code);
+            }
             Ok(report_import(&rt, &loc, &file, started.elapsed(), &r))
         }
     }

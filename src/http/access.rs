@@ -7,7 +7,11 @@
 //! rounded to microseconds. Never a header, so tokens and secrets stay out
 //! of it. `--log-format json` makes each line a JSON object. 5xx answers
 //! are also remembered for the status page's last errors, with the reason
-//! the answer gave ([`Reason`]: it names the upstream URL).
+//! the answer gave ([`Reason`]: it names the upstream URL). An `/image/`,
+//! `/talosctl/` or `/v2/` answer's `Cache-Status` ([`CacheStatus`]: hit,
+//! fwd=miss, stored, fwd=stale) is its `cache` field, and is set here to
+//! [`CacheStatus::DEFAULT`] on such an answer whose handler named none (an
+//! error before any lookup).
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -19,7 +23,34 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 
+use super::ranges::CacheStatus;
 use super::state::AppState;
+
+/// The routes whose every answer carries `Cache-Status`.
+fn cached_route(path: &str) -> bool {
+    ["/image/", "/talosctl/", "/v2/"]
+        .iter()
+        .any(|p| path.starts_with(p))
+        || path == "/v2"
+}
+
+/// Give a cached route's answer its `Cache-Status` if the handler did not;
+/// the value, for the log line.
+fn cache_status(path: &str, resp: &mut Response) -> Option<String> {
+    if !cached_route(path) {
+        return None;
+    }
+    let h = resp.headers_mut();
+    if !h.contains_key(CacheStatus::HEADER) {
+        h.insert(
+            CacheStatus::HEADER,
+            axum::http::HeaderValue::from_static(CacheStatus::DEFAULT),
+        );
+    }
+    h.get(CacheStatus::HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
 
 /// Why a 5xx answer failed (its one-line message), carried on the response
 /// for the status page's last errors.
@@ -144,7 +175,8 @@ fn record_5xx(st: &AppState, method: &str, path: &str, query: &str, resp: &Respo
 pub async fn log(State(st): State<AppState>, req: Request, next: Next) -> Response {
     if !tracing::enabled!(target: "access", tracing::Level::INFO) {
         let (method, uri) = (req.method().clone(), req.uri().clone());
-        let resp = next.run(req).await;
+        let mut resp = next.run(req).await;
+        cache_status(uri.path(), &mut resp);
         if resp.status().as_u16() >= 500 {
             let (path, query) = asked(&uri);
             record_5xx(&st, method.as_str(), &path, &query, &resp);
@@ -155,7 +187,9 @@ pub async fn log(State(st): State<AppState>, req: Request, next: Next) -> Respon
     let (path, query) = asked(req.uri());
     let (client, peer) = client(&req, st.cfg.trust_forwarded_for);
     let started = Instant::now();
-    let resp = next.run(req).await;
+    let raw_path = req.uri().path().to_string();
+    let mut resp = next.run(req).await;
+    let cache = cache_status(&raw_path, &mut resp);
     let status = resp.status().as_u16();
     if status >= 500 {
         record_5xx(&st, &method, &path, &query, &resp);
@@ -177,6 +211,7 @@ pub async fn log(State(st): State<AppState>, req: Request, next: Next) -> Respon
             client,
             peer,
             status,
+            cache,
             started,
             bytes: 0,
         }),
@@ -192,6 +227,8 @@ struct Line {
     /// The peer, when `client` came from `X-Forwarded-For`.
     peer: Option<String>,
     status: u16,
+    /// The answer's `Cache-Status`, on the routes that carry one.
+    cache: Option<String>,
     started: Instant,
     bytes: u64,
 }
@@ -206,6 +243,7 @@ impl Line {
             client = %self.client,
             peer = self.peer.as_deref(),
             status = self.status,
+            cache = self.cache.as_deref(),
             bytes = self.bytes,
             duration_ms = millis(self.started.elapsed()),
             complete,
@@ -302,6 +340,7 @@ mod tests {
                 client: "-".into(),
                 peer: None,
                 status: 200,
+                cache: None,
                 started: Instant::now(),
                 bytes: 0,
             }),

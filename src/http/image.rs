@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 
 use super::error::text;
-use super::ranges::{Answer, Validators, once_more_if_dropped, respond};
+use super::ranges::{Answer, CacheStatus, Validators, once_more_if_dropped, respond};
 use super::state::AppState;
 use crate::factory::{ImageCache, ImageKey};
 use crate::fill::Object;
@@ -119,6 +119,10 @@ pub async fn versions(State(state): State<AppState>) -> Response {
 
 /// `<sha256>  <asset>`: known once the artifact is stored.
 async fn sha256_answer(obj: Object, name: &str, head_only: bool, req: &HeaderMap) -> Response {
+    let cache = match CacheStatus::of(&obj) {
+        CacheStatus::Hit => CacheStatus::Hit,
+        _ => CacheStatus::Miss { stored: true },
+    };
     let stored = match obj.complete().await {
         Ok(o) => o,
         Err(e) => return e.into_response(),
@@ -134,6 +138,7 @@ async fn sha256_answer(obj: Object, name: &str, head_only: bool, req: &HeaderMap
         if let Ok(v) = HeaderValue::from_str(&etag) {
             h.insert(header::ETAG, v);
         }
+        cache.insert(&mut h);
         return super::ranges::bodiless(status, h);
     }
     let mut r = text(axum::http::StatusCode::OK, body.clone());
@@ -141,6 +146,7 @@ async fn sha256_answer(obj: Object, name: &str, head_only: bool, req: &HeaderMap
         *r.body_mut() = Body::empty();
     }
     let h = r.headers_mut();
+    cache.insert(h);
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     if let Ok(v) = HeaderValue::from_str(&etag) {
         h.insert(header::ETAG, v);
@@ -158,10 +164,14 @@ async fn artifact(
     filename: Option<&str>,
 ) -> Response {
     // No length from the upstream: answer once stored (with validators).
+    let mut status = CacheStatus::of(&obj);
     let obj = match obj.len() {
         Some(_) => obj,
         None => match obj.complete().await {
-            Ok(o) => Object::Stored(o),
+            Ok(o) => {
+                status = CacheStatus::Miss { stored: true };
+                Object::Stored(o)
+            }
             Err(e) => return e.into_response(),
         },
     };
@@ -196,6 +206,7 @@ async fn artifact(
             base,
             validators,
             head_only,
+            cache: status,
             on_bytes: Box::new(move |n| metrics.served("image", n)),
         },
     )

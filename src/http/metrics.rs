@@ -1,4 +1,6 @@
-//! `GET /metrics`: the service's counters as Prometheus text.
+//! `GET /metrics`: the service's counters as Prometheus text, from state
+//! the service keeps (the store's figures in memory, the last mirror run as
+//! [`super::ops::Probes`] read it): never a wait on the store.
 
 use axum::extract::State;
 use axum::http::header;
@@ -13,7 +15,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     state
         .metrics
         .set_store_counts(totals.objects, totals.keys, totals.pinned);
-    if let Some(run) = crate::mirror::report::read_from(&state.store).await {
+    // As the background prober last read it: never a wait on the store.
+    if let Some(run) = state.probes.found().mirror_run {
         state.metrics.set_mirror_last_run(run.finished, run.ok);
     }
     let fills = state.fills.in_progress();

@@ -374,6 +374,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let _reload = tls.as_ref().map(|t| AbortOnDrop(t.watch(tls::POLL)));
     tracing::info!(
         %local,
+        store = %state.store.describe(),
+        upstreams = %status::upstream_summary(&state.cfg),
         offline = state.cfg.offline,
         tls = acceptor.is_some(),
         "listening"

@@ -184,6 +184,67 @@ pub fn bodiless(status: StatusCode, h: HeaderMap) -> Response {
     r
 }
 
+/// Where an answer came from, as its `Cache-Status` (RFC 9211) says it:
+/// `talos-gen; hit` (the store's copy), `talos-gen; fwd=miss` (from the
+/// upstream; `; stored` once the store kept it), `talos-gen; fwd=stale`
+/// (the stored copy, answered because the upstream failed: the answer also
+/// carries `Warning: 110`). Every `/image/`, `/talosctl/` and `/v2/` answer
+/// carries one ([`CacheStatus::DEFAULT`] when the handler named none: an
+/// error before any lookup), and the access log line repeats it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    Hit,
+    Miss { stored: bool },
+    Stale,
+}
+
+impl CacheStatus {
+    /// The header's name.
+    pub const HEADER: &'static str = "cache-status";
+    /// The value of an answer no lookup stands behind (a refused request,
+    /// `/v2/` itself, an error before the store or the upstream was asked).
+    pub const DEFAULT: &'static str = "talos-gen; fwd=miss";
+
+    /// A stored object is a hit; a growing one is a miss not kept yet.
+    pub fn of(obj: &Object) -> CacheStatus {
+        match obj {
+            Object::Stored(_) => CacheStatus::Hit,
+            Object::Growing(_) => CacheStatus::Miss { stored: false },
+        }
+    }
+
+    /// Hit unless `stale` (a stored copy answered because the upstream failed).
+    pub fn stored(stale: bool) -> CacheStatus {
+        if stale {
+            CacheStatus::Stale
+        } else {
+            CacheStatus::Hit
+        }
+    }
+
+    pub fn value(self) -> &'static str {
+        match self {
+            CacheStatus::Hit => "talos-gen; hit",
+            CacheStatus::Miss { stored: false } => CacheStatus::DEFAULT,
+            CacheStatus::Miss { stored: true } => "talos-gen; fwd=miss; stored",
+            CacheStatus::Stale => "talos-gen; fwd=stale",
+        }
+    }
+
+    /// Set the header on `h`.
+    pub fn insert(self, h: &mut HeaderMap) {
+        h.insert(CacheStatus::HEADER, HeaderValue::from_static(self.value()));
+    }
+
+    /// A miss whose object is now stored says so.
+    fn kept(self) -> CacheStatus {
+        match self {
+            CacheStatus::Miss { .. } => CacheStatus::Miss { stored: true },
+            other => other,
+        }
+    }
+}
+
 /// How one response goes out.
 pub struct Answer {
     /// Headers every answer of the route carries (content type, disposition,
@@ -191,6 +252,8 @@ pub struct Answer {
     pub base: HeaderMap,
     pub validators: Validators,
     pub head_only: bool,
+    /// Where the object came from ([`CacheStatus::of`] when it was opened).
+    pub cache: CacheStatus,
     /// Called with the size of each body chunk sent (metrics).
     pub on_bytes: Box<dyn Fn(u64) + Send + Sync>,
 }
@@ -222,15 +285,20 @@ where
 /// verification). An object whose length is not known yet is answered
 /// once it is stored.
 pub async fn respond(obj: Object, req: &HeaderMap, a: Answer) -> Response {
+    let mut cache = a.cache;
     let obj = match obj.len() {
         Some(_) => obj,
         None => match obj.complete().await {
-            Ok(o) => Object::Stored(o),
+            Ok(o) => {
+                cache = cache.kept();
+                Object::Stored(o)
+            }
             Err(e) => return e.into_response(),
         },
     };
     let len = obj.len().unwrap_or(0);
     let mut h = a.base;
+    cache.insert(&mut h);
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     a.validators.insert(&mut h);
     if let Some(status) = a.validators.precondition(req) {
@@ -311,6 +379,22 @@ pub async fn respond(obj: Object, req: &HeaderMap, a: Answer) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_status_values() {
+        assert_eq!(CacheStatus::Hit.value(), "talos-gen; hit");
+        assert_eq!(
+            CacheStatus::Miss { stored: false }.value(),
+            "talos-gen; fwd=miss"
+        );
+        assert_eq!(
+            CacheStatus::Miss { stored: false }.kept().value(),
+            "talos-gen; fwd=miss; stored"
+        );
+        assert_eq!(CacheStatus::Hit.kept(), CacheStatus::Hit);
+        assert_eq!(CacheStatus::stored(true).value(), "talos-gen; fwd=stale");
+        assert_eq!(CacheStatus::stored(false), CacheStatus::Hit);
+    }
 
     #[test]
     fn ranges() {

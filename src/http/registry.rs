@@ -15,7 +15,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::ranges::{Answer, Validators, respond};
+use super::ranges::{Answer, CacheStatus, Validators, respond};
 use super::state::AppState;
 use crate::registry::{Blob, Digest, INDEX_MEDIA_TYPE, OciError, Reference, TagQuery};
 
@@ -205,15 +205,29 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
                 h.insert(header::ETAG, v);
             }
             super::stale::mark(h, m.stale);
+            if m.fetched {
+                CacheStatus::Miss { stored: true }
+            } else {
+                CacheStatus::stored(m.stale)
+            }
+            .insert(h);
             Ok(resp)
         }
         "blobs" => {
             let up = reg.route(repo, ns)?;
             let d = Digest::parse(reference)?;
             if method == Method::HEAD {
-                let size = reg.blob_size(&up, repo, &d).await?;
+                // A HEAD fills nothing: the store's size, else the upstream's HEAD.
+                let (size, status) = match reg.stored_blob_size(&d).await? {
+                    Some(n) => (n, CacheStatus::Hit),
+                    None => (
+                        reg.blob_size(&up, repo, &d).await?,
+                        CacheStatus::Miss { stored: false },
+                    ),
+                };
                 let mut h = HeaderMap::new();
                 blob_headers(&mut h, &d, size);
+                status.insert(&mut h);
                 // The same conditionals as the GET's answer (412, 304).
                 let validators = super::ranges::Validators {
                     etag: Some(format!("\"{d}\"")),
@@ -229,7 +243,8 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
             let (up, d) = (&up, &d);
             super::ranges::once_more_if_dropped(|| async move {
                 let blob = reg.blob(up, repo, d).await?;
-                serve_blob(reg, d, blob, &req.headers).await
+                let status = CacheStatus::of(&blob);
+                serve_blob(reg, d, blob, status, &req.headers).await
             })
             .await
         }
@@ -239,6 +254,12 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
             let list = reg.tags(&up, repo, &q).await?;
             let mut resp = json_response(&method, "application/json", list.body().into());
             super::stale::mark(resp.headers_mut(), list.stale);
+            // A tag list from the upstream is passed on, not kept.
+            match list.stored {
+                true => CacheStatus::stored(list.stale),
+                false => CacheStatus::Miss { stored: false },
+            }
+            .insert(resp.headers_mut());
             if let Some(next) = &list.next {
                 let mut link = format!("</v2/{repo}/tags/list?");
                 if let Some(n) = next.n {
@@ -262,6 +283,14 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
             let r = reg.referrers(&up, repo, &d, at.as_deref()).await?;
             let mut resp = json_response(&method, INDEX_MEDIA_TYPE, r.body);
             super::stale::mark(resp.headers_mut(), r.stale);
+            use crate::registry::ReferrersSource as Src;
+            match r.source {
+                Src::Upstream => CacheStatus::Miss { stored: true },
+                Src::Stored => CacheStatus::Hit,
+                Src::Stale => CacheStatus::Stale,
+                Src::Empty => CacheStatus::Miss { stored: false },
+            }
+            .insert(resp.headers_mut());
             if r.filtered {
                 resp.headers_mut().insert(
                     "oci-filters-applied",
@@ -301,6 +330,7 @@ async fn serve_blob(
     reg: &crate::registry::Registry,
     d: &Digest,
     blob: Blob,
+    cache: CacheStatus,
     req_headers: &HeaderMap,
 ) -> Result<Response, OciError> {
     let mut base = HeaderMap::new();
@@ -323,6 +353,7 @@ async fn serve_blob(
                 last_modified: None,
             },
             head_only: false,
+            cache,
             on_bytes: Box::new(move |n| {
                 if let Some(m) = &metrics {
                     m.served("blob", n)

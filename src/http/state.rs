@@ -29,6 +29,9 @@ pub struct Shared {
     pub api_token: Option<token::ApiToken>,
     /// When the service started (uptime on the status page).
     pub started: std::time::SystemTime,
+    /// What the background prober last found of the store and the
+    /// upstreams: the probes, `/metrics` and the status page answer from it.
+    pub probes: super::ops::Probes,
 }
 
 impl std::ops::Deref for AppState {
@@ -73,10 +76,13 @@ impl AppState {
         } = svc;
         images.metadata_ttl = cfg.metadata_ttl;
         let store = crate::inventory::Inventory::new(store);
-        store.watch(
-            super::ops::STORE_PROBE_EVERY,
-            super::ops::STORE_PROBE_TIMEOUT,
-        );
+        let probes = super::ops::Probes::start(
+            store.clone(),
+            upstream.clone(),
+            super::status::upstream_targets(&cfg),
+            cfg.upstream_limits.timeout,
+        )
+        .await;
         Ok(AppState(Arc::new(Shared {
             cfg,
             matrix,
@@ -89,6 +95,7 @@ impl AppState {
             registry,
             api_token,
             started: std::time::SystemTime::now(),
+            probes,
         })))
     }
 }

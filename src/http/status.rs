@@ -1,10 +1,14 @@
 //! `GET /`: the status page, HTML rendered with tera (no JavaScript):
-//! version, upstreams and whether they answer, the store (stored artifacts
-//! and installer tags with size, sha256, fetch time and last use), fills in
-//! progress, and the support matrix.
+//! version, the store and the upstreams, whether each answers and what
+//! that means for readiness (only the store counts), the store's contents
+//! (stored artifacts and installer tags with size, sha256, fetch time and
+//! last use), fills in progress, and the support matrix. Rendered from
+//! state the service keeps ([`super::ops::Probes`], the inventory, the
+//! metrics): a page view sends no request upstream and never waits on the
+//! store.
 
-use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -15,17 +19,14 @@ use super::state::AppState;
 
 const TEMPLATE: &str = include_str!("../../templates/status.html");
 
-/// How long an upstream probe result is reused.
-const PROBE_TTL: Duration = Duration::from_secs(30);
-/// How long one probe may take.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-
 #[derive(Serialize, Clone)]
 struct UpstreamRow {
     role: String,
     url: String,
     state: String,
     class: &'static str,
+    /// What the state means for `/readyz`.
+    readiness: String,
 }
 
 #[derive(Serialize)]
@@ -142,7 +143,7 @@ fn when(secs: Option<u64>) -> String {
 }
 
 /// A URL for display: no user info, no query.
-fn display_url(u: &str) -> String {
+pub(crate) fn display_url(u: &str) -> String {
     match reqwest::Url::parse(u) {
         Ok(mut url) => {
             let _ = url.set_username("");
@@ -154,9 +155,9 @@ fn display_url(u: &str) -> String {
     }
 }
 
-/// What to probe: (role, base URL, path to ask).
-fn upstream_targets(st: &AppState) -> Vec<(String, String, &'static str)> {
-    let cfg = &st.cfg;
+/// What the background prober asks ([`super::ops::Probes`]): (role, base
+/// URL, path to ask).
+pub(super) fn upstream_targets(cfg: &super::ServeConfig) -> Vec<super::ops::Target> {
     let mut v = vec![("Image Factory".to_string(), cfg.factory_url.clone(), "/")];
     let reg = cfg.registry_url.clone().unwrap_or(cfg.factory_url.clone());
     v.push(("installer registry".to_string(), reg, "/v2/"));
@@ -166,71 +167,95 @@ fn upstream_targets(st: &AppState) -> Vec<(String, String, &'static str)> {
     v
 }
 
-async fn probe_all(st: &AppState) -> Vec<UpstreamRow> {
-    let targets = upstream_targets(st);
-    let Some(up) = &st.upstream else {
-        return targets
-            .into_iter()
-            .map(|(role, url, _)| UpstreamRow {
-                role,
-                url: display_url(&url),
-                state: "offline: not contacted".into(),
-                class: "off",
-            })
-            .collect();
-    };
-    type Probed = Option<(Instant, Vec<UpstreamRow>)>;
-    static CACHE: OnceLock<Mutex<Probed>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(None));
-    if let Some((t, rows)) = &*cache.lock().unwrap_or_else(|p| p.into_inner())
-        && t.elapsed() < PROBE_TTL
-        && rows.len() == targets.len()
-    {
-        return rows.clone();
+/// The upstreams in one line for the start-up log (`factory=URL
+/// registry=URL mirror ghcr.io=URL`, no credentials), or that none is
+/// contacted.
+pub(super) fn upstream_summary(cfg: &super::ServeConfig) -> String {
+    if cfg.offline {
+        return "none (--offline)".into();
     }
-    let client = up.client().clone();
-    let probes = targets.into_iter().map(|(role, url, path)| {
-        let client = client.clone();
-        async move {
-            let started = Instant::now();
-            let res = client
-                .get(format!("{url}{path}"))
-                .timeout(PROBE_TIMEOUT)
-                .send()
-                .await;
-            let (state, class) = match res {
-                Ok(r) => (
-                    format!(
-                        "answers (HTTP {} in {} ms)",
-                        r.status().as_u16(),
-                        started.elapsed().as_millis()
-                    ),
-                    "ok",
-                ),
-                Err(e) if e.is_timeout() => (
-                    format!("no answer within {}s", PROBE_TIMEOUT.as_secs()),
-                    "down",
-                ),
-                Err(e) if e.is_connect() => ("does not answer (connect failed)".into(), "down"),
-                Err(_) => ("does not answer".into(), "down"),
+    upstream_targets(cfg)
+        .into_iter()
+        .map(|(role, url, _)| {
+            let role = match role.as_str() {
+                "Image Factory" => "factory".to_string(),
+                "installer registry" => "registry".to_string(),
+                r => r.strip_prefix("mirror ").unwrap_or(r).to_string(),
             };
-            UpstreamRow {
-                role,
-                url: display_url(&url),
-                state,
-                class,
-            }
-        }
-    });
-    let rows = futures::future::join_all(probes).await;
-    *cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), rows.clone()));
+            format!("{role}={}", display_url(&url))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// What an upstream's state means for readiness (the same for each: none
+/// is needed to be ready).
+const UPSTREAM_READINESS: &str = "not needed for /readyz (only the store is): while it does not answer, what the store holds is served and only misses fail";
+
+/// "3s ago" for a probe that ended at `at`.
+fn ago(at: SystemTime) -> String {
+    let d = SystemTime::now().duration_since(at).unwrap_or_default();
+    format!("checked {}s ago", d.as_secs())
+}
+
+/// The store's row and each upstream's, from what the background prober
+/// last found: no request is made for the page.
+fn upstream_rows(st: &AppState, found: &super::ops::Found) -> Vec<UpstreamRow> {
+    let ready = !matches!(&found.store, Some(s) if s.result.is_err()) && st.store.available();
+    let store_state = match &found.store {
+        None => "not checked yet".to_string(),
+        Some(p) => match &p.result {
+            Ok(()) => format!("answers ({})", ago(p.at)),
+            Err(e) => format!("does not answer: {e} ({})", ago(p.at)),
+        },
+    };
+    let mut rows = vec![UpstreamRow {
+        role: "store".into(),
+        url: st.store.describe(),
+        state: store_state,
+        class: if ready { "ok" } else { "down" },
+        readiness: if ready {
+            "needed for /readyz: ready".into()
+        } else {
+            "needed for /readyz: not ready (503) until it answers".into()
+        },
+    }];
+    for u in &found.upstreams {
+        let (state, class) = match (&u.result, st.cfg.offline) {
+            (_, true) => ("offline: not contacted".to_string(), "off"),
+            (None, false) => ("not asked yet".to_string(), "off"),
+            (Some(Ok((status, took))), false) => (
+                format!(
+                    "answers (HTTP {status} in {} ms, {})",
+                    took.as_millis(),
+                    u.at.map(ago).unwrap_or_default()
+                ),
+                "ok",
+            ),
+            (Some(Err(e)), false) => (
+                format!(
+                    "does not answer ({e}; {})",
+                    u.at.map(ago).unwrap_or_default()
+                ),
+                "warn",
+            ),
+        };
+        rows.push(UpstreamRow {
+            role: u.role.clone(),
+            url: u.url.clone(),
+            state,
+            class,
+            readiness: UPSTREAM_READINESS.into(),
+        });
+    }
     rows
 }
 
 /// Render the page for the current state.
 /// Each part's rows are built by a function of their own, then the template.
 pub async fn render(st: &AppState) -> Result<String, String> {
-    let upstreams = probe_all(st).await;
+    let found = st.probes.found();
+    let upstreams = upstream_rows(st, &found);
     let names: std::collections::HashMap<&str, &str> =
         st.schematics.names().map(|(n, id)| (id, n)).collect();
     let (store, artifacts, tags) = store_rows(st, &names);
@@ -238,7 +263,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
     let matrix = matrix_rows(st);
     let settings = settings(st);
     let (counts, errors, misses) = metric_rows(st);
-    let sync = sync_row(st).await;
+    let sync = sync_row(found.mirror_run);
     let uptime = SystemTime::now()
         .duration_since(st.started)
         .unwrap_or_default();
@@ -468,33 +493,32 @@ fn metric_rows(st: &AppState) -> (Vec<CountRow>, Vec<ErrorRow>, Vec<ErrorRow>) {
     (counts, errors, misses)
 }
 
-/// The last `mirror sync` or `mirror import`, as the store keeps it.
-async fn sync_row(st: &AppState) -> Option<SyncRow> {
-    crate::mirror::report::read_from(&st.store)
-        .await
-        .map(|s| SyncRow {
-            kind: s.kind,
-            bundle: s.bundle,
-            carried: s.carried_sync.map(|t| when(Some(t))),
-            finished: when(Some(s.finished)),
-            ok: s.ok,
-            summary: s.summary,
-            failed: s.failed,
-            releases: s
-                .releases
-                .into_iter()
-                .map(|r| ReleaseRow {
-                    stored: format!("{} of {} items", r.stored, r.items),
-                    size: format!(
-                        "{} ({} objects)",
-                        crate::text::human_size(r.bytes),
-                        r.objects
-                    ),
-                    what: r.what,
-                    release: r.release,
-                })
-                .collect(),
-        })
+/// The last `mirror sync` or `mirror import`, as the prober last read it
+/// from the store.
+fn sync_row(run: Option<crate::mirror::report::SyncStatus>) -> Option<SyncRow> {
+    run.map(|s| SyncRow {
+        kind: s.kind,
+        bundle: s.bundle,
+        carried: s.carried_sync.map(|t| when(Some(t))),
+        finished: when(Some(s.finished)),
+        ok: s.ok,
+        summary: s.summary,
+        failed: s.failed,
+        releases: s
+            .releases
+            .into_iter()
+            .map(|r| ReleaseRow {
+                stored: format!("{} of {} items", r.stored, r.items),
+                size: format!(
+                    "{} ({} objects)",
+                    crate::text::human_size(r.bytes),
+                    r.objects
+                ),
+                what: r.what,
+                release: r.release,
+            })
+            .collect(),
+    })
 }
 
 pub async fn page(State(st): State<AppState>) -> Response {

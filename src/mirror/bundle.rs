@@ -228,6 +228,18 @@ pub struct ImportReport {
     pub missing: Vec<String>,
     /// Keys already in the store with the same object (left as they were).
     pub present: usize,
+    /// Stopped before the file's end ([`import_until`]): the object it was
+    /// reading then (how far, discarded), and the keys not reached.
+    pub interrupted: Option<Interrupted>,
+}
+
+/// Where a stopped import stood.
+#[derive(Debug, Clone, Default)]
+pub struct Interrupted {
+    /// The object being read (`sha256:<hex>: X of Y`), if any.
+    pub reading: Option<String>,
+    /// Keys whose objects were not reached (not imported).
+    pub not_reached: usize,
 }
 
 impl ImportReport {
@@ -241,13 +253,67 @@ impl ImportReport {
             self.present
         )
     }
+
+    /// The one line of a stopped import (after `signal`).
+    pub fn interrupted_summary(&self, signal: &str) -> String {
+        let i = self.interrupted.clone().unwrap_or_default();
+        format!(
+            "mirror import: interrupted by {signal}; stored {} keys, {} objects ({}), {} already present; NOT stored: {} keys not reached{}",
+            self.keys,
+            self.objects,
+            crate::text::human_size(self.bytes),
+            self.present,
+            i.not_reached,
+            i.reading
+                .map(|r| format!(", the object being read ({r}, discarded)"))
+                .unwrap_or_default()
+        )
+    }
+}
+
+/// A reader that counts the bytes read through it (the file's progress).
+struct Counting<R> {
+    inner: R,
+    n: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.n
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
 }
 
 /// Import `file` into the store at `loc`.
 pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportReport> {
+    let never = std::sync::atomic::AtomicBool::new(false);
+    import_until(file, loc, &never, false).await
+}
+
+/// [`import`], stopped once `stop` is set (checked between reads: the
+/// object being read is discarded, its temp file removed, and the report
+/// says where it stood, [`ImportReport::interrupted`]). With `lines`, a
+/// progress line every [`super::progress::interval`] on stderr: the
+/// file's bytes read of its size, the rate, and the object being read.
+pub async fn import_until(
+    file: &Path,
+    loc: impl Into<Location>,
+    stop: &std::sync::atomic::AtomicBool,
+    lines: bool,
+) -> Result<ImportReport> {
+    use std::sync::atomic::Ordering;
     // A file or a pipe (`/dev/stdin`), opened without waiting for a writer.
-    let (f, _) = crate::input::open(file, crate::input::Kind::FileOrPipe)
+    let (f, meta) = crate::input::open(file, crate::input::Kind::FileOrPipe)
         .map_err(|e| Error::bad_input(format!("{}: {e}", file.display())))?;
+    let file_len = meta.is_file().then_some(meta.len());
+    let read_so_far = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let f = Counting {
+        inner: f,
+        n: read_so_far.clone(),
+    };
+    let mut ticker = super::progress::Ticker::new();
     let loc = loc.into();
     let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, None))
         .await
@@ -346,6 +412,13 @@ pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportRepor
         store.entries().into_iter().map(|e| e.digest).collect();
     let mut buf = vec![0u8; 1 << 20];
     for member in entries_iter {
+        if stop.load(Ordering::Relaxed) {
+            report.interrupted = Some(Interrupted {
+                reading: None,
+                not_reached: by_digest.values().map(Vec::len).sum(),
+            });
+            return Ok(report);
+        }
         let mut member = member.map_err(|e| bad_input(format!("reading the tar file: {e}")))?;
         let name = member
             .path()
@@ -370,6 +443,36 @@ pub async fn import(file: &Path, loc: impl Into<Location>) -> Result<ImportRepor
         let mut ok = true;
         let mut len = 0u64;
         loop {
+            if stop.load(Ordering::Relaxed) {
+                let reading = format!(
+                    "sha256:{digest}: {} of {}",
+                    crate::text::human_size(len),
+                    crate::text::human_size(want)
+                );
+                // The writer's file goes with it (its thread ended first).
+                drop(writer.finish().await);
+                report.interrupted = Some(Interrupted {
+                    reading: Some(reading),
+                    not_reached: by_digest.values().map(Vec::len).sum::<usize>() + entries.len(),
+                });
+                return Ok(report);
+            }
+            if lines && let Some(rate) = ticker.due(read_so_far.load(Ordering::Relaxed)) {
+                super::progress::log_line(&format!(
+                    "{}; now sha256:{} ({} of {})",
+                    super::progress::progress_text(
+                        &what,
+                        read_so_far.load(Ordering::Relaxed),
+                        file_len,
+                        &rate
+                    ),
+                    &digest[..12.min(digest.len())],
+                    crate::text::human_size(len),
+                    crate::text::human_size(want)
+                ));
+            }
+            // The signal's task gets its turn between reads.
+            tokio::task::yield_now().await;
             let n = member
                 .read(&mut buf)
                 .map_err(|e| bad_input(format!("reading {name}: {e}")))?;

@@ -24,10 +24,10 @@ pub mod sync;
 pub mod tree_export;
 pub mod verify;
 
-pub use bundle::{ExportReport, ImportReport, export, import};
+pub use bundle::{ExportReport, ImportReport, export, import, import_until};
 pub use config::{Config, ExtraImage, Item, Signature, Worker};
 pub use prune::{PruneReport, ReleaseHolding, holdings, prune};
-pub use sync::{Output, SyncOptions, SyncReport, sync};
+pub use sync::{Output, SyncOptions, SyncReport, sync, sync_until};
 pub use tree_export::{Format, TreeReport, export_tree};
 pub use verify::{VerifyReport, verify};
 

@@ -14,6 +14,13 @@
 //! items' own lines and tracing's, through [`log_writer`]) are written with
 //! the bars cleared and redrawn after them ([`MultiProgress::suspend`]), so
 //! a line is never broken across a bar.
+//!
+//! Without a terminal (a CronJob's log) no bar is drawn: every
+//! [`interval`] (10 s; `TALOS_GEN_PROGRESS_INTERVAL`, seconds, for tests
+//! only) one line per item in flight ([`Total::progress_lines`]: what, bytes
+//! done of the total when known, the rate since its last line), besides
+//! the line each item gets when it ends. `mirror import` writes the same
+//! kind of line for the object it is reading ([`Ticker`]).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -29,6 +36,76 @@ use tokio::sync::{AcquireError, Semaphore, SemaphorePermit};
 pub const STALL_AFTER: Duration = Duration::from_secs(3);
 /// How often a running item's line is redrawn (elapsed time, spinner, stall).
 pub const REFRESH: Duration = Duration::from_millis(250);
+
+/// How often a run without a terminal writes its progress lines: 10 s, or
+/// `TALOS_GEN_PROGRESS_INTERVAL` (seconds, fractions allowed; meant for
+/// tests, which cannot wait 10 s a line).
+pub fn interval() -> Duration {
+    std::env::var("TALOS_GEN_PROGRESS_INTERVAL")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.05)
+        .map(Duration::from_secs_f64)
+        .unwrap_or(Duration::from_secs(10))
+}
+
+/// `rate` bytes per second, as a line shows it.
+fn rate_text(bytes: u64, over: Duration) -> String {
+    let secs = over.as_secs_f64();
+    if secs <= 0.0 {
+        return "-".into();
+    }
+    format!("{}/s", human_size((bytes as f64 / secs) as u64))
+}
+
+/// One progress line: `progress NAME: DONE of TOTAL (P%), RATE`.
+pub fn progress_text(name: &str, done: u64, len: Option<u64>, rate: &str) -> String {
+    match len {
+        Some(n) if n > 0 => format!(
+            "progress {name}: {} of {} ({}%), {rate}",
+            human_size(done),
+            human_size(n),
+            done.saturating_mul(100) / n
+        ),
+        _ => format!("progress {name}: {} so far, {rate}", human_size(done)),
+    }
+}
+
+/// Progress lines every [`interval`] for a loop that moves bytes itself
+/// (`mirror import`): [`Ticker::due`] says when one is due, with its rate.
+pub struct Ticker {
+    every: Duration,
+    last: Instant,
+    at: u64,
+}
+
+impl Ticker {
+    pub fn new() -> Ticker {
+        Ticker {
+            every: interval(),
+            last: Instant::now(),
+            at: 0,
+        }
+    }
+
+    /// With `done` bytes so far: the rate since the last line, when one is due.
+    pub fn due(&mut self, done: u64) -> Option<String> {
+        let over = self.last.elapsed();
+        if over < self.every {
+            return None;
+        }
+        let r = rate_text(done.saturating_sub(self.at), over);
+        self.last = Instant::now();
+        self.at = done;
+        Some(r)
+    }
+}
+
+impl Default for Ticker {
+    fn default() -> Ticker {
+        Ticker::new()
+    }
+}
 
 /// The bars of the running sync, if any: [`log_writer`] writes around them.
 static BARS: Mutex<Option<MultiProgress>> = Mutex::new(None);
@@ -135,6 +212,17 @@ pub struct Total {
     pub bar: ProgressBar,
     sized: Arc<AtomicBool>,
     styles: Arc<Styles>,
+    /// The items in flight (inside [`Meter::around`]), in start order, and
+    /// where each stood at its last progress line.
+    running: Arc<Mutex<Vec<(Meter, u64, Instant)>>>,
+}
+
+/// An item in flight, as the interrupted summary names it.
+#[derive(Debug, Clone)]
+pub struct InFlight {
+    pub name: String,
+    pub done: u64,
+    pub len: Option<u64>,
 }
 
 impl Total {
@@ -147,7 +235,63 @@ impl Total {
             bar,
             sized: Arc::new(AtomicBool::new(false)),
             styles,
+            running: Arc::default(),
         }
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, Vec<(Meter, u64, Instant)>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One line per item in flight: bytes done of its total when known,
+    /// the rate since its last line (or its start), or what it waits for.
+    pub fn progress_lines(&self) -> Vec<String> {
+        let now = Instant::now();
+        self.running()
+            .iter_mut()
+            .map(|(m, at, since)| {
+                let done = m.item.position();
+                let line = m.line(done.saturating_sub(*at), now - *since);
+                (*at, *since) = (done, now);
+                line
+            })
+            .collect()
+    }
+
+    /// Clear the bars of the items in flight (a stopped run), so no bar is
+    /// left drawn after its last line.
+    pub fn clear_in_flight(&self) {
+        for (m, _, _) in self.running().iter() {
+            m.item.finish_and_clear();
+        }
+    }
+
+    /// The items in flight now.
+    pub fn in_flight(&self) -> Vec<InFlight> {
+        self.running()
+            .iter()
+            .map(|(m, _, _)| InFlight {
+                name: m.s.name.clone(),
+                done: m.item.position(),
+                len: m.known_len(),
+            })
+            .collect()
+    }
+
+    /// Write [`Total::progress_lines`] every `every` until dropped (the
+    /// task is aborted with the handle).
+    pub fn report_every(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let t = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                for l in t.progress_lines() {
+                    log_line(&l);
+                }
+            }
+        })
     }
 
     fn grow(&self, n: u64) {
@@ -307,8 +451,33 @@ impl Meter {
         self.total.bar.tick();
     }
 
+    /// The item's length, once every part's is known.
+    fn known_len(&self) -> Option<u64> {
+        let s = &self.s;
+        (s.sized.load(Ordering::Relaxed) && s.unknown.load(Ordering::Relaxed) == 0)
+            .then(|| self.item.length())
+            .flatten()
+    }
+
+    /// Its progress line: `moved` bytes came in the last `over`.
+    fn line(&self, moved: u64, over: Duration) -> String {
+        let s = &self.s;
+        let quiet = s.last.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
+        if s.held.load(Ordering::Relaxed) == 0 && s.queued.load(Ordering::Relaxed) > 0 {
+            return format!("progress {}: waiting for a slot (--concurrency)", s.name);
+        }
+        let rate = if quiet >= STALL_AFTER {
+            format!("stalled, no bytes for {}s", quiet.as_secs())
+        } else {
+            rate_text(moved, over)
+        };
+        progress_text(&s.name, self.item.position(), self.known_len(), &rate)
+    }
+
     /// Run `work`, redrawing every [`REFRESH`]; the line goes when it ends.
+    /// While it runs the item is in flight ([`Total::progress_lines`]).
     pub async fn around<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        let _listed = Listed::new(self);
         tokio::pin!(work);
         let mut tick = tokio::time::interval(REFRESH);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -320,6 +489,32 @@ impl Meter {
         };
         self.item.finish_and_clear();
         out
+    }
+}
+
+/// An item listed in flight while alive (also when its work is dropped).
+struct Listed {
+    total: Total,
+    s: Arc<ItemState>,
+}
+
+impl Listed {
+    fn new(m: &Meter) -> Listed {
+        m.total
+            .running()
+            .push((m.clone(), m.item.position(), Instant::now()));
+        Listed {
+            total: m.total.clone(),
+            s: m.s.clone(),
+        }
+    }
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        self.total
+            .running()
+            .retain(|(m, _, _)| !Arc::ptr_eq(&m.s, &self.s));
     }
 }
 
@@ -354,6 +549,55 @@ mod tests {
         assert_eq!(t, "stalled, no bytes for 4s, 512 B of 1.0 KiB: x");
         let t = stalled_text(Duration::from_secs(3), 0, None, "y");
         assert_eq!(t, "stalled, no bytes for 3s, 0 B so far: y");
+    }
+
+    #[test]
+    fn progress_lines_say_how_far_and_how_fast() {
+        assert_eq!(
+            progress_text(
+                "x",
+                512 << 10,
+                Some(2 << 20),
+                &rate_text(1 << 20, Duration::from_secs(2))
+            ),
+            "progress x: 512.0 KiB of 2.0 MiB (25%), 512.0 KiB/s"
+        );
+        assert_eq!(
+            progress_text("y", 1024, None, "-"),
+            "progress y: 1.0 KiB so far, -"
+        );
+    }
+
+    /// Lines for the items in flight only, each with its rate since its
+    /// last line; none once the item ended.
+    #[tokio::test]
+    async fn a_line_per_item_in_flight() {
+        let multi = MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden());
+        let total = Total::new(&multi);
+        let m = Meter::new(&multi, &total, "item".into());
+        assert!(total.progress_lines().is_empty());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let run = {
+            let m = m.clone();
+            tokio::spawn(async move { m.around(async { rx.await.ok() }).await })
+        };
+        tokio::task::yield_now().await;
+        while total.in_flight().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        m.grow(100);
+        m.inc(40);
+        let lines = total.progress_lines();
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0].starts_with("progress item: 40 B of 100 B (40%), "),
+            "{lines:?}"
+        );
+        let f = total.in_flight();
+        assert_eq!((f[0].done, f[0].len), (40, Some(100)));
+        tx.send(()).unwrap();
+        run.await.unwrap();
+        assert!(total.progress_lines().is_empty());
     }
 
     #[tokio::test]

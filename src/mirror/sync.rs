@@ -93,7 +93,13 @@ pub struct SyncReport {
     /// extensions and overlays of each release).
     pub factory: Vec<ItemReport>,
     pub elapsed: Duration,
+    /// Stopped before its end ([`sync_until`]): the items it did not
+    /// store are in `items` and `factory` with an `interrupted` error.
+    pub interrupted: bool,
 }
+
+/// The error of an item a stopped sync did not store.
+const INTERRUPTED: &str = "interrupted";
 
 impl SyncReport {
     /// Failed items and factory documents.
@@ -138,6 +144,73 @@ impl SyncReport {
 
 use crate::text::{count, human_size as human};
 
+impl SyncReport {
+    /// The one line of a stopped sync (after `signal`): what was stored
+    /// and what was not (in flight: how far it got, discarded; or not
+    /// started), and what failed.
+    pub fn interrupted_summary(&self, signal: &str) -> String {
+        let all = || self.items.iter().chain(&self.factory);
+        let stored: Vec<&str> = all()
+            .filter(|i| i.error.is_none() && i.note.is_none())
+            .map(|i| i.name.as_str())
+            .collect();
+        let not: Vec<String> = all()
+            .filter_map(|i| match &i.error {
+                Some(e) if e.starts_with(INTERRUPTED) => Some(format!(
+                    "{} ({})",
+                    i.name,
+                    e.trim_start_matches(INTERRUPTED).trim_start_matches(": ")
+                )),
+                _ => None,
+            })
+            .collect();
+        let failed: Vec<&str> = all()
+            .filter(|i| {
+                i.error
+                    .as_deref()
+                    .is_some_and(|e| !e.starts_with(INTERRUPTED))
+            })
+            .map(|i| i.name.as_str())
+            .collect();
+        let list = |v: &[&str]| {
+            if v.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", v.join(", "))
+            }
+        };
+        let fetched: u64 = all().map(|i| i.fetched_bytes).sum();
+        let not_list = if not.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", not.join(", "))
+        };
+        let failed_list = if failed.is_empty() {
+            String::new()
+        } else {
+            format!("; failed {}{}", failed.len(), list(&failed))
+        };
+        format!(
+            "mirror sync: interrupted by {signal} after {:.1}s; stored {} of {}{} ({} fetched); NOT stored {}{not_list}{failed_list}",
+            self.elapsed.as_secs_f64(),
+            stored.len(),
+            self.items.len() + self.factory.len(),
+            list(&stored),
+            human(fetched),
+            not.len(),
+        )
+    }
+}
+
+/// An item a stopped sync did not store: `why` says how far it got.
+fn not_stored(name: String, why: String) -> ItemReport {
+    ItemReport {
+        name,
+        error: Some(format!("{INTERRUPTED}: {why}")),
+        ..Default::default()
+    }
+}
+
 /// Counters of one item, shared by its concurrent parts.
 #[derive(Default)]
 struct Counts {
@@ -176,7 +249,22 @@ pub async fn sync(
     store: impl Into<crate::store::Location>,
     opts: &SyncOptions,
 ) -> Result<SyncReport> {
+    sync_until(cfg, store, opts, std::future::pending()).await
+}
+
+/// [`sync`], stopped when `stop` completes (SIGINT, SIGTERM): what was
+/// stored by then stays; the items in flight are left to be cancelled
+/// (their fills' temp files go with their tasks, when the runtime drops
+/// them) and, with those not started, reported `interrupted`
+/// ([`SyncReport::interrupted_summary`]).
+pub async fn sync_until(
+    cfg: &Config,
+    store: impl Into<crate::store::Location>,
+    opts: &SyncOptions,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<SyncReport> {
     let t0 = Instant::now();
+    tokio::pin!(stop);
     let svc = crate::compose::Service::build(&crate::compose::ServiceConfig {
         factory_url: opts.factory_url.clone(),
         registry_url: opts.registry_url.clone(),
@@ -236,7 +324,19 @@ pub async fn sync(
                 .unwrap_or_default()
         );
         let t = Instant::now();
-        let posted = post_schematic(&upstream, &factory, &s.id, canonical).await;
+        let posted = tokio::select! {
+            p = post_schematic(&upstream, &factory, &s.id, canonical) => p,
+            _ = &mut stop => {
+                let mut r = SyncReport {
+                    items: reports,
+                    elapsed: t0.elapsed(),
+                    interrupted: true,
+                    ..Default::default()
+                };
+                r.items.extend(cfg.items().iter().map(|i| not_stored(i.name(), "not started".into())));
+                return Ok(r);
+            }
+        };
         // Kept in the store too (pinned), so `serve` can teach it to a
         // factory that lost it, and `mirror export` carries it.
         let stored = match crate::schematic::Schematic::parse(canonical) {
@@ -265,9 +365,13 @@ pub async fn sync(
     }
 
     let items = cfg.items();
+    let names: Vec<String> = items.iter().map(|i| i.name()).collect();
     total.bar.set_message(format!("0/{} items", items.len()));
     let done = AtomicUsize::new(0);
     let n_items = items.len();
+    // Without a terminal: a line per item in flight every interval.
+    let _lines = (opts.output == Output::Lines)
+        .then(|| AbortOnDrop(total.report_every(super::progress::interval())));
     let mut results = futures::stream::iter(items.into_iter().map(|item| {
         let ctx = ctx.clone();
         let meter = Meter::new(&multi, &total, item.name());
@@ -288,7 +392,43 @@ pub async fn sync(
         }
     }))
     .buffer_unordered(concurrency);
-    while let Some(rep) = results.next().await {
+    loop {
+        let rep = tokio::select! {
+            r = results.next() => r,
+            _ = &mut stop => {
+                // Where the items in flight stood; then they are dropped.
+                let flying = total.in_flight();
+                total.clear_in_flight();
+                drop(results);
+                total.bar.finish_and_clear();
+                for n in &names {
+                    if reports.iter().any(|r| r.name == *n) {
+                        continue;
+                    }
+                    let why = match flying.iter().find(|f| f.name == *n) {
+                        Some(f) => format!(
+                            "{} of {} fetched, discarded",
+                            human(f.done),
+                            f.len.map(human).unwrap_or_else(|| "?".into())
+                        ),
+                        None => "not started".into(),
+                    };
+                    reports.push(not_stored(n.clone(), why));
+                }
+                let factory = cfg
+                    .factory_docs()
+                    .iter()
+                    .map(|d| not_stored(format!("factory {}", d.path), "not started".into()))
+                    .collect();
+                return Ok(SyncReport {
+                    items: reports,
+                    factory,
+                    elapsed: t0.elapsed(),
+                    interrupted: true,
+                });
+            }
+        };
+        let Some(rep) = rep else { break };
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
         total.bar.set_message(format!("{n}/{n_items} items"));
         say(line(&rep));
@@ -300,18 +440,45 @@ pub async fn sync(
     let mut factory_reports = Vec::new();
     let mut results = futures::stream::iter(docs.iter().map(|d| sync_document(&ctx, d)))
         .buffer_unordered(concurrency);
-    while let Some(rep) = results.next().await {
+    let mut interrupted = false;
+    loop {
+        let rep = tokio::select! {
+            r = results.next() => r,
+            _ = &mut stop => {
+                interrupted = true;
+                None
+            }
+        };
+        let Some(rep) = rep else { break };
         say(line(&rep));
         factory_reports.push(rep);
     }
     drop(results);
+    if interrupted {
+        for d in &docs {
+            let name = format!("factory {}", d.path);
+            if !factory_reports.iter().any(|r| r.name == name) {
+                factory_reports.push(not_stored(name, "not fetched".into()));
+            }
+        }
+    }
     factory_reports.sort_by(|a, b| a.name.cmp(&b.name));
     total.bar.finish_and_clear();
     Ok(SyncReport {
         items: reports,
         factory: factory_reports,
         elapsed: t0.elapsed(),
+        interrupted,
     })
+}
+
+/// A task aborted when this is dropped (the progress lines' writer).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Fetch one factory document and keep it pinned; a 404 is a note.
@@ -669,5 +836,40 @@ fn ref_str(r: &Reference) -> String {
     match r {
         Reference::Tag(t) => t.clone(),
         Reference::Digest(d) => d.as_str().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One line: what was stored, what was not (how far), what failed.
+    #[test]
+    fn the_interrupted_line_names_stored_and_not_stored() {
+        let ok = ItemReport {
+            name: "a".into(),
+            fetched: 1,
+            fetched_bytes: 2048,
+            ..Default::default()
+        };
+        let bad = ItemReport {
+            name: "b".into(),
+            error: Some("404".into()),
+            ..Default::default()
+        };
+        let r = SyncReport {
+            items: vec![
+                ok,
+                bad,
+                not_stored("c".into(), "1.0 KiB of 4.0 KiB fetched, discarded".into()),
+            ],
+            factory: vec![not_stored("factory /versions".into(), "not started".into())],
+            elapsed: Duration::from_millis(1500),
+            interrupted: true,
+        };
+        assert_eq!(
+            r.interrupted_summary("SIGTERM"),
+            "mirror sync: interrupted by SIGTERM after 1.5s; stored 1 of 4: a (2.0 KiB fetched); NOT stored 2: c (1.0 KiB of 4.0 KiB fetched, discarded), factory /versions (not started); failed 1: b"
+        );
     }
 }

@@ -62,6 +62,8 @@ pub struct TagList {
     pub next: Option<TagQuery>,
     /// The stored tags, answered because the upstream failed.
     pub stale: bool,
+    /// Answered from the store (offline, or stale), not the upstream.
+    pub stored: bool,
 }
 
 impl TagList {
@@ -80,6 +82,8 @@ pub struct Referrers {
     pub filtered: bool,
     /// The stored index, answered because the upstream failed.
     pub stale: bool,
+    /// Where the index came from.
+    pub source: ReferrersSource,
 }
 
 /// Where a referrers index came from.
@@ -152,7 +156,9 @@ impl Registry {
                 format!("repository {repo} is not known (no tag of it is stored)"),
             ));
         }
-        Ok(page(repo, all, q))
+        let mut t = page(repo, all, q);
+        t.stored = true;
+        Ok(t)
     }
 
     async fn upstream_tags(
@@ -218,6 +224,7 @@ impl Registry {
             tags,
             next,
             stale: false,
+            stored: false,
         })
     }
 
@@ -239,6 +246,7 @@ impl Registry {
                 body,
                 filtered: false,
                 stale,
+                source,
             });
         };
         let mut v: serde_json::Value = serde_json::from_slice(&body)
@@ -250,6 +258,7 @@ impl Registry {
             body: Bytes::from(v.to_string()),
             filtered: true,
             stale,
+            source,
         })
     }
 
@@ -443,6 +452,7 @@ fn page(repo: &str, mut all: Vec<String>, q: &TagQuery) -> TagList {
         tags: all,
         next,
         stale: false,
+        stored: false,
     }
 }
 
@@ -565,6 +575,7 @@ mod tests {
                 tags: tags(&["v1"]),
                 next: None,
                 stale: false,
+                stored: false,
             }
             .body(),
             r#"{"name":"a/b","tags":["v1"]}"#

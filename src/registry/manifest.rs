@@ -33,6 +33,9 @@ pub struct Manifest {
     /// The stored manifest of a tag, answered because the upstream failed
     /// (the answer says so: `Warning: 110 - "stale"`).
     pub stale: bool,
+    /// Fetched from the upstream for this answer (and kept), not read
+    /// from the store (`Cache-Status: talos-gen; fwd=miss; stored`).
+    pub fetched: bool,
 }
 
 impl Registry {
@@ -86,6 +89,7 @@ impl Registry {
             media_type,
             body,
             stale: false,
+            fetched: false,
         }))
     }
 
@@ -351,6 +355,7 @@ impl Registry {
             media_type,
             body: Bytes::from(body),
             stale: false,
+            fetched: true,
         };
         self.commit_manifest(&m, pin).await?;
         self.metric(|x| x.upstream_fetch("manifest", &manifest_key(&m.digest), None, t0.elapsed()));

@@ -690,3 +690,107 @@ async fn a_paginated_referrers_index_is_followed_to_its_end() {
         assert!(digests(&r.body).is_empty(), "{d}: nothing partial kept");
     }
 }
+
+/// The `cache` fields of the access lines whose path holds `needle`.
+fn logged_cache(svc: &Service, needle: &str) -> Vec<String> {
+    svc.log_text()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["target"] == "access"
+                && v["fields"]["path"]
+                    .as_str()
+                    .is_some_and(|p| p.contains(needle))
+        })
+        .map(|v| v["fields"]["cache"].as_str().unwrap_or("-").to_string())
+        .collect()
+}
+
+/// `Cache-Status` (RFC 9211) on `/v2/` answers, and the access log's
+/// `cache` field: a first pull through the service fetches (manifests
+/// kept before they answer: `fwd=miss; stored`; blobs streamed from their
+/// fill: `fwd=miss`), a second pull is all hits, a tag list passed on from
+/// the upstream is a miss, and with the upstream gone a tag past its
+/// revalidation is answered stale (`fwd=stale`, with its `Warning`).
+#[tokio::test(flavor = "multi_thread")]
+async fn cache_status_on_a_pull_hit_miss_and_stale() {
+    let mut up = Registry::start();
+    let img = push_factory_image(&up.url(), &repo(), "v1.13.6", &[MIB, 300_000], 1).await;
+    let cache = tempfile::tempdir().unwrap();
+    let svc = service(
+        &up,
+        cache.path(),
+        &["--tag-revalidate", "1", "--log-format", "json"],
+    );
+    let out = tempfile::tempdir().unwrap();
+    skopeo_copy_ok(
+        &svc.host(),
+        &repo(),
+        "v1.13.6",
+        &out.path().join("a"),
+        "first pull",
+    );
+    let tag_path = "/manifests/v1.13.6";
+    let first_tag = logged_cache(&svc, tag_path);
+    assert_eq!(first_tag[0], "talos-gen; fwd=miss; stored", "{first_tag:?}");
+    let blob = &img.blobs[0];
+    let blob_lines = logged_cache(&svc, &format!("/blobs/{}", blob.digest));
+    assert_eq!(
+        blob_lines,
+        ["talos-gen; fwd=miss"],
+        "one GET, from its fill"
+    );
+
+    let http = reqwest::Client::new();
+    let burl = installer_url(&svc, &format!("blobs/{}", blob.digest));
+    for r in [send(http.head(&burl)).await, send(http.get(&burl)).await] {
+        assert_eq!(r.status, 200);
+        assert_eq!(r.headers["cache-status"], "talos-gen; hit");
+    }
+    let (_, _, mdigest) = &img.manifests[0];
+    let r = send(
+        http.get(installer_url(&svc, &format!("manifests/{mdigest}")))
+            .header("accept", ACCEPT_ALL),
+    )
+    .await;
+    assert_eq!(r.headers["cache-status"], "talos-gen; hit");
+    let r = send(http.get(installer_url(&svc, "tags/list"))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.headers["cache-status"], "talos-gen; fwd=miss",
+        "passed on, not kept"
+    );
+    let r = send(http.get(format!("{}/v2/", svc.url()))).await;
+    assert_eq!(r.headers["cache-status"], "talos-gen; fwd=miss");
+
+    // The upstream gone: the tag, once past --tag-revalidate 1, is stale.
+    up.stop();
+    let turl = installer_url(&svc, "manifests/v1.13.6");
+    let r = crate::support::wait::eventually_some(
+        "the tag answered stale",
+        std::time::Duration::from_secs(15),
+        || {
+            let r = std::process::Command::new("curl")
+                .args(["-sS", "-o", "/dev/null", "-D", "-", "-H"])
+                .arg(format!("accept: {ACCEPT_ALL}"))
+                .arg(&turl)
+                .output()
+                .unwrap();
+            let head = String::from_utf8_lossy(&r.stdout).to_ascii_lowercase();
+            if head.contains("cache-status: talos-gen; fwd=stale") {
+                Ok(head)
+            } else {
+                Err(head)
+            }
+        },
+    );
+    assert!(r.contains("warning: 110"), "{r}");
+    let r = send(http.get(installer_url(&svc, "tags/list"))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["cache-status"], "talos-gen; fwd=stale");
+    let tag_lines = logged_cache(&svc, tag_path);
+    assert!(
+        tag_lines.iter().any(|c| c == "talos-gen; fwd=stale"),
+        "{tag_lines:?}"
+    );
+}

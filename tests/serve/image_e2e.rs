@@ -464,3 +464,107 @@ fn hostile_paths_are_refused_and_touch_nothing() {
     top.sort();
     assert_eq!(top, ["cache", "disk.raw", "root"]);
 }
+
+/// The access log's lines (JSON) for `path`, in order.
+fn access_lines(svc: &Service, path: &str) -> Vec<serde_json::Value> {
+    svc.log_text()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"] == "access" && v["fields"]["path"] == path)
+        .collect()
+}
+
+/// `Cache-Status` (RFC 9211) on every `/image/` and `/talosctl/` answer, and
+/// the same value in the access log's `cache` field: the first GET is a miss
+/// (the fill's bytes, not kept yet), HEAD and GET once stored are hits, a
+/// `.sha256` of a cold artifact is a miss kept before it answers, and an
+/// answer no lookup stands behind (a refused path) says `fwd=miss`.
+#[test]
+fn cache_status_says_hit_or_miss_and_the_log_repeats_it() {
+    let fx = Factory::new(1, 1, &[A, "metal-amd64.iso"], None);
+    let svc = fx.serve(&["--log-format", "json"]);
+    let url = format!("{}{}", svc.url(), path());
+    let first = curl(&[&url]);
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body, fx.xz);
+    assert_eq!(
+        first.header("cache-status").as_deref(),
+        Some("talos-gen; fwd=miss"),
+        "{}",
+        first.headers
+    );
+    wait_committed(&svc, &path());
+    for args in [vec!["-I", url.as_str()], vec![url.as_str()]] {
+        let g = curl(&args);
+        assert_eq!(g.status, 200);
+        assert_eq!(
+            g.header("cache-status").as_deref(),
+            Some("talos-gen; hit"),
+            "{args:?}: {}",
+            g.headers
+        );
+    }
+    // A conditional answer carries it too.
+    let etag = curl(&["-I", &url]).header("etag").unwrap();
+    let g = curl(&["-H", &format!("If-None-Match: {etag}"), &url]);
+    assert_eq!(g.status, 304);
+    assert_eq!(g.header("cache-status").as_deref(), Some("talos-gen; hit"));
+    // A cold artifact's checksum line: fetched, kept, then answered.
+    let iso = format!("{}{}.sha256", svc.url(), image_path("metal-amd64.iso"));
+    let g = curl(&[&iso]);
+    assert_eq!(g.status, 200, "{}", g.headers);
+    assert_eq!(
+        g.header("cache-status").as_deref(),
+        Some("talos-gen; fwd=miss; stored")
+    );
+    // No lookup behind it: a schematic that is no ID.
+    let bad = format!("{}/image/nope/{V}/{A}", svc.url());
+    let g = curl(&[&bad]);
+    assert_eq!(g.status, 400);
+    assert_eq!(
+        g.header("cache-status").as_deref(),
+        Some("talos-gen; fwd=miss")
+    );
+    // Not on other routes.
+    assert_eq!(
+        curl(&[&format!("{}/healthz", svc.url())]).header("cache-status"),
+        None
+    );
+
+    // The access log says the same, line by line.
+    let log = crate::support::wait::eventually_some(
+        "the access lines of the image",
+        Duration::from_secs(10),
+        || {
+            let l = access_lines(&svc, &path());
+            if l.last().is_some_and(|v| v["fields"]["status"] == 304) {
+                Ok(l)
+            } else {
+                Err(format!("{l:?}"))
+            }
+        },
+    );
+    let cache: Vec<&str> = log
+        .iter()
+        .map(|v| v["fields"]["cache"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(cache[0], "talos-gen; fwd=miss", "{log:?}");
+    // The last four (HEAD, GET, HEAD for the tag, 304): hits; the waits
+    // for the commit before them say what each found.
+    assert!(
+        cache[cache.len() - 4..]
+            .iter()
+            .all(|c| *c == "talos-gen; hit"),
+        "{log:?}"
+    );
+    assert!(
+        cache
+            .iter()
+            .all(|c| ["talos-gen; hit", "talos-gen; fwd=miss"].contains(c)),
+        "{log:?}"
+    );
+    let sha = access_lines(&svc, &format!("{}.sha256", image_path("metal-amd64.iso")));
+    assert_eq!(sha[0]["fields"]["cache"], "talos-gen; fwd=miss; stored");
+    let health = access_lines(&svc, "/healthz");
+    assert!(health[0]["fields"].get("cache").is_none(), "{health:?}");
+}

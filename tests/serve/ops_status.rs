@@ -414,3 +414,94 @@ fn fresh_metrics_have_every_family_and_route() {
         "{m}"
     );
 }
+
+/// The status page renders from state the service keeps: viewing it sends
+/// no request upstream (the background prober asks each upstream every
+/// 15 s), and it says what each state means for readiness: the factory
+/// (here: nothing listens) does not answer, `/readyz` is 200 all the same,
+/// and the page says the factory is not needed for it rather than painting
+/// it as down. The start-up log line names the listen address, the store
+/// and the upstreams.
+#[test]
+fn status_page_renders_from_state_and_says_what_readiness_needs() {
+    let up = Factory::new(1, 1, &[A], None);
+    let svc = Service::builder()
+        .args(["--log-format", "json"])
+        .arg("--cache-dir")
+        .arg(up.cache())
+        .args(["--factory-url", "http://127.0.0.1:9"])
+        .args(["--registry-url", &up.nginx.url()])
+        .args(["--mirror-upstream", "ghcr.io=http://user:pw@127.0.0.1:9/"])
+        .start();
+    let base = svc.url();
+    let asks = || up.nginx.count("\"GET /v2/ ");
+    // The prober's first round.
+    let page = support::eventually_some("the first probe round", Duration::from_secs(20), || {
+        let p = String::from_utf8_lossy(&curl(&[&format!("{base}/")]).body).into_owned();
+        if p.contains("answers (HTTP") && p.contains("does not answer") {
+            Ok(p)
+        } else {
+            Err(p)
+        }
+    });
+    let before = asks();
+    assert!(before >= 1, "the registry was asked once");
+    for _ in 0..5 {
+        assert_eq!(curl(&[&format!("{base}/")]).status, 200);
+    }
+    // At most one more: the prober's own round, if its 15 s came meanwhile.
+    assert!(
+        asks() <= before + 1,
+        "{} asks after 5 page views (before: {before})",
+        asks()
+    );
+
+    assert_eq!(curl(&[&format!("{base}/readyz")]).status, 200);
+    let table = page
+        .split("id=\"upstreams\"")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_else(|| panic!("no upstreams table: {page}"));
+    let row = |role: &str| -> String {
+        table
+            .split("<tr>")
+            .find(|r| r.contains(&format!("<td>{role}</td>")))
+            .unwrap_or_else(|| panic!("no {role} row: {table}"))
+            .to_string()
+    };
+    let factory = row("Image Factory");
+    assert!(factory.contains("does not answer"), "{factory}");
+    assert!(
+        !factory.contains("class=\"down\""),
+        "not painted down: {factory}"
+    );
+    assert!(factory.contains("not needed for /readyz"), "{factory}");
+    let store = row("store");
+    assert!(store.contains("answers"), "{store}");
+    assert!(store.contains("needed for /readyz: ready"), "{store}");
+    let mirror = row("mirror ghcr.io");
+    assert!(!mirror.contains("pw"), "no credentials: {mirror}");
+
+    // The start-up line: where it listens, the store, the upstreams.
+    let log = svc.log_text();
+    let line: serde_json::Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "listening")
+        .unwrap_or_else(|| panic!("no start-up line: {log}"));
+    let f = &line["fields"];
+    assert_eq!(
+        f["local"].as_str().unwrap(),
+        base.trim_start_matches("http://"),
+        "{line}"
+    );
+    assert_eq!(f["store"], up.cache().display().to_string(), "{line}");
+    let ups = f["upstreams"].as_str().unwrap();
+    assert!(ups.contains("factory=http://127.0.0.1:9/"), "{ups}");
+    assert!(
+        ups.contains(&format!("registry={}", up.nginx.url())),
+        "{ups}"
+    );
+    assert!(ups.contains("ghcr.io=http://127.0.0.1:9/"), "{ups}");
+    assert!(!ups.contains("pw"), "no credentials: {ups}");
+}
