@@ -158,6 +158,9 @@ impl Registry {
                 Digest::from_hex(&e.digest).map(|d| (d, fresh))
             })
         };
+        // A mapping another process stored (the mirror job, a replica) is
+        // read in first; a store that does not answer is known down here.
+        let _ = self.store.entry_at(&key).await;
         // The store down: the last known mapping as it is (a revalidation
         // could keep nothing), marked stale once past its interval.
         let down = !self.store.available();

@@ -348,7 +348,7 @@ impl Registry {
     /// Whether a blob is already stored (no upstream call), and its size.
     pub async fn stored_blob_size(&self, d: &Digest) -> Result<Option<u64>, OciError> {
         self.drop_misnamed(&blob_key(d)).await;
-        match self.store.readable_entry(&blob_key(d)) {
+        match self.store.readable_entry_at(&blob_key(d)).await {
             Ok(e) => Ok(e.map(|e| e.size)),
             // Held but not readable now: the HEAD answers as the GET would (503).
             Err(e) => Err(OciError::from(FetchError::Unavailable(e.0))),

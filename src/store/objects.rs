@@ -76,6 +76,38 @@ impl Store {
             .unwrap_or_else(|e| Err(Unavailable(format!("opening a stored object: {e}"))))
     }
 
+    /// The entry for `key`: from memory, else read from the backend (an
+    /// entry another process wrote, adopted) on a blocking thread. `Err`
+    /// when the store may hold it and did not answer: never "absent".
+    pub async fn entry_at(&self, key: &str) -> std::result::Result<Option<Entry>, Unavailable> {
+        if let Some(e) = self.entry(key) {
+            return Ok(Some(e));
+        }
+        let store = self.clone();
+        let key = key.to_string();
+        self.unless_down(tokio::task::spawn_blocking(move || {
+            if !store.available() && !store.recheck_due() {
+                return Err(store.unavailable());
+            }
+            match store.adopt(&key) {
+                Ok(_) => Ok(store.entry(&key)),
+                Err(_) => Err(store.unavailable()),
+            }
+        }))
+        .await
+        .unwrap_or_else(|e| Err(Unavailable(format!("reading the index: {e}"))))
+    }
+
+    /// [`Store::readable_entry`] after [`Store::entry_at`]: an entry
+    /// another process wrote is found too.
+    pub async fn readable_entry_at(
+        &self,
+        key: &str,
+    ) -> std::result::Result<Option<Entry>, Unavailable> {
+        self.entry_at(key).await?;
+        self.readable_entry(key)
+    }
+
     /// Await a blocking call to the store, or answer "unavailable" as soon
     /// as the store is marked down meanwhile (by any request's failed call
     /// or the probe): a request waiting on a frozen bucket gets its 503 when

@@ -731,10 +731,12 @@ fn a_bucket_object_without_checksums_is_never_served_unchecked() {
         let filler = replica(&f, &g, 0, "filler", &[]);
         let r = curl(&[&format!("{}{}", filler.url(), image_path(A))]);
         assert_eq!(r.status, 200, "{}", filler.log_text());
+        // The answer ends before the commit: wait for its index entry.
+        eventually("the commit", Duration::from_secs(20), || {
+            g.list(0, &format!("{PREFIX}/index/")).len() == 1
+        });
     }
-    eventually("the commit", Duration::from_secs(20), || {
-        g.list(0, &sums) == vec![sums.clone()]
-    });
+    assert_eq!(g.list(0, &sums), vec![sums.clone()]);
     let good_sums = g.get(0, &sums);
     let gets = f.gets(A);
 
@@ -746,8 +748,8 @@ fn a_bucket_object_without_checksums_is_never_served_unchecked() {
     let r = curl(&[&url]);
     assert_eq!((r.exit, r.status), (0, 200), "{}", one.log_text());
     assert!(r.body == f.xz);
+    assert_eq!(f.gets(A), gets, "nothing fetched again: {}", one.log_text());
     assert!(g.get(0, &sums) == good_sums, "the checksums rebuilt");
-    assert_eq!(f.gets(A), gets, "nothing fetched again");
     drop(one);
 
     // Not fitting the object (another object's, or garbage): rebuilt the same way.
@@ -848,6 +850,10 @@ fn the_local_tier_never_holds_more_than_its_bound() {
             )]);
             assert_eq!(r.status, 200, "{}", filler.log_text());
         }
+        // The answers end before the commits: wait for their entries.
+        eventually("the commits", Duration::from_secs(30), || {
+            g.list(0, &format!("{PREFIX}/index/")).len() == assets.len()
+        });
     }
     let bound: u64 = 24 << 20;
     let one = replica_builder(&f, &g, &g.endpoint(1), "tiered")
