@@ -205,6 +205,16 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
                 h.insert(header::ETAG, v);
             }
             super::stale::mark(h, m.stale);
+            // The conditionals blobs ask (412, 304), GET and HEAD alike:
+            // the digest is the entity tag.
+            let validators = Validators {
+                etag: Some(format!("\"{}\"", m.digest)),
+                last_modified: None,
+            };
+            if let Some(status) = validators.precondition(&req.headers) {
+                let h = std::mem::take(resp.headers_mut());
+                return Ok(super::ranges::bodiless(status, h));
+            }
             Ok(resp)
         }
         "blobs" => {
