@@ -16,7 +16,9 @@
 //!
 //! # Writing into `--output`
 //! The directory is written in place, one file at a time (a temp file
-//! beside it, renamed), so a server serving it never sees half a file. It
+//! beside it, renamed: [`crate::atomic`]), so a server serving it never
+//! sees half a file, and locked for the whole export (a second export into
+//! it at once waits, then copies what changed). It
 //! must be absent, empty, or a previous export of the same format: one
 //! holding [`MARKER`], the list of files (and their sha256) the export
 //! wrote. Anything else is refused: an export never writes into a
@@ -33,7 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -419,6 +421,24 @@ fn read_marker(root: &Path) -> Option<Marker> {
     serde_json::from_slice(&b).ok()
 }
 
+/// `root` (made when absent) locked (`flock` on the directory) for the
+/// whole export: a second export into it waits for the first, then finds
+/// its marker, never its files half made. Not a directory: `None`, for
+/// [`prepare`] to refuse.
+fn lock_output(root: &Path) -> Result<Option<std::fs::File>> {
+    let shown = root.display();
+    match std::fs::symlink_metadata(root) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(root)
+            .map_err(|e| Error::io(format!("--output {shown}: creating it"), e))?,
+        Ok(m) if m.is_dir() => {}
+        _ => return Ok(None),
+    }
+    let d = std::fs::File::open(root).map_err(|e| Error::io(format!("--output {shown}"), e))?;
+    d.lock()
+        .map_err(|e| Error::io(format!("--output {shown}: locking it"), e))?;
+    Ok(Some(d))
+}
+
 /// May the export write into `root`? Returns the previous export's marker
 /// (an empty one for a new or empty directory).
 fn prepare(root: &Path, format: Format) -> Result<Marker> {
@@ -477,31 +497,20 @@ fn write_marker(root: &Path, m: &Marker) -> Result<()> {
     write_file(&root.join(MARKER), |f| f.write_all(&b))
 }
 
-/// Write `path` through `<path>.partial`, fsynced and renamed.
+/// Write `path` through [`crate::atomic`] (a temp file of its own beside
+/// it, fsynced, renamed, the directory fsynced): two exports into one
+/// directory at once never write one temp file.
 fn write_file(
     path: &Path,
     fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
 ) -> Result<()> {
-    let tmp = partial(path);
     let res = (|| {
         if let Some(p) = path.parent() {
             std::fs::create_dir_all(p)?;
         }
-        let mut f = std::fs::File::create(&tmp)?;
-        fill(&mut f)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        crate::atomic::write(path, 0o666, crate::atomic::Replace::Yes, fill)
     })();
-    res.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io(format!("writing {}", path.display()), e)
-    })
-}
-
-fn partial(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".partial");
-    PathBuf::from(s)
+    res.map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }
 
 /// Copy a store object to `dst`, checking its sha256 and size on the way.
@@ -550,6 +559,7 @@ fn write_tree(
     plan: BTreeMap<String, Planned>,
     report: &mut TreeReport,
 ) -> Result<()> {
+    let _locked = lock_output(root)?;
     let old = prepare(root, format)?;
     // First the marker that names everything this run may leave behind.
     let mut interim = Marker {
@@ -598,7 +608,6 @@ fn write_tree(
             continue;
         }
         let p = root.join(rel);
-        let _ = std::fs::remove_file(partial(&p));
         if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file())
             && std::fs::remove_file(&p).is_ok()
         {

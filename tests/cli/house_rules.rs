@@ -11,7 +11,14 @@ use std::path::{Path, PathBuf};
 /// layers only (same-layer modules do not use each other).
 const LAYERS: &[&[&str]] = &[
     &["error"],
-    &["version", "goyaml", "input", "text", "keyed_locks"],
+    &[
+        "version",
+        "goyaml",
+        "input",
+        "text",
+        "keyed_locks",
+        "atomic",
+    ],
     &["yaml", "cosign", "store", "oci_ref"],
     &["matrix", "schematic", "upstream", "metrics", "inventory"],
     &["known_schematics", "fill"],
