@@ -42,8 +42,25 @@ pub enum Replace {
 const LEFTOVER_AGE: Duration = Duration::from_secs(60);
 
 /// Write `target` as the module says: `fill` writes the temp file (created
-/// with `mode`, less the umask). The target's directory must exist.
+/// with `mode`, less the umask). The target's directory must exist. What a
+/// killed writer of the same target left goes first.
 pub fn write(
+    target: &Path,
+    mode: u32,
+    replace: Replace,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
+    let (dir, name) = split(target)?;
+    if let Some(name) = name.to_str() {
+        sweep_leftovers(dir, |t| t == name, LEFTOVER_AGE);
+    }
+    write_unswept(target, mode, replace, fill)
+}
+
+/// [`write`] without looking for leftovers: for a caller that sweeps the
+/// directory once itself ([`sweep_leftovers`]) before writing many files
+/// into it (a tree export, under its directory's lock).
+pub fn write_unswept(
     target: &Path,
     mode: u32,
     replace: Replace,
@@ -51,7 +68,6 @@ pub fn write(
 ) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let (dir, name) = split(target)?;
-    sweep_leftovers(dir, name);
     let mut prefix = name.to_os_string();
     prefix.push(format!(".{}-", std::process::id()));
     let mut tmp = tempfile::Builder::new()
@@ -103,32 +119,32 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     }
 }
 
-/// Is `file` (in the target's directory) a temp file of a writer of the
-/// target `name`: `<name>.<pid>-<8 letters or digits>.partial`?
-fn is_temp_of(file: &str, name: &str) -> bool {
-    file.strip_prefix(name)
-        .and_then(|r| r.strip_prefix('.'))
-        .and_then(|r| r.strip_suffix(".partial"))
-        .and_then(|r| r.split_once('-'))
-        .is_some_and(|(pid, rand)| {
-            !pid.is_empty()
-                && pid.bytes().all(|b| b.is_ascii_digit())
-                && rand.len() == 8
-                && rand.bytes().all(|b| b.is_ascii_alphanumeric())
-        })
+/// The target `file` is a temp file of (`<target>.<pid>-<8 letters or
+/// digits>.partial`), if it is one.
+fn temp_target(file: &str) -> Option<&str> {
+    let (target, tail) = file.strip_suffix(".partial")?.rsplit_once('.')?;
+    let (pid, rand) = tail.split_once('-')?;
+    let shaped = !target.is_empty()
+        && !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && rand.len() == 8
+        && rand.bytes().all(|b| b.is_ascii_alphanumeric());
+    shaped.then_some(target)
 }
 
-/// Remove what a killed writer of `name` left in `dir`: a temp file of its
-/// shape, a regular file, older than [`LEFTOVER_AGE`], that no process
-/// holds locked (a running writer holds its own). Best effort.
-fn sweep_leftovers(dir: &Path, name: &std::ffi::OsStr) {
-    let Some(name) = name.to_str() else { return };
+/// Remove what killed writers left in `dir`: a temp file of the module's
+/// shape whose target `ours` accepts, a regular file, at least `min_age`
+/// old (one just made may not be locked yet by the writer making it; zero
+/// for a caller that holds a lock no other writer gets past), that no
+/// process holds locked (a running writer holds its own). Nothing else is
+/// touched. Best effort.
+pub fn sweep_leftovers(dir: &Path, ours: impl Fn(&str) -> bool, min_age: Duration) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
     for e in rd.flatten() {
         let file = e.file_name();
-        if !file.to_str().is_some_and(|f| is_temp_of(f, name))
+        if !file.to_str().and_then(temp_target).is_some_and(&ours)
             || !e.file_type().is_ok_and(|t| t.is_file())
         {
             continue;
@@ -138,8 +154,8 @@ fn sweep_leftovers(dir: &Path, name: &std::ffi::OsStr) {
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.elapsed().ok())
-            .is_none_or(|age| age < LEFTOVER_AGE);
-        if young {
+            .is_none_or(|age| age < min_age);
+        if young && !min_age.is_zero() {
             continue;
         }
         if let Ok(f) = File::open(e.path())
@@ -282,9 +298,11 @@ mod tests {
             ]
         );
         drop(held);
-        assert!(is_temp_of("a.1-abcdefgh.partial", "a"));
-        assert!(!is_temp_of("a.-abcdefgh.partial", "a"));
-        assert!(!is_temp_of("a.1-abc.defg.partial", "a"));
-        assert!(!is_temp_of("ab.1-abcdefgh.partial", "a"));
+        assert_eq!(temp_target("a.1-abcdefgh.partial"), Some("a"));
+        assert_eq!(temp_target("a.b.1-abcdefgh.partial"), Some("a.b"));
+        assert_eq!(temp_target("a.-abcdefgh.partial"), None);
+        assert_eq!(temp_target("a.1-abc.defg.partial"), None);
+        assert_eq!(temp_target(".1-abcdefgh.partial"), None);
+        assert_eq!(temp_target("a.1-abcdefgh"), None);
     }
 }

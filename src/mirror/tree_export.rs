@@ -35,7 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -421,6 +421,29 @@ fn read_marker(root: &Path) -> Option<Marker> {
     serde_json::from_slice(&b).ok()
 }
 
+/// Remove the temp files a killed export left beside the files it was
+/// writing (`rels`, and the marker): one look at each directory, under
+/// the export's lock (so every unlocked temp file is a dead writer's, of
+/// any age). Files of other names are never touched.
+fn sweep_leftovers<'a>(root: &Path, rels: impl Iterator<Item = &'a String>) {
+    let mut dirs: BTreeMap<PathBuf, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for rel in rels
+        .map(String::as_str)
+        .chain([MARKER])
+        .filter(|r| safe_rel(r))
+    {
+        let p = root.join(rel);
+        if let (Some(d), Some(n)) = (p.parent(), p.file_name().and_then(|n| n.to_str())) {
+            dirs.entry(d.to_path_buf())
+                .or_default()
+                .insert(n.to_string());
+        }
+    }
+    for (dir, names) in &dirs {
+        crate::atomic::sweep_leftovers(dir, |t| names.contains(t), std::time::Duration::ZERO);
+    }
+}
+
 /// `root` (made when absent) locked (`flock` on the directory) for the
 /// whole export: a second export into it waits for the first, then finds
 /// its marker, never its files half made. Not a directory: `None`, for
@@ -508,7 +531,7 @@ fn write_file(
         if let Some(p) = path.parent() {
             std::fs::create_dir_all(p)?;
         }
-        crate::atomic::write(path, 0o666, crate::atomic::Replace::Yes, fill)
+        crate::atomic::write_unswept(path, 0o666, crate::atomic::Replace::Yes, fill)
     })();
     res.map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }
@@ -559,8 +582,14 @@ fn write_tree(
     plan: BTreeMap<String, Planned>,
     report: &mut TreeReport,
 ) -> Result<()> {
-    let _locked = lock_output(root)?;
+    let locked = lock_output(root)?;
+    if locked.is_some() {
+        // A first export killed while writing its marker left only that:
+        // not a directory of someone else's.
+        crate::atomic::sweep_leftovers(root, |t| t == MARKER, std::time::Duration::ZERO);
+    }
     let old = prepare(root, format)?;
+    sweep_leftovers(root, old.files.keys().chain(plan.keys()));
     // First the marker that names everything this run may leave behind.
     let mut interim = Marker {
         format: format.name().into(),
@@ -646,6 +675,65 @@ mod tests {
         assert!(factory_doc("/etc/passwd").is_none());
         assert!(safe_rel("image/a/b"));
         assert!(!safe_rel("image/../b") && !safe_rel("/x") && !safe_rel("a//b"));
+    }
+
+    /// What a killed export left beside the files it was writing goes
+    /// with the next export into that directory (of any age: the export
+    /// holds the directory's lock); a file of another name stays.
+    #[test]
+    fn a_killed_exports_temp_files_go_with_the_next_export() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(d.path().join("cache"), None).unwrap();
+        let root = d.path().join("www");
+        let plan = |body: &[u8]| {
+            let mut p = BTreeMap::new();
+            p.insert(
+                "image/s/v1.13.6/a.iso".to_string(),
+                Planned {
+                    digest: hex::encode(Sha256::digest(body)),
+                    source: Source::Bytes(body.to_vec()),
+                },
+            );
+            p
+        };
+        let mut r = TreeReport::default();
+        // A first export killed while writing its marker.
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(
+            root.join("talos-gen-export.json.4241-Zz000000.partial"),
+            b"{",
+        )
+        .unwrap();
+        write_tree(&store, &root, Format::Http, plan(b"one"), &mut r).unwrap();
+        let dir = root.join("image/s/v1.13.6");
+        for n in [
+            "a.iso.4242-0badf00d.partial",
+            "talos-gen-export.json.4242-Zz000000.partial",
+            "a.iso.mine.partial",
+            "b.iso.4242-0badf00d.partial",
+        ] {
+            let at = if n.starts_with("talos-gen-export") {
+                &root
+            } else {
+                &dir
+            };
+            std::fs::write(at.join(n), b"half").unwrap();
+        }
+        write_tree(&store, &root, Format::Http, plan(b"two"), &mut r).unwrap();
+        let names = |p: &Path| {
+            let mut v: Vec<String> = std::fs::read_dir(p)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            names(&dir),
+            ["a.iso", "a.iso.mine.partial", "b.iso.4242-0badf00d.partial"]
+        );
+        assert_eq!(names(&root), ["image", MARKER]);
+        assert_eq!(std::fs::read(dir.join("a.iso")).unwrap(), b"two");
     }
 
     #[test]
