@@ -30,7 +30,6 @@ pub enum Kind {
 /// for a stream the caller reads as it goes, e.g. a `mirror import` tar).
 pub fn open(path: &Path, kind: Kind) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    use std::os::unix::io::AsRawFd;
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -39,12 +38,8 @@ pub fn open(path: &Path, kind: Kind) -> std::io::Result<(std::fs::File, std::fs:
     let ft = meta.file_type();
     if ft.is_fifo() && kind == Kind::FileOrPipe {
         // Reads of a pipe wait for its writer, as `cat` does.
-        // SAFETY: fcntl on a descriptor this function owns.
-        unsafe {
-            let fl = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-            if fl >= 0 {
-                libc::fcntl(f.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
-            }
+        if let Ok(fl) = rustix::fs::fcntl_getfl(&f) {
+            let _ = rustix::fs::fcntl_setfl(&f, fl - rustix::fs::OFlags::NONBLOCK);
         }
     } else if !ft.is_file() {
         return Err(std::io::Error::other("not a regular file"));

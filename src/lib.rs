@@ -3,6 +3,7 @@
 //!
 //! See ARCHITECTURE.md for the code map. Lower modules never import higher ones.
 
+pub mod atomic;
 pub mod error;
 pub mod goyaml;
 pub mod input;

@@ -1,6 +1,6 @@
-//! The one place that parses YAML (serde_yaml). Everything else calls these
+//! The one place that parses YAML (serde_norway, the maintained fork of the deprecated serde_yaml). Everything else calls these
 //! functions. The generic tree they return ([`Value`], [`Mapping`]) is
-//! serde_yaml's own, and callers (patches, schematic options, values files)
+//! serde_norway's own, and callers (patches, schematic options, values files)
 //! match on it: swapping the parser means giving them a tree of the same
 //! shape, not only new functions here. Writing YAML is `goyaml`'s job,
 //! never this module's. Before any parse, [`check_structure`] bounds the
@@ -12,13 +12,13 @@ use crate::error::{Error, Result};
 use crate::text::clip_quoted;
 
 /// A parsed YAML tree (mapping order kept as written).
-pub use serde_yaml::{Mapping, Value};
+pub use serde_norway::{Mapping, Value};
 
 /// Parse one YAML (or JSON) document into `T`; errors name `what` and the
 /// position/field serde reports. The text passes [`check_structure`] first.
 pub fn from_str<T: DeserializeOwned>(text: &str, what: &str) -> Result<T> {
     check_structure(text, what)?;
-    serde_yaml::from_str(text)
+    serde_norway::from_str(text)
         .map_err(|e| Error::bad_input(format!("{what}: {}", clip_quoted(&e.to_string()))))
 }
 
@@ -32,7 +32,7 @@ pub fn documents_from_str(text: &str, what: &str) -> Result<Vec<Value>> {
     use serde::Deserialize;
     check_structure(text, what)?;
     let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(text) {
+    for doc in serde_norway::Deserializer::from_str(text) {
         let v = Value::deserialize(doc)
             .map_err(|e| Error::bad_input(format!("{what}: {}", clip_quoted(&e.to_string()))))?;
         if !v.is_null() {
@@ -44,13 +44,13 @@ pub fn documents_from_str(text: &str, what: &str) -> Result<Vec<Value>> {
 
 /// Convert a parsed tree into `T`.
 pub fn from_value<T: DeserializeOwned>(v: Value, what: &str) -> Result<T> {
-    serde_yaml::from_value(v)
+    serde_norway::from_value(v)
         .map_err(|e| Error::bad_input(format!("{what}: {}", clip_quoted(&e.to_string()))))
 }
 
 /// A whole number as the emitter's node (`Int`, or `UInt` above `i64`);
 /// `None` for a fraction, which each caller refuses or keeps as it must.
-pub fn integer_node(n: &serde_yaml::Number) -> Option<crate::goyaml::Node> {
+pub fn integer_node(n: &serde_norway::Number) -> Option<crate::goyaml::Node> {
     use crate::goyaml::Node;
     n.as_i64()
         .map(Node::Int)
@@ -58,7 +58,7 @@ pub fn integer_node(n: &serde_yaml::Number) -> Option<crate::goyaml::Node> {
 }
 
 /// Nesting deeper than this is refused before any parser sees the text.
-/// serde_yaml's own recursion limit is 128 as well, so nothing that parsed
+/// serde_norway's own recursion limit is 128 as well, so nothing that parsed
 /// before is refused; what changes is that a body nested 30,000 deep is
 /// refused in one linear pass instead of costing the parser seconds
 /// (libyaml's event stream is built whole before the limit is checked).
@@ -403,7 +403,7 @@ mod tests {
 
     #[test]
     fn what_the_parser_takes_passes_at_its_depth() {
-        // 128 levels, serde_yaml's own limit, in every form: accepted here
+        // 128 levels, serde_norway's own limit, in every form: accepted here
         let flow = format!("{}1{}", "[".repeat(128), "]".repeat(128));
         value_from_str(&flow, "t").unwrap();
         let block: String = (0..128)

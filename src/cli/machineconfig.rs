@@ -209,15 +209,25 @@ fn patch_text(arg: &str, i: usize) -> crate::Result<String> {
     }
 }
 
-/// Write `text` to `path` atomically: a temporary file (mode 0600) in the
-/// same directory, fsync, rename, fsync of the directory. A path through a
+/// Write `text` to `path` atomically ([`crate::atomic`]: a temp file (mode
+/// 0600) beside it, fsync, rename, fsync of the directory). A path through a
 /// symbolic link is written where the link points (the link stays). A path
 /// that is not a regular file (`/dev/null`, `/dev/stdout`, a FIFO with a
 /// reader) is written to as it is, never replaced by a file: a rename over
 /// it would swap the device for a regular file; a FIFO without a reader is
 /// an error, not a wait; a directory is an error.
 pub(super) fn write_file(path: &str, text: &str, what: &str) -> crate::Result<()> {
-    use std::io::Write;
+    write_file_as(path, text, what, crate::atomic::Replace::Yes)
+}
+
+/// [`write_file`]; with [`Replace::Never`](crate::atomic::Replace::Never) a
+/// file another writer made at `path` meanwhile is refused, not replaced.
+fn write_file_as(
+    path: &str,
+    text: &str,
+    what: &str,
+    replace: crate::atomic::Replace,
+) -> crate::Result<()> {
     let io = |e| crate::Error::io(format!("{what}: {path}"), e);
     let target = match std::fs::canonicalize(path) {
         Ok(real) => {
@@ -242,24 +252,15 @@ pub(super) fn write_file(path: &str, text: &str, what: &str) -> crate::Result<()
         }
         Err(_) => std::path::PathBuf::from(path),
     };
-    let dir = target
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let (tmp, mut file) = tempfile_in(dir).map_err(io)?;
-    let written = file
-        .write_all(text.as_bytes())
-        .and_then(|_| file.sync_all())
-        .and_then(|_| std::fs::rename(&tmp, &target));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(e));
-    }
-    // The rename itself survives a crash once the directory is synced.
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    crate::atomic::write_bytes(&target, 0o600, replace, text.as_bytes()).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            crate::Error::refused(format!(
+                "{what}: {path:?} was made by another writer meanwhile; not overwritten"
+            ))
+        } else {
+            io(e)
+        }
+    })
 }
 
 /// Write to an existing file that is not a regular one (a device, a FIFO),
@@ -302,24 +303,6 @@ fn same_file(a: &str, b: &str) -> bool {
         Some(std::fs::canonicalize(dir).ok()?.join(p.file_name()?))
     };
     matches!((resolved(a), resolved(b)), (Some(x), Some(y)) if x == y)
-}
-
-fn tempfile_in(dir: &std::path::Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    for n in 0..100u32 {
-        let p = dir.join(format!(".talos-gen.{}.{n}.tmp", std::process::id()));
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&p)
-        {
-            Ok(f) => return Ok((p, f)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(std::io::Error::other("no temporary file name free"))
 }
 
 /// Said on stderr when the config was made from fresh secrets that were
@@ -456,7 +439,13 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                write_file(path, &out.secrets_yaml(), "--output-secrets")?
+                // Never: another run making the bundle at once is not replaced.
+                write_file_as(
+                    path,
+                    &out.secrets_yaml(),
+                    "--output-secrets",
+                    crate::atomic::Replace::Never,
+                )?
             }
             Err(e) => return Err(crate::Error::io(format!("--output-secrets: {path}"), e)),
         }

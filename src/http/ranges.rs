@@ -160,14 +160,29 @@ impl Validators {
         }
     }
 
-    /// `If-Range` absent, or matching this representation.
+    /// `If-Range` absent, or matching this representation: an entity tag
+    /// strongly, a date only when it is exactly `Last-Modified` (RFC 9110
+    /// 13.1.5; the `headers` crate's `IfRange::is_modified` also accepts a
+    /// later date, so dates are compared here).
     fn range_applies(&self, req: &HeaderMap) -> bool {
-        if req.get(header::IF_RANGE).is_none() {
+        let Some(v) = req.get(header::IF_RANGE) else {
             return true;
+        };
+        if let Some(date) = v
+            .to_str()
+            .ok()
+            .and_then(|s| httpdate::parse_http_date(s).ok())
+        {
+            let secs = |t: SystemTime| {
+                t.duration_since(SystemTime::UNIX_EPOCH)
+                    .ok()
+                    .map(|d| d.as_secs())
+            };
+            return self.last_modified.is_some_and(|lm| secs(lm) == secs(date));
         }
         match req.typed_get::<IfRange>() {
             Some(ir) => {
-                (self.etag.is_some() || self.last_modified.is_some())
+                self.etag.is_some()
                     && !ir.is_modified(self.etag().as_ref(), self.last_modified().as_ref())
             }
             None => false,
@@ -445,6 +460,19 @@ mod tests {
         assert!(v.range_applies(&hm(&[("if-range", "\"abc\"")])));
         assert!(!v.range_applies(&hm(&[("if-range", "\"old\"")])));
         assert!(v.range_applies(&hm(&[("if-range", &date)])));
+        // a date is a match only when it is exactly Last-Modified (RFC 9110
+        // 13.1.5): later or earlier, the whole body.
+        let later = httpdate::fmt_http_date(t + std::time::Duration::from_secs(60));
+        let earlier = httpdate::fmt_http_date(t - std::time::Duration::from_secs(60));
+        assert!(!v.range_applies(&hm(&[("if-range", &later)])));
+        assert!(!v.range_applies(&hm(&[("if-range", &earlier)])));
+        let no_date = Validators {
+            etag: Some("\"abc\"".into()),
+            last_modified: None,
+        };
+        assert!(!no_date.range_applies(&hm(&[("if-range", &date)])));
+        assert!(no_date.range_applies(&hm(&[("if-range", "\"abc\"")])));
+        assert!(!no_date.range_applies(&hm(&[("if-range", "W/\"abc\"")])));
         // a growing object has no validators: If-Range never matches
         assert!(!Validators::default().range_applies(&hm(&[("if-range", "\"abc\"")])));
         assert!(!Validators::default().not_modified(&hm(&[("if-none-match", "*")])));

@@ -96,22 +96,24 @@ fn query_param(query: Option<&str>, name: &str) -> Result<Option<String>, OciErr
     Ok(out)
 }
 
-/// `%XX` sequences decoded; `None` for a bad one or a result not UTF-8.
+/// `%XX` sequences decoded (`+` kept); `None` for a bad one or a result
+/// not UTF-8. `percent_decode_str` passes a malformed `%` through as it
+/// is, so one that is not followed by two hex digits is refused first.
 fn percent_decode(s: &str) -> Option<String> {
     let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
+    let malformed = b.iter().enumerate().any(|(i, &c)| {
+        c == b'%'
+            && !b
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if malformed {
+        return None;
     }
-    String::from_utf8(out).ok()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(|c| c.into_owned())
 }
 
 /// The `ns` query parameter, if any (repeated: refused), lowercased: a
@@ -211,6 +213,16 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
                 CacheStatus::stored(m.stale)
             }
             .insert(h);
+            // The conditionals blobs ask (412, 304), GET and HEAD alike:
+            // the digest is the entity tag.
+            let validators = Validators {
+                etag: Some(format!("\"{}\"", m.digest)),
+                last_modified: None,
+            };
+            if let Some(status) = validators.precondition(&req.headers) {
+                let h = std::mem::take(resp.headers_mut());
+                return Ok(super::ranges::bodiless(status, h));
+            }
             Ok(resp)
         }
         "blobs" => {

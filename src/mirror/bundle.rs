@@ -51,122 +51,76 @@ pub fn export(
             .or_insert((e.size, e.key.clone()));
     }
     replaceable(output)?;
-    sweep_partials(output);
-    // Beside the output, a name of our own, never an existing file's,
-    // locked while it is written (so a later export can tell a killed
-    // one's leftover from a running one's file).
-    let mut tmp_name = output.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(format!(
-        ".{}-{:08x}.partial",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let tmp = output.with_file_name(tmp_name);
-    let res = (|| -> Result<ExportReport> {
-        let f = std::fs::File::create_new(&tmp)
-            .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
-        f.lock()
-            .map_err(|e| Error::io(format!("locking {}", tmp.display()), e))?;
-        let mut tar = tar::Builder::new(BufWriter::with_capacity(1 << 20, f));
-        let werr = |e: std::io::Error| Error::io(format!("writing {}", tmp.display()), e);
-        let index = serde_json::to_vec(&BundleIndex {
-            format: FORMAT,
-            entries: entries.clone(),
-        })
-        .map_err(|e| Error::io("encoding the index", std::io::Error::other(e)))?;
-        append_bytes(&mut tar, INDEX_NAME, &index).map_err(werr)?;
-        let mut bytes = 0;
-        for (digest, (size, key)) in &objects {
-            let obj = store.get(key).ok_or_else(|| {
-                Error::refused(format!("{key}: its object sha256:{digest} is gone"))
-            })?;
-            // Every chunk checked as it is read: a rotten object fails the
-            // export (and is dropped) instead of travelling.
-            let mut f = obj.reader();
-            let mut h = tar::Header::new_gnu();
-            h.set_size(*size);
-            h.set_mode(0o644);
-            h.set_mtime(0);
-            h.set_entry_type(tar::EntryType::Regular);
-            tar.append_data(
-                &mut h,
-                format!("objects/sha256/{digest}"),
-                (&mut f).take(*size),
-            )
-            .map_err(werr)?;
-            bytes += size;
+    // Through [`crate::atomic`]: a temp file of its own beside the output
+    // (locked while written; what a killed export left goes), renamed.
+    let mut failed = None;
+    let mut bytes = 0;
+    let written = crate::atomic::write(output, 0o666, crate::atomic::Replace::Yes, |f| {
+        let res = write_bundle(&store, &entries, &objects, f, output);
+        match res {
+            Ok(n) => {
+                bytes = n;
+                Ok(())
+            }
+            Err(e) => {
+                let stop = std::io::Error::other(e.to_string());
+                failed = Some(e);
+                Err(stop)
+            }
         }
-        let w = tar.into_inner().map_err(werr)?;
-        let f = w.into_inner().map_err(|e| werr(e.into_error()))?;
-        f.sync_all().map_err(werr)?;
-        Ok(ExportReport {
+    });
+    match (written, failed) {
+        (_, Some(e)) => Err(e),
+        (Err(e), None) => Err(Error::io(format!("writing {}", output.display()), e)),
+        (Ok(()), None) => Ok(ExportReport {
             keys: entries.len(),
             objects: objects.len(),
             bytes,
-        })
-    })();
-    match res {
-        Ok(r) => {
-            std::fs::rename(&tmp, output)
-                .map_err(|e| Error::io(format!("renaming to {}", output.display()), e))?;
-            Ok(r)
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
+        }),
     }
 }
 
-/// Remove what an export to `output` killed before its end left beside
-/// it: `<name>.<pid>-<8 hex>.partial`, a regular file no process holds
-/// locked (a running export holds its own) and older than a minute.
-/// Nothing else is touched.
-fn sweep_partials(output: &Path) {
-    let (Some(dir), Some(name)) = (output.parent(), output.file_name()) else {
-        return;
-    };
-    let dir = if dir.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        dir
-    };
-    let prefix = format!("{}.", name.to_string_lossy());
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let n = e.file_name().to_string_lossy().into_owned();
-        let ours = n
-            .strip_prefix(&prefix)
-            .and_then(|r| r.strip_suffix(".partial"))
-            .and_then(|r| r.split_once('-'))
-            .is_some_and(|(pid, hex)| {
-                !pid.is_empty()
-                    && pid.bytes().all(|b| b.is_ascii_digit())
-                    && hex.len() == 8
-                    && hex.bytes().all(|b| b.is_ascii_hexdigit())
-            });
-        if !ours || !e.file_type().is_ok_and(|t| t.is_file()) {
-            continue;
-        }
-        // A file just made may not be locked yet by the export making it.
-        let young = e
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_none_or(|age| age < std::time::Duration::from_secs(60));
-        if young {
-            continue;
-        }
-        if let Ok(f) = std::fs::File::open(e.path())
-            && f.try_lock().is_ok()
-        {
-            tracing::info!(path = %e.path().display(), "removing what an interrupted export left");
-            let _ = std::fs::remove_file(e.path());
-        }
+/// The tar of an export into `f`: the index first, then each object read
+/// through the store (every chunk checked); the bytes of the objects.
+fn write_bundle(
+    store: &Store,
+    entries: &[Entry],
+    objects: &BTreeMap<String, (u64, String)>,
+    f: &mut std::fs::File,
+    output: &Path,
+) -> Result<u64> {
+    let mut tar = tar::Builder::new(BufWriter::with_capacity(1 << 20, f));
+    let werr = |e: std::io::Error| Error::io(format!("writing {}", output.display()), e);
+    let index = serde_json::to_vec(&BundleIndex {
+        format: FORMAT,
+        entries: entries.to_vec(),
+    })
+    .map_err(|e| Error::io("encoding the index", std::io::Error::other(e)))?;
+    append_bytes(&mut tar, INDEX_NAME, &index).map_err(werr)?;
+    let mut bytes = 0;
+    for (digest, (size, key)) in objects {
+        let obj = store
+            .get(key)
+            .ok_or_else(|| Error::refused(format!("{key}: its object sha256:{digest} is gone")))?;
+        // Every chunk checked as it is read: a rotten object fails the
+        // export (and is dropped) instead of travelling.
+        let mut f = obj.reader();
+        let mut h = tar::Header::new_gnu();
+        h.set_size(*size);
+        h.set_mode(0o644);
+        h.set_mtime(0);
+        h.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(
+            &mut h,
+            format!("objects/sha256/{digest}"),
+            (&mut f).take(*size),
+        )
+        .map_err(werr)?;
+        bytes += size;
     }
+    let w = tar.into_inner().map_err(werr)?;
+    w.into_inner().map_err(|e| werr(e.into_error()))?;
+    Ok(bytes)
 }
 
 /// May an export write `output`? When it does not exist, or is a bundle

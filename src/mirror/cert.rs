@@ -10,7 +10,6 @@
 //! existing `ca.crt` + `ca.key` pair issues the new server certificate (a
 //! renewal keeps the CA the workers already trust).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -180,25 +179,16 @@ pub fn issue(dir: &Path, names: &[String]) -> Result<CertReport> {
     })
 }
 
-/// Create `path` (never replacing anything), write and sync it.
+/// Create `path` (never replacing anything) through [`crate::atomic`]: a
+/// crash never leaves half a key at the path.
 fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let ctx = || format!("writing {}", path.display());
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                Error::refused(format!("{}: exists; never overwritten", path.display()))
-            } else {
-                Error::io(ctx(), e)
-            }
-        })?;
-    f.write_all(bytes)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| Error::io(ctx(), e))
+    crate::atomic::write_bytes(path, mode, crate::atomic::Replace::Never, bytes).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            Error::refused(format!("{}: exists; never overwritten", path.display()))
+        } else {
+            Error::io(format!("writing {}", path.display()), e)
+        }
+    })
 }
 
 #[cfg(test)]

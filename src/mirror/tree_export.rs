@@ -16,7 +16,9 @@
 //!
 //! # Writing into `--output`
 //! The directory is written in place, one file at a time (a temp file
-//! beside it, renamed), so a server serving it never sees half a file. It
+//! beside it, renamed: [`crate::atomic`]), so a server serving it never
+//! sees half a file, and locked for the whole export (a second export into
+//! it at once waits, then copies what changed). It
 //! must be absent, empty, or a previous export of the same format: one
 //! holding [`MARKER`], the list of files (and their sha256) the export
 //! wrote. Anything else is refused: an export never writes into a
@@ -419,6 +421,47 @@ fn read_marker(root: &Path) -> Option<Marker> {
     serde_json::from_slice(&b).ok()
 }
 
+/// Remove the temp files a killed export left beside the files it was
+/// writing (`rels`, and the marker): one look at each directory, under
+/// the export's lock (so every unlocked temp file is a dead writer's, of
+/// any age). Files of other names are never touched.
+fn sweep_leftovers<'a>(root: &Path, rels: impl Iterator<Item = &'a String>) {
+    let mut dirs: BTreeMap<PathBuf, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for rel in rels
+        .map(String::as_str)
+        .chain([MARKER])
+        .filter(|r| safe_rel(r))
+    {
+        let p = root.join(rel);
+        if let (Some(d), Some(n)) = (p.parent(), p.file_name().and_then(|n| n.to_str())) {
+            dirs.entry(d.to_path_buf())
+                .or_default()
+                .insert(n.to_string());
+        }
+    }
+    for (dir, names) in &dirs {
+        crate::atomic::sweep_leftovers(dir, |t| names.contains(t), std::time::Duration::ZERO);
+    }
+}
+
+/// `root` (made when absent) locked (`flock` on the directory) for the
+/// whole export: a second export into it waits for the first, then finds
+/// its marker, never its files half made. Not a directory: `None`, for
+/// [`prepare`] to refuse.
+fn lock_output(root: &Path) -> Result<Option<std::fs::File>> {
+    let shown = root.display();
+    match std::fs::symlink_metadata(root) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(root)
+            .map_err(|e| Error::io(format!("--output {shown}: creating it"), e))?,
+        Ok(m) if m.is_dir() => {}
+        _ => return Ok(None),
+    }
+    let d = std::fs::File::open(root).map_err(|e| Error::io(format!("--output {shown}"), e))?;
+    d.lock()
+        .map_err(|e| Error::io(format!("--output {shown}: locking it"), e))?;
+    Ok(Some(d))
+}
+
 /// May the export write into `root`? Returns the previous export's marker
 /// (an empty one for a new or empty directory).
 fn prepare(root: &Path, format: Format) -> Result<Marker> {
@@ -477,31 +520,20 @@ fn write_marker(root: &Path, m: &Marker) -> Result<()> {
     write_file(&root.join(MARKER), |f| f.write_all(&b))
 }
 
-/// Write `path` through `<path>.partial`, fsynced and renamed.
+/// Write `path` through [`crate::atomic`] (a temp file of its own beside
+/// it, fsynced, renamed, the directory fsynced): two exports into one
+/// directory at once never write one temp file.
 fn write_file(
     path: &Path,
     fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
 ) -> Result<()> {
-    let tmp = partial(path);
     let res = (|| {
         if let Some(p) = path.parent() {
             std::fs::create_dir_all(p)?;
         }
-        let mut f = std::fs::File::create(&tmp)?;
-        fill(&mut f)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        crate::atomic::write_unswept(path, 0o666, crate::atomic::Replace::Yes, fill)
     })();
-    res.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io(format!("writing {}", path.display()), e)
-    })
-}
-
-fn partial(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".partial");
-    PathBuf::from(s)
+    res.map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }
 
 /// Copy a store object to `dst`, checking its sha256 and size on the way.
@@ -550,7 +582,14 @@ fn write_tree(
     plan: BTreeMap<String, Planned>,
     report: &mut TreeReport,
 ) -> Result<()> {
+    let locked = lock_output(root)?;
+    if locked.is_some() {
+        // A first export killed while writing its marker left only that:
+        // not a directory of someone else's.
+        crate::atomic::sweep_leftovers(root, |t| t == MARKER, std::time::Duration::ZERO);
+    }
     let old = prepare(root, format)?;
+    sweep_leftovers(root, old.files.keys().chain(plan.keys()));
     // First the marker that names everything this run may leave behind.
     let mut interim = Marker {
         format: format.name().into(),
@@ -598,7 +637,6 @@ fn write_tree(
             continue;
         }
         let p = root.join(rel);
-        let _ = std::fs::remove_file(partial(&p));
         if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file())
             && std::fs::remove_file(&p).is_ok()
         {
@@ -637,6 +675,65 @@ mod tests {
         assert!(factory_doc("/etc/passwd").is_none());
         assert!(safe_rel("image/a/b"));
         assert!(!safe_rel("image/../b") && !safe_rel("/x") && !safe_rel("a//b"));
+    }
+
+    /// What a killed export left beside the files it was writing goes
+    /// with the next export into that directory (of any age: the export
+    /// holds the directory's lock); a file of another name stays.
+    #[test]
+    fn a_killed_exports_temp_files_go_with_the_next_export() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(d.path().join("cache"), None).unwrap();
+        let root = d.path().join("www");
+        let plan = |body: &[u8]| {
+            let mut p = BTreeMap::new();
+            p.insert(
+                "image/s/v1.13.6/a.iso".to_string(),
+                Planned {
+                    digest: hex::encode(Sha256::digest(body)),
+                    source: Source::Bytes(body.to_vec()),
+                },
+            );
+            p
+        };
+        let mut r = TreeReport::default();
+        // A first export killed while writing its marker.
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(
+            root.join("talos-gen-export.json.4241-Zz000000.partial"),
+            b"{",
+        )
+        .unwrap();
+        write_tree(&store, &root, Format::Http, plan(b"one"), &mut r).unwrap();
+        let dir = root.join("image/s/v1.13.6");
+        for n in [
+            "a.iso.4242-0badf00d.partial",
+            "talos-gen-export.json.4242-Zz000000.partial",
+            "a.iso.mine.partial",
+            "b.iso.4242-0badf00d.partial",
+        ] {
+            let at = if n.starts_with("talos-gen-export") {
+                &root
+            } else {
+                &dir
+            };
+            std::fs::write(at.join(n), b"half").unwrap();
+        }
+        write_tree(&store, &root, Format::Http, plan(b"two"), &mut r).unwrap();
+        let names = |p: &Path| {
+            let mut v: Vec<String> = std::fs::read_dir(p)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            names(&dir),
+            ["a.iso", "a.iso.mine.partial", "b.iso.4242-0badf00d.partial"]
+        );
+        assert_eq!(names(&root), ["image", MARKER]);
+        assert_eq!(std::fs::read(dir.join("a.iso")).unwrap(), b"two");
     }
 
     #[test]

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::store::Store;
 
 /// One object that failed.
 #[derive(Debug, Clone)]
@@ -50,7 +49,9 @@ pub fn verify(loc: impl Into<crate::store::Location>) -> Result<VerifyReport> {
             dir.display()
         )));
     }
-    let store = Store::open_at(&loc, None)?;
+    // A directory that is not a store is refused as export and prune do
+    // (opening it would make the store's folders in it).
+    let store = super::open_store(&loc)?;
     let mut by_digest: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
     // A key that names a digest (blob, manifest, schematic) whose object
     // has another is bad whatever the bytes: named, and the key dropped
@@ -161,6 +162,7 @@ pub fn verify(loc: impl Into<crate::store::Location>) -> Result<VerifyReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Store;
 
     #[tokio::test]
     async fn flipped_byte_is_found_and_dropped() {

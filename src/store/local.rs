@@ -148,40 +148,40 @@ fn short() -> io::Error {
 }
 
 /// One `preadv2` of up to `want - buf.len()` bytes at `pos + buf.len()`
-/// into `buf`'s spare capacity (`flags`: 0, or `RWF_NOWAIT`); the bytes
-/// read (0 at the end of the file).
+/// into `buf` (`flags`: empty, or `NOWAIT`); the bytes read (0 at the end
+/// of the file).
 fn pread_once(
     file: &File,
     buf: &mut Vec<u8>,
     pos: u64,
     want: usize,
-    flags: i32,
+    flags: rustix::io::ReadWriteFlags,
 ) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
     let have = buf.len();
     if have >= want {
         return Ok(0);
     }
-    buf.reserve(want - have);
-    let spare = buf.spare_capacity_mut();
-    let n = (want - have).min(spare.len());
-    let iov = libc::iovec {
-        iov_base: spare.as_mut_ptr().cast(),
-        iov_len: n,
-    };
-    let off = i64::try_from(pos + have as u64).map_err(|_| short())?;
+    let off = i64::try_from(pos + have as u64).map_err(|_| short())? as u64;
+    // The safe call reads into initialized bytes: zeroed, then cut back to
+    // what the kernel wrote.
+    buf.resize(want, 0);
     loop {
-        // SAFETY: `iov` covers `n` bytes of `buf`'s spare capacity, which
-        // nothing else borrows while the call runs; the fd is open.
-        let r = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, off, flags) };
-        if r >= 0 {
-            // SAFETY: the kernel wrote `r <= n` bytes past the old length.
-            unsafe { buf.set_len(have + r as usize) };
-            return Ok(r as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        let r = rustix::io::preadv2(
+            file,
+            &mut [io::IoSliceMut::new(&mut buf[have..])],
+            off,
+            flags,
+        );
+        match r {
+            Ok(n) => {
+                buf.truncate(have + n);
+                return Ok(n);
+            }
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => {
+                buf.truncate(have);
+                return Err(e.into());
+            }
         }
     }
 }
@@ -196,7 +196,7 @@ pub(super) fn read_exact_at(
     want: usize,
 ) -> io::Result<()> {
     while buf.len() < want {
-        if pread_once(file, buf, pos, want, 0)? == 0 {
+        if pread_once(file, buf, pos, want, rustix::io::ReadWriteFlags::empty())? == 0 {
             return Err(short());
         }
     }
@@ -228,7 +228,7 @@ pub(super) fn read_cached_at(
         return Ok(buf.len() >= want);
     }
     while buf.len() < want {
-        match pread_once(file, buf, pos, want, libc::RWF_NOWAIT) {
+        match pread_once(file, buf, pos, want, rustix::io::ReadWriteFlags::NOWAIT) {
             Ok(0) => return Ok(false),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
@@ -604,7 +604,6 @@ mod tests {
     #[test]
     fn cached_reads_leave_the_disk_to_blocking_ones_and_a_truncated_file_is_a_short_read() {
         use std::io::Write;
-        use std::os::fd::AsRawFd;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("o");
         let len = 1 << 20;
@@ -612,8 +611,8 @@ mod tests {
         let mut f = File::create(&path).unwrap();
         f.write_all(&body).unwrap();
         f.sync_all().unwrap();
-        // SAFETY: advice on an open file: drop its clean pages from the cache.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        // Drop the file's clean pages from the cache.
+        rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
         let o = open_object_file(&path).unwrap();
         let file = o.file().unwrap();
         let mut buf = Vec::new();

@@ -427,9 +427,8 @@ fn strangers_in_the_store_are_never_opened_or_removed() {
         ("sums", "e".repeat(64)),
     ] {
         let p = dir.path().join(sub).join(name);
-        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        use rustix::fs::{CWD, FileType, Mode, mknodat};
+        mknodat(CWD, &p, FileType::Fifo, Mode::from(0o600), 0).unwrap();
         strangers.push(p);
     }
     let note = dir.path().join("objects/sha256/README");

@@ -454,9 +454,65 @@ fn output_secrets_never_overwrites_a_different_bundle() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     assert!(
-        names.iter().all(|n| !n.ends_with(".tmp")),
+        names
+            .iter()
+            .all(|n| !n.ends_with(".tmp") && !n.ends_with(".partial")),
         "temp files left: {names:?}"
     );
+}
+
+/// Runs making one `--output-secrets` file at once (each checks that the
+/// file is absent, then makes fresh secrets): one bundle is kept, never
+/// replaced by another run's, so every run that answered 0 wrote a config
+/// made from the bundle on disk; the others are refused (exit 1).
+#[test]
+fn runs_making_one_secrets_bundle_at_once_never_replace_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("secrets.yaml");
+    let s_s = s.to_str().unwrap().to_string();
+    let runs: Vec<_> = (0..6)
+        .map(|i| {
+            let cfg = dir.path().join(format!("worker-{i}.yaml"));
+            let s_s = s_s.clone();
+            let h = std::thread::spawn(move || {
+                let c = cfg.to_str().unwrap();
+                mc(
+                    &[
+                        "--talos-version",
+                        "v1.13.6",
+                        "--output-secrets",
+                        &s_s,
+                        "-o",
+                        c,
+                    ],
+                    None,
+                )
+            });
+            (dir.path().join(format!("worker-{i}.yaml")), h)
+        })
+        .collect();
+    let mut ok = 0;
+    for (cfg, h) in runs {
+        let (code, _, err) = h.join().unwrap();
+        if code == 0 {
+            ok += 1;
+            let (code, out, err) = mc(
+                &["--talos-version", "v1.13.6", "--with-secrets", &s_s],
+                None,
+            );
+            assert_eq!(code, 0, "{err}");
+            assert_eq!(
+                out.as_bytes(),
+                std::fs::read(&cfg).unwrap().as_slice(),
+                "{}: made from a bundle that is not the one kept",
+                cfg.display()
+            );
+        } else {
+            assert_eq!(code, 1, "{err}");
+            assert!(err.contains("not overwritten"), "{err}");
+        }
+    }
+    assert!(ok >= 1);
 }
 
 /// An output that is not a regular file is written to, never replaced: a

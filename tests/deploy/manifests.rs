@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 const MINORS: [u32; 5] = [31, 32, 33, 34, 35];
 
@@ -50,7 +50,7 @@ fn manifests() -> Vec<PathBuf> {
 
 fn docs(path: &PathBuf) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_norway::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .filter(|v: &Value| !v.is_null())
         .collect()

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use crate::support::containerd::Containerd;
 use crate::support::registry::{PushedImage, Registry, push_factory_image};
@@ -42,7 +42,7 @@ fn manifest(name: &str) -> Vec<Value> {
             .join(name),
     )
     .unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_norway::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .filter(|v: &Value| !v.is_null())
         .collect()
@@ -195,7 +195,7 @@ fn get(svc: &Service, ca: &Path, path: &str) -> Curl {
 /// `RegistryTLSConfig` CA of its endpoint written beside it
 /// (`<endpoint host>-ca.crt`, as Talos names it); returns the hosts mirrored.
 fn hosts_from_machineconfig(config: &str, dir: &Path) -> Vec<String> {
-    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(config)
+    let docs: Vec<Value> = serde_norway::Deserializer::from_str(config)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .filter(|v: &Value| !v.is_null())
         .collect();
@@ -338,7 +338,7 @@ async fn the_shipped_deployment_serves_a_workers_whole_pull_list_online_and_offl
         .find(|d| d["kind"] == "ConfigMap" && d["data"]["mirror.yaml"].is_string())
         .unwrap();
     let cm_dir = vols.dir_of(
-        &serde_yaml::from_str(&format!(
+        &serde_norway::from_str(&format!(
             "configMap: {{name: {}}}",
             cm["metadata"]["name"].as_str().unwrap()
         ))
@@ -350,7 +350,7 @@ async fn the_shipped_deployment_serves_a_workers_whole_pull_list_online_and_offl
     assert!(!config.workers.is_empty());
 
     // The TLS Secret: what `mirror cert` writes, as `kubectl create secret tls` keeps it.
-    let tls = vols.dir_of(&serde_yaml::from_str("secret: {secretName: talos-gen-tls}").unwrap());
+    let tls = vols.dir_of(&serde_norway::from_str("secret: {secretName: talos-gen-tls}").unwrap());
     let certs = work.path().join("mirror-cert");
     ok(
         &talos_gen(&[

@@ -470,3 +470,68 @@ async fn prune_refuses_a_config_that_names_nothing() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(keys(), before);
 }
+
+/// `mirror verify` refuses a directory that is not a store as `mirror
+/// export` and `mirror prune` do (exit 2, the directory named), and none
+/// of them makes anything in it (verify used to make the store's folders
+/// in any directory it was pointed at). A path that does not exist is
+/// refused too, and not made.
+#[test]
+fn verify_export_and_prune_refuse_a_directory_that_is_not_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = dir.path().join("photos");
+    std::fs::create_dir(&photos).unwrap();
+    std::fs::write(photos.join("cat.jpg"), b"a cat").unwrap();
+    let cfg = dir.path().join("mirror.yaml");
+    std::fs::write(
+        &cfg,
+        format!("schematics: [{ID}]\ntalosVersions: [{NEW}]\nimages: [metal-amd64.iso]\n"),
+    )
+    .unwrap();
+    let out = dir.path().join("out.tar");
+    let listing = |p: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let c = cfg.to_str().unwrap();
+    let o = out.to_str().unwrap();
+    for args in [
+        vec!["verify"],
+        vec!["export", "--output", o],
+        vec!["export", "--format", "http", "--output", o],
+        vec!["prune", "--config", c],
+        vec!["prune", "--config", c, "--dry-run"],
+    ] {
+        let r = Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+            .arg("mirror")
+            .args(&args)
+            .arg("--cache-dir")
+            .arg(&photos)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {}", text(&r));
+        assert!(
+            String::from_utf8_lossy(&r.stderr).contains(&format!(
+                "--cache-dir {}: not a talos-gen store",
+                photos.display()
+            )),
+            "{args:?}: {}",
+            text(&r)
+        );
+        assert_eq!(listing(&photos), ["cat.jpg"], "{args:?}");
+        assert!(!out.exists(), "{args:?}");
+    }
+    let missing = dir.path().join("missing");
+    let r = Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+        .args(["mirror", "verify", "--cache-dir"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(2), "{}", text(&r));
+    assert!(!missing.exists());
+}

@@ -292,3 +292,59 @@ async fn oci_layout_is_read_by_skopeo_byte_for_byte_and_loads_into_a_registry() 
     let (stdout, _) = ok(&fx.export("oci", None, &all), "export all");
     assert!(stdout.contains(": 2 image references, "), "{stdout}");
 }
+
+/// Two exports into one directory at once (each file used to go through
+/// one fixed `<path>.partial`, so two exports wrote one temp file): every
+/// one succeeds, the tree is whole (`sha256sum -c`), no temp file is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_http_exports_at_once_never_collide() {
+    let fx = Fixture::synced().await;
+    let out = fx.path("www");
+    let all = fx.path("mirror.yaml");
+    for round in 0..3 {
+        let runs: Vec<_> = (0..3)
+            .map(|_| {
+                Command::new(env!("CARGO_BIN_EXE_talos-gen"))
+                    .args(["mirror", "export", "--cache-dir"])
+                    .arg(fx.path("cache"))
+                    .args(["--format", "http", "--output"])
+                    .arg(&out)
+                    .arg("--config")
+                    .arg(&all)
+                    .env("RUST_LOG", "warn")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for r in runs {
+            let o = r.wait_with_output().unwrap();
+            assert!(
+                o.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let files = tree(&out);
+        for (a, bytes) in &fx.assets {
+            let rel = format!("image/{}/{V}/{a}", fx.id);
+            assert!(files.get(&rel) == Some(bytes), "round {round}: {rel}");
+            let c = Command::new("sha256sum")
+                .args(["-c", &format!("{a}.sha256")])
+                .current_dir(out.join(format!("image/{}/{V}", fx.id)))
+                .output()
+                .unwrap();
+            assert!(c.status.success(), "{c:?}");
+        }
+        assert!(
+            !files.keys().any(|k| k.ends_with(".partial")),
+            "round {round}: {:?}",
+            files.keys()
+        );
+        // Removed between rounds: each round writes every file anew.
+        if round < 2 {
+            std::fs::remove_dir_all(&out).unwrap();
+        }
+    }
+}

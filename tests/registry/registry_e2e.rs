@@ -794,3 +794,68 @@ async fn cache_status_on_a_pull_hit_miss_and_stale() {
         "{tag_lines:?}"
     );
 }
+
+/// Manifests ask the conditionals blobs ask (RFC 9110 13.2.2: `If-Match`,
+/// then `If-None-Match`), GET and HEAD, by tag and by digest: the digest is
+/// the entity tag. A 304 or 412 carries the validators and no body.
+/// Without `Last-Modified` the date conditionals are ignored, as a blob's.
+#[tokio::test(flavor = "multi_thread")]
+async fn manifests_answer_304_and_412_as_blobs_do() {
+    let up = Registry::start();
+    let img = push_factory_image(&up.url(), &repo(), "v1.13.7", &[MIB], 9).await;
+    let cache = tempfile::tempdir().unwrap();
+    let svc = service(&up, cache.path(), &[]);
+    let http = reqwest::Client::new();
+    let etag = format!("\"{}\"", img.index_digest);
+    let old_date = "Sat, 01 Jan 2000 00:00:00 GMT";
+    for path in [
+        "manifests/v1.13.7".to_string(),
+        format!("manifests/{}", img.index_digest),
+    ] {
+        let url = installer_url(&svc, &path);
+        let r = send(http.get(&url).header("accept", ACCEPT_ALL)).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.headers["etag"], etag.as_str());
+        for (h, v, want) in [
+            ("if-none-match", etag.as_str(), 304),
+            ("if-none-match", "*", 304),
+            ("if-none-match", "\"nope\"", 200),
+            ("if-match", "\"nope\"", 412),
+            ("if-match", etag.as_str(), 200),
+            ("if-match", "*", 200),
+            ("if-modified-since", "Fri, 01 Jan 2100 00:00:00 GMT", 200),
+            ("if-unmodified-since", old_date, 200),
+        ] {
+            for head in [false, true] {
+                let req = if head {
+                    http.head(&url)
+                } else {
+                    http.get(&url)
+                };
+                let r = send(req.header("accept", ACCEPT_ALL).header(h, v)).await;
+                let m = if head { "HEAD" } else { "GET" };
+                assert_eq!(r.status, want, "{m} {path} {h}: {v}");
+                assert_eq!(r.headers["etag"], etag.as_str(), "{m} {path} {h}: {v}");
+                assert_eq!(
+                    r.headers["docker-content-digest"],
+                    img.index_digest.as_str(),
+                    "{m} {path} {h}: {v}"
+                );
+                if want == 200 && !head {
+                    assert_eq!(r.body, img.index.as_slice(), "{m} {path} {h}: {v}");
+                } else {
+                    assert!(r.body.is_empty(), "{m} {path} {h}: {v}");
+                }
+            }
+        }
+        // If-Match fails first (412), whatever If-None-Match says.
+        let r = send(
+            http.get(&url)
+                .header("accept", ACCEPT_ALL)
+                .header("if-match", "\"nope\"")
+                .header("if-none-match", etag.as_str()),
+        )
+        .await;
+        assert_eq!(r.status, 412);
+    }
+}

@@ -125,10 +125,26 @@ fn streaming_import_ranges_head_sha256_and_nbd_probe() {
     let r = curl(&["-r", "0-9", "-H", "If-Range: \"stale\"", &url]);
     assert_eq!(r.status, 200);
     assert_eq!(r.body.len(), len);
+    // If-Range with the entity tag or exactly Last-Modified: the range. A
+    // later (or earlier) date: the whole body (RFC 9110 13.1.5 allows a
+    // range only on an exact match of a date).
+    let lm = g.header("last-modified").unwrap();
+    let at = httpdate::parse_http_date(&lm).unwrap();
+    let later = httpdate::fmt_http_date(at + std::time::Duration::from_secs(3600));
+    let earlier = httpdate::fmt_http_date(at - std::time::Duration::from_secs(3600));
+    for (v, want) in [
+        (etag.clone(), 206),
+        (lm.clone(), 206),
+        (later, 200),
+        (earlier, 200),
+    ] {
+        let r = curl(&["-r", "0-9", "-H", &format!("If-Range: {v}"), &url]);
+        let n = if want == 206 { 10 } else { len };
+        assert_eq!((r.status, r.body.len()), (want, n), "If-Range: {v}");
+    }
     // Conditionals.
     let r = curl(&["-H", &format!("If-None-Match: {etag}"), &url]);
     assert_eq!(r.status, 304);
-    let lm = g.header("last-modified").unwrap();
     let r = curl(&["-H", &format!("If-Modified-Since: {lm}"), &url]);
     assert_eq!(r.status, 304);
     // If-Match and If-Unmodified-Since (a hostile pass found them ignored).
