@@ -459,6 +459,8 @@ impl Fills {
             )));
         }
         let want_len = head.len.or(spec.expected_len);
+        // Room made for it before its bytes land (`--cache-max-size`).
+        let room = want_len.map(|n| self.store.reserve(n));
         // The temp file is created, locked and opened for readers on a
         // blocking thread, and written on one ([`SpoolWriter`]): no write,
         // hash or checksum of a fill runs on an async worker.
@@ -573,6 +575,8 @@ impl Fills {
         let mut m = head.meta.clone();
         m.extend(meta.meta);
         meta.meta = m;
+        // The commit counts the object itself (and evicts for it).
+        drop(room);
         self.store.commit(tmp, key, meta).await.map_err(local)
     }
 }

@@ -701,7 +701,7 @@ impl Store {
         {
             let st = self.lock();
             let fresh = st.last_refresh.is_some_and(|t| t.elapsed() < REFRESH_EVERY);
-            if st.total <= max && fresh {
+            if st.total + self.in_flight() <= max && fresh {
                 return;
             }
         }
@@ -719,7 +719,7 @@ impl Store {
             // entries and bytes are deleted after, unlocked.
             let (digest, taken) = {
                 let mut st = self.lock();
-                if st.total <= max {
+                if st.total + self.in_flight() <= max {
                     break;
                 }
                 let victim = st
@@ -755,7 +755,9 @@ impl Store {
             {
                 o.readers = o.readers.saturating_sub(1);
             }
-            self.inner.max_size.is_some_and(|m| st.total > m)
+            self.inner
+                .max_size
+                .is_some_and(|m| st.total + self.in_flight() > m)
         };
         // A burst's objects become evictable as their readers leave. One
         // eviction runs at a time; a release during it asks for another

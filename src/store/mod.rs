@@ -193,6 +193,19 @@ pub(super) enum Touch {
     Untouched,
 }
 
+/// Bytes a fill in progress holds against `--cache-max-size`
+/// ([`Store::reserve`]); let go when dropped.
+pub struct Reservation {
+    held: Arc<AtomicU64>,
+    len: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.len, Ordering::AcqRel);
+    }
+}
+
 /// A handle to the store; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -220,6 +233,10 @@ struct Inner {
     /// requests waiting on the store are woken by the change
     /// ([`Store::open_key`]); a call or probe that answers sets it again.
     available: tokio::sync::watch::Sender<bool>,
+    /// Bytes held for fills in progress ([`Store::reserve`]): counted
+    /// with the committed objects against `--cache-max-size`, so room is
+    /// made before a fill's bytes land, not after.
+    in_flight: Arc<AtomicU64>,
     /// When the backend was last probed ([`Store::check`]), in ms since
     /// `opened`: a store marked down is probed again by a caller at most
     /// once a second.
@@ -332,6 +349,7 @@ impl Store {
                 refreshing: AtomicBool::new(false),
                 dropped_at_open: Vec::new(),
                 available: tokio::sync::watch::Sender::new(true),
+                in_flight: Arc::new(AtomicU64::new(0)),
                 last_probe: AtomicU64::new(0),
                 opened: std::time::Instant::now(),
             }),
@@ -443,6 +461,34 @@ impl Store {
     /// Bytes and objects in the local tier of a bucket (`None`: no tier).
     pub fn tier_usage(&self) -> Option<(u64, usize)> {
         self.tier().map(Tier::usage)
+    }
+
+    /// Bytes held for fills in progress.
+    pub(super) fn in_flight(&self) -> u64 {
+        self.inner.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Hold `len` bytes for a fill about to write them (its upstream's
+    /// length), counted against `--cache-max-size` until the reservation
+    /// is dropped (the fill committed or failed); least recently used
+    /// objects are evicted to make room first, on a blocking thread.
+    pub fn reserve(&self, len: u64) -> Reservation {
+        self.inner.in_flight.fetch_add(len, Ordering::AcqRel);
+        let over = self
+            .inner
+            .max_size
+            .is_some_and(|m| self.total_size() + self.in_flight() > m);
+        if over {
+            let store = self.clone();
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => drop(h.spawn_blocking(move || store.evict(None))),
+                Err(_) => store.evict(None),
+            }
+        }
+        Reservation {
+            held: self.inner.in_flight.clone(),
+            len,
+        }
     }
 
     /// Objects dropped so far because a read found their bytes rotten.

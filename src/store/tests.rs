@@ -958,3 +958,28 @@ fn a_store_folder_or_lock_that_is_a_link_is_refused() {
     std::os::unix::fs::symlink(real.path(), &root).unwrap();
     assert!(Store::open(&root, None).is_ok());
 }
+
+/// `--cache-max-size` counts a fill in progress: room is made for its
+/// length before its bytes land (least recently used first), and let go
+/// when the fill ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_in_progress_counts_against_the_size_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Some(10)).unwrap();
+    put(&store, "a", b"aaaa", false).await;
+    put(&store, "b", b"bbbb", false).await;
+    assert_eq!(store.total_size(), 8);
+    let room = store.reserve(5);
+    for _ in 0..200 {
+        if store.total_size() <= 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(store.total_size(), 4, "the oldest object made room");
+    assert!(store.entry("a").is_none() && store.entry("b").is_some());
+    drop(room);
+    assert_eq!(store.in_flight(), 0);
+    put(&store, "c", b"ccccc", false).await;
+    assert_eq!(store.total_size(), 9, "nothing more evicted once let go");
+}
