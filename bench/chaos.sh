@@ -23,10 +23,12 @@
 #            proxy_pass to examples/fault_upstream.rs: short body, flipped
 #            byte, stall, in turn);
 #   fill     the local volume filled to its last MiB for 5-20 s;
-#   mirror   `mirror sync --prune` (a config naming fewer keys than the
-#            first sync's) at a third of the run, and a `mirror export` /
-#            `mirror import` cycle (the local store into the bucket and back)
-#            at two thirds.
+#   mirror   the mirror job against both stores, from a sixth of the run on,
+#            every 20-50 s in turn: `mirror sync --prune` with a config
+#            naming fewer keys than the first sync's (B), a `mirror export` /
+#            `mirror import` cycle (the local store into the bucket and
+#            back), `mirror sync` with the first config (A) again; each
+#            tried again (at most 4 times, 10 s apart) until it exits 0.
 # At the end: `mirror verify` of both stores finds nothing bad; every key the
 # last config names is present, pinned and maps to the digest the first
 # sync stored (the index read directly: the local store's index/ files and
@@ -68,12 +70,14 @@ done
 [ "$(id -u)" = 0 ] || { echo "chaos.sh mounts a tmpfs: run it as root" >&2; exit 2; }
 W=$WORK
 RANDOM=$SEED
+# A step of the script itself that fails names its line.
+trap 'echo "chaos.sh: line $LINENO failed (exit $?): $BASH_COMMAND" >&2' ERR
 DUR=$((MINUTES * 60))
 echo "# chaos: $MINUTES min, seed $SEED, $CLIENTS clients, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 on_cleanup() {
   [ -n "${CHAOS_KEEP:-}" ] && mkdir -p "$CHAOS_KEEP" &&
-    cp -r "$W"/*.log "$W"/faults "$W"/ledger.* "$W/garage/log" "$CHAOS_KEEP/" 2>/dev/null
+    cp -r "$W"/*.log "$W"/faults "$W"/ledger.* "$W"/files "$W"/index-* "$W"/verify.* "$W/garage/log" "$CHAOS_KEEP/" 2>/dev/null
   mountpoint -q "$W/vol" && { umount "$W/vol" || umount -l "$W/vol"; }
   return 0
 }
@@ -338,7 +342,9 @@ freeze_loop() {
       for n in s3a s3b; do
         [ -n "${turned[$n]:-}" ] && continue
         read -r code took <<< "$(readyz "$n")"
-        [ "$code" != 200 ] && pid_alive "$(pid_of "$n")" && turned[$n]="$(secs "$t0" "$(now)")s(${code},took${took%???}s)"
+        # (000 at once: not listening, a replica starting after a kill)
+        [ "$code" = 000 ] && [ "${took%%.*}" -lt 9 ] && continue
+        [ "$code" != 200 ] && turned[$n]="$(secs "$t0" "$(now)")s(${code},took${took%???}s)"
       done
       sleep 0.25
     done
@@ -400,17 +406,32 @@ mirror_run() {
   done
   log_fault "$label exit=$(IFS=,; echo "${codes[*]}")"
 }
+# The mirror job, over and over (its first run at a sixth of the run, then
+# every 20-50 s): sync --prune with config B; an export/import cycle (the
+# local store into the bucket, the bucket into the local store); sync with
+# config A again (nocloud pinned again, for the next prune to drop).
 mirror_loop() {
-  set +e
-  nap $((DUR / 3)) || return 0
-  mirror_run "mirror-sync-prune s3" "$BIN" mirror sync --prune --config "$W/mirror-b.yaml" "${MIRROR[@]}" "${S3[@]}" --cache-dir "$W/spool"
-  mirror_run "mirror-sync-prune loc" "$BIN" mirror sync --prune --config "$W/mirror-b.yaml" "${MIRROR[@]}" --cache-dir "$LOC"
-  nap $((DUR / 3)) || return 0
-  rm -f "$W"/export-*.tar
-  mirror_run "mirror-export loc" "$BIN" mirror export --config "$W/mirror-b.yaml" --cache-dir "$LOC" --output "$W/export-loc.tar"
-  mirror_run "mirror-import s3" "$BIN" mirror import "$W/export-loc.tar" "${S3[@]}" --cache-dir "$W/spool"
-  mirror_run "mirror-export s3" "$BIN" mirror export --config "$W/mirror-b.yaml" "${S3[@]}" --cache-dir "$W/spool" --output "$W/export-s3.tar"
-  mirror_run "mirror-import loc" "$BIN" mirror import "$W/export-s3.tar" --cache-dir "$LOC"
+  set +e; RANDOM=$((SEED + 5))
+  local i=0 at
+  nap $((DUR / 6)) || return 0
+  while true; do
+    case $((i % 3)) in
+      0)
+        mirror_run "mirror-sync-prune s3" "$BIN" mirror sync --prune --config "$W/mirror-b.yaml" "${MIRROR[@]}" "${S3[@]}" --cache-dir "$W/spool"
+        mirror_run "mirror-sync-prune loc" "$BIN" mirror sync --prune --config "$W/mirror-b.yaml" "${MIRROR[@]}" --cache-dir "$LOC" ;;
+      1)
+        rm -f "$W"/export-*.tar
+        mirror_run "mirror-export loc" "$BIN" mirror export --config "$W/mirror-b.yaml" --cache-dir "$LOC" --output "$W/export-loc.tar"
+        mirror_run "mirror-import s3" "$BIN" mirror import "$W/export-loc.tar" "${S3[@]}" --cache-dir "$W/spool"
+        mirror_run "mirror-export s3" "$BIN" mirror export --config "$W/mirror-b.yaml" "${S3[@]}" --cache-dir "$W/spool" --output "$W/export-s3.tar"
+        mirror_run "mirror-import loc" "$BIN" mirror import "$W/export-s3.tar" --cache-dir "$LOC" ;;
+      2)
+        mirror_run "mirror-sync s3" "$BIN" mirror sync --config "$W/mirror-a.yaml" "${MIRROR[@]}" "${S3[@]}" --cache-dir "$W/spool"
+        mirror_run "mirror-sync loc" "$BIN" mirror sync --config "$W/mirror-a.yaml" "${MIRROR[@]}" --cache-dir "$LOC" ;;
+    esac
+    i=$((i + 1))
+    nap "$(rnd 20 50)" || break
+  done
 }
 
 : > "$W/faults"
@@ -439,7 +460,7 @@ read -r -a LEDGER <<< "$(tail -1 "$W/ledger.out")"
 declare -A L
 for kv in "${LEDGER[@]:1}"; do L[${kv%%=*}]=${kv#*=}; done
 [ "${L[wrong]:-x}" = 0 ] || FAIL+=("wrong answers: ${L[wrong]:-no ledger} (see the WRONG lines above)")
-grep -h '^WRONG' "$W/ledger.err" | head -20 >&2 || true
+grep -h '^WRONG' "$W/ledger.err" | sed -n 1,20p >&2 || true
 grep -qE ' [A-Z-]+-(FAILED|NOT-RECOVERED)' "$W/faults" && FAIL+=("$(grep -hE ' [A-Z-]+-(FAILED|NOT-RECOVERED)' "$W/faults" | tr '\n' ' ')")
 
 echo "# mirror verify of both stores"
@@ -450,7 +471,7 @@ for st in s3 loc; do
   fi
 done
 
-echo "# mirrored keys: present, pinned, same digest"
+echo "# keys: the mirrored ones present, pinned, same digest; every one true"
 index_dump s3 > "$W/index-last.s3"
 index_dump dir "$LOC" > "$W/index-last.loc"
 KEYS_BAD=0
@@ -462,6 +483,25 @@ for st in s3 loc; do
       FAIL+=("$st: key $k: ${got:-absent}, expected $d pinned")
     fi
   done < "$W/pins.$st"
+done
+
+# Every key either store holds, pinned or cached, maps to the true bytes:
+# an artifact's key to its file's sha256, a blob's or manifest's to its
+# own digest, a tag's to the index pushed.
+{
+  while read -r kind path f; do
+    [ "$kind" = artifact ] && echo "${path#/} $(sha256sum "$f" | cut -d' ' -f1)"
+  done < "$W/spec"
+  echo "oci/tag/ns=ghcr.io/chaos/app:v1 $APP_INDEX"
+  echo "oci/tag/ns=ghcr.io/chaos/tool:v2 $TOOL_INDEX"
+} > "$W/truth"
+for st in s3 loc; do
+  while read -r k want got; do
+    KEYS_BAD=$((KEYS_BAD + 1))
+    FAIL+=("$st: key $k maps to $got, the true bytes are $want")
+  done < <(awk 'NR==FNR {t[$1]=$2; next}
+    { w = t[$1]; if (w == "" && $1 ~ /^oci\/(blob|manifest)\/sha256:/) { w = $1; sub(/.*sha256:/, "", w) } }
+    w != "" && w != $2 { print $1, w, $2 }' "$W/truth" "$W/index-last.$st")
 done
 
 echo "# bounds, descriptors, memory (settling at most 30 s)"
@@ -480,6 +520,11 @@ for _ in $(seq 60); do
   sleep 0.5
 done
 [ -n "$settled" ] || FAIL+=("${bad[@]}")
+# Temp files the stores hold once quiet (a fill, an index write or a
+# spool file left behind by a failed write).
+(cd "$W" && find vol/store s3a s3b spool -type f -printf '%s %p\n' > "$W/files" 2> /dev/null) || true
+TEMPS=$(grep -cE ' (vol/store|s3a|s3b|spool)/(tmp|spool)/' "$W/files" || true)
+[ "$TEMPS" = 0 ] || FAIL+=("$TEMPS temp files left in the stores: $(grep -E ' (vol/store|s3a|s3b|spool)/(tmp|spool)/' "$W/files" | sed -n 1,3p | tr '\n' ' ')")
 FDR=$(for n in "${REPLICAS[@]}"; do printf '%s:%s/%s,%s/%sKiB ' "$n" "${FD0[$n]}" "$(fds "$(pid_of "$n")")" "${RSS0[$n]}" "$(status_kib "$(pid_of "$n")" RssAnon)"; done)
 
 # --- stop everything, then look for leftovers -------------------------------
@@ -493,7 +538,7 @@ for p in "${ALL[@]}"; do kill -KILL "$p" 2> /dev/null || true; done
 wait 2> /dev/null || true
 umount "$W/vol" || FAIL+=("the tmpfs would not unmount")
 LEFT=$(pgrep -f -- "$W" | grep -vx "$$" | wc -l || true)
-[ "$LEFT" = 0 ] || FAIL+=("$LEFT processes left: $(pgrep -af -- "$W" | head -3 | tr '\n' ';')")
+[ "$LEFT" = 0 ] || FAIL+=("$LEFT processes left: $(pgrep -af -- "$W" | sed -n 1,3p | tr '\n' ';')")
 
 count() { grep -c "$1" "$W/faults" || true; }
 RECOV=$(awk '/ freeze /{sub(/.*recovered=/,""); printf "%s%s", s, $1; s=","}' "$W/faults")
@@ -502,5 +547,5 @@ echo "# faults injected:"; sed 's/^/  /' "$W/faults"
 echo "# replicas (descriptors start/end, RssAnon start/end): $FDR"
 for f in "${FAIL[@]}"; do echo "FAIL: $f" >&2; done
 RESULT=PASS; ((${#FAIL[@]})) && RESULT=FAIL
-echo "CHAOS $RESULT minutes=$MINUTES seed=$SEED answers=${L[answers]:-0} ok=${L[ok]:-0} cuts=${L[cuts]:-0} wrong=${L[wrong]:-?} timeouts=${L[timeouts]:-?} ranges=${L[ranges]:-0} pulls_blobs=${L[blobs]:-0} kills=$(count ' kill ') freezes=$(count ' freeze ') factory_stops=$(count factory-stop) factory_lies=$(count factory-lie) fills=$(count ' fill ') prunes=$(count mirror-sync-prune) export_imports=$(count mirror-import) keys_bad=$KEYS_BAD leftovers=$LEFT probe_max_ms=healthz:${L[healthz_max_ms]:-?},readyz:${L[readyz_max_ms]:-?} readyz_turned_s=${TURN:-none} freeze_recovery_s=${RECOV:-none} load=$(cut -d' ' -f1 /proc/loadavg)"
+echo "CHAOS $RESULT minutes=$MINUTES seed=$SEED answers=${L[answers]:-0} ok=${L[ok]:-0} cuts=${L[cuts]:-0} wrong=${L[wrong]:-?} timeouts=${L[timeouts]:-?} ranges=${L[ranges]:-0} pulls_blobs=${L[blobs]:-0} kills=$(count ' kill ') freezes=$(count ' freeze ') factory_stops=$(count factory-stop) factory_lies=$(count factory-lie) fills=$(count ' fill ') syncs=$(count "mirror-sync ") prunes=$(count mirror-sync-prune) export_imports=$(count mirror-import) keys_bad=$KEYS_BAD temp_files=$TEMPS leftovers=$LEFT probe_max_ms=healthz:${L[healthz_max_ms]:-?},readyz:${L[readyz_max_ms]:-?} readyz_turned_s=${TURN:-none} freeze_recovery_s=${RECOV:-none} load=$(cut -d' ' -f1 /proc/loadavg)"
 [ "$RESULT" = PASS ]
