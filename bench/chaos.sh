@@ -205,6 +205,7 @@ start_replica() { # name: started, tracked, its PID in $W/pid.NAME; 1 if it died
     --factory-url "http://127.0.0.1:$NP" --mirror-upstream "ghcr.io=http://127.0.0.1:$RP" \
     --upstream-timeout 10s >> "$W/$n.log" 2>&1 &
   p=$!
+  disown "$p" 2> /dev/null || true # its kill -9 is no job notice of this shell's
   echo "$p" > "$W/pid.$n"
   track "$p"
   for _ in $(seq 600); do
@@ -548,4 +549,4 @@ echo "# replicas (descriptors start/end, RssAnon start/end): $FDR"
 for f in "${FAIL[@]}"; do echo "FAIL: $f" >&2; done
 RESULT=PASS; ((${#FAIL[@]})) && RESULT=FAIL
 echo "CHAOS $RESULT minutes=$MINUTES seed=$SEED answers=${L[answers]:-0} ok=${L[ok]:-0} cuts=${L[cuts]:-0} wrong=${L[wrong]:-?} timeouts=${L[timeouts]:-?} ranges=${L[ranges]:-0} pulls_blobs=${L[blobs]:-0} kills=$(count ' kill ') freezes=$(count ' freeze ') factory_stops=$(count factory-stop) factory_lies=$(count factory-lie) fills=$(count ' fill ') syncs=$(count "mirror-sync ") prunes=$(count mirror-sync-prune) export_imports=$(count mirror-import) keys_bad=$KEYS_BAD temp_files=$TEMPS leftovers=$LEFT probe_max_ms=healthz:${L[healthz_max_ms]:-?},readyz:${L[readyz_max_ms]:-?} readyz_turned_s=${TURN:-none} freeze_recovery_s=${RECOV:-none} load=$(cut -d' ' -f1 /proc/loadavg)"
-[ "$RESULT" = PASS ]
+[ "$RESULT" = PASS ] || exit 1
