@@ -27,8 +27,9 @@
 #            every 20-50 s in turn: `mirror sync --prune` with a config
 #            naming fewer keys than the first sync's (B), a `mirror export` /
 #            `mirror import` cycle (the local store into the bucket and
-#            back), `mirror sync` with the first config (A) again; each
-#            tried again (at most 4 times, 10 s apart) until it exits 0.
+#            back), `mirror sync` with the first config (A) again; a first
+#            try in three killed (kill -9) 0.1-0.9 s in; each tried again
+#            (at most 4 times, 10 s apart) until it exits 0.
 # At the end: `mirror verify` of both stores finds nothing bad; every key the
 # last config names is present, pinned and maps to the digest the first
 # sync stored (the index read directly: the local store's index/ files and
@@ -395,12 +396,20 @@ fill_loop() {
 # mirror_run LABEL COMMAND...: run it (tracked: a stop mid-run ends it
 # too; at most 5 minutes a try) until it exits 0, at most 4 tries 10 s
 # apart (a CronJob's next run: the factory may be stopped, the volume
-# full); one line in the faults log with the exit code of each try.
+# full, the first try killed); one line in the faults log with the exit
+# code of each try.
 mirror_run() {
   local label=$1 rc p try codes=(); shift
   for try in 1 2 3 4; do
     timeout 300 "$@" >> "$W/mirror.log" 2>&1 &
-    p=$!; track "$p"; wait "$p"; rc=$?
+    p=$!; track "$p"
+    # A first try in three is killed (kill -9, a CronJob's pod lost) 0.1-0.9 s in.
+    if [ "$try" = 1 ] && [ $((RANDOM % 3)) = 0 ]; then
+      sleep "0.$((RANDOM % 9 + 1))"
+      c=$(pgrep -P "$p" || true)
+      [ -n "$c" ] && kill -9 "$c" 2> /dev/null && log_fault "mirror-kill $label"
+    fi
+    wait "$p"; rc=$?
     codes+=("$rc")
     [ "$rc" = 0 ] && break
     nap 10 || break
@@ -556,5 +565,5 @@ echo "# faults injected:"; sed 's/^/  /' "$W/faults"
 echo "# replicas (descriptors start/end, RssAnon start/end): $FDR"
 for f in "${FAIL[@]}"; do echo "FAIL: $f" >&2; done
 RESULT=PASS; ((${#FAIL[@]})) && RESULT=FAIL
-echo "CHAOS $RESULT minutes=$MINUTES seed=$SEED answers=${L[answers]:-0} ok=${L[ok]:-0} cuts=${L[cuts]:-0} wrong=${L[wrong]:-?} timeouts=${L[timeouts]:-?} ranges=${L[ranges]:-0} pulls_blobs=${L[blobs]:-0} kills=$(count ' kill ') freezes=$(count ' freeze ') factory_stops=$(count factory-stop) factory_lies=$(count factory-lie) fills=$(count ' fill ') syncs=$(count "mirror-sync ") prunes=$(count mirror-sync-prune) export_imports=$(count mirror-import) keys_bad=$KEYS_BAD temp_files=$TEMPS leftovers=$LEFT probe_max_ms=healthz:${L[healthz_max_ms]:-?},readyz:${L[readyz_max_ms]:-?} readyz_turned_s=${TURN:-none} freeze_recovery_s=${RECOV:-none} load=$(cut -d' ' -f1 /proc/loadavg)"
+echo "CHAOS $RESULT minutes=$MINUTES seed=$SEED answers=${L[answers]:-0} ok=${L[ok]:-0} cuts=${L[cuts]:-0} wrong=${L[wrong]:-?} timeouts=${L[timeouts]:-?} ranges=${L[ranges]:-0} pulls_blobs=${L[blobs]:-0} kills=$(count ' kill ') freezes=$(count ' freeze ') factory_stops=$(count factory-stop) factory_lies=$(count factory-lie) fills=$(count ' fill ') syncs=$(count "mirror-sync ") prunes=$(count mirror-sync-prune) export_imports=$(count mirror-import) mirror_kills=$(count mirror-kill) keys_bad=$KEYS_BAD temp_files=$TEMPS leftovers=$LEFT probe_max_ms=healthz:${L[healthz_max_ms]:-?},readyz:${L[readyz_max_ms]:-?} readyz_turned_s=${TURN:-none} freeze_recovery_s=${RECOV:-none} load=$(cut -d' ' -f1 /proc/loadavg)"
 [ "$RESULT" = PASS ] || exit 1
