@@ -12,7 +12,9 @@
 # substitution, `X=$(start_it)`, is registered too: an array assignment there
 # is lost with the subshell, which is how bench/s3.sh left both `serve`
 # replicas running). On exit each tracked process and each background job of
-# the script gets SIGTERM, then SIGKILL after 5 s, and the work dir goes.
+# the script gets SIGTERM (and SIGCONT, for one a script stopped), then
+# SIGKILL after 5 s; then the script's own `on_cleanup` runs when it defines
+# one (e.g. to unmount what it mounted in the work dir), and the work dir goes.
 
 WORK=$(mktemp -d /tmp/talos-gen-bench.XXXXXX)
 PIDS=()
@@ -32,7 +34,7 @@ cleanup() {
   [ -f "$WORK/.pids" ] && mapfile -t all < "$WORK/.pids"
   all+=("${PIDS[@]}")
   mapfile -t -O "${#all[@]}" all < <(jobs -p)
-  for p in "${all[@]}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${all[@]}"; do [ -n "$p" ] && { kill -TERM "$p"; kill -CONT "$p"; } 2>/dev/null || true; done
   for _ in $(seq 50); do
     left=()
     for p in "${all[@]}"; do [ -n "$p" ] && pid_alive "$p" && left+=("$p"); done
@@ -41,6 +43,7 @@ cleanup() {
   done
   for p in "${left[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if declare -F on_cleanup > /dev/null; then on_cleanup || true; fi
   rm -rf "$WORK"
   exit "$rc"
 }

@@ -755,9 +755,14 @@ impl Store {
             {
                 o.readers = o.readers.saturating_sub(1);
             }
+            // Over the bound in this view, or a view a second old: another
+            // process (the mirror job, an import) may have written since,
+            // and its objects count against the bound too (the round reads
+            // them in under the store lock, at most once a second).
+            let stale = st.last_refresh.is_none_or(|t| t.elapsed() >= REFRESH_EVERY);
             self.inner
                 .max_size
-                .is_some_and(|m| st.total + self.in_flight() > m)
+                .is_some_and(|m| st.total + self.in_flight() > m || stale)
         };
         // A burst's objects become evictable as their readers leave. One
         // eviction runs at a time; a release during it asks for another

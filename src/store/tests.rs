@@ -363,6 +363,38 @@ async fn a_pin_written_by_another_process_holds_against_eviction() {
     assert!(serve.total_size() <= 25 + 10);
 }
 
+/// Another process's write counts against serve's bound: what the mirror
+/// job pins into serve's directory makes serve evict what it cached, at
+/// its next read (found by bench/chaos.sh: the local store stayed over its
+/// `--cache-max-size` after a `mirror sync` until serve's next miss).
+#[tokio::test]
+async fn another_process_pinning_past_the_bound_makes_room_at_the_next_read() {
+    let dir = tempfile::tempdir().unwrap();
+    // "serve": at most 25 bytes, two cached objects of 10
+    let serve = Store::open(dir.path(), Some(25)).unwrap();
+    let a = put(&serve, "a", &[1; 10], false).await;
+    let b = put(&serve, "b", &[2; 10], false).await;
+    // "mirror sync", another process on the same directory: 10 pinned bytes
+    let mirror = Store::open(dir.path(), None).unwrap();
+    let pin = put(&mirror, "pin", &[3; 10], true).await;
+    let on_disk = |e: &Entry| serve.object_path(&e.digest).unwrap().exists();
+    // serve only reads what it holds (hits, no commit of its own): within
+    // a few of its refresh periods the least recently used goes.
+    for _ in 0..400 {
+        drop(serve.get("b"));
+        if !on_disk(&a) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!on_disk(&a), "30 bytes held under a bound of 25");
+    assert!(
+        on_disk(&b) && on_disk(&pin),
+        "the recent one and the pin stay"
+    );
+    assert!(serve.total_size() <= 25, "{}", serve.total_size());
+}
+
 #[tokio::test]
 async fn objects_read_in_a_burst_are_evicted_when_their_readers_leave() {
     let dir = tempfile::tempdir().unwrap();
