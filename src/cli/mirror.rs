@@ -89,7 +89,7 @@ pub enum MirrorCommand {
         #[arg(
             long,
             env = "TALOS_GEN_FACTORY_URL",
-            default_value = "https://factory.talos.dev",
+            default_value = crate::compose::DEFAULT_FACTORY_URL,
             value_name = "URL"
         )]
         factory_url: String,

@@ -14,7 +14,7 @@ use super::reservations::Sizing;
 pub const DEFAULT_TALOS_VERSION: &str = "v1.13.6";
 pub const DEFAULT_SCHEMATIC: &str =
     "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
-pub const DEFAULT_IMAGE_FACTORY_URL: &str = "https://factory.talos.dev";
+pub const DEFAULT_IMAGE_FACTORY_URL: &str = crate::upstream::DEFAULT_FACTORY_URL;
 pub const DEFAULT_INSTALLER_REPOSITORY: &str = "factory.talos.dev/installer";
 pub const DEFAULT_INSTANCE_TYPE: &str = "u1.medium";
 pub const DEFAULT_KUBERNETES: &str = "v1.35";
@@ -270,16 +270,6 @@ impl Values {
         format!(
             "{}/{}:{}",
             self.installer_repository.trim_end_matches('/'),
-            self.schematic_id,
-            self.talos_version
-        )
-    }
-
-    /// `<imageFactoryURL>/image/<schematicID>/<talos.version>/openstack-amd64.raw.xz`
-    pub fn disk_image_url(&self) -> String {
-        format!(
-            "{}/image/{}/{}/openstack-amd64.raw.xz",
-            self.image_factory_url.trim_end_matches('/'),
             self.schematic_id,
             self.talos_version
         )
