@@ -161,15 +161,6 @@ pub async fn write(store: &Store, status: &SyncStatus) -> Result<()> {
     Ok(())
 }
 
-/// Open the store at `cache_dir` and write the result of a sync there.
-pub async fn write_to(loc: impl Into<crate::store::Location>, status: &SyncStatus) -> Result<()> {
-    let loc = loc.into();
-    let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, None))
-        .await
-        .map_err(|e| crate::Error::io("opening the store", std::io::Error::other(e)))??;
-    write(&store, status).await
-}
-
 /// Largest sync result read back.
 const MAX_STATUS: u64 = 1 << 20;
 

@@ -440,11 +440,6 @@ impl Store {
         self.lock().total
     }
 
-    /// Bytes and objects in the local tier of a bucket (`None`: no tier).
-    pub fn tier_usage(&self) -> Option<(u64, usize)> {
-        self.tier().map(Tier::usage)
-    }
-
     /// Objects dropped so far because a read found their bytes rotten.
     pub fn corrupt_dropped(&self) -> u64 {
         self.inner.corrupt.load(Ordering::Relaxed)
