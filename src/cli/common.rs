@@ -70,6 +70,22 @@ pub struct StoreArgs {
     pub s3_region: Option<String>,
 }
 
+/// Which installer and which images a pull list names beyond the
+/// required ones (`images`, `upgrade images`).
+#[derive(Debug, Clone, Args)]
+pub struct InstallerArgs {
+    /// Installer repository (default: factory.talos.dev/installer).
+    #[arg(long, value_name = "REPO")]
+    pub installer_repository: Option<String>,
+    /// Use the platform's installer, factory.talos.dev/<P>-installer (default: none, the --installer-repository).
+    #[arg(long, value_name = "P")]
+    pub platform: Option<String>,
+    /// Add the optional images of a cluster whose CNI and add-ons Talos
+    /// manages (flannel, kube-proxy, CoreDNS, kube-network-policies).
+    #[arg(long)]
+    pub optional: bool,
+}
+
 /// Where a mirror command's store is: `--cache-dir` (the store, or with
 /// `--store` only the local spool) and the bucket flags.
 #[derive(Debug, Clone, Args)]

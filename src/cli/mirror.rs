@@ -400,26 +400,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             output,
             format,
             config,
-        } => {
-            let cfg = config
-                .as_deref()
-                .map(|c| mirror::Config::load(Path::new(c)))
-                .transpose()?;
-            let loc = at.location(STORE_TIMEOUT)?;
-            if format != mirror::Format::Tar {
-                let r = mirror::export_tree(&loc, Path::new(&output), cfg.as_ref(), format)?;
-                print_export_tree(&r, format, &output);
-                return Ok(0);
-            }
-            let r = mirror::export(&loc, Path::new(&output), cfg.as_ref())?;
-            let _ = outln!(
-                "mirror export: {} keys, {} objects ({}) written to {output}",
-                r.keys,
-                r.objects,
-                crate::text::human_size(r.bytes)
-            );
-            Ok(0)
-        }
+        } => run_export(&at, &output, format, config.as_deref()),
         MirrorCommand::Cert { output_dir, name } => {
             let r = mirror::cert::issue(Path::new(&output_dir), &name)?;
             print_cert(&r, &name, &output_dir);
@@ -428,6 +409,34 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
 
         MirrorCommand::Import { file, at } => run_import(&file, &at, rt),
     }
+}
+
+/// `mirror export`: a tar bundle, or a tree (`--format http|oci`).
+fn run_export(
+    at: &super::common::MirrorStoreArgs,
+    output: &str,
+    format: crate::mirror::Format,
+    config: Option<&str>,
+) -> crate::Result<i32> {
+    use crate::mirror;
+    use std::path::Path;
+    let cfg = config
+        .map(|c| mirror::Config::load(Path::new(c)))
+        .transpose()?;
+    let loc = at.location(STORE_TIMEOUT)?;
+    if format != mirror::Format::Tar {
+        let r = mirror::export_tree(&loc, Path::new(output), cfg.as_ref(), format)?;
+        print_export_tree(&r, format, output);
+        return Ok(0);
+    }
+    let r = mirror::export(&loc, Path::new(output), cfg.as_ref())?;
+    let _ = outln!(
+        "mirror export: {} keys, {} objects ({}) written to {output}",
+        r.keys,
+        r.objects,
+        crate::text::human_size(r.bytes)
+    );
+    Ok(0)
 }
 
 /// After an interrupted sync: the run as the status page shows it, if the
