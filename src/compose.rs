@@ -71,6 +71,15 @@ impl ServiceConfig {
     }
 }
 
+/// Open the store at `loc` off the async threads (evicting down to `max`
+/// bytes): the one way a store is opened from async code, by the service
+/// and by the mirror commands that need the store alone.
+pub async fn open_store(loc: Location, max: Option<u64>) -> Result<Store> {
+    tokio::task::spawn_blocking(move || Store::open_at(&loc, max))
+        .await
+        .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))?
+}
+
 /// The parts, built once.
 pub struct Service {
     pub metrics: Metrics,
@@ -96,11 +105,7 @@ impl Service {
             crate::registry::names::check_base_url(u)
                 .map_err(|e| Error::bad_input(format!("--registry-url: {e}")))?;
         }
-        let loc = cfg.store.clone();
-        let max = cfg.cache_max_size;
-        let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, max))
-            .await
-            .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
+        let store = open_store(cfg.store.clone(), cfg.cache_max_size).await?;
         let metrics = Metrics::new();
         let schematics = Arc::new(known_schematics::KnownSchematics::open(
             store.clone(),

@@ -269,9 +269,7 @@ pub async fn import_until(
     };
     let mut ticker = super::progress::Ticker::new();
     let loc = loc.into();
-    let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, None))
-        .await
-        .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
+    let store = crate::compose::open_store(loc, None).await?;
     let what = file.display().to_string();
     let bad_input = |m: String| Error::bad_input(format!("{what}: {m}"));
     let mut tar = tar::Archive::new(BufReader::with_capacity(1 << 20, f));
