@@ -10,21 +10,26 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::factory::ImageCache;
+pub use crate::factory::{DEFAULT_FACTORY_URL, DEFAULT_METADATA_TTL};
 use crate::fill::Fills;
 use crate::known_schematics;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
+pub use crate::registry::TAG_REVALIDATE;
 pub use crate::store::Location;
 use crate::store::Store;
 use crate::upstream::{Limits, Upstream, UpstreamConfig};
 
-/// What the service is built from (parsed and checked at the CLI edge).
+/// What the service is built from (parsed and checked at the CLI edge):
+/// `serve` embeds it whole in [`crate::http::ServeConfig`], the mirror job
+/// starts from [`ServiceConfig::new`]; each default is a named const.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
     /// The store: a local directory or an S3 bucket.
     pub store: Location,
     /// Evict down to this many bytes (`None`: no limit).
     pub cache_max_size: Option<u64>,
+    /// The upstream Image Factory (`--factory-url`, default [`DEFAULT_FACTORY_URL`]).
     pub factory_url: String,
     /// Installer registry (`None`: the factory URL).
     pub registry_url: Option<String>,
@@ -32,8 +37,11 @@ pub struct ServiceConfig {
     pub mirror_upstreams: crate::registry::MirrorTable,
     pub offline: bool,
     pub schematics_dir: Option<PathBuf>,
-    /// How long a tag -> digest mapping is trusted.
+    /// How long a tag -> digest mapping is trusted (default [`TAG_REVALIDATE`]).
     pub tag_revalidate: Duration,
+    /// How long a stored factory document is answered without asking the
+    /// factory (default [`DEFAULT_METADATA_TTL`]).
+    pub metadata_ttl: Duration,
     /// Cap on fills at once (`None`: no cap).
     pub max_concurrent_fills: Option<usize>,
     /// The bounds on every upstream wait.
@@ -49,17 +57,27 @@ impl ServiceConfig {
         ServiceConfig {
             store: store.into(),
             cache_max_size: None,
-            factory_url: "https://factory.talos.dev".into(),
+            factory_url: DEFAULT_FACTORY_URL.into(),
             registry_url: None,
             mirror_upstreams: Default::default(),
             offline: false,
             schematics_dir: None,
-            tag_revalidate: Duration::from_secs(30),
+            tag_revalidate: TAG_REVALIDATE,
+            metadata_ttl: DEFAULT_METADATA_TTL,
             max_concurrent_fills: None,
             limits: Limits::default(),
             direct_upstreams: false,
         }
     }
+}
+
+/// Open the store at `loc` off the async threads (evicting down to `max`
+/// bytes): the one way a store is opened from async code, by the service
+/// and by the mirror commands that need the store alone.
+pub async fn open_store(loc: Location, max: Option<u64>) -> Result<Store> {
+    tokio::task::spawn_blocking(move || Store::open_at(&loc, max))
+        .await
+        .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))?
 }
 
 /// The parts, built once.
@@ -87,11 +105,7 @@ impl Service {
             crate::registry::names::check_base_url(u)
                 .map_err(|e| Error::bad_input(format!("--registry-url: {e}")))?;
         }
-        let loc = cfg.store.clone();
-        let max = cfg.cache_max_size;
-        let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, max))
-            .await
-            .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
+        let store = open_store(cfg.store.clone(), cfg.cache_max_size).await?;
         let metrics = Metrics::new();
         let schematics = Arc::new(known_schematics::KnownSchematics::open(
             store.clone(),
@@ -130,6 +144,7 @@ impl Service {
         if let Some(n) = cfg.max_concurrent_fills {
             images = images.with_document_limit(n);
         }
+        images.metadata_ttl = cfg.metadata_ttl;
         Ok(Service {
             metrics,
             store,

@@ -176,6 +176,109 @@ struct RawHost {
     denied: Vec<String>,
 }
 
+impl TalosEntry {
+    /// Row `i` of the file's `talos:` list, each field checked.
+    fn parse(i: usize, e: RawEntry, what: &str) -> Result<TalosEntry> {
+        let at = |field: &str| format!("{what}: talos[{i}].{field}");
+        let talos = Version::parse_named(&e.talos, &at("talos"))?;
+        if talos.patch.is_some() || talos.pre.is_some() {
+            return Err(Error::bad_input(format!(
+                "{}: {:?} must be a Talos minor such as \"1.13\"",
+                at("talos"),
+                e.talos
+            )));
+        }
+        let min = Version::parse_named(&e.kubernetes.min, &at("kubernetes.min"))?;
+        let max = Version::parse_named(&e.kubernetes.max, &at("kubernetes.max"))?;
+        if min.core() >= max.core() {
+            return Err(Error::bad_input(format!(
+                "{}: minimum {min} is not below maximum {max}",
+                at("kubernetes")
+            )));
+        }
+        let initial = Version::parse_named(
+            &e.default_kubernetes.initial,
+            &at("defaultKubernetes.initial"),
+        )?;
+        let latest = Version::parse_named(
+            &e.default_kubernetes.latest,
+            &at("defaultKubernetes.latest"),
+        )?;
+        let (from, below, denied) = match e.host_upgrade {
+            Some(h) => (
+                h.from
+                    .map(|v| Version::parse_named(&v, &at("hostUpgrade.from")))
+                    .transpose()?,
+                h.below
+                    .map(|v| Version::parse_named(&v, &at("hostUpgrade.below")))
+                    .transpose()?,
+                h.denied
+                    .iter()
+                    .map(|v| Version::parse_named(v, &at("hostUpgrade.denied")))
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+            None => (None, None, Vec::new()),
+        };
+        let newest = e
+            .newest
+            .map(|v| Version::parse_named(&v, &at("newest")))
+            .transpose()?;
+        if let Some(n) = &newest
+            && (n.patch.is_none() || n.pre.is_some() || n.minor_key() != talos.minor_key())
+        {
+            return Err(Error::bad_input(format!(
+                "{}: {n} must be a stable release (X.Y.Z, no pre-release) of Talos {talos}",
+                at("newest")
+            )));
+        }
+        let entry = TalosEntry {
+            talos,
+            released: e.released,
+            source: e.source,
+            note: e.note,
+            kubernetes_min: min,
+            kubernetes_max: max,
+            default_initial: initial,
+            default_latest: latest,
+            host_upgrade_from: from,
+            host_downgrade_below: below,
+            host_upgrade_denied: denied,
+            newest,
+        };
+        for (field, d) in [
+            ("defaultKubernetes.initial", &entry.default_initial),
+            ("defaultKubernetes.latest", &entry.default_latest),
+        ] {
+            if !entry.supports(d) {
+                return Err(Error::bad_input(format!(
+                    "{}: {d} is outside the entry's own Kubernetes range",
+                    at(field)
+                )));
+            }
+        }
+        Ok(entry)
+    }
+}
+
+/// `cozystackKubelet`: Kubernetes minor -> the patch Cozystack's kubelet is.
+fn kubelet_table(
+    table: BTreeMap<String, String>,
+    what: &str,
+) -> Result<BTreeMap<(u64, u64), Version>> {
+    let mut out = BTreeMap::new();
+    for (k, v) in table {
+        let minor = Version::parse_named(&k, &format!("{what}: cozystackKubelet key"))?;
+        let patch = Version::parse_named(&v, &format!("{what}: cozystackKubelet.{k}"))?;
+        if minor.patch.is_some() || patch.minor_key() != minor.minor_key() {
+            return Err(Error::bad_input(format!(
+                "{what}: cozystackKubelet.{k}: {v:?} must be a patch of the minor {k:?}"
+            )));
+        }
+        out.insert(minor.minor_key(), patch);
+    }
+    Ok(out)
+}
+
 impl Matrix {
     /// The embedded matrix (parsed once).
     pub fn embedded() -> &'static Matrix {
@@ -218,83 +321,8 @@ impl Matrix {
         }
         let mut entries: Vec<TalosEntry> = Vec::with_capacity(raw.talos.len());
         for (i, e) in raw.talos.into_iter().enumerate() {
+            let entry = TalosEntry::parse(i, e, what)?;
             let at = |field: &str| format!("{what}: talos[{i}].{field}");
-            let talos = Version::parse_named(&e.talos, &at("talos"))?;
-            if talos.patch.is_some() || talos.pre.is_some() {
-                return Err(Error::bad_input(format!(
-                    "{}: {:?} must be a Talos minor such as \"1.13\"",
-                    at("talos"),
-                    e.talos
-                )));
-            }
-            let min = Version::parse_named(&e.kubernetes.min, &at("kubernetes.min"))?;
-            let max = Version::parse_named(&e.kubernetes.max, &at("kubernetes.max"))?;
-            if min.core() >= max.core() {
-                return Err(Error::bad_input(format!(
-                    "{}: minimum {min} is not below maximum {max}",
-                    at("kubernetes")
-                )));
-            }
-            let initial = Version::parse_named(
-                &e.default_kubernetes.initial,
-                &at("defaultKubernetes.initial"),
-            )?;
-            let latest = Version::parse_named(
-                &e.default_kubernetes.latest,
-                &at("defaultKubernetes.latest"),
-            )?;
-            let (from, below, denied) = match e.host_upgrade {
-                Some(h) => (
-                    h.from
-                        .map(|v| Version::parse_named(&v, &at("hostUpgrade.from")))
-                        .transpose()?,
-                    h.below
-                        .map(|v| Version::parse_named(&v, &at("hostUpgrade.below")))
-                        .transpose()?,
-                    h.denied
-                        .iter()
-                        .map(|v| Version::parse_named(v, &at("hostUpgrade.denied")))
-                        .collect::<Result<Vec<_>>>()?,
-                ),
-                None => (None, None, Vec::new()),
-            };
-            let newest = e
-                .newest
-                .map(|v| Version::parse_named(&v, &at("newest")))
-                .transpose()?;
-            if let Some(n) = &newest
-                && (n.patch.is_none() || n.pre.is_some() || n.minor_key() != talos.minor_key())
-            {
-                return Err(Error::bad_input(format!(
-                    "{}: {n} must be a stable release (X.Y.Z, no pre-release) of Talos {talos}",
-                    at("newest")
-                )));
-            }
-            let entry = TalosEntry {
-                talos,
-                released: e.released,
-                source: e.source,
-                note: e.note,
-                kubernetes_min: min,
-                kubernetes_max: max,
-                default_initial: initial,
-                default_latest: latest,
-                host_upgrade_from: from,
-                host_downgrade_below: below,
-                host_upgrade_denied: denied,
-                newest,
-            };
-            for (field, d) in [
-                ("defaultKubernetes.initial", &entry.default_initial),
-                ("defaultKubernetes.latest", &entry.default_latest),
-            ] {
-                if !entry.supports(d) {
-                    return Err(Error::bad_input(format!(
-                        "{}: {d} is outside the entry's own Kubernetes range",
-                        at(field)
-                    )));
-                }
-            }
             if entries
                 .iter()
                 .any(|x| x.talos.minor_key() == entry.talos.minor_key())
@@ -309,20 +337,7 @@ impl Matrix {
         }
         entries.sort_by_key(|e| e.talos.minor_key());
         let kubelet = match raw.cozystack_kubelet {
-            Some(table) => {
-                let mut out = BTreeMap::new();
-                for (k, v) in table {
-                    let minor = Version::parse_named(&k, &format!("{what}: cozystackKubelet key"))?;
-                    let patch = Version::parse_named(&v, &format!("{what}: cozystackKubelet.{k}"))?;
-                    if minor.patch.is_some() || patch.minor_key() != minor.minor_key() {
-                        return Err(Error::bad_input(format!(
-                            "{what}: cozystackKubelet.{k}: {v:?} must be a patch of the minor {k:?}"
-                        )));
-                    }
-                    out.insert(minor.minor_key(), patch);
-                }
-                out
-            }
+            Some(table) => kubelet_table(table, what)?,
             None => fallback.map(|m| m.kubelet.clone()).unwrap_or_default(),
         };
         let images = match (raw.images, fallback) {

@@ -203,10 +203,16 @@ fn squeeze(text: &str, max: usize) -> String {
 /// Levenshtein distance over chars, ASCII case ignored (keys and names are
 /// short; a word is read up to its first 64 characters).
 pub fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().map(|c| c.to_ascii_lowercase()).collect();
+    levenshtein(a, b, |c| c.to_ascii_lowercase())
+}
+
+/// Levenshtein distance over chars (the first 64 of `a`), each char
+/// through `fold` first (case-blind: `to_ascii_lowercase`; exact: `|c| c`).
+pub fn levenshtein(a: &str, b: &str, fold: impl Fn(char) -> char) -> usize {
+    let b: Vec<char> = b.chars().map(&fold).collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().take(64).enumerate() {
-        let ca = ca.to_ascii_lowercase();
+        let ca = fold(ca);
         let mut prev = row[0];
         row[0] = i + 1;
         for (j, cb) in b.iter().enumerate() {

@@ -426,51 +426,63 @@ pub fn plan(matrix: &Matrix, q: &Question) -> Result<Plan> {
     match graph.shortest(q.replace) {
         Some(steps) => {
             // Say which releases and patches were chosen on the way.
-            for s in &steps {
-                let p = &s.pair;
-                match s.change {
-                    Change::Talos if p.talos != to.talos => plan.notes.push(format!(
-                        "Talos {} on the way: its newest stable release {}",
-                        p.talos.minor_string(),
-                        p.talos
-                    )),
-                    Change::Kubernetes if p.kubernetes != to.kubernetes => {
-                        let why = matrix
-                            .kubernetes_patch(&p.kubernetes, None)
-                            .map(|(_, w)| w)
-                            .unwrap_or("the data's");
-                        plan.notes.push(format!(
-                            "Kubernetes {} on the way: {} ({why})",
-                            p.kubernetes.minor_string().trim_start_matches('v'),
-                            k8s_text(&p.kubernetes)
-                        ))
-                    }
-                    _ => {}
-                }
-            }
+            plan.notes.extend(on_the_way(matrix, &steps, &to));
             plan.steps = steps;
             Ok(plan)
         }
-        None => {
-            let reach = graph.furthest_talos(q.replace);
-            if !q.replace
-                && let Some(steps) = graph.shortest(true)
-            {
-                return Err(Error::refused(format!(
-                    "no in-place path from {} to {}: the host-upgrade window (each Talos minor takes hosts from its hostUpgrade.from up to below its hostUpgrade.below) stops in-place Talos steps at {reach}; with --replace (machines replaced) the plan has {} step{}",
-                    pair_text(&from),
-                    pair_text(&to),
-                    steps.len(),
-                    if steps.len() == 1 { "" } else { "s" }
-                )));
+        None => Err(no_path(
+            &graph,
+            q.replace,
+            &pair_text(&from),
+            &pair_text(&to),
+        )),
+    }
+}
+
+/// Which releases and patches a plan's steps chose on the way to `to`.
+fn on_the_way(matrix: &Matrix, steps: &[Step], to: &Pair) -> Vec<String> {
+    let mut notes = Vec::new();
+    for s in steps {
+        let p = &s.pair;
+        match s.change {
+            Change::Talos if p.talos != to.talos => notes.push(format!(
+                "Talos {} on the way: its newest stable release {}",
+                p.talos.minor_string(),
+                p.talos
+            )),
+            Change::Kubernetes if p.kubernetes != to.kubernetes => {
+                let why = matrix
+                    .kubernetes_patch(&p.kubernetes, None)
+                    .map(|(_, w)| w)
+                    .unwrap_or("the data's");
+                notes.push(format!(
+                    "Kubernetes {} on the way: {} ({why})",
+                    p.kubernetes.minor_string().trim_start_matches('v'),
+                    k8s_text(&p.kubernetes)
+                ))
             }
-            Err(Error::refused(format!(
-                "no path from {} to {}: every route needs a pair the support matrix refuses (Kubernetes moves one minor at a time, never down; Talos steps reach at most {reach})",
-                pair_text(&from),
-                pair_text(&to)
-            )))
+            _ => {}
         }
     }
+    notes
+}
+
+/// Why no plan goes from `from` to `to` (in place, and with `--replace`).
+fn no_path(graph: &Graph<'_>, replace: bool, from: &str, to: &str) -> Error {
+    let reach = graph.furthest_talos(replace);
+    if !replace && let Some(steps) = graph.shortest(true) {
+        return Error::refused(format!(
+            "no in-place path from {} to {}: the host-upgrade window (each Talos minor takes hosts from its hostUpgrade.from up to below its hostUpgrade.below) stops in-place Talos steps at {reach}; with --replace (machines replaced) the plan has {} step{}",
+            from,
+            to,
+            steps.len(),
+            if steps.len() == 1 { "" } else { "s" }
+        ));
+    }
+    Error::refused(format!(
+        "no path from {} to {}: every route needs a pair the support matrix refuses (Kubernetes moves one minor at a time, never down; Talos steps reach at most {reach})",
+        from, to
+    ))
 }
 
 /// The finite graph of candidate pairs.

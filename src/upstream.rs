@@ -30,6 +30,10 @@ use tokio::time::Instant;
 use bytes::Bytes;
 use futures::stream::{BoxStream, Stream, StreamExt};
 
+/// The upstream Image Factory every default names (`--factory-url`,
+/// the cozystack chart's `talos.imageFactoryURL`).
+pub const DEFAULT_FACTORY_URL: &str = "https://factory.talos.dev";
+
 /// What the upstream said about the object before its body.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Head {

@@ -70,6 +70,22 @@ pub struct StoreArgs {
     pub s3_region: Option<String>,
 }
 
+/// Which installer and which images a pull list names beyond the
+/// required ones (`images`, `upgrade images`).
+#[derive(Debug, Clone, Args)]
+pub struct InstallerArgs {
+    /// Installer repository (default: factory.talos.dev/installer).
+    #[arg(long, value_name = "REPO")]
+    pub installer_repository: Option<String>,
+    /// Use the platform's installer, factory.talos.dev/<P>-installer (default: none, the --installer-repository).
+    #[arg(long, value_name = "P")]
+    pub platform: Option<String>,
+    /// Add the optional images of a cluster whose CNI and add-ons Talos
+    /// manages (flannel, kube-proxy, CoreDNS, kube-network-policies).
+    #[arg(long)]
+    pub optional: bool,
+}
+
 /// Where a mirror command's store is: `--cache-dir` (the store, or with
 /// `--store` only the local spool) and the bucket flags.
 #[derive(Debug, Clone, Args)]
@@ -235,6 +251,16 @@ pub fn duration_flag(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A default duration as a flag takes it (`30s`, `5m`, `1h`), for clap's
+/// `default_value` from the core's named const.
+pub fn duration_text(d: Duration) -> String {
+    match d.as_secs() {
+        s if s > 0 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s > 0 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
 /// A duration flag ([`parse_duration`]) where zero has a meaning (asks
 /// every time, the shortest bound).
 pub fn duration_or_zero_flag(s: &str) -> Result<Duration, String> {
@@ -371,6 +397,11 @@ mod tests {
     #[test]
     fn flags() {
         assert_eq!(duration_flag("30s"), Ok(Duration::from_secs(30)));
+        for d in [0, 30, 90, 300, 7200] {
+            let d = Duration::from_secs(d);
+            assert_eq!(duration_or_zero_flag(&duration_text(d)), Ok(d));
+        }
+        assert_eq!(duration_text(Duration::from_secs(300)), "5m");
         assert_eq!(duration_flag("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(duration_flag("250ms"), Ok(Duration::from_millis(250)));
         assert!(duration_flag("0s").is_err());

@@ -13,16 +13,8 @@ pub struct ImagesArgs {
     /// Schematic ID of the installer (default: the vanilla schematic).
     #[arg(long, value_name = "ID")]
     pub schematic: Option<String>,
-    /// Installer repository (default: factory.talos.dev/installer).
-    #[arg(long, value_name = "REPO")]
-    pub installer_repository: Option<String>,
-    /// Use the platform's installer, factory.talos.dev/<P>-installer (default: none, the --installer-repository).
-    #[arg(long, value_name = "P")]
-    pub platform: Option<String>,
-    /// Add the optional images of a cluster whose CNI and add-ons Talos
-    /// manages (flannel, kube-proxy, CoreDNS, kube-network-policies).
-    #[arg(long)]
-    pub optional: bool,
+    #[command(flatten)]
+    pub installer: super::common::InstallerArgs,
     /// Print JSON: each image with what it is for.
     #[arg(long)]
     pub json: bool,
@@ -39,9 +31,9 @@ pub fn run(args: ImagesArgs) -> crate::Result<i32> {
             talos: &args.talos,
             kubernetes: &args.kubernetes,
             schematic: args.schematic.as_deref(),
-            installer_repository: args.installer_repository.as_deref(),
-            platform: args.platform.as_deref(),
-            optional: args.optional,
+            installer_repository: args.installer.installer_repository.as_deref(),
+            platform: args.installer.platform.as_deref(),
+            optional: args.installer.optional,
             names: Default::default(),
         },
     )?;

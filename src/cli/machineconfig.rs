@@ -312,46 +312,7 @@ pub const SECRETS_NOT_SAVED: &str = "warning: the secrets generated for this con
 pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
     use crate::machineconfig::Request;
     use crate::yaml::Value;
-    // The bundle is kept in a file: every later config of the cluster
-    // needs it again (`-` would have made a file named `-`).
-    if args.output_secrets.as_deref() == Some("-") {
-        return Err(crate::Error::bad_input(
-            "--output-secrets: \"-\" is not a file; give the file the bundle is kept in (every later config of the cluster needs it)",
-        ));
-    }
-    // Every file read is an input only: neither output may be one (by
-    // name, or the same inode through a link), checked before any write.
-    let mut inputs: Vec<(String, &str)> = Vec::new();
-    for (flag, p) in [
-        ("--with-secrets", &args.with_secrets),
-        ("--values", &args.values),
-        (
-            "--image-verification-key",
-            &args.air_gap.image_verification_key,
-        ),
-        ("--mirror-ca", &args.air_gap.mirror_ca),
-    ] {
-        if let Some(p) = p.as_deref().filter(|p| *p != "-") {
-            inputs.push((flag.to_string(), p));
-        }
-    }
-    for (i, p) in args.config_patch.iter().enumerate() {
-        if let Some(p) = p.strip_prefix('@').filter(|p| *p != "-") {
-            inputs.push((format!("--config-patch #{}", i + 1), p));
-        }
-    }
-    let outputs = [
-        ("-o/--output", args.output.as_deref().filter(|p| *p != "-")),
-        ("--output-secrets", args.output_secrets.as_deref()),
-    ];
-    for (flag, out) in outputs {
-        let Some(out) = out else { continue };
-        if let Some((input_flag, input)) = inputs.iter().find(|(_, i)| same_file(i, out)) {
-            return Err(crate::Error::bad_input(format!(
-                "{flag}: {out:?} is the {input_flag} file {input:?}; it would be overwritten: give another file"
-            )));
-        }
-    }
+    check_outputs(&args)?;
     let secrets = match &args.with_secrets {
         Some(path) => Some(Value::String(super::read_yaml_input(
             path,
@@ -422,33 +383,7 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
         eprintln!("talos-gen: {SECRETS_NOT_SAVED}");
     }
     if let Some(path) = &args.output_secrets {
-        // Never replace a different bundle: configs already made from it
-        // would stop matching the cluster. The same bundle is left as it is.
-        match crate::input::read_string(
-            std::path::Path::new(path),
-            crate::input::MAX_INPUT,
-            crate::input::Kind::File,
-        ) {
-            Ok(existing) => {
-                let same = crate::machineconfig::secrets::Bundle::parse(&existing, path)
-                    .is_ok_and(|b| b == out.bundle);
-                if !same {
-                    return Err(crate::Error::refused(format!(
-                        "--output-secrets: {path:?} already holds a different secrets bundle; not overwritten (remove it, or pass it as --with-secrets)"
-                    )));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // Never: another run making the bundle at once is not replaced.
-                write_file_as(
-                    path,
-                    &out.secrets_yaml(),
-                    "--output-secrets",
-                    crate::atomic::Replace::Never,
-                )?
-            }
-            Err(e) => return Err(crate::Error::io(format!("--output-secrets: {path}"), e)),
-        }
+        write_secrets(path, &out)?;
     }
     match output {
         Some(path) => {
@@ -476,6 +411,85 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Neither output is `-` for the bundle or one of the files read (by name,
+/// or the same inode through a link): checked before any write.
+fn check_outputs(args: &MachineconfigArgs) -> crate::Result<()> {
+    // The bundle is kept in a file: every later config of the cluster
+    // needs it again (`-` would have made a file named `-`).
+    if args.output_secrets.as_deref() == Some("-") {
+        return Err(crate::Error::bad_input(
+            "--output-secrets: \"-\" is not a file; give the file the bundle is kept in (every later config of the cluster needs it)",
+        ));
+    }
+    // Every file read is an input only: neither output may be one (by
+    // name, or the same inode through a link), checked before any write.
+    let mut inputs: Vec<(String, &str)> = Vec::new();
+    for (flag, p) in [
+        ("--with-secrets", &args.with_secrets),
+        ("--values", &args.values),
+        (
+            "--image-verification-key",
+            &args.air_gap.image_verification_key,
+        ),
+        ("--mirror-ca", &args.air_gap.mirror_ca),
+    ] {
+        if let Some(p) = p.as_deref().filter(|p| *p != "-") {
+            inputs.push((flag.to_string(), p));
+        }
+    }
+    for (i, p) in args.config_patch.iter().enumerate() {
+        if let Some(p) = p.strip_prefix('@').filter(|p| *p != "-") {
+            inputs.push((format!("--config-patch #{}", i + 1), p));
+        }
+    }
+    let outputs = [
+        ("-o/--output", args.output.as_deref().filter(|p| *p != "-")),
+        ("--output-secrets", args.output_secrets.as_deref()),
+    ];
+    for (flag, out) in outputs {
+        let Some(out) = out else { continue };
+        if let Some((input_flag, input)) = inputs.iter().find(|(_, i)| same_file(i, out)) {
+            return Err(crate::Error::bad_input(format!(
+                "{flag}: {out:?} is the {input_flag} file {input:?}; it would be overwritten: give another file"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `--output-secrets`: the bundle written, or left as it is when the file
+/// holds the same one.
+fn write_secrets(path: &str, out: &crate::machineconfig::Output) -> crate::Result<()> {
+    // Never replace a different bundle: configs already made from it
+    // would stop matching the cluster. The same bundle is left as it is.
+    match crate::input::read_string(
+        std::path::Path::new(path),
+        crate::input::MAX_INPUT,
+        crate::input::Kind::File,
+    ) {
+        Ok(existing) => {
+            let same = crate::machineconfig::secrets::Bundle::parse(&existing, path)
+                .is_ok_and(|b| b == out.bundle);
+            if !same {
+                return Err(crate::Error::refused(format!(
+                    "--output-secrets: {path:?} already holds a different secrets bundle; not overwritten (remove it, or pass it as --with-secrets)"
+                )));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Never: another run making the bundle at once is not replaced.
+            write_file_as(
+                path,
+                &out.secrets_yaml(),
+                "--output-secrets",
+                crate::atomic::Replace::Never,
+            )?
+        }
+        Err(e) => return Err(crate::Error::io(format!("--output-secrets: {path}"), e)),
+    }
+    Ok(())
 }
 
 pub fn run_reservations(args: ReservationsArgs) -> crate::Result<i32> {

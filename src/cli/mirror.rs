@@ -89,7 +89,7 @@ pub enum MirrorCommand {
         #[arg(
             long,
             env = "TALOS_GEN_FACTORY_URL",
-            default_value = "https://factory.talos.dev",
+            default_value = crate::compose::DEFAULT_FACTORY_URL,
             value_name = "URL"
         )]
         factory_url: String,
@@ -353,22 +353,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
                 // The run as the status page shows it, if the store answers
                 // at once; then the fills in flight are dropped with the
                 // runtime (their temp files with them).
-                rt.block_on(async {
-                    let l = loc.clone();
-                    let write = async {
-                        let store = tokio::task::spawn_blocking(move || mirror::open_store(&l))
-                            .await
-                            .ok()?
-                            .ok()?;
-                        let mut status = mirror::report::SyncStatus::from_report(&report);
-                        status.ok = false;
-                        mirror::report::write(&store, &status).await.ok()
-                    };
-                    tokio::time::timeout(INTERRUPTED_WRITE, write)
-                        .await
-                        .ok()
-                        .flatten()
-                });
+                record_interrupted(&rt, &loc, &report);
                 rt.shutdown_timeout(INTERRUPTED_DRAIN);
                 eprintln!("talos-gen: {}", report.interrupted_summary(name));
                 return Ok(code);
@@ -389,27 +374,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             at,
             dry_run,
             matrix,
-        } => {
-            let cfg = load_config(&config, matrix.as_deref())?;
-            let loc = at.location(STORE_TIMEOUT)?;
-            // A dry run changes nothing, not even the leftovers an open sweeps.
-            let store = if dry_run {
-                mirror::look_at_store(&loc)?
-            } else {
-                mirror::open_store(&loc)?
-            };
-            let rt = rt()?;
-            let r = rt.block_on(mirror::prune(&store, &cfg, dry_run))?;
-            print_prune(&r);
-            // The status page's per-release holdings follow.
-            if !dry_run && let Some(mut status) = mirror::report::read(&store) {
-                status.releases = mirror::holdings(&store, &cfg);
-                if let Err(e) = rt.block_on(mirror::report::write(&store, &status)) {
-                    eprintln!("talos-gen: mirror prune: updating the status page's holdings: {e}");
-                }
-            }
-            Ok(0)
-        }
+        } => run_prune(&config, &at, dry_run, matrix.as_deref(), rt),
         MirrorCommand::Plan {
             config,
             json,
@@ -435,57 +400,132 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             output,
             format,
             config,
-        } => {
-            let cfg = config
-                .as_deref()
-                .map(|c| mirror::Config::load(Path::new(c)))
-                .transpose()?;
-            let loc = at.location(STORE_TIMEOUT)?;
-            if format != mirror::Format::Tar {
-                let r = mirror::export_tree(&loc, Path::new(&output), cfg.as_ref(), format)?;
-                print_export_tree(&r, format, &output);
-                return Ok(0);
-            }
-            let r = mirror::export(&loc, Path::new(&output), cfg.as_ref())?;
-            let _ = outln!(
-                "mirror export: {} keys, {} objects ({}) written to {output}",
-                r.keys,
-                r.objects,
-                crate::text::human_size(r.bytes)
-            );
-            Ok(0)
-        }
+        } => run_export(&at, &output, format, config.as_deref()),
         MirrorCommand::Cert { output_dir, name } => {
             let r = mirror::cert::issue(Path::new(&output_dir), &name)?;
             print_cert(&r, &name, &output_dir);
             Ok(0)
         }
 
-        MirrorCommand::Import { file, at } => {
-            let loc = at.location(STORE_TIMEOUT)?;
-            let started = std::time::Instant::now();
-            let rt = rt()?;
-            let mut signals = Signals::new(&rt);
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let caught = std::sync::Arc::new(std::sync::OnceLock::new());
-            let watch = {
-                let (stop, caught) = (stop.clone(), caught.clone());
-                rt.spawn(async move {
-                    let _ = caught.set(signals.first().await);
-                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                })
-            };
-            let r = rt.block_on(mirror::import_until(Path::new(&file), &loc, &stop, true))?;
-            watch.abort();
-            if r.interrupted.is_some() {
-                let (name, code) = caught.get().copied().unwrap_or(("a signal", 130));
-                rt.shutdown_timeout(INTERRUPTED_DRAIN);
-                eprintln!("talos-gen: {}", r.interrupted_summary(name));
-                return Ok(code);
-            }
-            Ok(report_import(&rt, &loc, &file, started.elapsed(), &r))
+        MirrorCommand::Import { file, at } => run_import(&file, &at, rt),
+    }
+}
+
+/// `mirror export`: a tar bundle, or a tree (`--format http|oci`).
+fn run_export(
+    at: &super::common::MirrorStoreArgs,
+    output: &str,
+    format: crate::mirror::Format,
+    config: Option<&str>,
+) -> crate::Result<i32> {
+    use crate::mirror;
+    use std::path::Path;
+    let cfg = config
+        .map(|c| mirror::Config::load(Path::new(c)))
+        .transpose()?;
+    let loc = at.location(STORE_TIMEOUT)?;
+    if format != mirror::Format::Tar {
+        let r = mirror::export_tree(&loc, Path::new(output), cfg.as_ref(), format)?;
+        print_export_tree(&r, format, output);
+        return Ok(0);
+    }
+    let r = mirror::export(&loc, Path::new(output), cfg.as_ref())?;
+    let _ = outln!(
+        "mirror export: {} keys, {} objects ({}) written to {output}",
+        r.keys,
+        r.objects,
+        crate::text::human_size(r.bytes)
+    );
+    Ok(0)
+}
+
+/// After an interrupted sync: the run as the status page shows it, if the
+/// store answers at once (within [`INTERRUPTED_WRITE`]).
+fn record_interrupted(
+    rt: &tokio::runtime::Runtime,
+    loc: &crate::store::Location,
+    report: &crate::mirror::SyncReport,
+) {
+    use crate::mirror;
+    rt.block_on(async {
+        let l = loc.clone();
+        let write = async {
+            let store = tokio::task::spawn_blocking(move || mirror::open_store(&l))
+                .await
+                .ok()?
+                .ok()?;
+            let mut status = mirror::report::SyncStatus::from_report(report);
+            status.ok = false;
+            mirror::report::write(&store, &status).await.ok()
+        };
+        tokio::time::timeout(INTERRUPTED_WRITE, write)
+            .await
+            .ok()
+            .flatten()
+    });
+}
+
+/// `mirror prune`: remove what the config no longer names, then update the
+/// status page's holdings.
+fn run_prune(
+    config: &str,
+    at: &super::common::MirrorStoreArgs,
+    dry_run: bool,
+    matrix: Option<&str>,
+    rt: impl FnOnce() -> crate::Result<tokio::runtime::Runtime>,
+) -> crate::Result<i32> {
+    use crate::mirror;
+    let cfg = load_config(config, matrix)?;
+    let loc = at.location(STORE_TIMEOUT)?;
+    // A dry run changes nothing, not even the leftovers an open sweeps.
+    let store = if dry_run {
+        mirror::look_at_store(&loc)?
+    } else {
+        mirror::open_store(&loc)?
+    };
+    let rt = rt()?;
+    let r = rt.block_on(mirror::prune(&store, &cfg, dry_run))?;
+    print_prune(&r);
+    // The status page's per-release holdings follow.
+    if !dry_run && let Some(mut status) = mirror::report::read(&store) {
+        status.releases = mirror::holdings(&store, &cfg);
+        if let Err(e) = rt.block_on(mirror::report::write(&store, &status)) {
+            eprintln!("talos-gen: mirror prune: updating the status page's holdings: {e}");
         }
     }
+    Ok(0)
+}
+
+/// `mirror import`: read a bundle into the store, stopped by a signal.
+fn run_import(
+    file: &str,
+    at: &super::common::MirrorStoreArgs,
+    rt: impl FnOnce() -> crate::Result<tokio::runtime::Runtime>,
+) -> crate::Result<i32> {
+    use crate::mirror;
+    use std::path::Path;
+    let loc = at.location(STORE_TIMEOUT)?;
+    let started = std::time::Instant::now();
+    let rt = rt()?;
+    let mut signals = Signals::new(&rt);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let caught = std::sync::Arc::new(std::sync::OnceLock::new());
+    let watch = {
+        let (stop, caught) = (stop.clone(), caught.clone());
+        rt.spawn(async move {
+            let _ = caught.set(signals.first().await);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        })
+    };
+    let r = rt.block_on(mirror::import_until(Path::new(file), &loc, &stop, true))?;
+    watch.abort();
+    if r.interrupted.is_some() {
+        let (name, code) = caught.get().copied().unwrap_or(("a signal", 130));
+        rt.shutdown_timeout(INTERRUPTED_DRAIN);
+        eprintln!("talos-gen: {}", r.interrupted_summary(name));
+        return Ok(code);
+    }
+    Ok(report_import(&rt, &loc, file, started.elapsed(), &r))
 }
 
 /// `mirror sync`'s config: the file (nothing to mirror is bad input) and

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::compose::ServiceConfig;
 use crate::http::ServeConfig;
 
 const SERVE_EXAMPLES: &str = "\
@@ -59,7 +60,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "TALOS_GEN_FACTORY_URL",
-        default_value = "https://factory.talos.dev",
+        default_value = crate::compose::DEFAULT_FACTORY_URL,
         value_name = "URL"
     )]
     pub factory_url: String,
@@ -123,7 +124,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "TALOS_GEN_TAG_REVALIDATE",
-        default_value = "30s",
+        default_value = super::common::duration_text(crate::compose::TAG_REVALIDATE),
         value_name = "DURATION",
         value_parser = super::common::duration_or_zero_flag
     )]
@@ -135,7 +136,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "TALOS_GEN_METADATA_TTL",
-        default_value = "5m",
+        default_value = super::common::duration_text(crate::compose::DEFAULT_METADATA_TTL),
         value_name = "DURATION",
         value_parser = super::common::duration_or_zero_flag
     )]
@@ -257,31 +258,35 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
     if let crate::store::Location::S3(c) = &mut store {
         c.local_tier = args.local_cache_max_size;
     }
-    let cfg = ServeConfig {
-        listen: args.listen,
+    let service = ServiceConfig {
         store,
+        cache_max_size: args.cache_max_size,
         factory_url: args.factory_url.trim_end_matches('/').to_string(),
         registry_url: args
             .registry_url
             .map(|u| u.trim_end_matches('/').to_string()),
-        offline: args.offline,
-        cache_max_size: args.cache_max_size,
-        schematics_dir: args.schematics_dir.map(Into::into),
-        matrix: args.matrix.map(Into::into),
         mirror_upstreams: crate::registry::MirrorTable::parse(&args.mirror_upstream)
             .map_err(crate::Error::bad_input)?,
+        offline: args.offline,
+        schematics_dir: args.schematics_dir.map(Into::into),
+        tag_revalidate: args.tag_revalidate,
+        metadata_ttl: args.metadata_ttl,
+        max_concurrent_fills: Some(args.max_concurrent_fills as usize),
+        limits: args.upstream.limits(),
+        direct_upstreams: false,
+    };
+    let cfg = ServeConfig {
+        service,
+        listen: args.listen,
+        matrix: args.matrix.map(Into::into),
         shutdown_timeout: args.shutdown_timeout,
         api_token_file: args.api_token_file.map(Into::into),
-        tag_revalidate: args.tag_revalidate,
         header_read_timeout: args.header_read_timeout.max(Duration::from_secs(1)),
         write_timeout: args.write_timeout.max(Duration::from_secs(1)),
         body_read_timeout: args.body_read_timeout,
         max_connections: args
             .max_connections
             .map_or_else(crate::http::conns::Connections::default_max, |n| n as usize),
-        max_concurrent_fills: args.max_concurrent_fills as usize,
-        upstream_limits: args.upstream.limits(),
-        metadata_ttl: args.metadata_ttl,
         tls: match (args.tls_cert, args.tls_key) {
             (Some(cert), Some(key)) => Some(crate::http::tls::TlsFiles {
                 cert: cert.into(),

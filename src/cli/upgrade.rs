@@ -68,16 +68,8 @@ pub struct ImagesArgs {
     /// Schematic ID of the installer, or an embedded schematic's name (default: the vanilla schematic).
     #[arg(long, value_name = "ID")]
     pub schematic: Option<String>,
-    /// Installer repository (default: factory.talos.dev/installer).
-    #[arg(long, value_name = "REPO")]
-    pub installer_repository: Option<String>,
-    /// Use the platform's installer, factory.talos.dev/<P>-installer (default: none, the --installer-repository).
-    #[arg(long, value_name = "P")]
-    pub platform: Option<String>,
-    /// Add the optional images of a cluster whose CNI and add-ons Talos
-    /// manages (flannel, kube-proxy, CoreDNS, kube-network-policies).
-    #[arg(long)]
-    pub optional: bool,
+    #[command(flatten)]
+    pub installer: super::common::InstallerArgs,
 }
 
 pub fn run(args: UpgradeArgs) -> crate::Result<i32> {
@@ -98,9 +90,9 @@ pub fn run(args: UpgradeArgs) -> crate::Result<i32> {
                 &plan,
                 &upgrade::ImageOptions {
                     schematic: a.schematic.as_deref(),
-                    installer_repository: a.installer_repository.as_deref(),
-                    platform: a.platform.as_deref(),
-                    optional: a.optional,
+                    installer_repository: a.installer.installer_repository.as_deref(),
+                    platform: a.installer.platform.as_deref(),
+                    optional: a.installer.optional,
                     names: Default::default(),
                 },
             )?;

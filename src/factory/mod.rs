@@ -29,6 +29,7 @@ mod artifacts;
 mod documents;
 mod pxe;
 
+pub use crate::upstream::DEFAULT_FACTORY_URL;
 pub use artifacts::{ImageKey, TalosctlKey, valid_asset, verifier_for};
 pub use documents::{DEFAULT_METADATA_TTL, Document, FactoryDoc};
 pub use pxe::{pxe_assets, rewrite_pxe};

@@ -34,23 +34,17 @@ pub mod status;
 pub mod tls;
 pub mod token;
 
-/// Everything `serve` was told, already parsed by the CLI edge.
+/// Everything `serve` was told, already parsed by the CLI edge: the
+/// service's own config ([`crate::compose::ServiceConfig`], handed whole to
+/// the composition root, its fields read through `Deref`) and what only
+/// the HTTP edge uses.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    pub service: crate::compose::ServiceConfig,
     pub listen: String,
-    /// The store: a local directory (`--cache-dir`) or an S3 bucket.
-    pub store: crate::compose::Location,
-    pub factory_url: String,
-    pub registry_url: Option<String>,
-    pub offline: bool,
-    /// Evict down to this many bytes (`None`: no limit).
-    pub cache_max_size: Option<u64>,
-    pub schematics_dir: Option<PathBuf>,
     pub matrix: Option<PathBuf>,
-    pub mirror_upstreams: crate::registry::MirrorTable,
     pub shutdown_timeout: Duration,
     pub api_token_file: Option<PathBuf>,
-    pub tag_revalidate: Duration,
     /// Time a client has to send a request head (also the keep-alive idle limit).
     pub header_read_timeout: Duration,
     /// A response write blocked this long (the client stopped reading) ends the connection.
@@ -59,14 +53,6 @@ pub struct ServeConfig {
     pub body_read_timeout: Duration,
     /// Connections open at once; past it the oldest idle one closes for a new one (`conns`).
     pub max_connections: usize,
-    /// Upstream fills running at once.
-    pub max_concurrent_fills: usize,
-    /// The bounds on every upstream wait (`--upstream-timeout`, `--upstream-min-rate`).
-    pub upstream_limits: crate::upstream::Limits,
-    /// How long a stored factory document (`/versions`, the signing key
-    /// and certificate, the extension and overlay lists) is answered
-    /// without asking the factory (`--metadata-ttl`).
-    pub metadata_ttl: Duration,
     /// Serve HTTPS with this certificate and key (re-read when they change).
     pub tls: Option<tls::TlsFiles>,
     /// The base URL clients reach the service at (`--public-url`), for the
@@ -78,33 +64,10 @@ pub struct ServeConfig {
     pub trust_forwarded_for: bool,
 }
 
-impl ServeConfig {
-    /// Defaults for everything but the listen address and cache directory.
-    pub fn new(listen: impl Into<String>, cache_dir: impl Into<PathBuf>) -> ServeConfig {
-        ServeConfig {
-            listen: listen.into(),
-            store: crate::compose::Location::Dir(cache_dir.into()),
-            factory_url: "https://factory.talos.dev".into(),
-            registry_url: None,
-            offline: false,
-            cache_max_size: None,
-            schematics_dir: None,
-            matrix: None,
-            mirror_upstreams: Default::default(),
-            shutdown_timeout: Duration::from_secs(30),
-            api_token_file: None,
-            tag_revalidate: Duration::from_secs(30),
-            header_read_timeout: Duration::from_secs(15),
-            write_timeout: Duration::from_secs(60),
-            body_read_timeout: Duration::from_secs(30),
-            max_connections: conns::Connections::default_max(),
-            max_concurrent_fills: 16,
-            upstream_limits: crate::upstream::Limits::default(),
-            metadata_ttl: crate::factory::DEFAULT_METADATA_TTL,
-            tls: None,
-            public_url: None,
-            trust_forwarded_for: false,
-        }
+impl std::ops::Deref for ServeConfig {
+    type Target = crate::compose::ServiceConfig;
+    fn deref(&self) -> &crate::compose::ServiceConfig {
+        &self.service
     }
 }
 
@@ -342,13 +305,13 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Bind, serve until SIGTERM or Ctrl-C, then drain.
 /// Bytes hyper queues for one connection before it stops asking the body
 /// for more (its default, about 400 KiB, made a stalled reader hold that
 /// much; this bounds it, with a 1 MiB stored window still queued whole).
 /// Also the read buffer, so at least [`limits::HEADER_LIMIT`].
 pub const WRITE_QUEUE: usize = 64 << 10;
 
+/// Bind, serve until SIGTERM or Ctrl-C, then drain.
 pub async fn serve(cfg: ServeConfig) -> Result<()> {
     // `:8080` means all interfaces, as Go programs (and kubectl) read it.
     let listen = match cfg.listen.strip_prefix(':') {

@@ -50,37 +50,23 @@ impl AppState {
             .as_deref()
             .map(token::ApiToken::from_file)
             .transpose()?;
-        let svc = crate::compose::Service::build(&crate::compose::ServiceConfig {
-            store: cfg.store.clone(),
-            cache_max_size: cfg.cache_max_size,
-            factory_url: cfg.factory_url.clone(),
-            registry_url: cfg.registry_url.clone(),
-            mirror_upstreams: cfg.mirror_upstreams.clone(),
-            offline: cfg.offline,
-            schematics_dir: cfg.schematics_dir.clone(),
-            tag_revalidate: cfg.tag_revalidate,
-            max_concurrent_fills: Some(cfg.max_concurrent_fills),
-            limits: cfg.upstream_limits,
-            direct_upstreams: false,
-        })
-        .await?;
+        let svc = crate::compose::Service::build(&cfg.service).await?;
         let crate::compose::Service {
             metrics,
             store,
             fills,
             upstream,
             schematics,
-            mut images,
+            images,
             registry,
             ..
         } = svc;
-        images.metadata_ttl = cfg.metadata_ttl;
         let store = crate::inventory::Inventory::new(store);
         let probes = super::ops::Probes::start(
             store.clone(),
             upstream.clone(),
             super::status::upstream_targets(&cfg),
-            cfg.upstream_limits.timeout,
+            cfg.limits.timeout,
         )
         .await;
         Ok(AppState(Arc::new(Shared {

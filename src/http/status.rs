@@ -438,7 +438,10 @@ fn settings(st: &AppState) -> Vec<Setting> {
         },
         Setting {
             name: "concurrent fills",
-            value: format!("at most {}", cfg.max_concurrent_fills),
+            value: match cfg.max_concurrent_fills {
+                Some(n) => format!("at most {n}"),
+                None => "no cap".into(),
+            },
         },
         Setting {
             name: "tag revalidation",

@@ -14,7 +14,7 @@ use super::reservations::Sizing;
 pub const DEFAULT_TALOS_VERSION: &str = "v1.13.6";
 pub const DEFAULT_SCHEMATIC: &str =
     "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
-pub const DEFAULT_IMAGE_FACTORY_URL: &str = "https://factory.talos.dev";
+pub const DEFAULT_IMAGE_FACTORY_URL: &str = crate::upstream::DEFAULT_FACTORY_URL;
 pub const DEFAULT_INSTALLER_REPOSITORY: &str = "factory.talos.dev/installer";
 pub const DEFAULT_INSTANCE_TYPE: &str = "u1.medium";
 pub const DEFAULT_KUBERNETES: &str = "v1.35";
@@ -128,6 +128,109 @@ fn text(v: &Option<Value>, field: &str, what: &str) -> Result<Option<String>> {
     }
 }
 
+/// A key the chart does not have is a typo (`talso:` would leave
+/// talos.version at the default without a word): refused.
+fn check_chart_keys(v: &Value, what: &str) -> Result<()> {
+    if let Value::Mapping(m) = v {
+        for k in m.keys() {
+            let k = match k {
+                Value::String(s) => s.clone(),
+                other => format!("{other:?}"),
+            };
+            if !CHART_KEYS.contains(&k.as_str()) {
+                return Err(Error::bad_input(format!(
+                    "{what}: {}",
+                    crate::text::unknown_word("top-level key", &k, CHART_KEYS)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `talos.registryMirrors`: host -> endpoints (at least one) and options.
+fn registry_mirrors(m: Option<Mapping>, what: &str) -> Result<Vec<Mirror>> {
+    let mut mirrors = Vec::new();
+    let Some(m) = m else {
+        return Ok(mirrors);
+    };
+    for (host, entry) in m {
+        let Value::String(host) = host else {
+            return Err(Error::bad_input(format!(
+                "{what}: talos.registryMirrors keys must be registry host names"
+            )));
+        };
+        let field = format!("talos.registryMirrors.{host}");
+        let raw: RawMirror = crate::yaml::from_value(entry, &format!("{what}: {field}"))?;
+        let mut endpoints = Vec::new();
+        for e in raw.endpoints.unwrap_or_default() {
+            match e {
+                Value::String(s) => endpoints.push(s),
+                _ => {
+                    return Err(Error::bad_input(format!(
+                        "{what}: {field}.endpoints must be a list of URLs"
+                    )));
+                }
+            }
+        }
+        if endpoints.is_empty() {
+            return Err(Error::bad_input(format!(
+                "{what}: {field}.endpoints must name at least one endpoint"
+            )));
+        }
+        mirrors.push(Mirror {
+            host,
+            endpoints,
+            override_path: raw.override_path,
+            skip_fallback: raw.skip_fallback,
+        });
+    }
+    Ok(mirrors)
+}
+
+/// The worker's size: instance type or resources, and the kubelet's reservations.
+fn sizing(
+    instance_type: &Option<Value>,
+    resources: RawResources,
+    kubelet: RawKubelet,
+    what: &str,
+) -> Result<Sizing> {
+    Ok(Sizing {
+        instance_type: match instance_type {
+            None => Some(DEFAULT_INSTANCE_TYPE.to_string()),
+            other => text(other, "instanceType", what)?,
+        },
+        cpu: text(&resources.cpu, "resources.cpu", what)?,
+        memory: text(&resources.memory, "resources.memory", what)?,
+        system_reserved_memory: text(
+            &kubelet.system_reserved_memory,
+            "kubelet.systemReservedMemory",
+            what,
+        )?,
+        kube_reserved_memory: text(
+            &kubelet.kube_reserved_memory,
+            "kubelet.kubeReservedMemory",
+            what,
+        )?,
+        system_reserved_cpu: text(
+            &kubelet.system_reserved_cpu,
+            "kubelet.systemReservedCpu",
+            what,
+        )?,
+        kube_reserved_cpu: text(&kubelet.kube_reserved_cpu, "kubelet.kubeReservedCpu", what)?,
+        eviction_hard_memory: text(
+            &kubelet.eviction_hard_memory,
+            "kubelet.evictionHardMemory",
+            what,
+        )?,
+        eviction_soft_memory: text(
+            &kubelet.eviction_soft_memory,
+            "kubelet.evictionSoftMemory",
+            what,
+        )?,
+    })
+}
+
 impl Values {
     /// Parse a values tree (`what` names the source in errors).
     pub fn from_value(v: Value, what: &str) -> Result<Values> {
@@ -140,59 +243,11 @@ impl Values {
                 )));
             }
         };
-        // A key the chart does not have is a typo (`talso:` would leave
-        // talos.version at the default without a word): refused.
-        if let Value::Mapping(m) = &v {
-            for k in m.keys() {
-                let k = match k {
-                    Value::String(s) => s.clone(),
-                    other => format!("{other:?}"),
-                };
-                if !CHART_KEYS.contains(&k.as_str()) {
-                    return Err(Error::bad_input(format!(
-                        "{what}: {}",
-                        crate::text::unknown_word("top-level key", &k, CHART_KEYS)
-                    )));
-                }
-            }
-        }
+        check_chart_keys(&v, what)?;
         let raw: RawValues = crate::yaml::from_value(v, what)?;
         let talos = raw.talos.unwrap_or_default();
         let or = |v: Option<String>, d: &str| v.unwrap_or_else(|| d.to_string());
-        let mut mirrors = Vec::new();
-        if let Some(m) = talos.registry_mirrors {
-            for (host, entry) in m {
-                let Value::String(host) = host else {
-                    return Err(Error::bad_input(format!(
-                        "{what}: talos.registryMirrors keys must be registry host names"
-                    )));
-                };
-                let field = format!("talos.registryMirrors.{host}");
-                let raw: RawMirror = crate::yaml::from_value(entry, &format!("{what}: {field}"))?;
-                let mut endpoints = Vec::new();
-                for e in raw.endpoints.unwrap_or_default() {
-                    match e {
-                        Value::String(s) => endpoints.push(s),
-                        _ => {
-                            return Err(Error::bad_input(format!(
-                                "{what}: {field}.endpoints must be a list of URLs"
-                            )));
-                        }
-                    }
-                }
-                if endpoints.is_empty() {
-                    return Err(Error::bad_input(format!(
-                        "{what}: {field}.endpoints must name at least one endpoint"
-                    )));
-                }
-                mirrors.push(Mirror {
-                    host,
-                    endpoints,
-                    override_path: raw.override_path,
-                    skip_fallback: raw.skip_fallback,
-                });
-            }
-        }
+        let mirrors = registry_mirrors(talos.registry_mirrors, what)?;
         let resources = raw.resources.unwrap_or_default();
         let kubelet = raw.kubelet.unwrap_or_default();
         Ok(Values {
@@ -218,44 +273,7 @@ impl Values {
                 DEFAULT_INSTALLER_REPOSITORY,
             ),
             registry_mirrors: mirrors,
-            sizing: Sizing {
-                instance_type: match &raw.instance_type {
-                    None => Some(DEFAULT_INSTANCE_TYPE.to_string()),
-                    other => text(other, "instanceType", what)?,
-                },
-                cpu: text(&resources.cpu, "resources.cpu", what)?,
-                memory: text(&resources.memory, "resources.memory", what)?,
-                system_reserved_memory: text(
-                    &kubelet.system_reserved_memory,
-                    "kubelet.systemReservedMemory",
-                    what,
-                )?,
-                kube_reserved_memory: text(
-                    &kubelet.kube_reserved_memory,
-                    "kubelet.kubeReservedMemory",
-                    what,
-                )?,
-                system_reserved_cpu: text(
-                    &kubelet.system_reserved_cpu,
-                    "kubelet.systemReservedCpu",
-                    what,
-                )?,
-                kube_reserved_cpu: text(
-                    &kubelet.kube_reserved_cpu,
-                    "kubelet.kubeReservedCpu",
-                    what,
-                )?,
-                eviction_hard_memory: text(
-                    &kubelet.eviction_hard_memory,
-                    "kubelet.evictionHardMemory",
-                    what,
-                )?,
-                eviction_soft_memory: text(
-                    &kubelet.eviction_soft_memory,
-                    "kubelet.evictionSoftMemory",
-                    what,
-                )?,
-            },
+            sizing: sizing(&raw.instance_type, resources, kubelet, what)?,
             gpu: raw.gpus.is_some_and(|g| !g.is_empty()),
         })
     }
@@ -270,16 +288,6 @@ impl Values {
         format!(
             "{}/{}:{}",
             self.installer_repository.trim_end_matches('/'),
-            self.schematic_id,
-            self.talos_version
-        )
-    }
-
-    /// `<imageFactoryURL>/image/<schematicID>/<talos.version>/openstack-amd64.raw.xz`
-    pub fn disk_image_url(&self) -> String {
-        format!(
-            "{}/image/{}/{}/openstack-amd64.raw.xz",
-            self.image_factory_url.trim_end_matches('/'),
             self.schematic_id,
             self.talos_version
         )

@@ -87,30 +87,12 @@ pub fn all() -> Vec<String> {
 
 /// The `n` known names closest to `name` (edit distance, then name).
 pub fn nearest(name: &str, n: usize) -> Vec<String> {
-    let mut all: Vec<(usize, String)> =
-        all().into_iter().map(|k| (distance(name, &k), k)).collect();
+    let mut all: Vec<(usize, String)> = all()
+        .into_iter()
+        .map(|k| (crate::text::levenshtein(name, &k, |c| c), k))
+        .collect();
     all.sort();
     all.into_iter().take(n).map(|(_, k)| k).collect()
-}
-
-/// Levenshtein distance over chars (names are short).
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().take(64).enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                prev
-            } else {
-                1 + prev.min(cur).min(row[j])
-            };
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]

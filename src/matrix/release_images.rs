@@ -50,7 +50,8 @@ impl ReleaseImages {
 
     /// Does Talos publish `ghcr.io/siderolabs/installer` for this release?
     /// (Not from 1.14 on, where the default is the Image Factory's.)
-    pub fn publishes_ghcr_installer(&self) -> bool {
+    #[cfg(test)]
+    fn publishes_ghcr_installer(&self) -> bool {
         self.installer == "ghcr.io/siderolabs/installer"
     }
 }

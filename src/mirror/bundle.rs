@@ -269,9 +269,7 @@ pub async fn import_until(
     };
     let mut ticker = super::progress::Ticker::new();
     let loc = loc.into();
-    let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, None))
-        .await
-        .map_err(|e| Error::io("opening the store", std::io::Error::other(e)))??;
+    let store = crate::compose::open_store(loc, None).await?;
     let what = file.display().to_string();
     let bad_input = |m: String| Error::bad_input(format!("{what}: {m}"));
     let mut tar = tar::Archive::new(BufReader::with_capacity(1 << 20, f));
@@ -279,89 +277,9 @@ pub async fn import_until(
         bad_input("not a tar file (expected a `talos-gen mirror export` file)".into())
     })?;
     // The index comes first.
-    let index: BundleIndex = {
-        let mut first = entries_iter
-            .next()
-            .ok_or_else(|| {
-                bad_input(
-                    "empty, or not a tar file (expected a `talos-gen mirror export` file)".into(),
-                )
-            })?
-            .map_err(|_| {
-                bad_input("not a tar file (expected a `talos-gen mirror export` file)".into())
-            })?;
-        let name = first
-            .path()
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if name != INDEX_NAME || first.size() > MAX_INDEX {
-            // A file that is no tar at all parses as garbage names: never
-            // echo those bytes to the terminal.
-            let shown =
-                if name.len() <= 100 && name.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
-                    format!(" (its first member is {name:?})")
-                } else {
-                    String::new()
-                };
-            return Err(bad_input(format!(
-                "not a talos-gen mirror export: a tar file made by `talos-gen mirror export` starts with {INDEX_NAME}{shown}"
-            )));
-        }
-        let mut b = Vec::new();
-        first
-            .read_to_end(&mut b)
-            .map_err(|e| bad_input(format!("reading {INDEX_NAME}: {e}")))?;
-        let idx: BundleIndex =
-            serde_json::from_slice(&b).map_err(|e| bad_input(format!("{INDEX_NAME}: {e}")))?;
-        if idx.format != FORMAT {
-            return Err(bad_input(format!(
-                "{INDEX_NAME}: unknown format {}",
-                idx.format
-            )));
-        }
-        idx
-    };
+    let index = read_index(entries_iter.next(), &what)?;
     let mut report = ImportReport::default();
-    // A key the index gives two objects is a contradiction: neither is
-    // imported (which one would the bundle's maker have meant?).
-    let mut claims: HashMap<&str, Vec<&str>> = HashMap::new();
-    for e in &index.entries {
-        let c = claims.entry(e.key.as_str()).or_default();
-        if !c.contains(&e.digest.as_str()) {
-            c.push(e.digest.as_str());
-        }
-    }
-    let mut contradicted: Vec<String> = claims
-        .iter()
-        .filter(|(_, ds)| ds.len() > 1)
-        .map(|(k, _)| k.to_string())
-        .collect();
-    contradicted.sort();
-    for k in &contradicted {
-        let ds: Vec<String> = claims[k.as_str()]
-            .iter()
-            .map(|d| format!("sha256:{d}"))
-            .collect();
-        report.bad.push(format!(
-            "{k}: the index gives it {} objects ({}); not imported",
-            ds.len(),
-            ds.join(", ")
-        ));
-    }
-    let mut seen: std::collections::HashSet<String> = Default::default();
-    let mut by_digest: HashMap<String, Vec<Entry>> = HashMap::new();
-    for e in index.entries {
-        if contradicted.binary_search(&e.key).is_ok() || !seen.insert(e.key.clone()) {
-            continue;
-        }
-        // A key that names a digest (a blob, a manifest, a schematic) must
-        // name its object's: never imported otherwise, whatever the bytes.
-        if let Err(why) = crate::registry::layout::check_claim(&e.key, &e.digest) {
-            report.bad.push(why);
-            continue;
-        }
-        by_digest.entry(e.digest.clone()).or_default().push(e);
-    }
+    let mut by_digest = claimed_objects(index, &mut report);
     let mut known: std::collections::HashSet<String> =
         store.entries().into_iter().map(|e| e.digest).collect();
     let mut buf = vec![0u8; 1 << 20];
@@ -412,18 +330,8 @@ pub async fn import_until(
                 return Ok(report);
             }
             if lines && let Some(rate) = ticker.due(read_so_far.load(Ordering::Relaxed)) {
-                super::progress::log_line(&format!(
-                    "{}; now sha256:{} ({} of {})",
-                    super::progress::progress_text(
-                        &what,
-                        read_so_far.load(Ordering::Relaxed),
-                        file_len,
-                        &rate
-                    ),
-                    &digest[..12.min(digest.len())],
-                    crate::text::human_size(len),
-                    crate::text::human_size(want)
-                ));
+                let read = read_so_far.load(Ordering::Relaxed);
+                log_progress(&what, read, file_len, &rate, digest, len, want);
             }
             // The signal's task gets its turn between reads.
             tokio::task::yield_now().await;
@@ -449,34 +357,7 @@ pub async fn import_until(
                 .push(format!("sha256:{digest}: bytes do not match its name"));
             continue;
         }
-        let mut tmp = Some(tmp);
-        for e in entries {
-            if store.entry(&e.key).is_some_and(|x| x.digest == e.digest) {
-                report.present += 1;
-                if e.pinned {
-                    store.set_pinned(&e.key, true).await?;
-                }
-                continue;
-            }
-            let meta = Meta {
-                content_type: e.content_type.clone(),
-                pinned: e.pinned,
-                meta: e.meta.clone(),
-            };
-            if !known.contains(digest) {
-                let Some(t) = tmp.take() else {
-                    continue;
-                };
-                store.commit(t, &e.key, meta).await?;
-                known.insert(digest.to_string());
-                // Counted as imported only when this import wrote it.
-                report.objects += 1;
-                report.bytes += want;
-            } else {
-                store.link(&e.key, digest, meta).await?;
-            }
-            report.keys += 1;
-        }
+        store_keys(&store, entries, tmp, digest, want, &mut known, &mut report).await?;
     }
     for entries in by_digest.values() {
         for e in entries {
@@ -485,6 +366,158 @@ pub async fn import_until(
     }
     report.missing.sort();
     Ok(report)
+}
+
+/// The bundle's index, its first member (refused when it is not one).
+fn read_index<R: Read>(
+    first: Option<std::io::Result<tar::Entry<'_, R>>>,
+    what: &str,
+) -> Result<BundleIndex> {
+    let bad_input = |m: String| Error::bad_input(format!("{what}: {m}"));
+    let mut first = first
+        .ok_or_else(|| {
+            bad_input("empty, or not a tar file (expected a `talos-gen mirror export` file)".into())
+        })?
+        .map_err(|_| {
+            bad_input("not a tar file (expected a `talos-gen mirror export` file)".into())
+        })?;
+    let name = first
+        .path()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if name != INDEX_NAME || first.size() > MAX_INDEX {
+        // A file that is no tar at all parses as garbage names: never
+        // echo those bytes to the terminal.
+        let shown = if name.len() <= 100 && name.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
+            format!(" (its first member is {name:?})")
+        } else {
+            String::new()
+        };
+        return Err(bad_input(format!(
+            "not a talos-gen mirror export: a tar file made by `talos-gen mirror export` starts with {INDEX_NAME}{shown}"
+        )));
+    }
+    let mut b = Vec::new();
+    first
+        .read_to_end(&mut b)
+        .map_err(|e| bad_input(format!("reading {INDEX_NAME}: {e}")))?;
+    let idx: BundleIndex =
+        serde_json::from_slice(&b).map_err(|e| bad_input(format!("{INDEX_NAME}: {e}")))?;
+    if idx.format != FORMAT {
+        return Err(bad_input(format!(
+            "{INDEX_NAME}: unknown format {}",
+            idx.format
+        )));
+    }
+    Ok(idx)
+}
+
+/// The index's entries by object digest, each key once; a key the index
+/// gives two objects, or one that names a digest not its object's, is
+/// reported bad and left out.
+fn claimed_objects(index: BundleIndex, report: &mut ImportReport) -> HashMap<String, Vec<Entry>> {
+    // A key the index gives two objects is a contradiction: neither is
+    // imported (which one would the bundle's maker have meant?).
+    let mut claims: HashMap<&str, Vec<&str>> = HashMap::new();
+    for e in &index.entries {
+        let c = claims.entry(e.key.as_str()).or_default();
+        if !c.contains(&e.digest.as_str()) {
+            c.push(e.digest.as_str());
+        }
+    }
+    let mut contradicted: Vec<String> = claims
+        .iter()
+        .filter(|(_, ds)| ds.len() > 1)
+        .map(|(k, _)| k.to_string())
+        .collect();
+    contradicted.sort();
+    for k in &contradicted {
+        let ds: Vec<String> = claims[k.as_str()]
+            .iter()
+            .map(|d| format!("sha256:{d}"))
+            .collect();
+        report.bad.push(format!(
+            "{k}: the index gives it {} objects ({}); not imported",
+            ds.len(),
+            ds.join(", ")
+        ));
+    }
+    let mut seen: std::collections::HashSet<String> = Default::default();
+    let mut by_digest: HashMap<String, Vec<Entry>> = HashMap::new();
+    for e in index.entries {
+        if contradicted.binary_search(&e.key).is_ok() || !seen.insert(e.key.clone()) {
+            continue;
+        }
+        // A key that names a digest (a blob, a manifest, a schematic) must
+        // name its object's: never imported otherwise, whatever the bytes.
+        if let Err(why) = crate::registry::layout::check_claim(&e.key, &e.digest) {
+            report.bad.push(why);
+            continue;
+        }
+        by_digest.entry(e.digest.clone()).or_default().push(e);
+    }
+    by_digest
+}
+
+/// One progress line of an import without a terminal.
+fn log_progress(
+    what: &str,
+    read: u64,
+    file_len: Option<u64>,
+    rate: &str,
+    digest: &str,
+    len: u64,
+    want: u64,
+) {
+    super::progress::log_line(&format!(
+        "{}; now sha256:{} ({} of {})",
+        super::progress::progress_text(what, read, file_len, rate),
+        &digest[..12.min(digest.len())],
+        crate::text::human_size(len),
+        crate::text::human_size(want)
+    ));
+}
+
+/// Every key of one checked object: present already, committed (the
+/// first time the store sees the object) or linked to it.
+async fn store_keys(
+    store: &Store,
+    entries: Vec<Entry>,
+    tmp: crate::store::TempObject,
+    digest: &str,
+    want: u64,
+    known: &mut std::collections::HashSet<String>,
+    report: &mut ImportReport,
+) -> Result<()> {
+    let mut tmp = Some(tmp);
+    for e in entries {
+        if store.entry(&e.key).is_some_and(|x| x.digest == e.digest) {
+            report.present += 1;
+            if e.pinned {
+                store.set_pinned(&e.key, true).await?;
+            }
+            continue;
+        }
+        let meta = Meta {
+            content_type: e.content_type.clone(),
+            pinned: e.pinned,
+            meta: e.meta.clone(),
+        };
+        if !known.contains(digest) {
+            let Some(t) = tmp.take() else {
+                continue;
+            };
+            store.commit(t, &e.key, meta).await?;
+            known.insert(digest.to_string());
+            // Counted as imported only when this import wrote it.
+            report.objects += 1;
+            report.bytes += want;
+        } else {
+            store.link(&e.key, digest, meta).await?;
+        }
+        report.keys += 1;
+    }
+    Ok(())
 }
 
 /// Why a tar member cannot be an object of `want` bytes, if it cannot:

@@ -55,86 +55,22 @@ fn random_serial() -> rcgen::SerialNumber {
 /// Write the CA (unless one is in `dir`) and a server certificate for `names`.
 pub fn issue(dir: &Path, names: &[String]) -> Result<CertReport> {
     use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair, KeyUsagePurpose,
+        CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
     };
-    if names.is_empty() {
-        return Err(Error::bad_input("--name: at least one host name or IP"));
-    }
-    for n in names {
-        check_name(n)?;
-    }
+    let reuse = check_output_dir(dir, names)?;
+    let (ca_crt, ca_key) = (dir.join("ca.crt"), dir.join("ca.key"));
     let at = |f: &str| dir.join(f);
-    for f in ["tls.crt", "tls.key"] {
-        if at(f).symlink_metadata().is_ok() {
-            return Err(Error::refused(format!(
-                "--output-dir {}: {f} exists; never overwritten (move it away to issue a new one)",
-                dir.display()
-            )));
-        }
-    }
-    let (ca_crt, ca_key) = (at("ca.crt"), at("ca.key"));
-    let reuse = match (
-        ca_crt.symlink_metadata().is_ok(),
-        ca_key.symlink_metadata().is_ok(),
-    ) {
-        (true, true) => true,
-        (false, false) => false,
-        (has_crt, _) => {
-            let (there, absent) = if has_crt {
-                ("ca.crt", "ca.key")
-            } else {
-                ("ca.key", "ca.crt")
-            };
-            return Err(Error::refused(format!(
-                "--output-dir {}: {there} exists without {absent}; both or neither",
-                dir.display()
-            )));
-        }
-    };
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("--output-dir {}", dir.display()), e))?;
-    let err = |what: &str| {
-        let what = what.to_string();
-        move |e: rcgen::Error| Error::refused(format!("{what}: {e}"))
-    };
     let now = time::OffsetDateTime::now_utc();
     // An hour back, for clocks of the clients a little behind.
     let from = now - time::Duration::hours(1);
     let mut written = Vec::new();
 
     let (ca_cert_pem, ca_key_pair) = if reuse {
-        let read = |p: &Path| {
-            std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))
-        };
-        let cert = read(&ca_crt)?;
-        let key = KeyPair::from_pem(&read(&ca_key)?).map_err(|e| {
-            Error::bad_input(format!(
-                "{}: not a PKCS#8 PEM private key: {e}",
-                ca_key.display()
-            ))
-        })?;
-        (cert, key)
+        read_ca(&ca_crt, &ca_key)?
     } else {
-        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-            .map_err(err("generating the CA key"))?;
-        let mut p = CertificateParams::new(Vec::<String>::new()).map_err(err("the CA"))?;
-        p.distinguished_name = rcgen::DistinguishedName::new();
-        p.distinguished_name
-            .push(DnType::CommonName, "talos-gen mirror CA");
-        p.distinguished_name
-            .push(DnType::OrganizationName, "talos-gen");
-        p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        p.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        p.not_before = from;
-        p.not_after = now + time::Duration::days(CA_DAYS);
-        p.serial_number = Some(random_serial());
-        let cert = p.self_signed(&key).map_err(err("signing the CA"))?;
-        (cert.pem(), key)
+        new_ca(now)?
     };
     let issuer = Issuer::from_ca_cert_pem(&ca_cert_pem, &ca_key_pair).map_err(|e| {
         Error::bad_input(format!(
@@ -144,7 +80,7 @@ pub fn issue(dir: &Path, names: &[String]) -> Result<CertReport> {
     })?;
 
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-        .map_err(err("generating the server key"))?;
+        .map_err(rcgen_err("generating the server key"))?;
     let mut p = CertificateParams::new(names.to_vec())
         .map_err(|e| Error::bad_input(format!("--name: {e}")))?;
     p.distinguished_name = rcgen::DistinguishedName::new();
@@ -159,7 +95,7 @@ pub fn issue(dir: &Path, names: &[String]) -> Result<CertReport> {
     p.serial_number = Some(random_serial());
     let cert = p
         .signed_by(&key, &issuer)
-        .map_err(err("signing the server certificate"))?;
+        .map_err(rcgen_err("signing the server certificate"))?;
 
     if !reuse {
         write_new(&ca_crt, ca_cert_pem.as_bytes(), 0o644)?;
@@ -177,6 +113,90 @@ pub fn issue(dir: &Path, names: &[String]) -> Result<CertReport> {
         written,
         not_after: p.not_after,
     })
+}
+
+/// Refuse bad `--name`s, a server pair already there, or half a CA; whether
+/// a whole CA is there to reuse.
+fn check_output_dir(dir: &Path, names: &[String]) -> Result<bool> {
+    if names.is_empty() {
+        return Err(Error::bad_input("--name: at least one host name or IP"));
+    }
+    for n in names {
+        check_name(n)?;
+    }
+    let at = |f: &str| dir.join(f);
+    for f in ["tls.crt", "tls.key"] {
+        if at(f).symlink_metadata().is_ok() {
+            return Err(Error::refused(format!(
+                "--output-dir {}: {f} exists; never overwritten (move it away to issue a new one)",
+                dir.display()
+            )));
+        }
+    }
+    let (ca_crt, ca_key) = (at("ca.crt"), at("ca.key"));
+    match (
+        ca_crt.symlink_metadata().is_ok(),
+        ca_key.symlink_metadata().is_ok(),
+    ) {
+        (true, true) => Ok(true),
+        (false, false) => Ok(false),
+        (has_crt, _) => {
+            let (there, absent) = if has_crt {
+                ("ca.crt", "ca.key")
+            } else {
+                ("ca.key", "ca.crt")
+            };
+            Err(Error::refused(format!(
+                "--output-dir {}: {there} exists without {absent}; both or neither",
+                dir.display()
+            )))
+        }
+    }
+}
+
+/// An rcgen failure, saying what was being made.
+fn rcgen_err(what: &str) -> impl Fn(rcgen::Error) -> Error {
+    let what = what.to_string();
+    move |e: rcgen::Error| Error::refused(format!("{what}: {e}"))
+}
+
+/// The CA already in the output directory.
+fn read_ca(ca_crt: &Path, ca_key: &Path) -> Result<(String, rcgen::KeyPair)> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).map_err(|e| Error::io(format!("reading {}", p.display()), e))
+    };
+    let cert = read(ca_crt)?;
+    let key = rcgen::KeyPair::from_pem(&read(ca_key)?).map_err(|e| {
+        Error::bad_input(format!(
+            "{}: not a PKCS#8 PEM private key: {e}",
+            ca_key.display()
+        ))
+    })?;
+    Ok((cert, key))
+}
+
+/// A new CA, valid from an hour before `now` for [`CA_DAYS`].
+fn new_ca(now: time::OffsetDateTime) -> Result<(String, rcgen::KeyPair)> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .map_err(rcgen_err("generating the CA key"))?;
+    let mut p = CertificateParams::new(Vec::<String>::new()).map_err(rcgen_err("the CA"))?;
+    p.distinguished_name = rcgen::DistinguishedName::new();
+    p.distinguished_name
+        .push(DnType::CommonName, "talos-gen mirror CA");
+    p.distinguished_name
+        .push(DnType::OrganizationName, "talos-gen");
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    p.not_before = now - time::Duration::hours(1);
+    p.not_after = now + time::Duration::days(CA_DAYS);
+    p.serial_number = Some(random_serial());
+    let cert = p.self_signed(&key).map_err(rcgen_err("signing the CA"))?;
+    Ok((cert.pem(), key))
 }
 
 /// Create `path` (never replacing anything) through [`crate::atomic`]: a

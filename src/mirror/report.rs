@@ -139,9 +139,7 @@ pub async fn write_import(
     elapsed: std::time::Duration,
 ) -> Result<SyncStatus> {
     let loc = loc.into();
-    let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, None))
-        .await
-        .map_err(|e| crate::Error::io("opening the store", std::io::Error::other(e)))??;
+    let store = crate::compose::open_store(loc, None).await?;
     let carried = read(&store).filter(|c| c.kind == "sync");
     let status = SyncStatus::from_import(r, bundle, elapsed, carried.as_ref());
     write(&store, &status).await?;
@@ -159,15 +157,6 @@ pub async fn write(store: &Store, status: &SyncStatus) -> Result<()> {
     };
     store.commit_bytes(STATUS_KEY, json.into(), meta).await?;
     Ok(())
-}
-
-/// Open the store at `cache_dir` and write the result of a sync there.
-pub async fn write_to(loc: impl Into<crate::store::Location>, status: &SyncStatus) -> Result<()> {
-    let loc = loc.into();
-    let store = tokio::task::spawn_blocking(move || Store::open_at(&loc, None))
-        .await
-        .map_err(|e| crate::Error::io("opening the store", std::io::Error::other(e)))??;
-    write(&store, status).await
 }
 
 /// Largest sync result read back.

@@ -67,6 +67,27 @@ pub struct SyncOptions {
     pub limits: crate::upstream::Limits,
 }
 
+impl SyncOptions {
+    /// The service the job runs on: the composition root's config with the
+    /// job's own choices.
+    fn service_config(
+        &self,
+        store: impl Into<crate::store::Location>,
+    ) -> crate::compose::ServiceConfig {
+        crate::compose::ServiceConfig {
+            factory_url: self.factory_url.clone(),
+            registry_url: self.registry_url.clone(),
+            mirror_upstreams: self.mirror_upstreams.clone(),
+            // Tags are asked again every sync (a HEAD when unchanged).
+            tag_revalidate: Duration::ZERO,
+            limits: self.limits,
+            // extraImages hosts without --mirror-upstream are reached at https://<host>.
+            direct_upstreams: true,
+            ..crate::compose::ServiceConfig::new(store.into())
+        }
+    }
+}
+
 /// What happened to one item.
 #[derive(Debug, Clone, Default)]
 pub struct ItemReport {
@@ -221,6 +242,20 @@ struct Counts {
 }
 
 impl Counts {
+    /// The report of an item that ended with these counts.
+    fn report(&self, name: String, error: Option<String>, elapsed: Duration) -> ItemReport {
+        ItemReport {
+            name,
+            fetched: self.fetched.load(Ordering::Relaxed),
+            fetched_bytes: self.fetched_bytes.load(Ordering::Relaxed),
+            stored: self.stored.load(Ordering::Relaxed),
+            stored_bytes: self.stored_bytes.load(Ordering::Relaxed),
+            error,
+            elapsed,
+            ..Default::default()
+        }
+    }
+
     /// One object of `size` bytes was already in the store.
     fn stored(&self, size: u64) {
         self.stored.fetch_add(1, Ordering::Relaxed);
@@ -265,18 +300,7 @@ pub async fn sync_until(
 ) -> Result<SyncReport> {
     let t0 = Instant::now();
     tokio::pin!(stop);
-    let svc = crate::compose::Service::build(&crate::compose::ServiceConfig {
-        factory_url: opts.factory_url.clone(),
-        registry_url: opts.registry_url.clone(),
-        mirror_upstreams: opts.mirror_upstreams.clone(),
-        // Tags are asked again every sync (a HEAD when unchanged).
-        tag_revalidate: Duration::ZERO,
-        limits: opts.limits,
-        // extraImages hosts without --mirror-upstream are reached at https://<host>.
-        direct_upstreams: true,
-        ..crate::compose::ServiceConfig::new(store)
-    })
-    .await?;
+    let svc = crate::compose::Service::build(&opts.service_config(store)).await?;
     let crate::compose::Service {
         store,
         upstream,
@@ -315,44 +339,9 @@ pub async fn sync_until(
         let Some(canonical) = &s.canonical else {
             continue;
         };
-        let name = format!(
-            "schematic {} ({})",
-            s.id,
-            s.file
-                .as_deref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default()
-        );
-        let t = Instant::now();
-        let posted = tokio::select! {
-            p = post_schematic(&upstream, &factory, &s.id, canonical) => p,
-            _ = &mut stop => {
-                let mut r = SyncReport {
-                    items: reports,
-                    elapsed: t0.elapsed(),
-                    interrupted: true,
-                    ..Default::default()
-                };
-                r.items.extend(cfg.items().iter().map(|i| not_stored(i.name(), "not started".into())));
-                return Ok(r);
-            }
-        };
-        // Kept in the store too (pinned), so `serve` can teach it to a
-        // factory that lost it, and `mirror export` carries it.
-        let stored = match crate::schematic::Schematic::parse(canonical) {
-            Ok(parsed) => schematics
-                .put(&parsed, true)
-                .await
-                .map(drop)
-                .map_err(|e| format!("storing the schematic: {e}")),
-            Err(e) => Err(format!("the schematic: {e}")),
-        };
-        let res = posted.and(stored);
-        let rep = ItemReport {
-            name,
-            error: res.err(),
-            elapsed: t.elapsed(),
-            ..Default::default()
+        let rep = tokio::select! {
+            r = teach_schematic(&upstream, &factory, &schematics, s, canonical) => r,
+            _ = &mut stop => return Ok(none_started(cfg, reports, t0)),
         };
         say(match rep.error {
             None => format!(
@@ -379,16 +368,7 @@ pub async fn sync_until(
             let t = Instant::now();
             let counts = Counts::default();
             let res = meter.around(sync_item(&ctx, &item, &counts, &meter)).await;
-            ItemReport {
-                name: item.name(),
-                fetched: counts.fetched.load(Ordering::Relaxed),
-                fetched_bytes: counts.fetched_bytes.load(Ordering::Relaxed),
-                stored: counts.stored.load(Ordering::Relaxed),
-                stored_bytes: counts.stored_bytes.load(Ordering::Relaxed),
-                error: res.err(),
-                elapsed: t.elapsed(),
-                ..Default::default()
-            }
+            counts.report(item.name(), res.err(), t.elapsed())
         }
     }))
     .buffer_unordered(concurrency);
@@ -401,31 +381,7 @@ pub async fn sync_until(
                 total.clear_in_flight();
                 drop(results);
                 total.bar.finish_and_clear();
-                for n in &names {
-                    if reports.iter().any(|r| r.name == *n) {
-                        continue;
-                    }
-                    let why = match flying.iter().find(|f| f.name == *n) {
-                        Some(f) => format!(
-                            "{} of {} fetched, discarded",
-                            human(f.done),
-                            f.len.map(human).unwrap_or_else(|| "?".into())
-                        ),
-                        None => "not started".into(),
-                    };
-                    reports.push(not_stored(n.clone(), why));
-                }
-                let factory = cfg
-                    .factory_docs()
-                    .iter()
-                    .map(|d| not_stored(format!("factory {}", d.path), "not started".into()))
-                    .collect();
-                return Ok(SyncReport {
-                    items: reports,
-                    factory,
-                    elapsed: t0.elapsed(),
-                    interrupted: true,
-                });
+                return Ok(interrupted_report(cfg, &names, reports, &flying, t0));
             }
         };
         let Some(rep) = rep else { break };
@@ -436,15 +392,51 @@ pub async fn sync_until(
     }
     // The factory's keys and lists of the config's releases, as a
     // verifying or browsing client asks for them; a 404 is noted.
+    let (mut factory_reports, interrupted) =
+        sync_documents(&ctx, cfg, concurrency, &mut stop, &say).await;
+    factory_reports.sort_by(|a, b| a.name.cmp(&b.name));
+    total.bar.finish_and_clear();
+    Ok(SyncReport {
+        items: reports,
+        factory: factory_reports,
+        elapsed: t0.elapsed(),
+        interrupted,
+    })
+}
+
+/// The report of a sync stopped before its items started.
+fn none_started(cfg: &Config, mut items: Vec<ItemReport>, t0: Instant) -> SyncReport {
+    items.extend(
+        cfg.items()
+            .iter()
+            .map(|i| not_stored(i.name(), "not started".into())),
+    );
+    SyncReport {
+        items,
+        elapsed: t0.elapsed(),
+        interrupted: true,
+        ..Default::default()
+    }
+}
+
+/// The factory documents of the config, `concurrency` at once, until `stop`;
+/// whether it stopped them (those not fetched then said so).
+async fn sync_documents(
+    ctx: &Ctx,
+    cfg: &Config,
+    concurrency: usize,
+    stop: &mut (impl std::future::Future<Output = ()> + Unpin),
+    say: &impl Fn(String),
+) -> (Vec<ItemReport>, bool) {
     let docs = cfg.factory_docs();
     let mut factory_reports = Vec::new();
-    let mut results = futures::stream::iter(docs.iter().map(|d| sync_document(&ctx, d)))
+    let mut results = futures::stream::iter(docs.iter().map(|d| sync_document(ctx, d)))
         .buffer_unordered(concurrency);
     let mut interrupted = false;
     loop {
         let rep = tokio::select! {
             r = results.next() => r,
-            _ = &mut stop => {
+            _ = &mut *stop => {
                 interrupted = true;
                 None
             }
@@ -462,14 +454,80 @@ pub async fn sync_until(
             }
         }
     }
-    factory_reports.sort_by(|a, b| a.name.cmp(&b.name));
-    total.bar.finish_and_clear();
-    Ok(SyncReport {
+    (factory_reports, interrupted)
+}
+
+/// Teach the factory a schematic given as a file, and keep it in the store
+/// too (pinned), so `serve` can teach it to a factory that lost it, and
+/// `mirror export` carries it.
+async fn teach_schematic(
+    upstream: &Upstream,
+    factory: &str,
+    schematics: &crate::known_schematics::KnownSchematics,
+    s: &super::config::SchematicSource,
+    canonical: &str,
+) -> ItemReport {
+    let t = Instant::now();
+    let name = format!(
+        "schematic {} ({})",
+        s.id,
+        s.file
+            .as_deref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    );
+    let posted = post_schematic(upstream, factory, &s.id, canonical).await;
+    let stored = match crate::schematic::Schematic::parse(canonical) {
+        Ok(parsed) => schematics
+            .put(&parsed, true)
+            .await
+            .map(drop)
+            .map_err(|e| format!("storing the schematic: {e}")),
+        Err(e) => Err(format!("the schematic: {e}")),
+    };
+    let res = posted.and(stored);
+    ItemReport {
+        name,
+        error: res.err(),
+        elapsed: t.elapsed(),
+        ..Default::default()
+    }
+}
+
+/// The report of a sync stopped while its items ran: each item not done
+/// said as far as it got (`flying`: those in flight), no factory document.
+fn interrupted_report(
+    cfg: &Config,
+    names: &[String],
+    mut reports: Vec<ItemReport>,
+    flying: &[super::progress::InFlight],
+    t0: Instant,
+) -> SyncReport {
+    for n in names {
+        if reports.iter().any(|r| r.name == *n) {
+            continue;
+        }
+        let why = match flying.iter().find(|f| f.name == *n) {
+            Some(f) => format!(
+                "{} of {} fetched, discarded",
+                human(f.done),
+                f.len.map(human).unwrap_or_else(|| "?".into())
+            ),
+            None => "not started".into(),
+        };
+        reports.push(not_stored(n.clone(), why));
+    }
+    let factory = cfg
+        .factory_docs()
+        .iter()
+        .map(|d| not_stored(format!("factory {}", d.path), "not started".into()))
+        .collect();
+    SyncReport {
         items: reports,
-        factory: factory_reports,
+        factory,
         elapsed: t0.elapsed(),
-        interrupted,
-    })
+        interrupted: true,
+    }
 }
 
 /// A task aborted when this is dropped (the progress lines' writer).

@@ -8,10 +8,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::oci_ref::{ImageRef, RefError, is_alnum, is_component};
 pub use crate::oci_ref::{
     MAX_REPO_LEN, MAX_TAG_LEN, is_dns_name, is_registry_host, is_repository, is_tag,
 };
+use crate::oci_ref::{is_alnum, is_component};
 
 /// Why a name, reference or ns was refused; maps to an OCI error code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,29 +283,6 @@ pub fn route(
     }
 }
 
-/// An image reference as users write it (`ghcr.io/siderolabs/kubelet:v1.35.6`,
-/// `factory.talos.dev/installer/<id>:v1.13.6`, `nginx`, `x/y@sha256:...`),
-/// split into registry host, repository and reference the way Docker
-/// normalises it: a first component without `.` or `:` (and not
-/// `localhost`) is a Docker Hub repository; a Docker Hub name without `/`
-/// is under `library/`; no tag means `latest`; a digest wins over a tag.
-pub fn parse_image_reference(s: &str) -> Result<(String, String, Reference), NameError> {
-    let r = ImageRef::parse(s).map_err(|why| {
-        let m = format!("image reference {:?}: {why}", truncate(s));
-        match why {
-            RefError::Digest => NameError::Digest(m),
-            _ => NameError::Invalid(m),
-        }
-    })?;
-    let (host, repo) = r.normalised();
-    let reference = match (r.digest, r.tag) {
-        (Some(d), _) => Reference::Digest(Digest::parse(d)?),
-        (None, Some(t)) => Reference::Tag(t.to_string()),
-        (None, None) => Reference::Tag("latest".to_string()),
-    };
-    Ok((host, repo, reference))
-}
-
 fn truncate(s: &str) -> String {
     s.chars().take(80).collect()
 }
@@ -313,6 +290,31 @@ fn truncate(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::oci_ref::{ImageRef, RefError};
+
+    /// An image reference as users write it (`ghcr.io/siderolabs/kubelet:v1.35.6`,
+    /// `factory.talos.dev/installer/<id>:v1.13.6`, `nginx`, `x/y@sha256:...`),
+    /// split into registry host, repository and reference the way Docker
+    /// normalises it: a first component without `.` or `:` (and not
+    /// `localhost`) is a Docker Hub repository; a Docker Hub name without `/`
+    /// is under `library/`; no tag means `latest`; a digest wins over a tag.
+    /// (The tests' statement of [`ImageRef`]'s normalisation.)
+    fn parse_image_reference(s: &str) -> Result<(String, String, Reference), NameError> {
+        let r = ImageRef::parse(s).map_err(|why| {
+            let m = format!("image reference {:?}: {why}", truncate(s));
+            match why {
+                RefError::Digest => NameError::Digest(m),
+                _ => NameError::Invalid(m),
+            }
+        })?;
+        let (host, repo) = r.normalised();
+        let reference = match (r.digest, r.tag) {
+            (Some(d), _) => Reference::Digest(Digest::parse(d)?),
+            (None, Some(t)) => Reference::Tag(t.to_string()),
+            (None, None) => Reference::Tag("latest".to_string()),
+        };
+        Ok((host, repo, reference))
+    }
 
     const H: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 

@@ -458,11 +458,6 @@ impl Store {
         self.lock().total
     }
 
-    /// Bytes and objects in the local tier of a bucket (`None`: no tier).
-    pub fn tier_usage(&self) -> Option<(u64, usize)> {
-        self.tier().map(Tier::usage)
-    }
-
     /// Bytes held for fills in progress.
     pub(super) fn in_flight(&self) -> u64 {
         self.inner.in_flight.load(Ordering::Acquire)

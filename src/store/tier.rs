@@ -126,6 +126,7 @@ impl Tier {
     }
 
     /// Bytes and copies held.
+    #[cfg(test)]
     pub(super) fn usage(&self) -> (u64, usize) {
         let st = self.lock();
         (st.total, st.files.len())

@@ -288,7 +288,7 @@ proptest! {
         let _ = names::is_repository(&s);
         let _ = names::is_installer_repository(&s);
         let _ = names::is_registry_host(&s);
-        let _ = names::parse_image_reference(&s);
+        let _ = talos_gen::oci_ref::ImageRef::parse(&s).map(|r| r.normalised());
         let _ = names::check_base_url(&s);
         let _ = names::url_host(&s);
     }

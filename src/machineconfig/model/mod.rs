@@ -132,13 +132,6 @@ impl Doc {
             }
         }
     }
-
-    pub fn kind_name(&self) -> &'static str {
-        match self {
-            Doc::V1Alpha1(_) => "v1alpha1",
-            Doc::Other { kind, .. } => kind.kind,
-        }
-    }
 }
 
 // ---- tree helpers -------------------------------------------------------

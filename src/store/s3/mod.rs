@@ -341,11 +341,6 @@ impl S3Backend {
         let _ = self.call(async move { s3.delete(&path).await });
     }
 
-    /// What the store measured: (conditional create, conditional update).
-    pub fn conditional_puts(&self) -> (bool, bool) {
-        (self.conditional_create, self.conditional_update)
-    }
-
     fn path(&self, rel: &str) -> ObjPath {
         if self.cfg.prefix.is_empty() {
             ObjPath::from(rel)
