@@ -86,16 +86,30 @@ impl Store {
         let store = self.clone();
         let key = key.to_string();
         self.unless_down(tokio::task::spawn_blocking(move || {
-            if !store.available() && !store.recheck_due() {
-                return Err(store.unavailable());
-            }
-            match store.adopt(&key) {
-                Ok(_) => Ok(store.entry(&key)),
-                Err(_) => Err(store.unavailable()),
-            }
+            store.entry_blocking(&key)
         }))
         .await
         .unwrap_or_else(|e| Err(Unavailable(format!("reading the index: {e}"))))
+    }
+
+    /// [`Store::entry_at`] on the caller's (blocking) thread: memory, else
+    /// the backend's entry (another process's write, adopted); a store
+    /// known down is probed at most once a second, else answered
+    /// unavailable at once.
+    fn entry_blocking(&self, key: &str) -> std::result::Result<Option<Entry>, Unavailable> {
+        if let Some(e) = self.entry(key) {
+            return Ok(Some(e));
+        }
+        if !self.available() && !self.recheck_due() {
+            return Err(self.unavailable());
+        }
+        match self.adopt(key) {
+            Ok(_) => Ok(self.entry(key)),
+            Err(e) => {
+                tracing::warn!(key, error = %e, "the store did not answer");
+                Err(self.unavailable())
+            }
+        }
     }
 
     /// [`Store::readable_entry`] after [`Store::entry_at`]: an entry
@@ -214,27 +228,8 @@ impl Store {
     /// they are rebuilt only when it hashes to its digest.
     pub fn lookup(&self, key: &str) -> std::result::Result<Option<StoredObject>, Unavailable> {
         let down = || self.unavailable();
-        let known = self.lock().keys.get(key).cloned();
-        let entry = match known {
-            Some(e) => e,
-            None => {
-                if !self.available() && !self.recheck_due() {
-                    return Err(down());
-                }
-                // Another process (the mirror job, another replica) may
-                // have added it.
-                match self.adopt(key) {
-                    Ok(true) => match self.lock().keys.get(key) {
-                        Some(e) => e.clone(),
-                        None => return Ok(None),
-                    },
-                    Ok(false) => return Ok(None),
-                    Err(e) => {
-                        tracing::warn!(key, error = %e, "the store did not answer");
-                        return Err(down());
-                    }
-                }
-            }
+        let Some(entry) = self.entry_blocking(key)? else {
+            return Ok(None);
         };
         // Take the reader's lease first (nothing evicts the object from
         // here on), then open it with the state unlocked.
