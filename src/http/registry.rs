@@ -49,25 +49,10 @@ fn set_common(h: &mut HeaderMap) {
     );
 }
 
+/// An [`OciError`] answered: the one OCI answer ([`super::error::oci`]).
 pub fn error_response(e: &OciError, method: &Method) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = if method == Method::HEAD {
-        Body::empty()
-    } else {
-        Body::from(e.body())
-    };
-    let mut r = Response::new(body);
-    *r.status_mut() = status;
-    if status.is_server_error() {
-        r.extensions_mut()
-            .insert(super::access::Reason(e.message.clone()));
-    }
-    set_common(r.headers_mut());
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
+    super::error::oci(status, e.code, &e.message, method == Method::HEAD)
 }
 
 /// The query parameter `name`, percent-decoded, if any (repeated or not
