@@ -258,7 +258,13 @@ pub async fn shape(req: Request, next: Next) -> Response {
         .headers()
         .get(header::CONTENT_TYPE)
         .is_none_or(|c| c.as_bytes().starts_with(b"text/plain"));
-    let refusal = status.is_client_error() || status.is_server_error();
+    // A failed precondition or an unsatisfiable range is the answer to
+    // what was asked (bodiless by design), not a refusal.
+    let refusal = (status.is_client_error() || status.is_server_error())
+        && !matches!(
+            status,
+            StatusCode::PRECONDITION_FAILED | StatusCode::RANGE_NOT_SATISFIABLE
+        );
     let chosen = resp.extensions().get::<PlainText>().is_some();
     if family == Family::Plain || !plain || !refusal || chosen {
         return resp;
