@@ -185,13 +185,13 @@ pub const ROUTES: &[Route] = &[
     route(
         "/api/v1/datavolume",
         &[200],
-        policy(Writes::Token, Gate::Store),
+        policy(Writes::Token, Gate::Always),
         || get(datavolume::get),
     ),
     route(
         "/schematics",
         &[201],
-        policy(Writes::PinnedWithToken, Gate::Store),
+        policy(Writes::PinnedWithToken, Gate::Always),
         || post(schematics::create),
     ),
     route(
@@ -287,7 +287,7 @@ pub enum Gate {
     /// Never gated: the probes, metrics, the status page, the computed API.
     Open,
     /// Gated.
-    Store,
+    Always,
     /// GET/HEAD go on to the core, which serves what the bucket's local
     /// tier holds and answers 503 at once for the rest; other methods gated.
     ReadsThrough,
@@ -310,7 +310,7 @@ impl Policy {
         let read = matches!(*method, axum::http::Method::GET | axum::http::Method::HEAD);
         match self.gate {
             Gate::Open => false,
-            Gate::Store => true,
+            Gate::Always => true,
             Gate::ReadsThrough => !read,
             Gate::OciReadsThrough => {
                 !(read && (path.contains("/blobs/") || path.contains("/manifests/")))
@@ -330,7 +330,7 @@ pub fn route_policy(template: &str) -> Policy {
         .iter()
         .find(|r| r.path == template)
         .map(|r| r.policy)
-        .unwrap_or(policy(Writes::Token, Gate::Store))
+        .unwrap_or(policy(Writes::Token, Gate::Always))
 }
 
 /// All routes.
