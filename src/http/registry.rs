@@ -17,7 +17,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::ranges::{Answer, CacheStatus, Validators, respond};
 use super::state::AppState;
-use crate::registry::{Blob, Digest, INDEX_MEDIA_TYPE, OciError, Reference, TagQuery, UpstreamId};
+use crate::registry::{
+    Blob, Digest, INDEX_MEDIA_TYPE, OciError, OciKind, Reference, TagQuery, UpstreamId,
+};
 
 /// `GET /v2/`: the API version check.
 pub async fn v2_root() -> Response {
@@ -51,8 +53,8 @@ fn set_common(h: &mut HeaderMap) {
 
 /// An [`OciError`] answered: the one OCI answer ([`super::error::oci`]).
 pub fn error_response(e: &OciError, method: &Method) -> Response {
-    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    super::error::oci(status, e.code, &e.message, method == Method::HEAD)
+    let status = super::error::oci_status(e.kind);
+    super::error::oci(status, e.code(), &e.message, method == Method::HEAD)
 }
 
 /// The query parameter `name`, percent-decoded, if any (repeated or not
@@ -65,15 +67,13 @@ fn query_param(query: Option<&str>, name: &str) -> Result<Option<String>, OciErr
         };
         if out.is_some() {
             return Err(OciError::new(
-                400,
-                "UNSUPPORTED",
+                OciKind::Unsupported,
                 format!("{name} given more than once"),
             ));
         }
         out = Some(percent_decode(v).ok_or_else(|| {
             OciError::new(
-                400,
-                "UNSUPPORTED",
+                OciKind::Unsupported,
                 format!("{name}: a bad percent-encoding"),
             )
         })?);
@@ -112,7 +112,7 @@ fn tag_query(query: Option<&str>) -> Result<TagQuery, OciError> {
     let n = query_param(query, "n")?
         .map(|v| {
             v.parse::<usize>()
-                .map_err(|_| OciError::new(400, "UNSUPPORTED", format!("n={v:?} is not a count")))
+                .map_err(|_| OciError::new(OciKind::Unsupported, format!("n={v:?} is not a count")))
         })
         .transpose()?;
     Ok(TagQuery {
@@ -150,8 +150,7 @@ fn parse_path<'a>(path: &'a str, query: Option<&str>) -> Result<V2Path<'a>, OciE
     let tail = path.strip_prefix("/v2/").unwrap_or("");
     if tail.contains('%') {
         return Err(OciError::new(
-            400,
-            "NAME_INVALID",
+            OciKind::NameInvalid,
             "percent-encoded characters are not allowed in repository paths",
         ));
     }
@@ -169,7 +168,7 @@ fn parse_path<'a>(path: &'a str, query: Option<&str>) -> Result<V2Path<'a>, OciE
 }
 
 fn no_route(path: &str) -> OciError {
-    OciError::new(404, "UNSUPPORTED", format!("no such route: {path}"))
+    OciError::new(OciKind::NoRoute, format!("no such route: {path}"))
 }
 
 /// Parse, ask the upstream route, and hand the request to its kind's answer.
@@ -177,8 +176,7 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
     let method = &req.method;
     if method != Method::GET && method != Method::HEAD {
         return Err(OciError::new(
-            405,
-            "UNSUPPORTED",
+            OciKind::ReadOnly,
             format!("{method} is not supported: this registry is read-only"),
         ));
     }
@@ -443,10 +441,16 @@ mod tests {
         );
         let p = parse_path("/v2/x/tags/list", None).unwrap();
         assert_eq!((p.repo, p.kind, p.reference), ("x", "tags", "list"));
-        assert_eq!(parse_path("/v2/x", None).unwrap_err().status, 404);
-        assert_eq!(parse_path("/v2/x/y", None).unwrap_err().status, 404);
+        assert_eq!(
+            parse_path("/v2/x", None).unwrap_err().kind,
+            OciKind::NoRoute
+        );
+        assert_eq!(
+            parse_path("/v2/x/y", None).unwrap_err().kind,
+            OciKind::NoRoute
+        );
         let e = parse_path("/v2/a%2Fb/manifests/v1", None).unwrap_err();
-        assert_eq!((e.status, e.code), (400, "NAME_INVALID"));
+        assert_eq!(e.kind, OciKind::NameInvalid);
     }
 
     #[test]

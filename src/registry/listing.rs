@@ -26,7 +26,7 @@ use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 
-use super::error::{OciError, check_status, fetch_error};
+use super::error::{OciError, OciKind, check_status, fetch_error};
 use super::layout::{manifest_refs, referrers_key, tag_prefix};
 use super::names::{self, Digest, UpstreamId};
 use super::proxy::{Registry, scope};
@@ -109,8 +109,7 @@ impl Registry {
             && !names::is_tag(l)
         {
             return Err(OciError::new(
-                400,
-                "UNSUPPORTED",
+                OciKind::Unsupported,
                 format!(
                     "last={:?} is not a tag",
                     l.chars().take(80).collect::<String>()
@@ -122,7 +121,7 @@ impl Registry {
         }
         match self.upstream_tags(up, repo, q).await {
             Ok(t) => Ok(t),
-            Err(e) if e.status >= 500 => match self.stored_tags(up, repo, q) {
+            Err(e) if e.kind.failed() => match self.stored_tags(up, repo, q) {
                 Ok(mut t) => {
                     tracing::warn!(repo, error = %e.message, "upstream tag list unavailable; answering the stored tags");
                     self.metric(|x| x.stale("tags"));
@@ -151,8 +150,7 @@ impl Registry {
             .collect();
         if all.is_empty() {
             return Err(OciError::new(
-                404,
-                "NAME_UNKNOWN",
+                OciKind::NameUnknown,
                 format!("repository {repo} is not known (no tag of it is stored)"),
             ));
         }
@@ -190,8 +188,7 @@ impl Registry {
         let st = resp.status();
         if st == StatusCode::NOT_FOUND {
             return Err(OciError::new(
-                404,
-                "NAME_UNKNOWN",
+                OciKind::NameUnknown,
                 format!("repository {repo} is not known upstream"),
             ));
         }
@@ -249,8 +246,9 @@ impl Registry {
                 source,
             });
         };
-        let mut v: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| OciError::new(500, "UNKNOWN", format!("a stored referrers index: {e}")))?;
+        let mut v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+            OciError::new(OciKind::Internal, format!("a stored referrers index: {e}"))
+        })?;
         if let Some(list) = v.get_mut("manifests").and_then(|m| m.as_array_mut()) {
             list.retain(|m| m.get("artifactType").and_then(|t| t.as_str()) == Some(at));
         }
