@@ -18,8 +18,9 @@
 //! | local I/O | 500 |
 //! | the store does not answer | 503 |
 //!
-//! The statuses are [`Error::http_status`] and [`FetchError::http_status`];
-//! this module only answers with them.
+//! The statuses are this module's: [`status_of`] (the crate's [`Error`]),
+//! [`fetch_status`] ([`FetchError`]) and [`oci_status`] (the registry's
+//! [`OciKind`]); nothing below the edge names an HTTP status.
 //!
 //! Every refusal is shaped by its route's [`Family`]: `/v2/` answers the
 //! OCI body ([`oci`]), `/api/` the JSON `{"error": ...}` ([`JsonError`]),
@@ -61,9 +62,32 @@ pub fn text(status: StatusCode, msg: impl Into<String>) -> Response {
     r
 }
 
-/// The status an [`Error`] is answered with.
+/// The status an [`Error`] is answered with, on every route (the OCI
+/// routes keep it under their own body shape, [`oci_status`]).
 pub fn status_of(e: &Error) -> StatusCode {
-    StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    match e {
+        Error::BadInput(_) => StatusCode::BAD_REQUEST,
+        Error::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::Upstream(_) => StatusCode::BAD_GATEWAY,
+        Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        Error::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The status a failed fetch is answered with, on every route: an
+/// upstream's own answer as it came, a bound that fired 504, a failed
+/// upstream 502, local trouble 500, a store that does not answer 503.
+pub fn fetch_status(e: &FetchError) -> StatusCode {
+    match e {
+        FetchError::Status { status, .. } => {
+            StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
+        }
+        FetchError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        FetchError::Failed(_) => StatusCode::BAD_GATEWAY,
+        FetchError::Local(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        FetchError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+    }
 }
 
 impl IntoResponse for Error {
@@ -99,7 +123,7 @@ impl Answered for Error {
 
 impl Answered for FetchError {
     fn status(&self) -> StatusCode {
-        StatusCode::from_u16(self.http_status()).unwrap_or(StatusCode::BAD_GATEWAY)
+        fetch_status(self)
     }
     fn message(&self) -> String {
         self.to_string()
@@ -201,7 +225,7 @@ impl Family {
 }
 
 /// The status of each [`OciKind`]: the `/v2/` half of the one mapping
-/// (the crate's errors keep [`Error::http_status`]'s statuses under it,
+/// (the crate's errors keep [`status_of`]'s statuses under it,
 /// checked by `one_mapping`).
 pub fn oci_status(kind: OciKind) -> StatusCode {
     let code = match kind {
@@ -324,7 +348,7 @@ pub async fn shape(req: Request, next: Next) -> Response {
 
 impl IntoResponse for FetchError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let status = fetch_status(&self);
         match self {
             FetchError::Status {
                 content_type, body, ..

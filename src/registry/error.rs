@@ -133,7 +133,7 @@ impl From<NameError> for OciError {
 }
 
 /// The crate's error under the OCI body shape: the kind of the same
-/// status ([`crate::Error::http_status`], checked by `http::error`'s
+/// status (`http::error::status_of`, checked by `http::error`'s
 /// `one_mapping` test).
 impl From<crate::Error> for OciError {
     fn from(e: crate::Error) -> OciError {
@@ -150,7 +150,7 @@ impl From<crate::Error> for OciError {
 }
 
 /// A failed fetch under the OCI body shape: the kind of the same status
-/// ([`FetchError::http_status`]); an upstream's answer passed on.
+/// (`http::error::fetch_status`); an upstream's answer passed on.
 impl From<FetchError> for OciError {
     fn from(e: FetchError) -> OciError {
         let kind = match e {
