@@ -34,22 +34,6 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-impl Error {
-    /// The HTTP status this error is answered with, on every route (the
-    /// one mapping; `http::error` answers with it, the OCI routes keep it
-    /// under their own body shape).
-    pub fn http_status(&self) -> u16 {
-        match self {
-            Error::BadInput(_) => 400,
-            Error::Refused(_) => 422,
-            Error::NotFound(_) => 404,
-            Error::Upstream(_) => 502,
-            Error::Unavailable(_) => 503,
-            Error::Io { .. } => 500,
-        }
-    }
-}
-
 /// A serde message without the crate's internal type names: `expected
 /// struct RawOverlay` becomes `expected a mapping`, `expected enum X`
 /// `expected one of the allowed values`.

@@ -258,22 +258,22 @@ pub fn host_upgrade(
 
 /// go-kubernetes' `Path.IsSupported` (the same minor or the next one), and
 /// never down: `to` strictly above `from`.
-pub fn kubernetes_step(from: &Version, to: &Version) -> std::result::Result<(), String> {
+pub fn kubernetes_step(from: &Version, to: &Version) -> Result<()> {
     if release_cmp(to, from) != Ordering::Greater {
-        return Err(format!(
+        return Err(Error::refused(format!(
             "Kubernetes never moves down or stays: {} to {}",
             k8s_text(from),
             k8s_text(to)
-        ));
+        )));
     }
     if kubernetes_path_supported(from, to) {
         Ok(())
     } else {
-        Err(format!(
+        Err(Error::refused(format!(
             "Kubernetes moves within its minor or to the next one: {} to {} skips a minor",
             k8s_text(from),
             k8s_text(to)
-        ))
+        )))
     }
 }
 
@@ -283,31 +283,27 @@ pub fn kubernetes_path_supported(from: &Version, to: &Version) -> bool {
 }
 
 /// Is `step` valid from `at`? The pair rule, then the step's own rule.
-pub fn check_step(
-    matrix: &Matrix,
-    replace: bool,
-    at: &Pair,
-    step: &Step,
-) -> std::result::Result<(), String> {
+pub fn check_step(matrix: &Matrix, replace: bool, at: &Pair, step: &Step) -> Result<()> {
     matrix
         .check(&step.pair.talos, &step.pair.kubernetes)
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::refused)?;
     match step.change {
         Change::Talos => {
             if step.pair.kubernetes != at.kubernetes {
-                return Err("a Talos step changes Kubernetes".into());
+                return Err(Error::refused("a Talos step changes Kubernetes"));
             }
             if step.pair.talos == at.talos {
-                return Err("a Talos step to the same release".into());
+                return Err(Error::refused("a Talos step to the same release"));
             }
             if !replace {
-                host_upgrade(matrix, &at.talos, &step.pair.talos).map_err(|(_, m)| m)?;
+                host_upgrade(matrix, &at.talos, &step.pair.talos)
+                    .map_err(|(_, m)| Error::refused(m))?;
             }
             Ok(())
         }
         Change::Kubernetes => {
             if step.pair.talos != at.talos {
-                return Err("a Kubernetes step changes Talos".into());
+                return Err(Error::refused("a Kubernetes step changes Talos"));
             }
             kubernetes_step(&at.kubernetes, &step.pair.kubernetes)
         }

@@ -65,23 +65,6 @@ pub enum FetchError {
     Unavailable(String),
 }
 
-impl FetchError {
-    /// The HTTP status a failed fetch is answered with, on every route (the
-    /// one mapping of a fetch, as [`crate::Error::http_status`] is of the
-    /// crate's error): an upstream's own answer as it came, a bound that
-    /// fired 504, a failed upstream 502, local trouble 500, a store that
-    /// does not answer 503.
-    pub fn http_status(&self) -> u16 {
-        match self {
-            FetchError::Status { status, .. } => *status,
-            FetchError::Timeout(_) => 504,
-            FetchError::Failed(_) => 502,
-            FetchError::Local(_) => 500,
-            FetchError::Unavailable(_) => 503,
-        }
-    }
-}
-
 impl std::fmt::Display for FetchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -51,7 +51,7 @@ pub async fn matrix_check(
     };
     let (talos, k8s) = match (parse("talos"), parse("kubernetes")) {
         (Ok(t), Ok(k)) => (t, k),
-        (Err(e), _) | (_, Err(e)) => return e.into_response(),
+        (Err(e), _) | (_, Err(e)) => return super::error::JsonError(e).into_response(),
     };
     let (supported, message) = match st.matrix.check(&talos, &k8s) {
         Ok(s) => (true, s.message),

@@ -17,7 +17,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::error::JsonError;
+use super::error::Answered;
 use super::state::AppState;
 use crate::datavolume::{self, Names, Request};
 use crate::error::Error;
@@ -53,32 +53,32 @@ pub async fn get(
     headers: HeaderMap,
 ) -> Response {
     let json = q.get("format").map(String::as_str) == Some("json");
-    let fail = |e: Error| {
-        if json {
-            JsonError(e).into_response()
-        } else {
-            e.into_response()
-        }
+    // An error in the format asked: `{"error": ...}` with `format=json`
+    // (the fill's too), else the one line of text the YAML answer's reader
+    // expects ([`super::error::PlainText`]: not made JSON by the API's shape).
+    let fail = |e: &dyn Answered| match json {
+        true => super::error::json_of(e),
+        false => super::error::PlainText::answer(e),
     };
     if let Err(e) = check_keys(&q) {
-        return fail(e);
+        return fail(&e);
     }
     if let Some(from) = q.get("cloneFrom") {
         return match clone(&q, from) {
             Ok(p) => answer(json, p.to_json(), p.to_yaml()),
-            Err(e) => fail(e),
+            Err(e) => fail(&e),
         };
     }
     let plan = match plan(&st, &q, &headers) {
         Ok(p) => p,
-        Err(e) => return fail(e),
+        Err(e) => return fail(&e),
     };
     let sha = match st.images.open(&plan.key).await {
         Ok(obj) => match obj.complete().await {
             Ok(stored) => stored.entry.digest.clone(),
-            Err(e) => return e.into_response(),
+            Err(e) => return fail(&e),
         },
-        Err(e) => return e.into_response(),
+        Err(e) => return fail(&e),
     };
     answer(json, plan.to_json(&sha), plan.to_yaml(&sha))
 }

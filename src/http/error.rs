@@ -18,14 +18,27 @@
 //! | local I/O | 500 |
 //! | the store does not answer | 503 |
 //!
-//! The statuses are [`Error::http_status`] and [`FetchError::http_status`];
-//! this module only answers with them.
+//! The statuses are this module's: [`status_of`] (the crate's [`Error`]),
+//! [`fetch_status`] ([`FetchError`]) and [`oci_status`] (the registry's
+//! [`OciKind`]); nothing below the edge names an HTTP status.
+//!
+//! Every refusal is shaped by its route's [`Family`]: `/v2/` answers the
+//! OCI body ([`oci`]), `/api/` the JSON `{"error": ...}` ([`JsonError`]),
+//! every other route one line of plain text ([`text`]). A refusal a layer
+//! answered as plain text (the token check and the store gate in
+//! [`super::limits::enforce`], the body deadline, axum's own 405, 413 and
+//! query rejections) is put in its family's shape by [`shape`], the one
+//! middleware every answer passes.
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::Error;
 use crate::factory::ImageError;
+use crate::registry::OciKind;
 use crate::upstream::FetchError;
 
 /// A plain-text answer: `msg` and a newline.
@@ -49,9 +62,32 @@ pub fn text(status: StatusCode, msg: impl Into<String>) -> Response {
     r
 }
 
-/// The status an [`Error`] is answered with.
+/// The status an [`Error`] is answered with, on every route (the OCI
+/// routes keep it under their own body shape, [`oci_status`]).
 pub fn status_of(e: &Error) -> StatusCode {
-    StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    match e {
+        Error::BadInput(_) => StatusCode::BAD_REQUEST,
+        Error::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::Upstream(_) => StatusCode::BAD_GATEWAY,
+        Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        Error::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The status a failed fetch is answered with, on every route: an
+/// upstream's own answer as it came, a bound that fired 504, a failed
+/// upstream 502, local trouble 500, a store that does not answer 503.
+pub fn fetch_status(e: &FetchError) -> StatusCode {
+    match e {
+        FetchError::Status { status, .. } => {
+            StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
+        }
+        FetchError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        FetchError::Failed(_) => StatusCode::BAD_GATEWAY,
+        FetchError::Local(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        FetchError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+    }
 }
 
 impl IntoResponse for Error {
@@ -69,24 +105,250 @@ impl IntoResponse for Error {
     }
 }
 
-/// The same mapping with a JSON body `{"error": "..."}`, for the JSON API
-/// routes (`/api/v1/machineconfig`, `/api/v1/kubelet-reservations`).
-pub struct JsonError(pub Error);
+/// Any error a handler answers with: its status (the one mapping) and its
+/// one line (`Display`).
+pub trait Answered {
+    fn status(&self) -> StatusCode;
+    fn message(&self) -> String;
+}
 
-impl IntoResponse for JsonError {
-    fn into_response(self) -> Response {
-        let status = status_of(&self.0);
-        if status.is_server_error() {
-            tracing::error!(error = %self.0, "request failed");
-        }
-        let body = serde_json::json!({ "error": self.0.to_string() }).to_string();
-        (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+impl Answered for Error {
+    fn status(&self) -> StatusCode {
+        status_of(self)
     }
+    fn message(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Answered for FetchError {
+    fn status(&self) -> StatusCode {
+        fetch_status(self)
+    }
+    fn message(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Answered for ImageError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ImageError::NotCached(_) => StatusCode::NOT_FOUND,
+            ImageError::Fetch(f) => f.status(),
+        }
+    }
+    fn message(&self) -> String {
+        match self {
+            ImageError::NotCached(m) => m.clone(),
+            ImageError::Fetch(f) => f.to_string(),
+        }
+    }
+}
+
+/// The same mapping with a JSON body `{"error": "..."}`, for the JSON API
+/// routes (`/api/v1/...`): any [`Answered`] error, the crate's by default.
+pub struct JsonError<E: Answered = Error>(pub E);
+
+impl<E: Answered> IntoResponse for JsonError<E> {
+    fn into_response(self) -> Response {
+        json_of(&self.0)
+    }
+}
+
+/// Any [`Answered`] error as `{"error": ...}`.
+pub fn json_of(e: &dyn Answered) -> Response {
+    let (status, msg) = (e.status(), e.message());
+    if status.is_server_error() {
+        tracing::error!(error = %msg, "request failed");
+    }
+    json(status, msg)
+}
+
+/// Marks a plain-text error a handler chose on purpose for its route
+/// (`/api/v1/datavolume` without `format=json` answers YAML, its errors
+/// one line of text): [`shape`] leaves it as it is.
+#[derive(Debug, Clone, Copy)]
+pub struct PlainText;
+
+impl PlainText {
+    /// `e` as one line of text (`Retry-After: 5` on a 503), marked.
+    pub fn answer(e: &dyn Answered) -> Response {
+        let status = e.status();
+        if status.is_server_error() {
+            tracing::error!(error = %e.message(), "request failed");
+        }
+        let mut r = text(status, e.message());
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
+        r.extensions_mut().insert(PlainText);
+        r
+    }
+}
+
+/// `{"error": msg}` under `status` (`Retry-After: 5` on a 503).
+fn json(status: StatusCode, msg: String) -> Response {
+    let body = serde_json::json!({ "error": msg }).to_string();
+    let mut r = (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+    if status.is_server_error() {
+        r.extensions_mut().insert(super::access::Reason(msg));
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    }
+    r
+}
+
+/// How a route's refusals are shaped, by its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `/v2/...`: the OCI error body.
+    Registry,
+    /// `/api/...`: `{"error": ...}`.
+    Api,
+    /// Everything else (`/image/`, `/schematics`, ...): one line of text.
+    Plain,
+}
+
+impl Family {
+    pub fn of(path: &str) -> Family {
+        if path == "/v2" || path.starts_with("/v2/") {
+            Family::Registry
+        } else if path.starts_with("/api/") {
+            Family::Api
+        } else {
+            Family::Plain
+        }
+    }
+}
+
+/// The status of each [`OciKind`]: the `/v2/` half of the one mapping
+/// (the crate's errors keep [`status_of`]'s statuses under it,
+/// checked by `one_mapping`).
+pub fn oci_status(kind: OciKind) -> StatusCode {
+    let code = match kind {
+        OciKind::NameInvalid
+        | OciKind::ManifestInvalid
+        | OciKind::DigestInvalid
+        | OciKind::Unsupported => 400,
+        OciKind::Denied => 403,
+        OciKind::NameUnknown
+        | OciKind::ManifestUnknown
+        | OciKind::BlobUnknown
+        | OciKind::NoRoute => 404,
+        OciKind::ReadOnly => 405,
+        OciKind::Refused => 422,
+        OciKind::TooManyRequests => 429,
+        OciKind::Internal => 500,
+        OciKind::Upstream => 502,
+        OciKind::Unavailable => 503,
+        OciKind::Timeout => 504,
+        OciKind::Relayed(s) => s,
+    };
+    StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY)
+}
+
+/// The OCI code of a refusal no registry code was chosen for, by status.
+pub fn oci_code(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "UNAUTHORIZED",
+        403 => "DENIED",
+        404 => "NAME_UNKNOWN",
+        413 => "SIZE_INVALID",
+        429 => "TOOMANYREQUESTS",
+        502..=504 => "UNAVAILABLE",
+        400..=499 => "UNSUPPORTED",
+        _ => "UNKNOWN",
+    }
+}
+
+/// The OCI answer: `{"errors":[{"code","message"}]}` (no body to a HEAD),
+/// `application/json`, the distribution API version header; `Retry-After: 5`
+/// on a 503.
+pub fn oci(status: StatusCode, code: &str, message: &str, head: bool) -> Response {
+    let body = if head {
+        Body::empty()
+    } else {
+        Body::from(serde_json::json!({"errors": [{"code": code, "message": message}]}).to_string())
+    };
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    if status.is_server_error() {
+        r.extensions_mut()
+            .insert(super::access::Reason(message.to_string()));
+    }
+    let h = r.headers_mut();
+    h.insert(
+        "docker-distribution-api-version",
+        HeaderValue::from_static("registry/2.0"),
+    );
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    }
+    r
+}
+
+/// Middleware: a refusal answered as plain text on a `/v2/` or `/api/`
+/// route is answered in its family's shape instead, with the same status,
+/// headers and line (a leading `error: ` dropped). Only our own short
+/// lines are plain text there (an upstream's page never is: the registry
+/// maps it to an OCI error, the API to its JSON), so the body read is small;
+/// past 64 KiB the line is the status's reason.
+pub async fn shape(req: Request, next: Next) -> Response {
+    let family = Family::of(req.uri().path());
+    let head = req.method() == Method::HEAD;
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let plain = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_none_or(|c| c.as_bytes().starts_with(b"text/plain"));
+    // A failed precondition or an unsatisfiable range is the answer to
+    // what was asked (bodiless by design), not a refusal.
+    let refusal = (status.is_client_error() || status.is_server_error())
+        && !matches!(
+            status,
+            StatusCode::PRECONDITION_FAILED | StatusCode::RANGE_NOT_SATISFIABLE
+        );
+    let chosen = resp.extensions().get::<PlainText>().is_some();
+    if family == Family::Plain || !plain || !refusal || chosen {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let line = match axum::body::to_bytes(body, 64 << 10).await {
+        Ok(b) => crate::text::one_line(&String::from_utf8_lossy(&b)),
+        Err(_) => String::new(),
+    };
+    let line = line
+        .strip_prefix("error: ")
+        .unwrap_or(&line)
+        .trim()
+        .to_string();
+    let line = match line.is_empty() {
+        true => status.canonical_reason().unwrap_or("refused").to_string(),
+        false => line,
+    };
+    let shaped = match family {
+        Family::Registry => oci(status, oci_code(status), &line, head),
+        _ => json(status, line),
+    };
+    let (new, body) = shaped.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    for (k, v) in &new.headers {
+        parts.headers.insert(k, v.clone());
+    }
+    Response::from_parts(parts, body)
 }
 
 impl IntoResponse for FetchError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let status = fetch_status(&self);
         match self {
             FetchError::Status {
                 content_type, body, ..
@@ -208,7 +470,11 @@ mod tests {
         };
         for (e, same) in all().into_iter().zip(all()) {
             let oci = crate::registry::OciError::from(same);
-            assert_eq!(oci.status, st(e.into_response()), "{oci:?}");
+            assert_eq!(
+                oci_status(oci.kind).as_u16(),
+                st(e.into_response()),
+                "{oci:?}"
+            );
         }
         let fetches = || {
             [
@@ -220,7 +486,11 @@ mod tests {
         };
         for (e, same) in fetches().into_iter().zip(fetches()) {
             let oci = crate::registry::OciError::from(same);
-            assert_eq!(oci.status, st(e.into_response()), "{oci:?}");
+            assert_eq!(
+                oci_status(oci.kind).as_u16(),
+                st(e.into_response()),
+                "{oci:?}"
+            );
         }
     }
 }

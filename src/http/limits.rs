@@ -1,6 +1,6 @@
 //! Limits and access control at the HTTP edge:
 //!
-//! - [`enforce`]: the route policy table ([`super::ROUTE_POLICY`]): with
+//! - [`enforce`]: the route policy table ([`super::ROUTES`]): with
 //!   `--api-token-file`, a write to a [`Writes::Token`] route needs
 //!   `Authorization: Bearer <token>` ([`super::token::ApiToken`]), 401
 //!   otherwise; a [`Writes::PinnedWithToken`] route learns whether what it
@@ -53,7 +53,7 @@ fn is_write(req: &Request) -> bool {
     !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
-/// Middleware: apply the route's row of [`super::ROUTE_POLICY`].
+/// Middleware: apply the route's row of [`super::ROUTES`].
 pub async fn enforce(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
     let template = req
         .extensions()

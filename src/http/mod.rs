@@ -71,72 +71,157 @@ impl std::ops::Deref for ServeConfig {
     }
 }
 
-/// Every route: its template, the status codes it answers when all goes
-/// well, and its handler. The `http_requests` and
+/// One route: its template, the status codes it answers when all goes
+/// well, its policy, and its handler. The `http_requests` and
 /// `http_request_duration_seconds` series of each (template, code) exist
 /// from start, at zero ([`crate::metrics::Metrics::declare_route`]).
-pub fn routes() -> Vec<(&'static str, &'static [u16], MethodRouter<AppState>)> {
-    vec![
-        ("/", &[200], get(status::page)),
-        ("/healthz", &[200], get(ops::healthz)),
-        ("/readyz", &[200], get(ops::readyz)),
-        ("/api/v1/matrix", &[200], get(api::matrix)),
-        ("/api/v1/matrix/check", &[200], get(api::matrix_check)),
-        ("/api/v1/upgrade-plan", &[200], get(api::upgrade_plan)),
-        ("/schematics", &[201], post(schematics::create)),
-        ("/schematics/{id}", &[200], get(schematics::get)),
-        ("/v2/", &[200], get(registry::v2_root)),
-        ("/v2/{*rest}", &[200, 206], get(registry::v2_tail)),
-        ("/metrics", &[200], get(metrics::metrics)),
-        ("/versions", &[200], get(image::versions)),
-        (
-            "/oci/cosign/signing-key.pub",
-            &[200],
-            get(factory::cosign_key),
-        ),
-        (
-            "/secureboot/signing-cert.pem",
-            &[200],
-            get(factory::secureboot_cert),
-        ),
-        (
-            "/version/{version}/extensions/official",
-            &[200],
-            get(factory::extensions),
-        ),
-        (
-            "/version/{version}/overlays/official",
-            &[200],
-            get(factory::overlays),
-        ),
-        (
-            "/image/{schematic}/{version}/{asset}",
-            &[200, 206],
-            get(image::get_image),
-        ),
-        (
-            "/talosctl/{version}/{path}",
-            &[200, 206],
-            get(image::get_talosctl),
-        ),
-        (
-            "/pxe/{schematic}/{version}/{path}",
-            &[200],
-            get(factory::pxe),
-        ),
-        (
-            "/api/v1/machineconfig",
-            &[200],
-            post(machineconfig::generate),
-        ),
-        (
-            "/api/v1/kubelet-reservations",
-            &[200],
-            post(machineconfig::reservations),
-        ),
-        ("/api/v1/datavolume", &[200], get(datavolume::get)),
-    ]
+#[derive(Clone, Copy)]
+pub struct Route {
+    pub path: &'static str,
+    pub ok: &'static [u16],
+    pub policy: Policy,
+    pub handler: fn() -> MethodRouter<AppState>,
 }
+
+const fn route(
+    path: &'static str,
+    ok: &'static [u16],
+    policy: Policy,
+    handler: fn() -> MethodRouter<AppState>,
+) -> Route {
+    Route {
+        path,
+        ok,
+        policy,
+        handler,
+    }
+}
+
+/// The one route table: each route declared once, with its policy
+/// ([`limits::enforce`] applies it by the matched template). Request
+/// bodies are bounded apart from it: 1 MiB ([`limits::BODY_LIMIT`], and
+/// the schematic's own `MAX_SIZE`).
+pub const ROUTES: &[Route] = &[
+    route("/", &[200], policy(Writes::None, Gate::Open), || {
+        get(status::page)
+    }),
+    route("/healthz", &[200], policy(Writes::None, Gate::Open), || {
+        get(ops::healthz)
+    }),
+    route("/readyz", &[200], policy(Writes::None, Gate::Open), || {
+        get(ops::readyz)
+    }),
+    route("/metrics", &[200], policy(Writes::None, Gate::Open), || {
+        get(metrics::metrics)
+    }),
+    route(
+        "/api/v1/matrix",
+        &[200],
+        policy(Writes::Token, Gate::Open),
+        || get(api::matrix),
+    ),
+    route(
+        "/api/v1/matrix/check",
+        &[200],
+        policy(Writes::Token, Gate::Open),
+        || get(api::matrix_check),
+    ),
+    route(
+        "/api/v1/upgrade-plan",
+        &[200],
+        policy(Writes::Token, Gate::Open),
+        || get(api::upgrade_plan),
+    ),
+    route(
+        "/api/v1/machineconfig",
+        &[200],
+        policy(Writes::Token, Gate::Open),
+        || post(machineconfig::generate),
+    ),
+    route(
+        "/api/v1/kubelet-reservations",
+        &[200],
+        policy(Writes::Token, Gate::Open),
+        || post(machineconfig::reservations),
+    ),
+    // Reads (or fills) the artifact whose checksum it writes.
+    route(
+        "/api/v1/datavolume",
+        &[200],
+        policy(Writes::Token, Gate::Always),
+        || get(datavolume::get),
+    ),
+    route(
+        "/schematics",
+        &[201],
+        policy(Writes::PinnedWithToken, Gate::Always),
+        || post(schematics::create),
+    ),
+    route(
+        "/schematics/{id}",
+        &[200],
+        policy(Writes::None, Gate::ReadsThrough),
+        || get(schematics::get),
+    ),
+    // The API version check: reads nothing.
+    route("/v2/", &[200], policy(Writes::None, Gate::Open), || {
+        get(registry::v2_root)
+    }),
+    route(
+        "/v2/{*rest}",
+        &[200, 206],
+        policy(Writes::None, Gate::OciReadsThrough),
+        || get(registry::v2_tail),
+    ),
+    route(
+        "/versions",
+        &[200],
+        policy(Writes::None, Gate::ReadsThrough),
+        || get(image::versions),
+    ),
+    route(
+        "/oci/cosign/signing-key.pub",
+        &[200],
+        policy(Writes::None, Gate::ReadsThrough),
+        || get(factory::cosign_key),
+    ),
+    route(
+        "/secureboot/signing-cert.pem",
+        &[200],
+        policy(Writes::None, Gate::ReadsThrough),
+        || get(factory::secureboot_cert),
+    ),
+    route(
+        "/version/{version}/extensions/official",
+        &[200],
+        policy(Writes::None, Gate::ReadsThrough),
+        || get(factory::extensions),
+    ),
+    route(
+        "/version/{version}/overlays/official",
+        &[200],
+        policy(Writes::None, Gate::ReadsThrough),
+        || get(factory::overlays),
+    ),
+    route(
+        "/image/{schematic}/{version}/{asset}",
+        &[200, 206],
+        policy(Writes::None, Gate::ReadsThrough),
+        || get(image::get_image),
+    ),
+    route(
+        "/talosctl/{version}/{path}",
+        &[200, 206],
+        policy(Writes::None, Gate::ReadsThrough),
+        || get(image::get_talosctl),
+    ),
+    route(
+        "/pxe/{schematic}/{version}/{path}",
+        &[200],
+        policy(Writes::None, Gate::ReadsThrough),
+        || get(factory::pxe),
+    ),
+];
 
 /// Who may write through a route, and what a write may keep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,7 +250,7 @@ pub enum Gate {
     /// Never gated: the probes, metrics, the status page, the computed API.
     Open,
     /// Gated.
-    Store,
+    Always,
     /// GET/HEAD go on to the core, which serves what the bucket's local
     /// tier holds and answers 503 at once for the rest; other methods gated.
     ReadsThrough,
@@ -175,7 +260,7 @@ pub enum Gate {
     OciReadsThrough,
 }
 
-/// The policy of one route: [`ROUTE_POLICY`] by route template.
+/// The policy of one route: its row of [`ROUTES`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     pub writes: Writes,
@@ -188,7 +273,7 @@ impl Policy {
         let read = matches!(*method, axum::http::Method::GET | axum::http::Method::HEAD);
         match self.gate {
             Gate::Open => false,
-            Gate::Store => true,
+            Gate::Always => true,
             Gate::ReadsThrough => !read,
             Gate::OciReadsThrough => {
                 !(read && (path.contains("/blobs/") || path.contains("/manifests/")))
@@ -201,80 +286,24 @@ const fn policy(writes: Writes, gate: Gate) -> Policy {
     Policy { writes, gate }
 }
 
-/// The one table of what each route of [`routes()`] may do
-/// ([`limits::enforce`] applies it by the matched template; a unit test
-/// checks that every route has exactly one row). Request bodies are
-/// bounded apart from it: 1 MiB ([`limits::BODY_LIMIT`], and the
-/// schematic's own `MAX_SIZE`).
-pub const ROUTE_POLICY: &[(&str, Policy)] = &[
-    ("/", policy(Writes::None, Gate::Open)),
-    ("/healthz", policy(Writes::None, Gate::Open)),
-    ("/readyz", policy(Writes::None, Gate::Open)),
-    ("/metrics", policy(Writes::None, Gate::Open)),
-    ("/api/v1/matrix", policy(Writes::Token, Gate::Open)),
-    ("/api/v1/matrix/check", policy(Writes::Token, Gate::Open)),
-    ("/api/v1/upgrade-plan", policy(Writes::Token, Gate::Open)),
-    ("/api/v1/machineconfig", policy(Writes::Token, Gate::Open)),
-    (
-        "/api/v1/kubelet-reservations",
-        policy(Writes::Token, Gate::Open),
-    ),
-    // Reads (or fills) the artifact whose checksum it writes.
-    ("/api/v1/datavolume", policy(Writes::Token, Gate::Store)),
-    ("/schematics", policy(Writes::PinnedWithToken, Gate::Store)),
-    ("/schematics/{id}", policy(Writes::None, Gate::ReadsThrough)),
-    // The API version check: reads nothing.
-    ("/v2/", policy(Writes::None, Gate::Open)),
-    ("/v2/{*rest}", policy(Writes::None, Gate::OciReadsThrough)),
-    ("/versions", policy(Writes::None, Gate::ReadsThrough)),
-    (
-        "/oci/cosign/signing-key.pub",
-        policy(Writes::None, Gate::ReadsThrough),
-    ),
-    (
-        "/secureboot/signing-cert.pem",
-        policy(Writes::None, Gate::ReadsThrough),
-    ),
-    (
-        "/version/{version}/extensions/official",
-        policy(Writes::None, Gate::ReadsThrough),
-    ),
-    (
-        "/version/{version}/overlays/official",
-        policy(Writes::None, Gate::ReadsThrough),
-    ),
-    (
-        "/image/{schematic}/{version}/{asset}",
-        policy(Writes::None, Gate::ReadsThrough),
-    ),
-    (
-        "/talosctl/{version}/{path}",
-        policy(Writes::None, Gate::ReadsThrough),
-    ),
-    (
-        "/pxe/{schematic}/{version}/{path}",
-        policy(Writes::None, Gate::ReadsThrough),
-    ),
-];
-
 /// The policy of a route template; a route missing from the table gets the
 /// strictest (writes need the token, gated by the store).
 pub fn route_policy(template: &str) -> Policy {
-    ROUTE_POLICY
+    ROUTES
         .iter()
-        .find(|(t, _)| *t == template)
-        .map(|(_, p)| *p)
-        .unwrap_or(policy(Writes::Token, Gate::Store))
+        .find(|r| r.path == template)
+        .map(|r| r.policy)
+        .unwrap_or(policy(Writes::Token, Gate::Always))
 }
 
 /// All routes.
 pub fn router(state: AppState) -> Router {
     let mut router = Router::new();
-    for (path, ok, handler) in routes() {
-        for status in ok {
-            state.metrics.declare_route(path, *status);
+    for r in ROUTES {
+        for status in r.ok {
+            state.metrics.declare_route(r.path, *status);
         }
-        router = router.route(path, handler);
+        router = router.route(r.path, (r.handler)());
     }
     router
         // Buffering extractors (the POST endpoints) stop at 1 MiB: 413.
@@ -295,6 +324,8 @@ pub fn router(state: AppState) -> Router {
             limits::body_deadline,
         ))
         .fallback(api::not_found)
+        // Every refusal in its route family's shape (OCI, JSON, text).
+        .layer(axum::middleware::from_fn(error::shape))
         // Every answer, 401 and 413 included, gets its line.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -487,14 +518,10 @@ pub async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn every_route_has_one_policy_row() {
-        let routes: Vec<&str> = super::routes().into_iter().map(|r| r.0).collect();
-        for r in &routes {
-            let rows = super::ROUTE_POLICY.iter().filter(|p| p.0 == *r).count();
-            assert_eq!(rows, 1, "{r}: {rows} policy rows");
-        }
-        for (t, _) in super::ROUTE_POLICY {
-            assert!(routes.contains(t), "{t}: a policy row of no route");
+    fn every_route_declared_once() {
+        for r in super::ROUTES {
+            let rows = super::ROUTES.iter().filter(|o| o.path == r.path).count();
+            assert_eq!(rows, 1, "{}: declared {rows} times", r.path);
         }
     }
 }

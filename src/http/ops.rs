@@ -1,6 +1,6 @@
 //! Operations routes: probes, and the background prober they answer from.
 //! (The gate that answers 503 while the store, an S3 bucket, does not
-//! answer is a column of the route policy table, [`super::ROUTE_POLICY`],
+//! answer is a column of the route policy table, [`super::ROUTES`],
 //! applied by [`super::limits::enforce`].)
 //!
 //! `/healthz`, `/readyz`, `/metrics` and the status page never wait on the

@@ -106,7 +106,8 @@ impl Validators {
         self.last_modified.map(LastModified::from)
     }
 
-    fn insert(&self, h: &mut HeaderMap) {
+    /// `ETag` and `Last-Modified`, the ones set.
+    pub fn insert(&self, h: &mut HeaderMap) {
         if let Some(e) = self.etag() {
             h.typed_insert(e);
         }

@@ -17,7 +17,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::ranges::{Answer, CacheStatus, Validators, respond};
 use super::state::AppState;
-use crate::registry::{Blob, Digest, INDEX_MEDIA_TYPE, OciError, Reference, TagQuery};
+use crate::registry::{
+    Blob, Digest, INDEX_MEDIA_TYPE, OciError, OciKind, Reference, TagQuery, UpstreamId,
+};
 
 /// `GET /v2/`: the API version check.
 pub async fn v2_root() -> Response {
@@ -49,25 +51,10 @@ fn set_common(h: &mut HeaderMap) {
     );
 }
 
+/// An [`OciError`] answered: the one OCI answer ([`super::error::oci`]).
 pub fn error_response(e: &OciError, method: &Method) -> Response {
-    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = if method == Method::HEAD {
-        Body::empty()
-    } else {
-        Body::from(e.body())
-    };
-    let mut r = Response::new(body);
-    *r.status_mut() = status;
-    if status.is_server_error() {
-        r.extensions_mut()
-            .insert(super::access::Reason(e.message.clone()));
-    }
-    set_common(r.headers_mut());
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
+    let status = super::error::oci_status(e.kind);
+    super::error::oci(status, e.code(), &e.message, method == Method::HEAD)
 }
 
 /// The query parameter `name`, percent-decoded, if any (repeated or not
@@ -80,15 +67,13 @@ fn query_param(query: Option<&str>, name: &str) -> Result<Option<String>, OciErr
         };
         if out.is_some() {
             return Err(OciError::new(
-                400,
-                "UNSUPPORTED",
+                OciKind::Unsupported,
                 format!("{name} given more than once"),
             ));
         }
         out = Some(percent_decode(v).ok_or_else(|| {
             OciError::new(
-                400,
-                "UNSUPPORTED",
+                OciKind::Unsupported,
                 format!("{name}: a bad percent-encoding"),
             )
         })?);
@@ -127,7 +112,7 @@ fn tag_query(query: Option<&str>) -> Result<TagQuery, OciError> {
     let n = query_param(query, "n")?
         .map(|v| {
             v.parse::<usize>()
-                .map_err(|_| OciError::new(400, "UNSUPPORTED", format!("n={v:?} is not a count")))
+                .map_err(|_| OciError::new(OciKind::Unsupported, format!("n={v:?} is not a count")))
         })
         .transpose()?;
     Ok(TagQuery {
@@ -136,9 +121,9 @@ fn tag_query(query: Option<&str>) -> Result<TagQuery, OciError> {
     })
 }
 
-fn json_response(method: &Method, content_type: &'static str, body: bytes::Bytes) -> Response {
+fn json_response(head: bool, content_type: &'static str, body: bytes::Bytes) -> Response {
     let len = body.len();
-    let mut resp = if method == Method::HEAD {
+    let mut resp = if head {
         Response::new(Body::empty())
     } else {
         Response::new(Body::from(body))
@@ -150,189 +135,241 @@ fn json_response(method: &Method, content_type: &'static str, body: bytes::Bytes
     resp
 }
 
-async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
-    let method = req.method.clone();
-    if method != Method::GET && method != Method::HEAD {
-        return Err(OciError::new(
-            405,
-            "UNSUPPORTED",
-            format!("{method} is not supported: this registry is read-only"),
-        ));
-    }
-    let path = req.uri.path();
+/// A `/v2/` request path split: `<repo>/<kind>/<reference>` and `?ns=`.
+#[derive(Debug, PartialEq, Eq)]
+struct V2Path<'a> {
+    repo: &'a str,
+    kind: &'a str,
+    reference: &'a str,
+    ns: Option<String>,
+}
+
+/// Split the raw path (any `%` refused: an encoded slash or dot never
+/// reaches the grammar checks) and read `?ns=`.
+fn parse_path<'a>(path: &'a str, query: Option<&str>) -> Result<V2Path<'a>, OciError> {
     let tail = path.strip_prefix("/v2/").unwrap_or("");
     if tail.contains('%') {
         return Err(OciError::new(
-            400,
-            "NAME_INVALID",
+            OciKind::NameInvalid,
             "percent-encoded characters are not allowed in repository paths",
         ));
     }
-    let segs: Vec<&str> = tail.split('/').collect();
-    if segs.len() < 3 {
+    let mut parts = tail.rsplitn(3, '/');
+    let (Some(reference), Some(kind), Some(repo)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(no_route(path));
+    };
+    Ok(V2Path {
+        repo,
+        kind,
+        reference,
+        ns: ns_param(query)?,
+    })
+}
+
+fn no_route(path: &str) -> OciError {
+    OciError::new(OciKind::NoRoute, format!("no such route: {path}"))
+}
+
+/// Parse, ask the upstream route, and hand the request to its kind's answer.
+async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
+    let method = &req.method;
+    if method != Method::GET && method != Method::HEAD {
         return Err(OciError::new(
-            404,
-            "UNSUPPORTED",
-            format!("no such route: {path}"),
+            OciKind::ReadOnly,
+            format!("{method} is not supported: this registry is read-only"),
         ));
     }
-    let kind = segs[segs.len() - 2];
-    let reference = segs[segs.len() - 1];
-    let repo_end = tail.len() - kind.len() - reference.len() - 2;
-    let repo = &tail[..repo_end];
-    let query = req.uri.query();
-    let ns = ns_param(query)?;
-    let ns = ns.as_deref();
-    let reg = &st.registry;
-    match kind {
-        "manifests" => {
-            let up = reg.route(repo, ns)?;
-            let r = Reference::parse(reference)?;
-            let m = reg.manifest(&up, repo, &r).await?;
-            let mut resp = if method == Method::HEAD {
-                Response::new(Body::empty())
-            } else {
-                Response::new(Body::from(m.body.clone()))
-            };
-            let h = resp.headers_mut();
-            set_common(h);
-            if let Ok(v) = HeaderValue::from_str(&m.media_type) {
-                h.insert(header::CONTENT_TYPE, v);
-            }
-            h.insert(header::CONTENT_LENGTH, HeaderValue::from(m.body.len()));
-            if let Ok(v) = HeaderValue::from_str(m.digest.as_str()) {
-                h.insert("docker-content-digest", v.clone());
-            }
-            if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", m.digest)) {
-                h.insert(header::ETAG, v);
-            }
-            super::stale::mark(h, m.stale);
-            if m.fetched {
-                CacheStatus::Miss { stored: true }
-            } else {
-                CacheStatus::stored(m.stale)
-            }
-            .insert(h);
-            // The conditionals blobs ask (412, 304), GET and HEAD alike:
-            // the digest is the entity tag.
-            let validators = Validators {
-                etag: Some(format!("\"{}\"", m.digest)),
-                last_modified: None,
-            };
-            if let Some(status) = validators.precondition(&req.headers) {
-                let h = std::mem::take(resp.headers_mut());
-                return Ok(super::ranges::bodiless(status, h));
-            }
-            Ok(resp)
-        }
-        "blobs" => {
-            let up = reg.route(repo, ns)?;
-            let d = Digest::parse(reference)?;
-            if method == Method::HEAD {
-                // A HEAD fills nothing: the store's size, else the upstream's HEAD.
-                let (size, status) = match reg.stored_blob_size(&d).await? {
-                    Some(n) => (n, CacheStatus::Hit),
-                    None => (
-                        reg.blob_size(&up, repo, &d).await?,
-                        CacheStatus::Miss { stored: false },
-                    ),
-                };
-                let mut h = HeaderMap::new();
-                blob_headers(&mut h, &d, size);
-                status.insert(&mut h);
-                // The same conditionals as the GET's answer (412, 304).
-                let validators = super::ranges::Validators {
-                    etag: Some(format!("\"{d}\"")),
-                    last_modified: None,
-                };
-                if let Some(status) = validators.precondition(&req.headers) {
-                    return Ok(super::ranges::bodiless(status, h));
-                }
-                let mut resp = Response::new(Body::empty());
-                *resp.headers_mut() = h;
-                return Ok(resp);
-            }
-            let (up, d) = (&up, &d);
-            super::ranges::once_more_if_dropped(|| async move {
-                let blob = reg.blob(up, repo, d).await?;
-                let status = CacheStatus::of(&blob);
-                serve_blob(reg, d, blob, status, &req.headers).await
-            })
-            .await
-        }
-        "tags" if reference == "list" => {
-            let up = reg.route(repo, ns)?;
-            let q = tag_query(query)?;
-            let list = reg.tags(&up, repo, &q).await?;
-            let mut resp = json_response(&method, "application/json", list.body().into());
-            super::stale::mark(resp.headers_mut(), list.stale);
-            // A tag list from the upstream is passed on, not kept.
-            match list.stored {
-                true => CacheStatus::stored(list.stale),
-                false => CacheStatus::Miss { stored: false },
-            }
-            .insert(resp.headers_mut());
-            if let Some(next) = &list.next {
-                let mut link = format!("</v2/{repo}/tags/list?");
-                if let Some(n) = next.n {
-                    link.push_str(&format!("n={n}&"));
-                }
-                link.push_str(&format!("last={}", next.last.as_deref().unwrap_or("")));
-                if let Some(ns) = ns {
-                    link.push_str(&format!("&ns={ns}"));
-                }
-                link.push_str(">; rel=\"next\"");
-                if let Ok(v) = HeaderValue::from_str(&link) {
-                    resp.headers_mut().insert(header::LINK, v);
-                }
-            }
-            Ok(resp)
-        }
-        "referrers" => {
-            let up = reg.route(repo, ns)?;
-            let d = Digest::parse(reference)?;
-            let at = query_param(query, "artifactType")?;
-            let r = reg.referrers(&up, repo, &d, at.as_deref()).await?;
-            let mut resp = json_response(&method, INDEX_MEDIA_TYPE, r.body);
-            super::stale::mark(resp.headers_mut(), r.stale);
-            use crate::registry::ReferrersSource as Src;
-            match r.source {
-                Src::Upstream => CacheStatus::Miss { stored: true },
-                Src::Stored => CacheStatus::Hit,
-                Src::Stale => CacheStatus::Stale,
-                Src::Empty => CacheStatus::Miss { stored: false },
-            }
-            .insert(resp.headers_mut());
-            if r.filtered {
-                resp.headers_mut().insert(
-                    "oci-filters-applied",
-                    HeaderValue::from_static("artifactType"),
-                );
-            }
-            Ok(resp)
-        }
-        _ => Err(OciError::new(
-            404,
-            "UNSUPPORTED",
-            format!("no such route: {path}"),
-        )),
+    let p = parse_path(req.uri.path(), req.uri.query())?;
+    let known = matches!(p.kind, "manifests" | "blobs" | "referrers")
+        || (p.kind, p.reference) == ("tags", "list");
+    if !known {
+        return Err(no_route(req.uri.path()));
+    }
+    let up = st.registry.route(p.repo, p.ns.as_deref())?;
+    let head = method == Method::HEAD;
+    match p.kind {
+        "manifests" => manifest(st, &up, &p, req, head).await,
+        "blobs" if head => blob_head(st, &up, &p, &req.headers).await,
+        "blobs" => blob_get(st, &up, &p, &req.headers).await,
+        "tags" => tags(st, &up, &p, req.uri.query(), head).await,
+        _ => referrers(st, &up, &p, req.uri.query(), head).await,
     }
 }
 
-fn blob_headers(h: &mut HeaderMap, d: &Digest, size: u64) {
+/// The headers naming an object by its digest, built once for manifests
+/// and blobs: `Docker-Content-Digest` and the `ETag` (the digest quoted),
+/// and the validators the conditionals ask.
+fn digest_headers(h: &mut HeaderMap, d: &Digest) -> Validators {
+    if let Ok(v) = HeaderValue::from_str(d.as_str()) {
+        h.insert("docker-content-digest", v);
+    }
+    let validators = Validators {
+        etag: Some(format!("\"{d}\"")),
+        last_modified: None,
+    };
+    validators.insert(h);
+    validators
+}
+
+/// `GET, HEAD .../manifests/<ref>`: the body, its type, the conditionals
+/// blobs ask (412, 304), GET and HEAD alike.
+async fn manifest(
+    st: &AppState,
+    up: &UpstreamId,
+    p: &V2Path<'_>,
+    req: &Parts,
+    head: bool,
+) -> Result<Response, OciError> {
+    let r = Reference::parse(p.reference)?;
+    let m = st.registry.manifest(up, p.repo, &r).await?;
+    let mut resp = match head {
+        true => Response::new(Body::empty()),
+        false => Response::new(Body::from(m.body.clone())),
+    };
+    let h = resp.headers_mut();
+    set_common(h);
+    if let Ok(v) = HeaderValue::from_str(&m.media_type) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(m.body.len()));
+    let validators = digest_headers(h, &m.digest);
+    super::stale::mark(h, m.stale);
+    match m.fetched {
+        true => CacheStatus::Miss { stored: true },
+        false => CacheStatus::stored(m.stale),
+    }
+    .insert(h);
+    if let Some(status) = validators.precondition(&req.headers) {
+        let h = std::mem::take(resp.headers_mut());
+        return Ok(super::ranges::bodiless(status, h));
+    }
+    Ok(resp)
+}
+
+/// `HEAD .../blobs/<digest>`: fills nothing: the store's size, else the
+/// upstream's HEAD; the GET's conditionals (412, 304).
+async fn blob_head(
+    st: &AppState,
+    up: &UpstreamId,
+    p: &V2Path<'_>,
+    req_headers: &HeaderMap,
+) -> Result<Response, OciError> {
+    let d = Digest::parse(p.reference)?;
+    let reg = &st.registry;
+    let (size, status) = match reg.stored_blob_size(&d).await? {
+        Some(n) => (n, CacheStatus::Hit),
+        None => (
+            reg.blob_size(up, p.repo, &d).await?,
+            CacheStatus::Miss { stored: false },
+        ),
+    };
+    let mut h = HeaderMap::new();
+    let validators = blob_headers(&mut h, &d);
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    status.insert(&mut h);
+    if let Some(status) = validators.precondition(req_headers) {
+        return Ok(super::ranges::bodiless(status, h));
+    }
+    let mut resp = Response::new(Body::empty());
+    *resp.headers_mut() = h;
+    Ok(resp)
+}
+
+/// `GET .../blobs/<digest>`: the shared object answer, once more if the
+/// fill it followed was dropped.
+async fn blob_get(
+    st: &AppState,
+    up: &UpstreamId,
+    p: &V2Path<'_>,
+    req_headers: &HeaderMap,
+) -> Result<Response, OciError> {
+    let d = &Digest::parse(p.reference)?;
+    let (reg, repo) = (&st.registry, p.repo);
+    super::ranges::once_more_if_dropped(|| async move {
+        let blob = reg.blob(up, repo, d).await?;
+        let status = CacheStatus::of(&blob);
+        serve_blob(reg, d, blob, status, req_headers).await
+    })
+    .await
+}
+
+/// `GET, HEAD .../tags/list`: a stored list or the upstream's, passed on
+/// (not kept); `Link` to the next page.
+async fn tags(
+    st: &AppState,
+    up: &UpstreamId,
+    p: &V2Path<'_>,
+    query: Option<&str>,
+    head: bool,
+) -> Result<Response, OciError> {
+    let q = tag_query(query)?;
+    let list = st.registry.tags(up, p.repo, &q).await?;
+    let mut resp = json_response(head, "application/json", list.body().into());
+    let h = resp.headers_mut();
+    super::stale::mark(h, list.stale);
+    match list.stored {
+        true => CacheStatus::stored(list.stale),
+        false => CacheStatus::Miss { stored: false },
+    }
+    .insert(h);
+    if let Some(next) = &list.next {
+        let mut link = format!("</v2/{}/tags/list?", p.repo);
+        if let Some(n) = next.n {
+            link.push_str(&format!("n={n}&"));
+        }
+        link.push_str(&format!("last={}", next.last.as_deref().unwrap_or("")));
+        if let Some(ns) = &p.ns {
+            link.push_str(&format!("&ns={ns}"));
+        }
+        link.push_str(">; rel=\"next\"");
+        if let Ok(v) = HeaderValue::from_str(&link) {
+            h.insert(header::LINK, v);
+        }
+    }
+    Ok(resp)
+}
+
+/// `GET, HEAD .../referrers/<digest>[?artifactType=]`.
+async fn referrers(
+    st: &AppState,
+    up: &UpstreamId,
+    p: &V2Path<'_>,
+    query: Option<&str>,
+    head: bool,
+) -> Result<Response, OciError> {
+    let d = Digest::parse(p.reference)?;
+    let at = query_param(query, "artifactType")?;
+    let r = st.registry.referrers(up, p.repo, &d, at.as_deref()).await?;
+    let mut resp = json_response(head, INDEX_MEDIA_TYPE, r.body);
+    let h = resp.headers_mut();
+    super::stale::mark(h, r.stale);
+    use crate::registry::ReferrersSource as Src;
+    match r.source {
+        Src::Upstream => CacheStatus::Miss { stored: true },
+        Src::Stored => CacheStatus::Hit,
+        Src::Stale => CacheStatus::Stale,
+        Src::Empty => CacheStatus::Miss { stored: false },
+    }
+    .insert(h);
+    if r.filtered {
+        h.insert(
+            "oci-filters-applied",
+            HeaderValue::from_static("artifactType"),
+        );
+    }
+    Ok(resp)
+}
+
+/// A blob's headers (a HEAD's and a GET's base): common, type, digest.
+fn blob_headers(h: &mut HeaderMap, d: &Digest) -> Validators {
     set_common(h);
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
-    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-    if let Ok(v) = HeaderValue::from_str(d.as_str()) {
-        h.insert("docker-content-digest", v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&format!("\"{d}\"")) {
-        h.insert(header::ETAG, v);
-    }
+    digest_headers(h, d)
 }
 
 /// A blob (GET): the shared object answer ([`super::ranges`]): ranges,
@@ -346,24 +383,14 @@ async fn serve_blob(
     req_headers: &HeaderMap,
 ) -> Result<Response, OciError> {
     let mut base = HeaderMap::new();
-    set_common(&mut base);
-    base.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    if let Ok(v) = HeaderValue::from_str(d.as_str()) {
-        base.insert("docker-content-digest", v);
-    }
+    let validators = blob_headers(&mut base, d);
     let metrics = reg.metrics().cloned();
     Ok(respond(
         blob,
         req_headers,
         Answer {
             base,
-            validators: Validators {
-                etag: Some(format!("\"{d}\"")),
-                last_modified: None,
-            },
+            validators,
             head_only: false,
             cache,
             on_bytes: Box::new(move |n| {
@@ -398,6 +425,32 @@ mod tests {
         assert_eq!(parse_range("bytes=100-", 100), RangeAsk::Unsatisfiable);
         assert_eq!(parse_range("bytes=0-1,5-6", 100), RangeAsk::Full);
         assert_eq!(parse_range("items=0-1", 100), RangeAsk::Full);
+    }
+
+    #[test]
+    fn paths() {
+        let p = parse_path("/v2/a/b/c/manifests/v1", Some("ns=GHCR.io")).unwrap();
+        assert_eq!(
+            p,
+            V2Path {
+                repo: "a/b/c",
+                kind: "manifests",
+                reference: "v1",
+                ns: Some("ghcr.io".into())
+            }
+        );
+        let p = parse_path("/v2/x/tags/list", None).unwrap();
+        assert_eq!((p.repo, p.kind, p.reference), ("x", "tags", "list"));
+        assert_eq!(
+            parse_path("/v2/x", None).unwrap_err().kind,
+            OciKind::NoRoute
+        );
+        assert_eq!(
+            parse_path("/v2/x/y", None).unwrap_err().kind,
+            OciKind::NoRoute
+        );
+        let e = parse_path("/v2/a%2Fb/manifests/v1", None).unwrap_err();
+        assert_eq!(e.kind, OciKind::NameInvalid);
     }
 
     #[test]

@@ -20,7 +20,9 @@ pub struct Shared {
     pub metrics: crate::metrics::Metrics,
     /// The store, read-only: figures and whether it answers.
     pub store: crate::inventory::Inventory,
-    pub fills: crate::fill::Fills,
+    /// The fills in progress, and nothing else of them (the store handle
+    /// the fills hold stays behind this door).
+    pub fills: FillProgress,
     /// `None` when offline.
     pub upstream: Option<crate::upstream::Upstream>,
     pub images: crate::factory::ImageCache,
@@ -32,6 +34,19 @@ pub struct Shared {
     /// What the background prober last found of the store and the
     /// upstreams: the probes, `/metrics` and the status page answer from it.
     pub probes: super::ops::Probes,
+}
+
+/// What the edge may ask of [`crate::fill::Fills`]: the fills in progress
+/// (the status page, `/metrics`). The field is private: nothing in `http/`
+/// reaches the store handle the fills hold (`house_rules` checks that no
+/// handler names `Store` or asks `.store()`).
+#[derive(Clone)]
+pub struct FillProgress(crate::fill::Fills);
+
+impl FillProgress {
+    pub fn in_progress(&self) -> Vec<crate::fill::FillStatus> {
+        self.0.in_progress()
+    }
 }
 
 impl std::ops::Deref for AppState {
@@ -75,7 +90,7 @@ impl AppState {
             schematics,
             metrics,
             store,
-            fills,
+            fills: FillProgress(fills),
             upstream,
             images,
             registry,

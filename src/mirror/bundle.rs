@@ -451,7 +451,7 @@ fn claimed_objects(index: BundleIndex, report: &mut ImportReport) -> HashMap<Str
         // A key that names a digest (a blob, a manifest, a schematic) must
         // name its object's: never imported otherwise, whatever the bytes.
         if let Err(why) = crate::registry::layout::check_claim(&e.key, &e.digest) {
-            report.bad.push(why);
+            report.bad.push(why.to_string());
             continue;
         }
         by_digest.entry(e.digest.clone()).or_default().push(e);

@@ -164,7 +164,7 @@ pub fn item_keys(store: &Store, item: &Item, keys: &mut Vec<String>) -> bool {
         if let Ok(r) = o
             .read_small(crate::registry::MAX_LIST as u64)
             .map_err(|e| e.to_string())
-            .and_then(|b| manifest_refs(&b))
+            .and_then(|b| manifest_refs(&b).map_err(|e| e.to_string()))
         {
             queue.extend(r.manifests);
         }

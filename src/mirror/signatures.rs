@@ -78,10 +78,10 @@ pub async fn before(
         .await
     {
         Ok(m) => m,
-        Err(e) if e.status == 404 && want == Signature::IfPresent => {
+        Err(e) if e.kind.unknown() && want == Signature::IfPresent => {
             return Ok(Checked(None));
         }
-        Err(e) if e.status == 404 => {
+        Err(e) if e.kind.unknown() => {
             return Err(format!(
                 "no cosign signature ({repo}:{tag} not found); --cosign-key needs one"
             ));

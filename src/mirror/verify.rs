@@ -62,7 +62,7 @@ pub fn verify(loc: impl Into<crate::store::Location>) -> Result<VerifyReport> {
             misnamed.push(BadObject {
                 digest: e.digest.clone(),
                 keys: vec![e.key.clone()],
-                reason: why,
+                reason: why.to_string(),
                 removed: false,
             });
             continue;

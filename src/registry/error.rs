@@ -4,32 +4,114 @@
 use reqwest::StatusCode;
 
 use super::names::{Digest, NameError};
+
 use crate::upstream::FetchError;
 
-/// An OCI distribution error: HTTP status, error code, message.
+/// What went wrong, in the distribution spec's terms. The HTTP status
+/// of each is the edge's one mapping (`http::error::oci_status`), never
+/// minted here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OciKind {
+    /// A repository name out of grammar, or an encoded path.
+    NameInvalid,
+    /// A repository (or what the crate calls not found) not known.
+    NameUnknown,
+    ManifestInvalid,
+    ManifestUnknown,
+    DigestInvalid,
+    BlobUnknown,
+    /// Not served: an upstream refused anonymous access, a namespace not
+    /// configured.
+    Denied,
+    /// A query this registry does not take (bad input).
+    Unsupported,
+    /// A path no `/v2/` route has.
+    NoRoute,
+    /// A write: the registry is read-only.
+    ReadOnly,
+    /// Refused by a rule (the crate's `Refused`).
+    Refused,
+    /// The upstream rate-limited us.
+    TooManyRequests,
+    /// The upstream failed or answered what is not the object.
+    Upstream,
+    /// A bound on an upstream wait fired.
+    Timeout,
+    /// The store holds it but does not answer (a bucket down).
+    Unavailable,
+    /// The upstream's own answer (a status it sent), passed on.
+    Relayed(u16),
+    /// Local trouble.
+    Internal,
+}
+
+impl OciKind {
+    /// The code of the OCI body.
+    pub fn code(self) -> &'static str {
+        match self {
+            OciKind::NameInvalid => "NAME_INVALID",
+            OciKind::NameUnknown => "NAME_UNKNOWN",
+            OciKind::ManifestInvalid => "MANIFEST_INVALID",
+            OciKind::ManifestUnknown => "MANIFEST_UNKNOWN",
+            OciKind::DigestInvalid => "DIGEST_INVALID",
+            OciKind::BlobUnknown => "BLOB_UNKNOWN",
+            OciKind::Denied | OciKind::Refused => "DENIED",
+            OciKind::Unsupported | OciKind::NoRoute | OciKind::ReadOnly => "UNSUPPORTED",
+            OciKind::TooManyRequests => "TOOMANYREQUESTS",
+            OciKind::Upstream | OciKind::Timeout | OciKind::Unavailable | OciKind::Relayed(_) => {
+                "UNAVAILABLE"
+            }
+            OciKind::Internal => "UNKNOWN",
+        }
+    }
+
+    /// Not known here or upstream (an upstream's own 404 included).
+    pub fn unknown(self) -> bool {
+        matches!(
+            self,
+            OciKind::NameUnknown
+                | OciKind::ManifestUnknown
+                | OciKind::BlobUnknown
+                | OciKind::Relayed(404)
+        )
+    }
+
+    /// Our side or the upstream's failed (not the request): what a stored
+    /// copy may stand in for.
+    pub fn failed(self) -> bool {
+        matches!(
+            self,
+            OciKind::Upstream | OciKind::Timeout | OciKind::Unavailable | OciKind::Internal
+        ) || matches!(self, OciKind::Relayed(s) if s >= 500)
+    }
+}
+
+/// An OCI distribution error: what went wrong and the message.
 #[derive(Debug, Clone)]
 pub struct OciError {
-    pub status: u16,
-    pub code: &'static str,
+    pub kind: OciKind,
     pub message: String,
 }
 
 impl OciError {
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> OciError {
+    pub fn new(kind: OciKind, message: impl Into<String>) -> OciError {
         OciError {
-            status,
-            code,
+            kind,
             message: message.into(),
         }
     }
 
+    pub fn code(&self) -> &'static str {
+        self.kind.code()
+    }
+
     /// The body: `{"errors":[{"code":...,"message":...}]}`.
     pub fn body(&self) -> String {
-        serde_json::json!({"errors": [{"code": self.code, "message": self.message}]}).to_string()
+        serde_json::json!({"errors": [{"code": self.code(), "message": self.message}]}).to_string()
     }
 
     pub(super) fn upstream(msg: impl Into<String>) -> OciError {
-        OciError::new(502, "UNAVAILABLE", msg)
+        OciError::new(OciKind::Upstream, msg)
     }
 
     /// The same error with what was being done in front (`reading X: ...`).
@@ -42,38 +124,43 @@ impl OciError {
 impl From<NameError> for OciError {
     fn from(e: NameError) -> OciError {
         match e {
-            NameError::Invalid(m) => OciError::new(400, "NAME_INVALID", m),
-            NameError::Denied(m) => OciError::new(403, "DENIED", m),
-            NameError::Reference(m) => OciError::new(400, "MANIFEST_INVALID", m),
-            NameError::Digest(m) => OciError::new(400, "DIGEST_INVALID", m),
+            NameError::Invalid(m) => OciError::new(OciKind::NameInvalid, m),
+            NameError::Denied(m) => OciError::new(OciKind::Denied, m),
+            NameError::Reference(m) => OciError::new(OciKind::ManifestInvalid, m),
+            NameError::Digest(m) => OciError::new(OciKind::DigestInvalid, m),
         }
     }
 }
 
-/// The crate's error under the OCI body shape: the status is the one
-/// mapping's ([`crate::Error::http_status`]); only the code is OCI's.
+/// The crate's error under the OCI body shape: the kind of the same
+/// status (`http::error::status_of`, checked by `http::error`'s
+/// `one_mapping` test).
 impl From<crate::Error> for OciError {
     fn from(e: crate::Error) -> OciError {
-        let code = match e {
-            crate::Error::BadInput(_) => "UNSUPPORTED",
-            crate::Error::Refused(_) => "DENIED",
-            crate::Error::NotFound(_) => "NAME_UNKNOWN",
-            crate::Error::Upstream(_) | crate::Error::Unavailable(_) => "UNAVAILABLE",
-            crate::Error::Io { .. } => "UNKNOWN",
+        let kind = match e {
+            crate::Error::BadInput(_) => OciKind::Unsupported,
+            crate::Error::Refused(_) => OciKind::Refused,
+            crate::Error::NotFound(_) => OciKind::NameUnknown,
+            crate::Error::Upstream(_) => OciKind::Upstream,
+            crate::Error::Unavailable(_) => OciKind::Unavailable,
+            crate::Error::Io { .. } => OciKind::Internal,
         };
-        OciError::new(e.http_status(), code, e.to_string())
+        OciError::new(kind, e.to_string())
     }
 }
 
-/// A failed fetch under the OCI body shape: the status is the one
-/// mapping's ([`FetchError::http_status`]); only the code is OCI's.
+/// A failed fetch under the OCI body shape: the kind of the same status
+/// (`http::error::fetch_status`); an upstream's answer passed on.
 impl From<FetchError> for OciError {
     fn from(e: FetchError) -> OciError {
-        let code = match e {
-            FetchError::Local(_) => "UNKNOWN",
-            _ => "UNAVAILABLE",
+        let kind = match e {
+            FetchError::Status { status, .. } => OciKind::Relayed(status),
+            FetchError::Timeout(_) => OciKind::Timeout,
+            FetchError::Failed(_) => OciKind::Upstream,
+            FetchError::Local(_) => OciKind::Internal,
+            FetchError::Unavailable(_) => OciKind::Unavailable,
         };
-        OciError::new(e.http_status(), code, e.to_string())
+        OciError::new(kind, e.to_string())
     }
 }
 
@@ -114,15 +201,13 @@ pub(super) fn check_status(st: StatusCode, repo: &str, reference: &str) -> Resul
     }
     if st == StatusCode::UNAUTHORIZED || st == StatusCode::FORBIDDEN {
         return Err(OciError::new(
-            403,
-            "DENIED",
+            OciKind::Denied,
             format!("upstream refused anonymous access to {repo} ({reference}): {st}"),
         ));
     }
     if st == StatusCode::TOO_MANY_REQUESTS {
         return Err(OciError::new(
-            429,
-            "TOOMANYREQUESTS",
+            OciKind::TooManyRequests,
             format!("upstream rate-limited {repo}"),
         ));
     }
@@ -133,12 +218,14 @@ pub(super) fn check_status(st: StatusCode, repo: &str, reference: &str) -> Resul
 
 pub(super) fn manifest_unknown(repo: &str, reference: &str) -> OciError {
     OciError::new(
-        404,
-        "MANIFEST_UNKNOWN",
+        OciKind::ManifestUnknown,
         format!("manifest {repo}:{reference} not known"),
     )
 }
 
 pub(super) fn blob_unknown(repo: &str, d: &Digest) -> OciError {
-    OciError::new(404, "BLOB_UNKNOWN", format!("blob {d} not known in {repo}"))
+    OciError::new(
+        OciKind::BlobUnknown,
+        format!("blob {d} not known in {repo}"),
+    )
 }

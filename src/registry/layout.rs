@@ -44,12 +44,18 @@ pub fn claimed_digest(key: &str) -> Option<&str> {
     .find_map(|p| key.strip_prefix(p))
 }
 
+/// A registry document (a manifest, an index, a referrers page, a `Link`
+/// header) or a stored key that is not what it claims: why, in one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Malformed(pub String);
+
 /// `Err(why)` when `key` claims a digest other than `object` (hex).
-pub fn check_claim(key: &str, object: &str) -> Result<(), String> {
+pub fn check_claim(key: &str, object: &str) -> Result<(), Malformed> {
     match claimed_digest(key) {
-        Some(c) if c != object => Err(format!(
+        Some(c) if c != object => Err(Malformed(format!(
             "{key} names sha256:{c} but its object is sha256:{object}"
-        )),
+        ))),
         _ => Ok(()),
     }
 }
@@ -100,7 +106,7 @@ pub struct ManifestRefs {
 /// the upstream need not have it. The media type alone does not decide: a
 /// non-distributable layer without `urls` has no source but the registry,
 /// so it is carried like any other.
-pub fn manifest_refs(body: &[u8]) -> Result<ManifestRefs, String> {
+pub fn manifest_refs(body: &[u8]) -> Result<ManifestRefs, Malformed> {
     #[derive(serde::Deserialize)]
     struct Desc {
         digest: String,
@@ -118,9 +124,11 @@ pub fn manifest_refs(body: &[u8]) -> Result<ManifestRefs, String> {
         #[serde(default)]
         blobs: Vec<Desc>,
     }
-    let m: M = serde_json::from_slice(body).map_err(|e| format!("not a manifest: {e}"))?;
+    let m: M =
+        serde_json::from_slice(body).map_err(|e| Malformed(format!("not a manifest: {e}")))?;
     let parse = |d: &Desc| {
-        Digest::parse(&d.digest).map_err(|_| format!("unsupported digest {:?}", d.digest))
+        Digest::parse(&d.digest)
+            .map_err(|_| Malformed(format!("unsupported digest {:?}", d.digest)))
     };
     let mut out = ManifestRefs::default();
     for d in &m.manifests {

@@ -26,8 +26,8 @@ use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 
-use super::error::{OciError, check_status, fetch_error};
-use super::layout::{manifest_refs, referrers_key, tag_prefix};
+use super::error::{OciError, OciKind, check_status, fetch_error};
+use super::layout::{Malformed, manifest_refs, referrers_key, tag_prefix};
 use super::names::{self, Digest, UpstreamId};
 use super::proxy::{Registry, scope};
 use crate::store::Meta;
@@ -109,8 +109,7 @@ impl Registry {
             && !names::is_tag(l)
         {
             return Err(OciError::new(
-                400,
-                "UNSUPPORTED",
+                OciKind::Unsupported,
                 format!(
                     "last={:?} is not a tag",
                     l.chars().take(80).collect::<String>()
@@ -122,7 +121,7 @@ impl Registry {
         }
         match self.upstream_tags(up, repo, q).await {
             Ok(t) => Ok(t),
-            Err(e) if e.status >= 500 => match self.stored_tags(up, repo, q) {
+            Err(e) if e.kind.failed() => match self.stored_tags(up, repo, q) {
                 Ok(mut t) => {
                     tracing::warn!(repo, error = %e.message, "upstream tag list unavailable; answering the stored tags");
                     self.metric(|x| x.stale("tags"));
@@ -151,8 +150,7 @@ impl Registry {
             .collect();
         if all.is_empty() {
             return Err(OciError::new(
-                404,
-                "NAME_UNKNOWN",
+                OciKind::NameUnknown,
                 format!("repository {repo} is not known (no tag of it is stored)"),
             ));
         }
@@ -190,8 +188,7 @@ impl Registry {
         let st = resp.status();
         if st == StatusCode::NOT_FOUND {
             return Err(OciError::new(
-                404,
-                "NAME_UNKNOWN",
+                OciKind::NameUnknown,
                 format!("repository {repo} is not known upstream"),
             ));
         }
@@ -249,8 +246,9 @@ impl Registry {
                 source,
             });
         };
-        let mut v: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| OciError::new(500, "UNKNOWN", format!("a stored referrers index: {e}")))?;
+        let mut v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+            OciError::new(OciKind::Internal, format!("a stored referrers index: {e}"))
+        })?;
         if let Some(list) = v.get_mut("manifests").and_then(|m| m.as_array_mut()) {
             list.retain(|m| m.get("artifactType").and_then(|t| t.as_str()) == Some(at));
         }
@@ -348,14 +346,14 @@ impl Registry {
                         .map_err(|_| bad("a Link header that is not text".into()))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let next = next_link(&url, links.iter().copied()).map_err(bad)?;
+            let next = next_link(&url, links.iter().copied()).map_err(|e| bad(e.to_string()))?;
             let body = self
                 .client
                 .limits()
                 .read_small(&url, resp, MAX_LIST)
                 .await
                 .map_err(|e| fetch_error(e).context(&what))?;
-            check_index(&body).map_err(bad)?;
+            check_index(&body).map_err(|e| bad(e.to_string()))?;
             total += body.len();
             if total > MAX_LIST {
                 return Err(bad(format!("the pages add up to over {MAX_LIST} bytes")));
@@ -365,7 +363,7 @@ impl Registry {
                     // One page: kept byte for byte.
                     return Ok(Some(Bytes::from(body)));
                 };
-                add_page(&mut all, &body).map_err(bad)?;
+                add_page(&mut all, &body).map_err(|e| bad(e.to_string()))?;
                 let out = all.to_string();
                 if out.len() > MAX_LIST {
                     return Err(bad(format!("the merged index is over {MAX_LIST} bytes")));
@@ -376,7 +374,7 @@ impl Registry {
                 None => {
                     merged = Some(serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?)
                 }
-                Some(all) => add_page(all, &body).map_err(bad)?,
+                Some(all) => add_page(all, &body).map_err(|e| bad(e.to_string()))?,
             }
             if !same_origin(&first, &next) {
                 return Err(bad(format!("the next page {next} is on another origin")));
@@ -421,11 +419,11 @@ impl Registry {
 }
 
 /// An image index whose every descriptor has a sha256 digest.
-fn check_index(body: &[u8]) -> Result<(), String> {
+fn check_index(body: &[u8]) -> Result<(), Malformed> {
     let v: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("not an image index: {e}"))?;
+        serde_json::from_slice(body).map_err(|e| Malformed(format!("not an image index: {e}")))?;
     if !v.get("manifests").is_some_and(|m| m.is_array()) {
-        return Err("not an image index: no manifests list".into());
+        return Err(Malformed("not an image index: no manifests list".into()));
     }
     manifest_refs(body).map(drop)
 }
@@ -477,10 +475,14 @@ fn next_page<'a>(base: &str, links: impl IntoIterator<Item = &'a str>) -> Option
 fn next_link<'a>(
     base: &str,
     links: impl IntoIterator<Item = &'a str>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, Malformed> {
     let mut found = None;
     for value in links {
-        let bad = || format!("a Link header that is not <URL>; rel=...: {value:?}");
+        let bad = || {
+            Malformed(format!(
+                "a Link header that is not <URL>; rel=...: {value:?}"
+            ))
+        };
         let mut rest = value.trim();
         while !rest.is_empty() {
             let (target, after) = rest
@@ -518,8 +520,9 @@ fn same_origin(a: &str, b: &str) -> bool {
 }
 
 /// Append one referrers page's descriptors to the merged index.
-fn add_page(all: &mut serde_json::Value, page: &[u8]) -> Result<(), String> {
-    let page: serde_json::Value = serde_json::from_slice(page).map_err(|e| e.to_string())?;
+fn add_page(all: &mut serde_json::Value, page: &[u8]) -> Result<(), Malformed> {
+    let page: serde_json::Value =
+        serde_json::from_slice(page).map_err(|e| Malformed(e.to_string()))?;
     let more = page
         .get("manifests")
         .and_then(|m| m.as_array())
@@ -527,7 +530,7 @@ fn add_page(all: &mut serde_json::Value, page: &[u8]) -> Result<(), String> {
         .unwrap_or_default();
     all.get_mut("manifests")
         .and_then(|m| m.as_array_mut())
-        .ok_or("not an image index: no manifests list")?
+        .ok_or_else(|| Malformed("not an image index: no manifests list".into()))?
         .extend(more);
     Ok(())
 }

@@ -15,7 +15,7 @@ use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 
 use super::client::MANIFEST_ACCEPT;
-use super::error::{OciError, check_status, fetch_error, manifest_unknown};
+use super::error::{OciError, OciKind, check_status, fetch_error, manifest_unknown};
 use super::layout::{manifest_key, tag_key};
 use super::names::{Digest, Reference, UpstreamId};
 use super::proxy::{Registry, miss_path, scope};
@@ -76,7 +76,7 @@ impl Registry {
             .store
             .read_small_at(&manifest_key(d), MAX_MANIFEST as u64)
             .await
-            .map_err(|e| OciError::new(503, "UNAVAILABLE", e.0))?
+            .map_err(|e| OciError::new(OciKind::Unavailable, e.0))?
         else {
             return Ok(None);
         };
@@ -100,8 +100,7 @@ impl Registry {
             return Ok(());
         }
         Err(OciError::new(
-            503,
-            "UNAVAILABLE",
+            OciKind::Unavailable,
             format!(
                 "the store {} does not answer; try again",
                 self.store.describe()
@@ -205,7 +204,7 @@ impl Registry {
                     }
                 }
                 Ok(_) => {}
-                Err(e) if e.status >= 500 => {
+                Err(e) if e.kind.failed() => {
                     if let Some(m) = self.stored_manifest(d).await? {
                         return Ok(stale(&e, m));
                     }
@@ -220,7 +219,7 @@ impl Registry {
                 Ok(m)
             }
             Ok(None) => Err(manifest_unknown(repo, tag)),
-            Err(e) if e.status >= 500 => match &last {
+            Err(e) if e.kind.failed() => match &last {
                 Some((d, _)) => match self.stored_manifest(d).await? {
                     Some(m) => Ok(stale(&e, m)),
                     None => Err(e),

@@ -28,7 +28,7 @@ pub mod names;
 mod proxy;
 pub mod source;
 
-pub use error::OciError;
+pub use error::{OciError, OciKind};
 pub use listing::{
     INDEX_MEDIA_TYPE, MAX_LIST, Referrers, ReferrersSource, TagList, TagQuery, empty_index,
 };

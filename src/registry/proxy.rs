@@ -11,7 +11,7 @@ use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 
 use super::client::RegistryClient;
-use super::error::{OciError, blob_unknown, check_status, fetch_error, fill_error};
+use super::error::{OciError, OciKind, blob_unknown, check_status, fetch_error, fill_error};
 use super::layout::{self, blob_key};
 use super::names::{self, Digest, MirrorTable, NameError, UpstreamId};
 use crate::fill::{FillSpec, Fills, Joined};
@@ -110,8 +110,7 @@ impl Registry {
                     Err(NameError::Denied(d).into())
                 } else {
                     Err(OciError::new(
-                        404,
-                        "NAME_UNKNOWN",
+                        OciKind::NameUnknown,
                         format!(
                             "the store holds nothing of registry {ns:?} (serve --offline answers what mirror sync stored)"
                         ),
@@ -153,8 +152,7 @@ impl Registry {
     pub(super) fn store_miss(&self, up: &UpstreamId, unknown: OciError) -> OciError {
         match up {
             UpstreamId::Mirror(ns) if !self.offline => OciError::new(
-                403,
-                "DENIED",
+                OciKind::Denied,
                 format!(
                     "registry {ns:?} has no --mirror-upstream and the store does not hold this ({})",
                     unknown.message
@@ -198,8 +196,7 @@ impl Registry {
             return Ok(UpstreamId::Mirror(host.to_string()));
         }
         Err(OciError::new(
-            403,
-            "DENIED",
+            OciKind::Denied,
             format!("registry {host:?} has no --mirror-upstream"),
         ))
     }
@@ -221,8 +218,7 @@ impl Registry {
         match up {
             UpstreamId::Installer => self.installer_url.as_deref().ok_or_else(|| {
                 OciError::new(
-                    503,
-                    "UNAVAILABLE",
+                    OciKind::Unavailable,
                     "no --registry-url configured for installer images",
                 )
             }),
@@ -231,7 +227,7 @@ impl Registry {
                 .get(ns)
                 // The source image proxy's registry has a default.
                 .or((ns == super::source::SOURCE_HOST).then_some(super::source::SOURCE_DEFAULT_URL))
-                .ok_or_else(|| OciError::new(403, "DENIED", format!("ns {ns:?} not configured"))),
+                .ok_or_else(|| OciError::new(OciKind::Denied, format!("ns {ns:?} not configured"))),
         }
     }
 

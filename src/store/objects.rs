@@ -626,6 +626,28 @@ impl Store {
                     &format!("its file is shorter than its entry ({e})"),
                 );
             }
+            // A read from the bucket that failed: its object may be short
+            // or long (truncated, replaced under its name), or the bucket
+            // may not have answered. Its length, asked once, tells them
+            // apart: another length than the entry's drops it (the next
+            // request fetches it again); none, the keys below; a bucket
+            // that does not answer or the right length, nothing.
+            _ if self.is_remote() => {
+                let want = self.lock().objects.get(digest).map(|o| o.size);
+                match (want, self.answered(self.backend().object_len(digest))) {
+                    (Some(want), Ok(Some(n))) if n != want => {
+                        return self.quarantine_copy(
+                            digest,
+                            Some(born),
+                            &format!(
+                                "the bucket's object has {n} bytes, its entry says {want} ({e})"
+                            ),
+                        );
+                    }
+                    (_, Ok(None)) => {}
+                    _ => return,
+                }
+            }
             _ => return,
         }
         let _lock = match self.lock_store() {

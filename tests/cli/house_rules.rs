@@ -162,6 +162,30 @@ fn the_http_edge_names_no_store_type() {
                 "{}: the HTTP edge names the store (it holds an Inventory and calls the core)",
                 path.display()
             );
+            // Nor reaches a store handle through the core's types: no
+            // `Store` named, no `.store()` asked (`Fills::store()` is behind
+            // `http::state::FillProgress`, which exposes the fills in
+            // progress only), no `Fills` held.
+            for word in ["Store", "Fills"] {
+                let named = code.match_indices(word).any(|(i, _)| {
+                    let before = code[..i].chars().next_back();
+                    let after = code[i + word.len()..].chars().next();
+                    let ident =
+                        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                    !ident(before) && !ident(after) && before != Some('"')
+                });
+                let allowed = word == "Fills" && path.ends_with("http/state.rs");
+                assert!(
+                    !named || allowed,
+                    "{}: the HTTP edge names `{word}`",
+                    path.display()
+                );
+            }
+            assert!(
+                !code.contains(".store()"),
+                "{}: the HTTP edge asks for a store handle (`.store()`)",
+                path.display()
+            );
         }
     }
 }

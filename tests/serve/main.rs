@@ -15,6 +15,7 @@ mod ops_graceful;
 mod ops_leftovers;
 mod ops_limits;
 mod ops_status;
+mod refusals;
 mod serve_api;
 mod tls_e2e;
 mod upgrade_api;

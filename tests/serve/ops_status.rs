@@ -387,8 +387,13 @@ fn fresh_metrics_have_every_family_and_route() {
         });
         assert!(has_sample, "{name} ({kind}) has no sample at start:\n{m}");
     }
-    for (route, statuses, _) in talos_gen::http::routes() {
-        for status in statuses {
+    for talos_gen::http::Route {
+        path: route,
+        ok: statuses,
+        ..
+    } in talos_gen::http::ROUTES
+    {
+        for status in *statuses {
             let line =
                 format!("talos_gen_http_requests_total{{route=\"{route}\",status=\"{status}\"}} ");
             assert!(m.contains(&line), "{line} in\n{m}");

@@ -129,6 +129,53 @@ fn a_frozen_bucket_leaves_the_service_answering() {
     eprintln!("frozen: A2 (bucket only) {st} in {took:?}");
     assert_eq!(st, 503);
     assert!(took < Duration::from_secs(12), "{took:?}");
+    // The store gate's 503 in each route family's shape (issue 39): OCI on
+    // `/v2/`, JSON on `/api/v1/`, text elsewhere; `Retry-After` on all.
+    let u = one.url();
+    for (args, shape) in [
+        (
+            vec![format!("{u}/v2/siderolabs/installer/tags/list")],
+            "oci",
+        ),
+        (
+            vec![format!(
+                "{u}/api/v1/datavolume?cloneFrom=n/g&name=w&size=1Gi"
+            )],
+            "json",
+        ),
+        (
+            vec![
+                "-X".into(),
+                "POST".into(),
+                "--data-binary".into(),
+                "customization: {}".into(),
+                format!("{u}/schematics"),
+            ],
+            "text",
+        ),
+        (vec![a2_url.clone()], "text"),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = curl(&[&["--max-time", "30"], &args[..]].concat());
+        let what = args.last().unwrap();
+        assert_eq!(r.status, 503, "{what}");
+        assert_eq!(r.header("retry-after").as_deref(), Some("5"), "{what}");
+        let ct = r.header("content-type").unwrap_or_default();
+        let body = String::from_utf8_lossy(&r.body).into_owned();
+        match shape {
+            "oci" => {
+                let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+                assert_eq!(j["errors"][0]["code"], "UNAVAILABLE", "{what}: {body}");
+                assert_eq!(ct, "application/json", "{what}");
+            }
+            "json" => {
+                let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+                assert!(j["error"].is_string(), "{what}: {body}");
+                assert_eq!(ct, "application/json", "{what}");
+            }
+            _ => assert!(ct.starts_with("text/plain"), "{what}: {ct}"),
+        }
+    }
     let (stuck, _, took) = stuck.join().unwrap();
     eprintln!("frozen: the request stuck on the bucket ended: {stuck} in {took:?}");
     assert_ne!(stuck, 200, "A2 cannot have come from the frozen bucket");

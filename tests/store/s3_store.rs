@@ -779,6 +779,23 @@ fn a_bucket_object_without_checksums_is_never_served_unchecked() {
     let r = eventually_ok(&url);
     assert!(r == f.xz, "fetched again, whole");
     assert!(f.gets(A) > gets, "the factory was asked again");
+
+    // Truncated in the bucket under a replica that holds it: never a clean
+    // answer, and the object is dropped (its length asked once the read
+    // failed) and fetched again, not cut on every request for good.
+    eventually("the refetch's commit", Duration::from_secs(20), || {
+        g.list(0, &obj) == vec![obj.clone()] && g.get(0, &obj) == f.xz
+    });
+    let gets = f.gets(A);
+    g.put(0, &obj, &f.xz[..f.xz.len() / 2]);
+    let r = curl(&[&url]);
+    assert!(
+        !(r.exit == 0 && r.status == 200 && r.body != f.xz),
+        "the truncated object was served clean"
+    );
+    let r = eventually_ok(&url);
+    assert!(r == f.xz, "fetched again, whole: {}", three.log_text());
+    assert!(f.gets(A) > gets, "the factory was asked again");
 }
 
 /// GET `url` until a 200 (at most 20 s); its body.
