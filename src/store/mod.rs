@@ -206,6 +206,11 @@ impl Drop for Reservation {
     }
 }
 
+/// A store marked down is probed by a request (blocking, at most 2 s)
+/// only when no probe began or ended for this long: with a prober that
+/// checks it every second (`serve`), requests never wait on a probe.
+const PROBE_GAP: Duration = Duration::from_secs(3);
+
 /// A handle to the store; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -245,12 +250,14 @@ struct Inner {
 }
 
 impl Inner {
-    /// Is a probe of a store marked down due (none for a second)? The one
-    /// caller that gets `true` probes; the others are answered at once.
+    /// Is a probe of a store marked down due (none begun or ended for
+    /// [`PROBE_GAP`]: where a prober checks the store every second, as
+    /// `serve`'s does, never)? The one caller that gets `true` probes;
+    /// the others are answered at once.
     fn probe_due(&self) -> bool {
         let now = self.opened.elapsed().as_millis() as u64 + 1000;
         let last = self.last_probe.load(Ordering::Acquire);
-        now.saturating_sub(last) >= 1000
+        now.saturating_sub(last) >= PROBE_GAP.as_millis() as u64
             && self
                 .last_probe
                 .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
@@ -381,10 +388,14 @@ impl Store {
     /// Is the backend reachable (within `limit`)? Updates
     /// [`Store::available`]. Blocking.
     pub fn check(&self, limit: Duration) -> Result<()> {
-        let now = self.inner.opened.elapsed().as_millis() as u64 + 1000;
-        self.inner.last_probe.fetch_max(now, Ordering::AcqRel);
-        self.answered(self.backend().check(limit))
-            .map_err(|e| Error::io(format!("the store {}", self.describe()), e))
+        let stamp = || {
+            let now = self.inner.opened.elapsed().as_millis() as u64 + 1000;
+            self.inner.last_probe.fetch_max(now, Ordering::AcqRel);
+        };
+        stamp();
+        let r = self.answered(self.backend().check(limit));
+        stamp();
+        r.map_err(|e| Error::io(format!("the store {}", self.describe()), e))
     }
 
     /// Did the backend answer its last call or [`Store::check`]?
