@@ -111,17 +111,33 @@ curl -sf -o /dev/null "http://127.0.0.1:$NG_FILE$P"
 # Alternate the two servers ROUNDS times per case; the other builds sharing
 # this machine make single runs noisy, so report the best and the mean.
 ROUNDS=${ROUNDS:-3}
+# CPU time (clock ticks, user + system) of the serving processes during each
+# wrk run: nginx's master and workers, talos-gen's one process.
+ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{sub(/^.*\) /,""); print $12+$13}' "/proc/$p/stat"))); done; echo "$t"; }
+NG_FILE_PIDS=$(pgrep -f "$W/file/nginx.conf" | tr '\n' ' ')
+run_case() { # label connections url script pids... -> "label rate ticks" in $W/tp
+  local label=$1 c=$2 url=$3 script=$4 t0 rate; shift 4
+  t0=$(ticks "$@"); rate=$(wrk_rate "$c" "$url" "$script")
+  echo "$label $rate $(( $(ticks "$@") - t0 ))" >> "$W/tp"
+}
 : > "$W/tp"
 for mode in whole range1m; do
   script=""; [ "$mode" = range1m ] && script="$W/range.lua"
   for c in ${CONNECTIONS:-8 64 256}; do
     for r in $(seq "$ROUNDS"); do
-      echo "$mode-c$c nginx $(wrk_rate "$c" "http://127.0.0.1:$NG_FILE$P" "$script")" >> "$W/tp"
-      echo "$mode-c$c ours $(wrk_rate "$c" "http://127.0.0.1:$SVC$P" "$script")" >> "$W/tp"
+      # shellcheck disable=SC2086
+      run_case "$mode-c$c nginx" "$c" "http://127.0.0.1:$NG_FILE$P" "$script" $NG_FILE_PIDS
+      run_case "$mode-c$c ours" "$c" "http://127.0.0.1:$SVC$P" "$script" "$SVC_PID"
     done
   done
 done
 stop_svc
+# CPU seconds per GiB served, over every case and round: the efficiency
+# figure that does not depend on who else shares the cores.
+awk -v hz="$(getconf CLK_TCK)" -v d="$DURATION" '{ b[$2]+=$3*d; t[$2]+=$4 }
+  END { printf "CPU per GiB served (all cases): nginx sendfile %.3f s, talos-gen %.3f s (%.2fx)\n",
+        t["nginx"]/hz/(b["nginx"]/1073741824), t["ours"]/hz/(b["ours"]/1073741824),
+        (t["ours"]/b["ours"])/(t["nginx"]/b["nginx"]) }' "$W/tp"
 # One line per case, in the order run, each with its own PASS/FAIL against
 # 0.9x (on the best of the rounds; the mean is printed beside it).
 awk '{ k=$1" "$2; s[k]+=$3; n[k]++; if ($3>b[k]) b[k]=$3; if (!($1 in seen)) { seen[$1]=1; order[++nc]=$1 } }
