@@ -114,7 +114,9 @@ ROUNDS=${ROUNDS:-3}
 # CPU time (clock ticks, user + system) of the serving processes during each
 # wrk run: nginx's master and workers, talos-gen's one process.
 ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{sub(/^.*\) /,""); print $12+$13}' "/proc/$p/stat"))); done; echo "$t"; }
-NG_FILE_PIDS=$(pgrep -f "$W/file/nginx.conf" | tr '\n' ' ')
+# (nginx's workers retitle themselves: found as the master's children.)
+NG_FILE_MASTER=$(pgrep -f "$W/file/nginx.conf" | head -n1)
+NG_FILE_PIDS="$NG_FILE_MASTER $(pgrep -P "$NG_FILE_MASTER" | tr '\n' ' ')"
 run_case() { # label connections url script pids... -> "label rate ticks" in $W/tp
   local label=$1 c=$2 url=$3 script=$4 t0 rate; shift 4
   t0=$(ticks "$@"); rate=$(wrk_rate "$c" "$url" "$script")
