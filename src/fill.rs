@@ -59,7 +59,7 @@ use futures::stream::{Stream, StreamExt};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
-use crate::store::{Entry, Meta, Store, StoredObject};
+use crate::store::{Entry, Meta, SpoolWriter, Store, StoredObject};
 
 pub use crate::upstream::{FetchError, Head, Opened};
 
@@ -444,6 +444,38 @@ impl Fills {
         Ok(Joined::Filling(FillHandle::new(sh)))
     }
 
+    /// The fill's temp file, created, locked and opened for its readers
+    /// on a blocking thread, and written on one ([`SpoolWriter`]): no
+    /// write, hash or checksum of a fill runs on an async worker. After
+    /// each write the checksums of what was written are published, then
+    /// its length (readers read only what both cover).
+    async fn spool_for_readers(&self, sh: &Arc<Shared>) -> Result<SpoolWriter, FetchError> {
+        let tmp = self
+            .store
+            .temp()
+            .await
+            .map_err(|e| FetchError::Local(e.to_string()))?;
+        let path = tmp.path().to_path_buf();
+        let reader = tokio::task::spawn_blocking(move || {
+            File::open(&path).map_err(|e| format!("opening {}: {e}", path.display()))
+        })
+        .await
+        .map_err(|e| FetchError::Local(format!("opening a fill's file: {e}")))?
+        .map_err(FetchError::Local)?;
+        let _ = sh.file.set(Arc::new(reader));
+        let published = sh.clone();
+        Ok(tmp.into_writer(move |t| {
+            {
+                let mut sums = published.sums.lock().unwrap_or_else(|p| p.into_inner());
+                let from = sums.whole.len();
+                sums.whole.extend_from_slice(t.chunk_sums_since(from));
+                sums.tail = t.tail_sum();
+            }
+            let written = t.len();
+            published.tx.send_modify(|p| p.written = written);
+        }))
+    }
+
     async fn run(&self, key: &str, spec: FillSpec, sh: &Arc<Shared>) -> Result<Entry, FetchError> {
         let local = |e: crate::Error| match e {
             crate::Error::Unavailable(m) => FetchError::Unavailable(m),
@@ -461,50 +493,10 @@ impl Fills {
         let want_len = head.len.or(spec.expected_len);
         // Room made for it before its bytes land (`--cache-max-size`).
         let room = want_len.map(|n| self.store.reserve(n));
-        // The temp file is created, locked and opened for readers on a
-        // blocking thread, and written on one ([`SpoolWriter`]): no write,
-        // hash or checksum of a fill runs on an async worker.
-        let tmp = self.store.temp().await.map_err(local)?;
-        let path = tmp.path().to_path_buf();
-        let reader = tokio::task::spawn_blocking(move || {
-            File::open(&path).map_err(|e| format!("opening {}: {e}", path.display()))
-        })
-        .await
-        .map_err(|e| FetchError::Local(format!("opening a fill's file: {e}")))?
-        .map_err(FetchError::Local)?;
-        let _ = sh.file.set(Arc::new(reader));
-        let published = sh.clone();
-        let mut tmp = tmp.into_writer(move |t| {
-            // The checksums of what was written, before readers are told.
-            {
-                let mut sums = published.sums.lock().unwrap_or_else(|p| p.into_inner());
-                let from = sums.whole.len();
-                sums.whole.extend_from_slice(t.chunk_sums_since(from));
-                sums.tail = t.tail_sum();
-            }
-            let written = t.len();
-            published.tx.send_modify(|p| p.written = written);
-        });
+        let mut tmp = self.spool_for_readers(sh).await?;
         let _ = sh.head.set(head.clone());
         sh.tx.send_modify(|p| p.phase = Phase::Streaming);
-
-        // The verifier runs on its own thread, fed through a bounded channel.
-        let (vtx, vjoin) = match spec.verifier {
-            Some(mut v) => {
-                let (vtx, mut vrx) = tokio::sync::mpsc::channel::<Bytes>(64);
-                let join = std::thread::spawn(move || {
-                    let mut res = Ok(());
-                    while let Some(b) = vrx.blocking_recv() {
-                        if res.is_ok() {
-                            res = v.update(&b);
-                        }
-                    }
-                    res.and_then(|_| v.finish())
-                });
-                (Some(vtx), Some(join))
-            }
-            None => (None, None),
-        };
+        let (vtx, vjoin) = start_verifier(spec.verifier);
 
         let mut body = opened.body;
         let mut written: u64 = 0;
@@ -579,6 +571,31 @@ impl Fills {
         drop(room);
         self.store.commit(tmp, key, meta).await.map_err(local)
     }
+}
+
+/// The verifier of a fill on its own thread, fed through a bounded
+/// channel: its sender, and the thread whose result is the verdict.
+#[allow(clippy::type_complexity)]
+fn start_verifier(
+    verifier: Option<Box<dyn Verifier>>,
+) -> (
+    Option<tokio::sync::mpsc::Sender<Bytes>>,
+    Option<std::thread::JoinHandle<Result<(), String>>>,
+) {
+    let Some(mut v) = verifier else {
+        return (None, None);
+    };
+    let (vtx, mut vrx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let join = std::thread::spawn(move || {
+        let mut res = Ok(());
+        while let Some(b) = vrx.blocking_recv() {
+            if res.is_ok() {
+                res = v.update(&b);
+            }
+        }
+        res.and_then(|_| v.finish())
+    });
+    (Some(vtx), Some(join))
 }
 
 /// A reader's view of one fill.
