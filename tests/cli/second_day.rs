@@ -16,6 +16,26 @@ fn run(args: &[&str]) -> (i32, String, String) {
 /// `serve` with `args`, then a `--factory-url` its run refuses (exit 2
 /// naming it) after every flag was parsed: the flags were taken when that
 /// is the error.
+/// `talos-gen datavolume` for the cozystack schematic at `base`, with
+/// `--timeout timeout`.
+fn datavolume(base: &str, timeout: &str) -> (i32, String, String) {
+    run(&[
+        "datavolume",
+        "--base-url",
+        base,
+        "--schematic",
+        "cozystack",
+        "--talos-version",
+        "v1.13.6",
+        "--name",
+        "d",
+        "--size",
+        "20Gi",
+        "--timeout",
+        timeout,
+    ])
+}
+
 fn serve_parses(args: &[&str]) -> (i32, String) {
     let cache = tempfile::tempdir().unwrap();
     let cache = cache.path().join("c");
@@ -75,21 +95,7 @@ fn duration_flags_take_units_and_plain_seconds() {
         ]);
         assert_eq!(code, 2, "{err}");
         assert!(!err.contains("--upstream-timeout"), "{v}: {err}");
-        let (code, _, err) = run(&[
-            "datavolume",
-            "--base-url",
-            "ftp://x",
-            "--schematic",
-            "cozystack",
-            "--talos-version",
-            "v1.13.6",
-            "--name",
-            "d",
-            "--size",
-            "20Gi",
-            "--timeout",
-            v,
-        ]);
+        let (code, _, err) = datavolume("ftp://x", v);
         assert_eq!(code, 2, "{err}");
         assert!(!err.contains("--timeout"), "{v}: {err}");
     }
@@ -389,21 +395,7 @@ fn mirror_config_typos_are_named() {
 fn datavolume_says_its_url_once() {
     let port = support::free_port();
     let base = format!("http://127.0.0.1:{port}");
-    let (code, _, err) = run(&[
-        "datavolume",
-        "--base-url",
-        &base,
-        "--schematic",
-        "cozystack",
-        "--talos-version",
-        "v1.13.6",
-        "--name",
-        "d",
-        "--size",
-        "20Gi",
-        "--timeout",
-        "5s",
-    ]);
+    let (code, _, err) = datavolume(&base, "5s");
     assert_eq!(code, 1, "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(err.matches(&base).count(), 1, "{err}");
