@@ -34,7 +34,7 @@ pub const UPSTREAM_PROBE_EVERY: Duration = Duration::from_secs(15);
 pub enum ProbeError {
     /// The store's check failed: its own line.
     #[error("{0}")]
-    Store(String),
+    StoreCheck(String),
     /// The check's task ended without a verdict.
     #[error("checking the store: {0}")]
     Task(String),
@@ -165,7 +165,7 @@ async fn check_once(
     let mut task = running.unwrap_or_else(|| store.check_task(STORE_PROBE_TIMEOUT));
     // The check is bounded itself; this bound is for one that is not.
     match tokio::time::timeout(STORE_PROBE_TIMEOUT + Duration::from_millis(500), &mut task).await {
-        Ok(Ok(r)) => (r.map_err(|e| ProbeError::Store(e.to_string())), None),
+        Ok(Ok(r)) => (r.map_err(|e| ProbeError::StoreCheck(e.to_string())), None),
         Ok(Err(e)) => (Err(ProbeError::Task(e.to_string())), None),
         Err(_) => (
             Err(ProbeError::StoreSilent {
