@@ -85,3 +85,45 @@ pub fn ok(o: &Output, what: &str) -> (String, String) {
     );
     (out, err)
 }
+
+/// Start `talos-gen serve` with a fresh `--cache-dir` and `args` (after
+/// `serve`), the environment changed by `env` (a `None` value removes the
+/// variable), and read its log to the `listening` line: that line (the
+/// service is stopped then), or its exit code and what it logged before.
+pub fn serve_listening(
+    args: &[&str],
+    env: &[(&str, Option<&str>)],
+) -> Result<String, (i32, String)> {
+    use std::io::BufRead;
+    let cache = tempfile::tempdir().unwrap();
+    let mut c = Command::new(bin());
+    c.args(["serve", "--cache-dir"])
+        .arg(cache.path())
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    let mut child = super::Proc::spawn("talos-gen serve", c);
+    let stderr = child.child().stderr.take().unwrap();
+    let mut seen = String::new();
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        if line.contains("listening") {
+            child.kill();
+            return Ok(line);
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    let code = child
+        .wait_exit(std::time::Duration::from_secs(20))
+        .and_then(|st| st.code())
+        .unwrap_or(-1);
+    Err((code, seen))
+}
