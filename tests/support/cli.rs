@@ -1,6 +1,6 @@
 //! Running the `talos-gen` binary as a CLI.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// The built `talos-gen` binary.
@@ -126,4 +126,43 @@ pub fn serve_listening(
         .and_then(|st| st.code())
         .unwrap_or(-1);
     Err((code, seen))
+}
+
+/// `talos-gen mirror sync --config CONFIG --cache-dir CACHE extra...`.
+pub fn mirror_sync(config: &Path, cache: &Path, extra: &[&str]) -> Output {
+    let head = [
+        "mirror",
+        "sync",
+        "--config",
+        config.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ];
+    talos_gen(&[&head[..], extra].concat())
+}
+
+/// Carry a store across the gap: `mirror export` of `from` (limited to
+/// `config` when given) into the tar `bundle`, then `mirror import` of it
+/// into `to`; each step must succeed.
+pub fn carry(from: &Path, bundle: &Path, to: &Path, config: Option<&Path>) {
+    let mut export = vec![
+        "mirror",
+        "export",
+        "--cache-dir",
+        from.to_str().unwrap(),
+        "--output",
+        bundle.to_str().unwrap(),
+    ];
+    if let Some(c) = config {
+        export.extend(["--config", c.to_str().unwrap()]);
+    }
+    ok(&talos_gen(&export), "mirror export");
+    let import = [
+        "mirror",
+        "import",
+        bundle.to_str().unwrap(),
+        "--cache-dir",
+        to.to_str().unwrap(),
+    ];
+    ok(&talos_gen(&import), "mirror import");
 }

@@ -54,7 +54,10 @@ pub mod registry;
 pub mod service;
 pub mod wait;
 
-pub use cli::{bin, mirror_cert, ok, run, run_text, serve_listening, stderr, stdout, talos_gen};
+pub use cli::{
+    bin, carry, mirror_cert, mirror_sync, ok, run, run_text, serve_listening, stderr, stdout,
+    talos_gen,
+};
 pub use curl::{Curl, CurlChild, chromium, curl, curl_spawn, raw_request};
 pub use http::{Answer, send};
 pub use nginx::{Nginx, NginxOpts};
