@@ -191,6 +191,12 @@ fn the_http_edge_names_no_store_type() {
     }
 }
 
+/// A source's path from the repository's root (`src/fill.rs`).
+fn relative(path: &Path) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    path.strip_prefix(root).unwrap().display().to_string()
+}
+
 /// The `Result<T, String>` types a text names: the error argument (the
 /// last of two at the top level of the brackets) is `String`.
 fn string_errors(code: &str) -> Vec<String> {
@@ -242,15 +248,9 @@ fn no_string_errors_below_the_cli_edge() {
         ),
         ["Result<(u16, Duration), String>"]
     );
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut bad = Vec::new();
     for (path, top, code) in sources() {
-        let rel = path
-            .strip_prefix(root)
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_string();
+        let rel = relative(&path);
         if top == "cli" || DEBTS.iter().any(|(f, _)| *f == rel) {
             continue;
         }
@@ -346,15 +346,9 @@ fn no_function_over_120_lines() {
     const DEBTS: &[(&str, &str)] = &[("src/fill.rs", "step")];
     let f = functions("fn a() {\n    let s = \"}\";\n    let c = '{';\n}\nfn b();\n");
     assert_eq!(f, [("a".to_string(), 1, 4)]);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut long = Vec::new();
     for (path, _, code) in sources() {
-        let rel = path
-            .strip_prefix(root)
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_string();
+        let rel = relative(&path);
         for (name, line, n) in functions(&code) {
             let debt = DEBTS.iter().any(|(f, d)| *f == rel && *d == name);
             if n > MAX && !debt {
