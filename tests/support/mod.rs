@@ -9,9 +9,12 @@
 //!   [`xz_bytes`]), rot on disk ([`flip_byte`], [`flip_middle_byte`]);
 //! - `talos-gen` itself: [`run`], [`run_text`] (code, stdout, stderr),
 //!   [`talos_gen`] and [`ok`] (asserted success) for CLI calls ([`cli`]),
+//!   [`mirror_sync`] (`mirror sync --config --cache-dir`), [`carry`] (a
+//!   store exported and imported into another, across the gap),
+//!   [`serve_listening`] (serve's `listening` line, or its exit),
 //!   [`mirror_cert`] (a CA and a pair for loopback, for TLS services and
 //!   upstreams), and [`Service`] (`talos-gen serve` on loopback, one builder for every way a
-//!   test starts it) in [`service`];
+//!   test starts it, `api_token` among its options) in [`service`];
 //! - the reference data in `../shared` ([`reference_dir`]: skip, or fail
 //!   under `TALOS_GEN_REQUIRE_REFERENCE=1`);
 //! - clients: [`curl`] / [`curl_spawn`], [`raw_request`], [`chromium`], and
