@@ -136,8 +136,50 @@ pub struct SignatureLayer {
     pub signature: Option<String>,
 }
 
+/// Why a signature does not vouch for an image (each one line; `mirror
+/// sync` puts the signature's `repo:tag` before it).
+#[derive(Debug, thiserror::Error)]
+pub enum SignatureError {
+    #[error("the signature manifest is not an image manifest: {0}")]
+    NotManifest(serde_json::Error),
+    #[error("the signature manifest has no layers")]
+    NoLayers,
+    #[error("no {SIGNATURE_ANNOTATION} annotation")]
+    NoAnnotation,
+    #[error("the signature annotation is not base64: {0}")]
+    NotBase64(base64::DecodeError),
+    #[error("no --cosign-key given")]
+    NoKey,
+    /// No key verifies it: the keys' names, joined.
+    #[error("the signature does not verify with {0}")]
+    NoKeyVerifies(String),
+    #[error("the payload is not a simple-signing payload: {0}")]
+    NotPayload(serde_json::Error),
+    #[error("the payload signs {signed}, not the image's manifest {manifest}")]
+    OtherImage { signed: String, manifest: String },
+    /// A payload could not be read: the reader's line.
+    #[error("{0}")]
+    Payload(String),
+    /// No layer verifies: each layer's digest and why.
+    #[error("{}", layers_line(.0))]
+    Layers(Vec<(String, SignatureError)>),
+}
+
+/// Every layer's reason, `; `-joined; a lone layer's reason is said as
+/// it is, unless it is about the layer itself (no annotation).
+fn layers_line(why: &[(String, SignatureError)]) -> String {
+    why.iter()
+        .map(|(digest, e)| match e {
+            SignatureError::NoAnnotation => format!("layer {digest}: {e}"),
+            _ if why.len() > 1 => format!("layer {digest}: {e}"),
+            _ => e.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The layers of a signature manifest (`sha256-<hex>.sig`).
-pub fn signature_layers(manifest: &[u8]) -> std::result::Result<Vec<SignatureLayer>, String> {
+pub fn signature_layers(manifest: &[u8]) -> Result<Vec<SignatureLayer>, SignatureError> {
     #[derive(Deserialize)]
     struct Layer {
         #[serde(rename = "mediaType", default)]
@@ -151,8 +193,7 @@ pub fn signature_layers(manifest: &[u8]) -> std::result::Result<Vec<SignatureLay
         #[serde(default)]
         layers: Vec<Layer>,
     }
-    let m: Manifest = serde_json::from_slice(manifest)
-        .map_err(|e| format!("the signature manifest is not an image manifest: {e}"))?;
+    let m: Manifest = serde_json::from_slice(manifest).map_err(SignatureError::NotManifest)?;
     Ok(m.layers
         .into_iter()
         .map(|l| SignatureLayer {
@@ -164,7 +205,7 @@ pub fn signature_layers(manifest: &[u8]) -> std::result::Result<Vec<SignatureLay
 }
 
 /// The digest a simple-signing payload signs (`critical.image.docker-manifest-digest`).
-pub fn payload_digest(payload: &[u8]) -> std::result::Result<String, String> {
+pub fn payload_digest(payload: &[u8]) -> Result<String, SignatureError> {
     #[derive(Deserialize)]
     struct Image {
         #[serde(rename = "docker-manifest-digest")]
@@ -178,8 +219,7 @@ pub fn payload_digest(payload: &[u8]) -> std::result::Result<String, String> {
     struct Payload {
         critical: Critical,
     }
-    let p: Payload = serde_json::from_slice(payload)
-        .map_err(|e| format!("the payload is not a simple-signing payload: {e}"))?;
+    let p: Payload = serde_json::from_slice(payload).map_err(SignatureError::NotPayload)?;
     Ok(p.critical.image.digest)
 }
 
@@ -191,28 +231,28 @@ pub fn verify_payload(
     signature_b64: &str,
     manifest_digest: &str,
     keys: &[PublicKey],
-) -> std::result::Result<String, String> {
+) -> Result<String, SignatureError> {
     let sig = STANDARD
         .decode(signature_b64.trim())
-        .map_err(|e| format!("the signature annotation is not base64: {e}"))?;
+        .map_err(SignatureError::NotBase64)?;
     let Some(key) = keys.iter().find(|k| k.verifies(payload, &sig)) else {
         return Err(if keys.is_empty() {
-            "no --cosign-key given".to_string()
+            SignatureError::NoKey
         } else {
-            format!(
-                "the signature does not verify with {}",
+            SignatureError::NoKeyVerifies(
                 keys.iter()
                     .map(|k| k.name.as_str())
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
             )
         });
     };
     let signed = payload_digest(payload)?;
     if signed != manifest_digest {
-        return Err(format!(
-            "the payload signs {signed}, not the image's manifest {manifest_digest}"
-        ));
+        return Err(SignatureError::OtherImage {
+            signed,
+            manifest: manifest_digest.to_string(),
+        });
     }
     Ok(key.name.clone())
 }
@@ -220,37 +260,30 @@ pub fn verify_payload(
 /// Verify a signature manifest whose layers are read by `payload_of`
 /// (digest -> bytes): `Ok(key name)` when any layer verifies, otherwise
 /// the reasons, one per layer.
-pub fn verify_manifest(
+pub fn verify_manifest<E: std::fmt::Display>(
     sig_manifest: &[u8],
     manifest_digest: &str,
     keys: &[PublicKey],
-    mut payload_of: impl FnMut(&str) -> std::result::Result<Vec<u8>, String>,
-) -> std::result::Result<String, String> {
+    mut payload_of: impl FnMut(&str) -> Result<Vec<u8>, E>,
+) -> Result<String, SignatureError> {
     let layers = signature_layers(sig_manifest)?;
     if layers.is_empty() {
-        return Err("the signature manifest has no layers".into());
+        return Err(SignatureError::NoLayers);
     }
     let mut why = Vec::new();
     for l in &layers {
-        let Some(sig) = &l.signature else {
-            why.push(format!(
-                "layer {}: no {SIGNATURE_ANNOTATION} annotation",
-                l.digest
-            ));
-            continue;
+        let r = match &l.signature {
+            None => Err(SignatureError::NoAnnotation),
+            Some(sig) => payload_of(&l.digest)
+                .map_err(|e| SignatureError::Payload(e.to_string()))
+                .and_then(|payload| verify_payload(&payload, sig, manifest_digest, keys)),
         };
-        let r = payload_of(&l.digest)
-            .and_then(|payload| verify_payload(&payload, sig, manifest_digest, keys));
         match r {
             Ok(k) => return Ok(k),
-            Err(e) => why.push(if layers.len() > 1 {
-                format!("layer {}: {e}", l.digest)
-            } else {
-                e
-            }),
+            Err(e) => why.push((l.digest.clone(), e)),
         }
     }
-    Err(why.join("; "))
+    Err(SignatureError::Layers(why))
 }
 
 /// The simple-signing payload cosign writes for `reference` at `digest`
@@ -291,8 +324,8 @@ mod tests {
         let payload = simple_signing_payload("ghcr.io/siderolabs/kubelet", D);
         let sig = sign(&kp, payload.as_bytes());
         assert_eq!(
-            verify_payload(payload.as_bytes(), &sig, D, std::slice::from_ref(&pk)),
-            Ok("--cosign-key k.pub".to_string())
+            verify_payload(payload.as_bytes(), &sig, D, std::slice::from_ref(&pk)).unwrap(),
+            "--cosign-key k.pub"
         );
         assert!(pk.pem().starts_with("-----BEGIN PUBLIC KEY-----\n"));
         assert!(pk.pem().ends_with("-----END PUBLIC KEY-----"));
@@ -307,7 +340,7 @@ mod tests {
         // another key
         let e =
             verify_payload(payload.as_bytes(), &sig, D, std::slice::from_ref(&other)).unwrap_err();
-        assert!(e.contains("does not verify"), "{e}");
+        assert!(e.to_string().contains("does not verify"), "{e}");
         // either key of several
         assert!(verify_payload(payload.as_bytes(), &sig, D, &[other, pk.clone()]).is_ok());
         // a changed payload
@@ -316,7 +349,7 @@ mod tests {
         assert!(verify_payload(&changed, &sig, D, std::slice::from_ref(&pk)).is_err());
         // a good signature of a payload for another image
         let e = verify_payload(payload.as_bytes(), &sig, E, std::slice::from_ref(&pk)).unwrap_err();
-        assert!(e.contains("not the image's manifest"), "{e}");
+        assert!(e.to_string().contains("not the image's manifest"), "{e}");
         // not base64; a payload that is not simple signing
         assert!(verify_payload(payload.as_bytes(), "!!", D, std::slice::from_ref(&pk)).is_err());
         let junk = b"{}";
@@ -356,7 +389,8 @@ mod tests {
         let e =
             verify_manifest(manifest.as_bytes(), E, std::slice::from_ref(&pk), read).unwrap_err();
         assert!(
-            e.contains("no dev.cosignproject.cosign/signature annotation"),
+            e.to_string()
+                .contains("no dev.cosignproject.cosign/signature annotation"),
             "{e}"
         );
         assert!(verify_manifest(b"[]", D, std::slice::from_ref(&pk), read).is_err());

@@ -414,23 +414,34 @@ pub fn plan(req: &Request, names: Names, resolve: &dyn Fn(&str) -> Option<String
     })
 }
 
+/// Why a `.sha256` answer gives no checksum for the asset.
+#[derive(Debug, thiserror::Error)]
+pub enum ChecksumLineError {
+    /// The first line is not `<64 hex>  <name>` (shown, at most 80 characters).
+    #[error("not a sha256 line (<64 hex>  <name>): {0:?}")]
+    NotSha256Line(String),
+    /// The line is for another asset.
+    #[error("it names {named:?}, not {asset:?}")]
+    OtherAsset { named: String, asset: String },
+}
+
 /// The sha256 of a `.sha256` answer (`<hex>  <asset>\n`, as `sha256sum`
 /// writes it and this service serves it); `asset` must be the name in it
 /// when one is given.
-pub fn parse_sha256_file(body: &str, asset: &str) -> std::result::Result<String, String> {
+pub fn parse_sha256_file(body: &str, asset: &str) -> Result<String, ChecksumLineError> {
     let line = body.lines().next().unwrap_or("").trim();
     let mut parts = line.split_whitespace();
     let hex = parts.next().unwrap_or("");
     if !crate::text::is_hex64(hex) {
-        return Err(format!(
-            "not a sha256 line (<64 hex>  <name>): {:?}",
-            shown(line)
-        ));
+        return Err(ChecksumLineError::NotSha256Line(shown(line)));
     }
     if let Some(name) = parts.next()
         && name.trim_start_matches('*') != asset
     {
-        return Err(format!("it names {:?}, not {asset:?}", shown(name)));
+        return Err(ChecksumLineError::OtherAsset {
+            named: shown(name),
+            asset: asset.to_string(),
+        });
     }
     Ok(hex.to_string())
 }
@@ -473,7 +484,7 @@ pub async fn fetch_checksum(plan: &Plan, timeout: std::time::Duration) -> Result
             shown(text.lines().next().unwrap_or("").trim())
         )));
     }
-    parse_sha256_file(&text, &plan.key.asset).map_err(fail)
+    parse_sha256_file(&text, &plan.key.asset).map_err(|e| fail(e.to_string()))
 }
 
 fn shown(s: &str) -> String {

@@ -5,6 +5,47 @@
 
 use crate::fill::Verifier;
 
+/// Why a compressed stream fails its check (the fill's verdict names the
+/// key it was fetching before it).
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// The decoder could not be set up (memory).
+    #[error("{format} decoder: {reason}")]
+    Decoder {
+        format: &'static str,
+        reason: String,
+    },
+    /// A byte of the stream does not decode (a corrupt block, a bad checksum).
+    #[error("{format} stream does not decode: {reason}")]
+    Corrupt {
+        format: &'static str,
+        reason: String,
+    },
+    /// The stream ends before its last frame or member does.
+    #[error("{0} stream is truncated")]
+    Truncated(&'static str),
+    /// Not a byte came.
+    #[error("{0} stream is empty")]
+    Empty(&'static str),
+    /// gzip's own end check failed (truncated or corrupt: flate2 does not say which).
+    #[error("gzip stream is truncated or corrupt: {0}")]
+    GzipEnd(std::io::Error),
+}
+
+impl StreamError {
+    fn corrupt(format: &'static str, e: impl std::fmt::Display) -> StreamError {
+        StreamError::Corrupt {
+            format,
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// The fill's [`Verifier`] trait takes its verdict as a line.
+fn said<T>(r: Result<T, StreamError>) -> Result<(), String> {
+    r.map(drop).map_err(|e| e.to_string())
+}
+
 /// Checks that an `.xz` stream decodes cleanly (all its checks), keeping
 /// none of the output.
 pub struct XzVerifier {
@@ -13,9 +54,12 @@ pub struct XzVerifier {
 }
 
 impl XzVerifier {
-    pub fn new() -> Result<XzVerifier, String> {
+    pub fn new() -> Result<XzVerifier, StreamError> {
         let stream = xz2::stream::Stream::new_stream_decoder(u64::MAX, xz2::stream::CONCATENATED)
-            .map_err(|e| format!("xz decoder: {e}"))?;
+            .map_err(|e| StreamError::Decoder {
+            format: "xz",
+            reason: e.to_string(),
+        })?;
         Ok(XzVerifier {
             stream,
             out: vec![0; 256 * 1024],
@@ -26,14 +70,14 @@ impl XzVerifier {
         &mut self,
         mut input: &[u8],
         action: xz2::stream::Action,
-    ) -> Result<xz2::stream::Status, String> {
+    ) -> Result<xz2::stream::Status, StreamError> {
         loop {
             let before_in = self.stream.total_in();
             let before_out = self.stream.total_out();
             let status = self
                 .stream
                 .process(input, &mut self.out, action)
-                .map_err(|e| format!("xz stream does not decode: {e}"))?;
+                .map_err(|e| StreamError::corrupt("xz", e))?;
             let used = (self.stream.total_in() - before_in) as usize;
             input = &input[used..];
             let produced = self.stream.total_out() - before_out;
@@ -52,16 +96,22 @@ impl XzVerifier {
 
 impl Verifier for XzVerifier {
     fn update(&mut self, data: &[u8]) -> Result<(), String> {
-        self.run(data, xz2::stream::Action::Run).map(|_| ())
+        said(self.run(data, xz2::stream::Action::Run))
     }
 
     fn finish(&mut self) -> Result<(), String> {
+        said(self.end())
+    }
+}
+
+impl XzVerifier {
+    fn end(&mut self) -> Result<(), StreamError> {
         for _ in 0..1_000_000 {
             if self.run(&[], xz2::stream::Action::Finish)? == xz2::stream::Status::StreamEnd {
                 return Ok(());
             }
         }
-        Err("xz stream is truncated".into())
+        Err(StreamError::Truncated("xz"))
     }
 }
 
@@ -91,18 +141,18 @@ impl Verifier for GzVerifier {
     fn update(&mut self, data: &[u8]) -> Result<(), String> {
         use std::io::Write;
         self.seen += data.len() as u64;
-        self.dec
-            .write_all(data)
-            .map_err(|e| format!("gzip stream does not decode: {e}"))
+        said(
+            self.dec
+                .write_all(data)
+                .map_err(|e| StreamError::corrupt("gzip", e)),
+        )
     }
 
     fn finish(&mut self) -> Result<(), String> {
         if self.seen == 0 {
-            return Err("gzip stream is empty".into());
+            return said::<()>(Err(StreamError::Empty("gzip")));
         }
-        self.dec
-            .try_finish()
-            .map_err(|e| format!("gzip stream is truncated or corrupt: {e}"))
+        said(self.dec.try_finish().map_err(StreamError::GzipEnd))
     }
 }
 
@@ -117,9 +167,12 @@ pub struct ZstdVerifier {
 }
 
 impl ZstdVerifier {
-    pub fn new() -> Result<ZstdVerifier, String> {
+    pub fn new() -> Result<ZstdVerifier, StreamError> {
         Ok(ZstdVerifier {
-            dec: zstd::stream::raw::Decoder::new().map_err(|e| format!("zstd decoder: {e}"))?,
+            dec: zstd::stream::raw::Decoder::new().map_err(|e| StreamError::Decoder {
+                format: "zstd",
+                reason: e.to_string(),
+            })?,
             out: vec![0; 256 * 1024],
             hint: 0,
             seen: 0,
@@ -128,7 +181,7 @@ impl ZstdVerifier {
 
     /// Feed `data`; returns whether the last call made progress (took
     /// input or produced output).
-    fn run(&mut self, data: &[u8]) -> Result<bool, String> {
+    fn run(&mut self, data: &[u8]) -> Result<bool, StreamError> {
         use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
         let mut input = InBuffer::around(data);
         loop {
@@ -137,7 +190,7 @@ impl ZstdVerifier {
             self.hint = self
                 .dec
                 .run(&mut input, &mut output)
-                .map_err(|e| format!("zstd stream does not decode: {e}"))?;
+                .map_err(|e| StreamError::corrupt("zstd", e))?;
             let progress = input.pos > before || output.pos() > 0;
             let full = output.pos() == output.capacity();
             if (input.pos == data.len() && !full) || !progress {
@@ -150,18 +203,24 @@ impl ZstdVerifier {
 impl Verifier for ZstdVerifier {
     fn update(&mut self, data: &[u8]) -> Result<(), String> {
         self.seen += data.len() as u64;
-        self.run(data).map(drop)
+        said(self.run(data))
     }
 
     fn finish(&mut self) -> Result<(), String> {
+        said(self.end())
+    }
+}
+
+impl ZstdVerifier {
+    fn end(&mut self) -> Result<(), StreamError> {
         // Let the decoder work off what it buffered (it may hold input it
         // has taken but not decoded), then the last frame must be whole.
         while self.hint != 0 && self.run(&[])? {}
         if self.seen == 0 {
-            return Err("zstd stream is empty".into());
+            return Err(StreamError::Empty("zstd"));
         }
         if self.hint != 0 {
-            return Err("zstd stream is truncated".into());
+            return Err(StreamError::Truncated("zstd"));
         }
         Ok(())
     }

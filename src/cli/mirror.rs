@@ -332,8 +332,7 @@ pub fn run(args: MirrorArgs) -> crate::Result<i32> {
             let opts = mirror::SyncOptions {
                 factory_url,
                 registry_url,
-                mirror_upstreams: crate::registry::MirrorTable::parse(&mirror_upstream)
-                    .map_err(crate::Error::bad_input)?,
+                mirror_upstreams: crate::registry::MirrorTable::parse(&mirror_upstream)?,
                 concurrency,
                 output: mirror::Output::auto(),
                 limits: upstream.limits(),

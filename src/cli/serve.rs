@@ -265,8 +265,7 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         registry_url: args
             .registry_url
             .map(|u| u.trim_end_matches('/').to_string()),
-        mirror_upstreams: crate::registry::MirrorTable::parse(&args.mirror_upstream)
-            .map_err(crate::Error::bad_input)?,
+        mirror_upstreams: crate::registry::MirrorTable::parse(&args.mirror_upstream)?,
         offline: args.offline,
         schematics_dir: args.schematics_dir.map(Into::into),
         tag_revalidate: args.tag_revalidate,

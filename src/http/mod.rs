@@ -342,16 +342,49 @@ pub fn router(state: AppState) -> Router {
 /// Also the read buffer, so at least [`limits::HEADER_LIMIT`].
 pub const WRITE_QUEUE: usize = 64 << 10;
 
+/// The address `--listen` names: `:8080` means all interfaces, as Go
+/// programs (and kubectl) read it.
+fn listen_addr(listen: &str) -> Result<SocketAddr> {
+    let full = match listen.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => listen.to_string(),
+    };
+    full.parse()
+        .map_err(|e| Error::bad_input(format!("--listen: {listen:?}: {e}")))
+}
+
+/// HTTP/1 as every connection is served: bounded heads and queues.
+fn http1(cfg: &ServeConfig) -> hyper::server::conn::http1::Builder {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    const _: () = assert!(limits::HEADER_LIMIT <= WRITE_QUEUE);
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(cfg.header_read_timeout)
+        .max_header_size(limits::HEADER_LIMIT)
+        .max_buf_size(WRITE_QUEUE)
+        .max_headers(limits::MAX_HEADERS)
+        .keep_alive(true);
+    http
+}
+
+/// Let requests in flight finish, up to `--shutdown-timeout`.
+async fn drain(graceful: hyper_util::server::graceful::GracefulShutdown, limit: Duration) {
+    tracing::info!(
+        connections = graceful.count(),
+        timeout_secs = limit.as_secs(),
+        "draining"
+    );
+    match tokio::time::timeout(limit, graceful.shutdown()).await {
+        Ok(()) => tracing::info!("stopped"),
+        Err(_) => tracing::warn!(
+            timeout_secs = limit.as_secs(),
+            "stopped with requests still in flight (--shutdown-timeout)"
+        ),
+    }
+}
+
 /// Bind, serve until SIGTERM or Ctrl-C, then drain.
 pub async fn serve(cfg: ServeConfig) -> Result<()> {
-    // `:8080` means all interfaces, as Go programs (and kubectl) read it.
-    let listen = match cfg.listen.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => cfg.listen.clone(),
-    };
-    let addr: SocketAddr = listen
-        .parse()
-        .map_err(|e| Error::bad_input(format!("--listen: {:?}: {e}", cfg.listen)))?;
+    let addr = listen_addr(&cfg.listen)?;
     // A certificate that does not load stops here, before anything listens.
     let tls = match &cfg.tls {
         Some(files) => Some(tls::Reloading::new(files.clone())?),
@@ -375,14 +408,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         "listening"
     );
     let app = router(state.clone());
-    let mut http = hyper::server::conn::http1::Builder::new();
-    const _: () = assert!(limits::HEADER_LIMIT <= WRITE_QUEUE);
-    http.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(state.cfg.header_read_timeout)
-        .max_header_size(limits::HEADER_LIMIT)
-        .max_buf_size(WRITE_QUEUE)
-        .max_headers(limits::MAX_HEADERS)
-        .keep_alive(true);
+    let http = http1(&state.cfg);
     let write_timeout = state.cfg.write_timeout;
     let conns = conns::Connections::new(state.cfg.max_connections);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -449,19 +475,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     }
     // Stop accepting; let requests in flight finish, up to the timeout.
     drop(listener);
-    let limit = state.cfg.shutdown_timeout;
-    tracing::info!(
-        connections = graceful.count(),
-        timeout_secs = limit.as_secs(),
-        "draining"
-    );
-    match tokio::time::timeout(limit, graceful.shutdown()).await {
-        Ok(()) => tracing::info!("stopped"),
-        Err(_) => tracing::warn!(
-            timeout_secs = limit.as_secs(),
-            "stopped with requests still in flight (--shutdown-timeout)"
-        ),
-    }
+    drain(graceful, state.cfg.shutdown_timeout).await;
     Ok(())
 }
 

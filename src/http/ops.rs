@@ -28,11 +28,32 @@ pub const STORE_PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How often each upstream is asked in the background.
 pub const UPSTREAM_PROBE_EVERY: Duration = Duration::from_secs(15);
 
+/// Why a probe found no answer (kept, and shown by `/readyz` and the
+/// status page; `Clone` as the findings are copied out for each page).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProbeError {
+    /// The store's check failed: its own line.
+    #[error("{0}")]
+    StoreCheck(String),
+    /// The check's task ended without a verdict.
+    #[error("checking the store: {0}")]
+    Task(String),
+    #[error("the store {store} gave no answer within {secs}s")]
+    StoreSilent { store: String, secs: u64 },
+    #[error("no answer within {0}s")]
+    UpstreamSilent(u64),
+    #[error("connect failed")]
+    Connect,
+    /// The upstream's request failed otherwise: the client's line.
+    #[error("{0}")]
+    Upstream(String),
+}
+
 /// What the last store check found.
 #[derive(Debug, Clone)]
 pub struct StoreProbe {
     /// `Err`: why it did not answer.
-    pub result: Result<(), String>,
+    pub result: Result<(), ProbeError>,
     /// When the check ended.
     pub at: SystemTime,
 }
@@ -44,7 +65,7 @@ pub struct UpstreamProbe {
     pub role: String,
     pub url: String,
     /// `Ok((status, took))` or `Err(why)`.
-    pub result: Option<Result<(u16, Duration), String>>,
+    pub result: Option<Result<(u16, Duration), ProbeError>>,
     pub at: Option<SystemTime>,
 }
 
@@ -138,20 +159,19 @@ async fn check_once(
     store: &Inventory,
     running: Option<tokio::task::JoinHandle<crate::Result<()>>>,
 ) -> (
-    Result<(), String>,
+    Result<(), ProbeError>,
     Option<tokio::task::JoinHandle<crate::Result<()>>>,
 ) {
     let mut task = running.unwrap_or_else(|| store.check_task(STORE_PROBE_TIMEOUT));
     // The check is bounded itself; this bound is for one that is not.
     match tokio::time::timeout(STORE_PROBE_TIMEOUT + Duration::from_millis(500), &mut task).await {
-        Ok(Ok(r)) => (r.map_err(|e| e.to_string()), None),
-        Ok(Err(e)) => (Err(format!("checking the store: {e}")), None),
+        Ok(Ok(r)) => (r.map_err(|e| ProbeError::StoreCheck(e.to_string())), None),
+        Ok(Err(e)) => (Err(ProbeError::Task(e.to_string())), None),
         Err(_) => (
-            Err(format!(
-                "the store {} gave no answer within {}s",
-                store.describe(),
-                STORE_PROBE_TIMEOUT.as_secs()
-            )),
+            Err(ProbeError::StoreSilent {
+                store: store.describe(),
+                secs: STORE_PROBE_TIMEOUT.as_secs(),
+            }),
             Some(task),
         ),
     }
@@ -229,11 +249,9 @@ async fn upstream_loop(
                     .await
                 {
                     Ok(r) => Ok((r.status().as_u16(), started.elapsed())),
-                    Err(e) if e.is_timeout() => {
-                        Err(format!("no answer within {}s", timeout.as_secs()))
-                    }
-                    Err(e) if e.is_connect() => Err("connect failed".to_string()),
-                    Err(e) => Err(crate::text::error_line(&e)),
+                    Err(e) if e.is_timeout() => Err(ProbeError::UpstreamSilent(timeout.as_secs())),
+                    Err(e) if e.is_connect() => Err(ProbeError::Connect),
+                    Err(e) => Err(ProbeError::Upstream(crate::text::error_line(&e))),
                 }
             }
         });

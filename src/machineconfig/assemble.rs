@@ -217,7 +217,7 @@ fn kubernetes_version(
                 .is_none() =>
         {
             let v = Version::parse_named(k, "--kubernetes-version")?;
-            support::kubelet_patch(matrix, &v).map_err(Error::refused)?
+            support::kubelet_patch(matrix, &v)?
         }
         (Some(k), _) => {
             let v = Version::parse_named(k, "--kubernetes-version")?;
@@ -250,7 +250,7 @@ fn kubernetes_version(
         }
         (None, Some(c)) => {
             let v = Version::parse_named(&c.version, "--values: version")?;
-            support::kubelet_patch(matrix, &v).map_err(Error::refused)?
+            support::kubelet_patch(matrix, &v)?
         }
         (None, None) => support::default_kubernetes(matrix, talos).ok_or_else(|| {
             Error::bad_input("--kubernetes-version: no default for this Talos version")
@@ -268,7 +268,9 @@ fn check_support(
     warnings: &mut Vec<String>,
 ) -> Result<()> {
     let (talos, k8s) = (&v.talos, &v.k8s);
-    let mut refusal = support::check_pair(matrix, talos, k8s).err();
+    let mut refusal = support::check_pair(matrix, talos, k8s)
+        .err()
+        .map(|e| e.to_string());
     if cozy.is_some() {
         let talos_minor = talos.minor_string();
         if let Some((_, allowed)) = support::CHART_TALOS_GUARD

@@ -5,14 +5,12 @@
 
 use crate::matrix::Matrix;
 use crate::version::Version;
+use crate::{Error, Result};
 
 /// `Ok(())` when the support matrix runs `k8s` on `talos`, otherwise the
 /// matrix's refusal naming both versions and the supported range.
-pub fn check_pair(matrix: &Matrix, talos: &Version, k8s: &Version) -> Result<(), String> {
-    matrix
-        .check(talos, k8s)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+pub fn check_pair(matrix: &Matrix, talos: &Version, k8s: &Version) -> Result<()> {
+    matrix.check(talos, k8s).map(drop)
 }
 
 /// The Kubernetes version a Talos minor generates by default (its last patch).
@@ -29,26 +27,26 @@ pub fn newest_release(matrix: &Matrix, talos: &Version) -> Option<String> {
 /// refusal, worded as every version refusal is (`... Supported versions:
 /// v1.31, v1.32, ...`). `--force` cannot help here (there is no kubelet
 /// release to write), so the message says what does: a full version.
-pub fn kubelet_patch(matrix: &Matrix, k8s: &Version) -> Result<String, String> {
+pub fn kubelet_patch(matrix: &Matrix, k8s: &Version) -> Result<String> {
     matrix
         .kubelet_patch(k8s)
         .map(|v| v.to_string())
         .ok_or_else(|| {
             let keys: Vec<String> = matrix.kubelet_table().map(|(k, _)| k).collect();
-            format!(
+            Error::refused(format!(
                 "Kubernetes {} is not supported by the Cozystack profile (its kubelet table). Supported versions: {}. --force cannot pick a kubelet release for {}: give a full --kubernetes-version ({}.Z) to write one anyway",
                 k8s.minor_string(),
                 keys.join(", "),
                 k8s.minor_string(),
                 k8s.minor_string()
-            )
+            ))
         })
 }
 
 /// The sandbox (pause) image Talos `talos` pulls (the per-release image
 /// table; a bare minor or a newer release gets its minor's newest known
 /// release), or the table's refusal.
-pub fn pause_image(matrix: &Matrix, talos: &Version) -> crate::Result<String> {
+pub fn pause_image(matrix: &Matrix, talos: &Version) -> Result<String> {
     Ok(matrix.images().lookup(talos)?.release.pause.clone())
 }
 

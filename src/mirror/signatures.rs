@@ -9,6 +9,7 @@
 //! about signatures lives here.
 
 use super::config::{Config, Item, Signature};
+use super::sync::{ItemError, pin};
 use crate::cosign::PublicKey;
 use crate::registry::layout::{blob_key, manifest_key, manifest_refs, tag_key};
 use crate::registry::{Digest, Reference, Registry, UpstreamId};
@@ -58,82 +59,91 @@ pub async fn before(
     up: &UpstreamId,
     repo: &str,
     reference: &str,
-) -> Result<Checked, String> {
+) -> Result<Checked, ItemError> {
     let want = policy.want(item);
     if want == Signature::No {
         return Ok(Checked(None));
     }
     // Without keys there is nothing to refuse: committed pinned at once
     // (one index write); with keys, pinned only once verified.
-    let pin = want != Signature::Verify;
-    let r = Reference::parse(reference).map_err(|e| format!("{e:?}"))?;
+    let pin_now = want != Signature::Verify;
+    let r = Reference::parse(reference).map_err(ItemError::Reference)?;
     let top = registry
-        .manifest_kept(up, repo, &r, pin)
+        .manifest_kept(up, repo, &r, pin_now)
         .await
-        .map_err(|e| format!("manifest {repo}:{reference}: {}", e.message))?
+        .map_err(|e| ItemError::registry(format!("manifest {repo}:{reference}"), e))?
         .digest;
     let tag = crate::cosign::signature_tag(top.as_str());
     let sig = match registry
-        .manifest_kept(up, repo, &Reference::Tag(tag.clone()), pin)
+        .manifest_kept(up, repo, &Reference::Tag(tag.clone()), pin_now)
         .await
     {
         Ok(m) => m,
         Err(e) if e.kind.unknown() && want == Signature::IfPresent => {
             return Ok(Checked(None));
         }
-        Err(e) if e.kind.unknown() => {
-            return Err(format!(
-                "no cosign signature ({repo}:{tag} not found); --cosign-key needs one"
-            ));
-        }
-        Err(e) => return Err(format!("signature {repo}:{tag}: {}", e.message)),
+        Err(e) if e.kind.unknown() => return Err(ItemError::Unsigned(format!("{repo}:{tag}"))),
+        Err(e) => return Err(ItemError::registry(format!("signature {repo}:{tag}"), e)),
     };
-    let refs = manifest_refs(&sig.body).map_err(|e| format!("signature {repo}:{tag}: {e}"))?;
+    let within = |e: ItemError| e.within(format!("signature {repo}:{tag}"));
+    let refs = manifest_refs(&sig.body).map_err(|cause| ItemError::Malformed {
+        what: format!("signature {repo}:{tag}"),
+        cause,
+    })?;
     let mut blobs = Vec::new();
     for (d, _) in &refs.blobs {
-        match registry.blob_kept(up, repo, d, pin).await {
+        let what = || format!("blob {d}");
+        match registry.blob_kept(up, repo, d, pin_now).await {
             Ok(b) => {
-                b.complete()
-                    .await
-                    .map_err(|e| format!("signature {repo}:{tag}: blob {d}: {e}"))?;
+                b.complete().await.map_err(|cause| {
+                    within(ItemError::FetchOf {
+                        what: what(),
+                        cause,
+                    })
+                })?;
             }
-            Err(e) => return Err(format!("signature {repo}:{tag}: blob {d}: {}", e.message)),
+            Err(e) => return Err(within(ItemError::registry(what(), e))),
         }
         blobs.push(d.clone());
     }
     if want == Signature::Verify {
-        let read = |d: &str| -> Result<Vec<u8>, String> {
-            let d = Digest::parse(d).map_err(|_| format!("unsupported digest {d:?}"))?;
-            let o = store
-                .get(&blob_key(&d))
-                .ok_or_else(|| format!("payload {d} is not in the store"))?;
-            o.read_small(crate::registry::MAX_MANIFEST as u64)
-                .map(|b| b.to_vec())
-                .map_err(|e| format!("reading payload {d}: {e}"))
-        };
-        crate::cosign::verify_manifest(&sig.body, top.as_str(), &policy.keys, read)
-            .map_err(|e| format!("cosign signature {repo}:{tag}: {e}"))?;
+        let read = |d: &str| payload(store, d);
+        crate::cosign::verify_manifest(&sig.body, top.as_str(), &policy.keys, read).map_err(
+            |cause| ItemError::Signature {
+                at: format!("{repo}:{tag}"),
+                cause,
+            },
+        )?;
     }
     for key in blobs
         .iter()
         .map(blob_key)
         .chain([manifest_key(&sig.digest), tag_key(up, repo, &tag)])
     {
-        store
-            .set_pinned(&key, true)
-            .await
-            .map_err(|e| format!("pinning {key}: {e}"))?;
+        pin(store, &key).await?;
     }
     Ok(Checked(Some(top)))
 }
 
+/// A signature layer's payload, read from the store (fetched just before).
+fn payload(store: &Store, d: &str) -> Result<Vec<u8>, ItemError> {
+    let digest = Digest::parse(d).map_err(|_| ItemError::PayloadDigest(d.to_string()))?;
+    let Some(o) = store.get(&blob_key(&digest)) else {
+        return Err(ItemError::PayloadMissing(digest));
+    };
+    o.read_small(crate::registry::MAX_MANIFEST as u64)
+        .map(|b| b.to_vec())
+        .map_err(|cause| ItemError::PayloadRead { digest, cause })
+}
+
 /// After the item was synced to manifest `top`: the signature must have
 /// been checked for that same manifest (a tag that moved in between fails).
-pub fn after(checked: Checked, top: &Digest) -> Result<(), String> {
+pub fn after(checked: Checked, top: &Digest) -> Result<(), ItemError> {
     match checked.0 {
-        Some(d) if &d != top => Err(format!(
-            "the tag moved from {d} (whose signature was fetched) to {top} during the sync; run it again"
-        )),
+        Some(from) if &from != top => Err(ItemError::TagMoved {
+            from,
+            to: top.clone(),
+        }),
         _ => Ok(()),
     }
 }

@@ -26,8 +26,9 @@ use super::progress::{Meter, Total};
 use crate::error::Result;
 use crate::factory::{ImageCache, ImageError};
 use crate::fill::{FetchError, FillHandle, Joined};
+use crate::registry::layout::Malformed;
 use crate::registry::layout::{blob_key, manifest_key, manifest_refs, referrers_key, tag_key};
-use crate::registry::{Blob, Digest, Reference, Registry, UpstreamId};
+use crate::registry::{Blob, Digest, NameError, OciError, Reference, Registry, UpstreamId};
 use crate::store::Store;
 use crate::upstream::Upstream;
 
@@ -368,7 +369,7 @@ pub async fn sync_until(
             let t = Instant::now();
             let counts = Counts::default();
             let res = meter.around(sync_item(&ctx, &item, &counts, &meter)).await;
-            counts.report(item.name(), res.err(), t.elapsed())
+            counts.report(item.name(), res.err().map(|e| e.to_string()), t.elapsed())
         }
     }))
     .buffer_unordered(concurrency);
@@ -482,13 +483,13 @@ async fn teach_schematic(
             .put(&parsed, true)
             .await
             .map(drop)
-            .map_err(|e| format!("storing the schematic: {e}")),
-        Err(e) => Err(format!("the schematic: {e}")),
+            .map_err(ItemError::StoringSchematic),
+        Err(e) => Err(ItemError::Schematic(e)),
     };
     let res = posted.and(stored);
     ItemReport {
         name,
-        error: res.err(),
+        error: res.err().map(|e| e.to_string()),
         elapsed: t.elapsed(),
         ..Default::default()
     }
@@ -527,6 +528,91 @@ fn interrupted_report(
         factory,
         elapsed: t0.elapsed(),
         interrupted: true,
+    }
+}
+
+/// Why one item of a sync (or a schematic it teaches) failed: its report's
+/// line, naming the object at fault (`manifest repo:tag`, `blob sha256:...`,
+/// the key it was pinning).
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    /// The item's tag or digest does not parse.
+    #[error("{0}")]
+    Reference(NameError),
+    /// The registry refused or failed `what` (`manifest repo:tag`, ...).
+    #[error("{what}: {}", cause.message)]
+    Registry { what: String, cause: OciError },
+    /// No upstream serves the item's registry host.
+    #[error("{}", .0.message)]
+    Unrouted(OciError),
+    /// A manifest or index that is not what it claims.
+    #[error("{what}: {cause}")]
+    Malformed { what: String, cause: Malformed },
+    /// The fill of an artifact failed.
+    #[error("{0}")]
+    Fetch(FetchError),
+    /// Offline, and the artifact is not stored.
+    #[error("{0}")]
+    NotCached(String),
+    /// The fill of `what` (`blob sha256:...`) failed.
+    #[error("{what}: {cause}")]
+    FetchOf { what: String, cause: FetchError },
+    #[error("pinning {key}: {cause}")]
+    Pin { key: String, cause: crate::Error },
+    /// The run's concurrency slots closed (the sync was stopped).
+    #[error("{0}")]
+    Stopped(tokio::sync::AcquireError),
+    /// `--cosign-key` and no signature beside the image (`repo:tag`).
+    #[error("no cosign signature ({0} not found); --cosign-key needs one")]
+    Unsigned(String),
+    /// A signature layer names a digest of another algorithm.
+    #[error("unsupported digest {0:?}")]
+    PayloadDigest(String),
+    #[error("payload {0} is not in the store")]
+    PayloadMissing(Digest),
+    #[error("reading payload {digest}: {cause}")]
+    PayloadRead { digest: Digest, cause: crate::Error },
+    #[error("cosign signature {at}: {cause}")]
+    Signature {
+        at: String,
+        cause: crate::cosign::SignatureError,
+    },
+    #[error(
+        "the tag moved from {from} (whose signature was fetched) to {to} during the sync; run it again"
+    )]
+    TagMoved { from: Digest, to: Digest },
+    /// Within the object `at` (`signature repo:tag`, `referrer D of repo@T`).
+    #[error("{at}: {cause}")]
+    Within { at: String, cause: Box<ItemError> },
+    /// Every blob was tried: the first failure and how many more.
+    #[error("{first} (and {more} more)")]
+    Several { first: Box<ItemError>, more: usize },
+    /// Teaching the factory a schematic (`POST url`): why not.
+    #[error("POST {url}: {why}")]
+    Post { url: String, why: String },
+    #[error("the schematic: {0}")]
+    Schematic(crate::Error),
+    #[error("storing the schematic: {0}")]
+    StoringSchematic(crate::Error),
+    #[error("manifest {0}: none fetched")]
+    NoManifest(String),
+}
+
+impl ItemError {
+    /// What the registry answered about `what`.
+    pub fn registry(what: impl Into<String>, cause: OciError) -> ItemError {
+        ItemError::Registry {
+            what: what.into(),
+            cause,
+        }
+    }
+
+    /// This error, said as within `at`.
+    pub fn within(self, at: impl Into<String>) -> ItemError {
+        ItemError::Within {
+            at: at.into(),
+            cause: Box::new(self),
+        }
     }
 }
 
@@ -604,19 +690,23 @@ async fn post_schematic(
     factory: &str,
     id: &str,
     canonical: &str,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), ItemError> {
     let url = format!("{factory}/schematics");
+    let failed = |why: String| ItemError::Post {
+        url: url.clone(),
+        why,
+    };
     let resp = up
         .post(&url, "application/yaml", canonical.as_bytes().to_vec())
         .await
-        .map_err(|e| format!("POST {url}: {e}"))?;
+        .map_err(|e| failed(e.to_string()))?;
     let st = resp.status();
     let body = crate::upstream::small_body(resp, up.limits()).await;
     if !st.is_success() {
-        return Err(format!(
-            "POST {url}: {st}: {}",
+        return Err(failed(format!(
+            "{st}: {}",
             crate::text::one_line(&String::from_utf8_lossy(&body))
-        ));
+        )));
     }
     #[derive(serde::Deserialize)]
     struct Created {
@@ -624,11 +714,11 @@ async fn post_schematic(
     }
     match serde_json::from_slice::<Created>(&body) {
         Ok(c) if c.id == id => Ok(()),
-        Ok(c) => Err(format!(
-            "POST {url}: the factory gave ID {} for a schematic whose ID is {id}",
+        Ok(c) => Err(failed(format!(
+            "the factory gave ID {} for a schematic whose ID is {id}",
             c.id
-        )),
-        Err(e) => Err(format!("POST {url}: answer is not {{\"id\": ...}}: {e}")),
+        ))),
+        Err(e) => Err(failed(format!("answer is not {{\"id\": ...}}: {e}"))),
     }
 }
 
@@ -637,15 +727,15 @@ async fn sync_item(
     item: &Item,
     counts: &Counts,
     meter: &Meter,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), ItemError> {
     match item {
         Item::Image(k) => {
-            let _permit = meter.slot(&ctx.sem).await.map_err(|e| e.to_string())?;
+            let _permit = meter.slot(&ctx.sem).await.map_err(ItemError::Stopped)?;
             let joined = ctx.images.lookup(k, true).await;
             sync_artifact(ctx, joined, &k.store_key(), counts, meter).await
         }
         Item::Talosctl(k) => {
-            let _permit = meter.slot(&ctx.sem).await.map_err(|e| e.to_string())?;
+            let _permit = meter.slot(&ctx.sem).await.map_err(ItemError::Stopped)?;
             let joined = ctx.images.lookup_talosctl(k, true).await;
             sync_artifact(ctx, joined, &k.store_key(), counts, meter).await
         }
@@ -657,7 +747,7 @@ async fn sync_item(
             let up = ctx
                 .registry
                 .upstream_for_host(&x.host)
-                .map_err(|e| e.message)?;
+                .map_err(ItemError::Unrouted)?;
             sync_signed(ctx, item, &up, &x.repo, &x.reference, counts, meter).await
         }
     }
@@ -672,7 +762,7 @@ async fn sync_signed(
     reference: &str,
     counts: &Counts,
     meter: &Meter,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), ItemError> {
     let checked = super::signatures::before(
         &ctx.registry,
         &ctx.store,
@@ -702,17 +792,20 @@ async fn sync_referrers(
     top: &Digest,
     counts: &Counts,
     meter: &Meter,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), ItemError> {
     let (index, _) = ctx
         .registry
         .referrers_index(up, repo, top, true)
         .await
-        .map_err(|e| format!("referrers of {repo}@{top}: {}", e.message))?;
-    let refs = manifest_refs(&index).map_err(|e| format!("referrers of {repo}@{top}: {e}"))?;
+        .map_err(|e| ItemError::registry(format!("referrers of {repo}@{top}"), e))?;
+    let refs = manifest_refs(&index).map_err(|cause| ItemError::Malformed {
+        what: format!("referrers of {repo}@{top}"),
+        cause,
+    })?;
     for d in refs.manifests {
         sync_oci(ctx, up, repo, d.as_str(), counts, meter)
             .await
-            .map_err(|e| format!("referrer {d} of {repo}@{top}: {e}"))?;
+            .map_err(|e| e.within(format!("referrer {d} of {repo}@{top}")))?;
     }
     pin(&ctx.store, &referrers_key(up, repo, top)).await
 }
@@ -744,11 +837,14 @@ async fn track(
     }
 }
 
-async fn pin(store: &Store, key: &str) -> std::result::Result<(), String> {
+pub(super) async fn pin(store: &Store, key: &str) -> std::result::Result<(), ItemError> {
     store
         .set_pinned(key, true)
         .await
-        .map_err(|e| format!("pinning {key}: {e}"))
+        .map_err(|cause| ItemError::Pin {
+            key: key.to_string(),
+            cause,
+        })
 }
 
 /// A disk image or talosctl binary: stored, or followed to the end of its fill; then pinned.
@@ -758,22 +854,22 @@ async fn sync_artifact(
     store_key: &str,
     counts: &Counts,
     meter: &Meter,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), ItemError> {
     match joined {
-        Err(ImageError::NotCached(m)) => return Err(m),
-        Err(ImageError::Fetch(e)) => return Err(e.to_string()),
+        Err(ImageError::NotCached(m)) => return Err(ItemError::NotCached(m)),
+        Err(ImageError::Fetch(e)) => return Err(ItemError::Fetch(e)),
         Ok(Joined::Stored(o)) => {
             meter.grow(o.entry.size);
             meter.inc(o.entry.size);
             counts.stored(o.entry.size);
         }
         Ok(Joined::Filling(mut h)) => {
-            let head = h.head().await.map_err(|e| e.to_string())?;
+            let head = h.head().await.map_err(ItemError::Fetch)?;
             match head.len {
                 Some(n) => meter.grow(n),
                 None => meter.unknown(1),
             }
-            let e = track(h, meter).await.map_err(|e| e.to_string())?;
+            let e = track(h, meter).await.map_err(ItemError::Fetch)?;
             if head.len.is_none() {
                 meter.resolved(e.size);
             }
@@ -790,8 +886,8 @@ async fn sync_oci(
     reference: &str,
     counts: &Counts,
     meter: &Meter,
-) -> std::result::Result<Digest, String> {
-    let top_ref = Reference::parse(reference).map_err(|e| format!("{e:?}"))?;
+) -> std::result::Result<Digest, ItemError> {
+    let top_ref = Reference::parse(reference).map_err(ItemError::Reference)?;
     // Manifests: the top one, then every manifest of an index (all platforms).
     let mut manifests: Vec<Digest> = Vec::new();
     let mut blobs: BTreeMap<Digest, Option<u64>> = BTreeMap::new();
@@ -809,7 +905,7 @@ async fn sync_oci(
             .registry
             .manifest_kept(up, repo, &r, true)
             .await
-            .map_err(|e| format!("manifest {repo}:{}: {}", ref_str(&r), e.message))?;
+            .map_err(|e| ItemError::registry(format!("manifest {repo}:{}", ref_str(&r)), e))?;
         if manifests.contains(&m.digest) {
             continue;
         }
@@ -818,8 +914,10 @@ async fn sync_oci(
         } else {
             counts.fetched(m.body.len() as u64);
         }
-        let refs =
-            manifest_refs(&m.body).map_err(|e| format!("manifest {repo}@{}: {e}", m.digest))?;
+        let refs = manifest_refs(&m.body).map_err(|cause| ItemError::Malformed {
+            what: format!("manifest {repo}@{}", m.digest),
+            cause,
+        })?;
         for d in refs.manifests {
             if !manifests.contains(&d) {
                 queue.push(Reference::Digest(d));
@@ -839,8 +937,8 @@ async fn sync_oci(
         meter.grow(0);
     }
     // Blobs, concurrently; every one is tried even when another failed.
-    let errors: Vec<String> = futures::stream::iter(blobs.iter().map(|(d, size)| async move {
-        let _permit = meter.slot(&ctx.sem).await.map_err(|e| e.to_string())?;
+    let errors: Vec<ItemError> = futures::stream::iter(blobs.iter().map(|(d, size)| async move {
+        let _permit = meter.slot(&ctx.sem).await.map_err(ItemError::Stopped)?;
         match ctx.registry.blob_kept(up, repo, d, true).await {
             Ok(Blob::Stored(o)) => {
                 if size.is_none() {
@@ -855,15 +953,19 @@ async fn sync_oci(
                 {
                     meter.resolved(n);
                 }
-                let e = track(g.handle().clone(), meter)
-                    .await
-                    .map_err(|e| format!("blob {d}: {e}"))?;
+                let e =
+                    track(g.handle().clone(), meter)
+                        .await
+                        .map_err(|cause| ItemError::FetchOf {
+                            what: format!("blob {d}"),
+                            cause,
+                        })?;
                 if size.is_none() && g.head().len.is_none() {
                     meter.resolved(e.size);
                 }
                 counts.fetched(e.size);
             }
-            Err(e) => return Err(format!("blob {d}: {}", e.message)),
+            Err(e) => return Err(ItemError::registry(format!("blob {d}"), e)),
         }
         pin(&ctx.store, &blob_key(d)).await
     }))
@@ -871,11 +973,15 @@ async fn sync_oci(
     .filter_map(|r| async move { r.err() })
     .collect()
     .await;
-    if let Some(first) = errors.first() {
-        return Err(if errors.len() > 1 {
-            format!("{first} (and {} more)", errors.len() - 1)
+    let more = errors.len().saturating_sub(1);
+    if let Some(first) = errors.into_iter().next() {
+        return Err(if more > 0 {
+            ItemError::Several {
+                first: Box::new(first),
+                more,
+            }
         } else {
-            first.clone()
+            first
         });
     }
     for d in &manifests {
@@ -887,7 +993,7 @@ async fn sync_oci(
     manifests
         .first()
         .cloned()
-        .ok_or_else(|| format!("manifest {repo}:{reference}: none fetched"))
+        .ok_or_else(|| ItemError::NoManifest(format!("{repo}:{reference}")))
 }
 
 fn ref_str(r: &Reference) -> String {

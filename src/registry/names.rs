@@ -173,7 +173,8 @@ pub struct MirrorTable {
 
 impl MirrorTable {
     /// Parse `ns=URL` strings; an empty list is an empty table.
-    pub fn parse(items: &[String]) -> Result<MirrorTable, String> {
+    pub fn parse(items: &[String]) -> crate::Result<MirrorTable> {
+        let bad = crate::Error::bad_input;
         let mut map = BTreeMap::new();
         for item in items.iter().flat_map(|s| s.split([',', ' '])) {
             let item = item.trim();
@@ -181,14 +182,17 @@ impl MirrorTable {
                 continue;
             }
             let (ns, url) = item.split_once('=').ok_or_else(|| {
-                format!("--mirror-upstream: {item:?} is not ns=URL (e.g. ghcr.io=https://ghcr.io)")
+                bad(format!(
+                    "--mirror-upstream: {item:?} is not ns=URL (e.g. ghcr.io=https://ghcr.io)"
+                ))
             })?;
             if !is_registry_host(ns) {
-                return Err(format!(
+                return Err(bad(format!(
                     "--mirror-upstream: {ns:?} is not a registry host[:port]"
-                ));
+                )));
             }
-            let url = check_base_url(url).map_err(|e| format!("--mirror-upstream {ns}: {e}"))?;
+            let url =
+                check_base_url(url).map_err(|e| bad(format!("--mirror-upstream {ns}: {e}")))?;
             // Host names are case-insensitive: kept lowercase, as `?ns=` is read.
             map.insert(ns.to_ascii_lowercase(), url);
         }
@@ -204,14 +208,29 @@ impl MirrorTable {
     }
 }
 
+/// Why a base URL is refused; each names the URL as typed (the caller
+/// puts the flag or field before it).
+#[derive(Debug, thiserror::Error)]
+pub enum UrlError {
+    #[error("{url:?} is not a URL: {reason}")]
+    NotUrl { url: String, reason: String },
+    #[error("{0:?} is not an http(s) URL with a host")]
+    NotHttp(String),
+    #[error("{0:?} must not carry a query or fragment")]
+    QueryOrFragment(String),
+}
+
 /// An `http(s)://host[:port][/path]` base URL, returned without a trailing slash.
-pub fn check_base_url(url: &str) -> Result<String, String> {
-    let u = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+pub fn check_base_url(url: &str) -> Result<String, UrlError> {
+    let u = reqwest::Url::parse(url).map_err(|e| UrlError::NotUrl {
+        url: url.to_string(),
+        reason: e.to_string(),
+    })?;
     if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() {
-        return Err(format!("{url:?} is not an http(s) URL with a host"));
+        return Err(UrlError::NotHttp(url.to_string()));
     }
     if u.query().is_some() || u.fragment().is_some() {
-        return Err(format!("{url:?} must not carry a query or fragment"));
+        return Err(UrlError::QueryOrFragment(url.to_string()));
     }
     Ok(url.trim_end_matches('/').to_string())
 }

@@ -368,42 +368,19 @@ fn environment_and_flags() {
 /// What `serve` made of its `--offline` setting: it logs `offline=...` on
 /// its `listening` line (then it is stopped), or exits with a message.
 fn serve_offline(args: &[&str], env: &[(&str, &str)]) -> Result<bool, (i32, String)> {
-    use std::io::BufRead;
-    let cache = tempfile::tempdir().unwrap();
-    let mut c = std::process::Command::new(support::bin());
-    c.args(["serve", "--listen", "127.0.0.1:0", "--cache-dir"])
-        .arg(cache.path())
-        .args(args)
-        .env_remove("TALOS_GEN_OFFLINE")
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    for (k, v) in env {
-        c.env(k, v);
+    let args = [&["--listen", "127.0.0.1:0"], args].concat();
+    let mut env: Vec<(&str, Option<&str>)> = env.iter().map(|(k, v)| (*k, Some(*v))).collect();
+    if !env.iter().any(|(k, _)| *k == "TALOS_GEN_OFFLINE") {
+        env.push(("TALOS_GEN_OFFLINE", None));
     }
-    let mut child = support::Proc::spawn("talos-gen serve", c);
-    let stderr = child.child().stderr.take().unwrap();
-    let mut seen = String::new();
-    for line in std::io::BufReader::new(stderr).lines() {
-        let line = line.unwrap();
-        if line.contains("listening") {
-            child.kill();
-            return if line.contains("offline=true") {
-                Ok(true)
-            } else if line.contains("offline=false") {
-                Ok(false)
-            } else {
-                panic!("no offline= on {line:?}")
-            };
-        }
-        seen.push_str(&line);
-        seen.push('\n');
+    let line = support::serve_listening(&args, &env)?;
+    if line.contains("offline=true") {
+        Ok(true)
+    } else if line.contains("offline=false") {
+        Ok(false)
+    } else {
+        panic!("no offline= on {line:?}")
     }
-    let code = child
-        .wait_exit(std::time::Duration::from_secs(20))
-        .and_then(|st| st.code())
-        .unwrap_or(-1);
-    Err((code, seen))
 }
 
 /// Item 5: boolean settings take true/false and 1/0, from the environment

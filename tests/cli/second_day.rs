@@ -103,31 +103,7 @@ fn duration_flags_take_units_and_plain_seconds() {
 
 /// The line `serve` logs when it listens, or its exit and stderr.
 fn serve_listening(listen: &str) -> Result<String, (i32, String)> {
-    use std::io::BufRead;
-    let cache = tempfile::tempdir().unwrap();
-    let mut c = Command::new(support::bin());
-    c.args(["serve", "--listen", listen, "--cache-dir"])
-        .arg(cache.path())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = support::Proc::spawn("talos-gen serve", c);
-    let stderr = child.child().stderr.take().unwrap();
-    let mut seen = String::new();
-    for line in std::io::BufReader::new(stderr).lines() {
-        let line = line.unwrap();
-        if line.contains("listening") {
-            child.kill();
-            return Ok(line);
-        }
-        seen.push_str(&line);
-        seen.push('\n');
-    }
-    let code = child
-        .wait_exit(std::time::Duration::from_secs(10))
-        .and_then(|s| s.code())
-        .unwrap_or(-1);
-    Err((code, seen))
+    support::serve_listening(&["--listen", listen], &[])
 }
 
 /// `--listen` takes a host name (resolved when the flags are read) and

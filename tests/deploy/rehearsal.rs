@@ -451,23 +451,27 @@ async fn the_shipped_deployment_serves_a_workers_whole_pull_list_online_and_offl
     let schematic = w0.schematic.id.clone();
     let talos = w0.pull.talos.to_string();
     let kubernetes = w0.pull.images[1].tag().trim_start_matches('v').to_string();
-    let mc = talos_gen(&[
-        "machineconfig".into(),
-        "--cluster-name".into(),
-        "rehearsal".into(),
-        "--endpoint".into(),
-        "https://10.0.0.1:6443".into(),
-        "--talos-version".into(),
-        talos.clone(),
-        "--kubernetes-version".into(),
-        kubernetes.clone(),
-        "--schematic".into(),
-        schematic.clone(),
-        "--air-gap-mirror".into(),
-        svc.url(),
-        "--mirror-ca".into(),
-        ca.display().to_string(),
-    ]);
+    // A worker's config with `svc` as its air-gap mirror (online, then offline).
+    let air_gap_config = |svc: &Service| {
+        talos_gen(&[
+            "machineconfig".into(),
+            "--cluster-name".into(),
+            "rehearsal".into(),
+            "--endpoint".into(),
+            "https://10.0.0.1:6443".into(),
+            "--talos-version".into(),
+            talos.clone(),
+            "--kubernetes-version".into(),
+            kubernetes.clone(),
+            "--schematic".into(),
+            schematic.clone(),
+            "--air-gap-mirror".into(),
+            svc.url(),
+            "--mirror-ca".into(),
+            ca.display().to_string(),
+        ])
+    };
+    let mc = air_gap_config(&svc);
     let mc = ok(&mc, "machineconfig --air-gap-mirror");
     let hosts_online = work.path().join("hosts-online");
     let mirrored = hosts_from_machineconfig(&mc, &hosts_online);
@@ -544,23 +548,7 @@ async fn the_shipped_deployment_serves_a_workers_whole_pull_list_online_and_offl
         .args(&offline_args[1..])
         .tls_ca(&ca)
         .start();
-    let mc = talos_gen(&[
-        "machineconfig".into(),
-        "--cluster-name".into(),
-        "rehearsal".into(),
-        "--endpoint".into(),
-        "https://10.0.0.1:6443".into(),
-        "--talos-version".into(),
-        talos.clone(),
-        "--kubernetes-version".into(),
-        kubernetes.clone(),
-        "--schematic".into(),
-        schematic.clone(),
-        "--air-gap-mirror".into(),
-        svc.url(),
-        "--mirror-ca".into(),
-        ca.display().to_string(),
-    ]);
+    let mc = air_gap_config(&svc);
     let hosts_offline = work.path().join("hosts-offline");
     hosts_from_machineconfig(&ok(&mc, "machineconfig offline"), &hosts_offline);
     let cd2_dir = tempfile::tempdir().unwrap();

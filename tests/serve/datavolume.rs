@@ -161,30 +161,25 @@ fn cdi_datasource_schema() -> serde_json::Value {
     })
 }
 
-fn check_datasource(doc: &serde_json::Value) {
-    let schema = cdi_datasource_schema();
-    let v = jsonschema::validator_for(&schema).expect("the schema compiles");
+/// `doc` is valid against `schema`, CDI's shape of a `kind`.
+fn check_against(schema: &serde_json::Value, kind: &str, doc: &serde_json::Value) {
+    let v = jsonschema::validator_for(schema).expect("the schema compiles");
     let errors: Vec<String> = v
         .iter_errors(doc)
         .map(|e| format!("{e} at {}", e.instance_path()))
         .collect();
     assert!(
         errors.is_empty(),
-        "not a CDI v1beta1 DataSource: {errors:?}\n{doc:#}"
+        "not a CDI v1beta1 {kind}: {errors:?}\n{doc:#}"
     );
 }
 
+fn check_datasource(doc: &serde_json::Value) {
+    check_against(&cdi_datasource_schema(), "DataSource", doc);
+}
+
 fn check_shape(doc: &serde_json::Value) {
-    let schema = cdi_schema();
-    let v = jsonschema::validator_for(&schema).expect("the schema compiles");
-    let errors: Vec<String> = v
-        .iter_errors(doc)
-        .map(|e| format!("{e} at {}", e.instance_path()))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "not a CDI v1beta1 DataVolume: {errors:?}\n{doc:#}"
-    );
+    check_against(&cdi_schema(), "DataVolume", doc);
 }
 
 fn yaml(text: &str) -> serde_json::Value {

@@ -291,18 +291,7 @@ fn mirror_sync_keeps_them_per_release_notes_a_404_and_export_carries_them() {
         assert!(plan.lines().any(|l| l == format!("  {p}")), "{p}: {plan}");
     }
     let cache = dir.path().join("cache");
-    let sync = || {
-        talos_gen(&[
-            "mirror",
-            "sync",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--factory-url",
-            &ng.url(),
-        ])
-    };
+    let sync = || support::mirror_sync(&cfg, &cache, &["--factory-url", &ng.url()]);
     let o = sync();
     let err = String::from_utf8_lossy(&o.stderr);
     let out = String::from_utf8_lossy(&o.stdout);
@@ -337,27 +326,8 @@ fn mirror_sync_keeps_them_per_release_notes_a_404_and_export_carries_them() {
     );
 
     // Carried by an export limited to the config, into an empty store.
-    let tar = dir.path().join("mirror.tar");
-    let o = talos_gen(&[
-        "mirror",
-        "export",
-        "--cache-dir",
-        cache.to_str().unwrap(),
-        "--output",
-        tar.to_str().unwrap(),
-        "--config",
-        cfg.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let other = dir.path().join("other");
-    let o = talos_gen(&[
-        "mirror",
-        "import",
-        tar.to_str().unwrap(),
-        "--cache-dir",
-        other.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    support::carry(&cache, &dir.path().join("mirror.tar"), &other, Some(&cfg));
     let off = Service::start(&["--offline", "--cache-dir", other.to_str().unwrap()]);
     for (p, want) in [
         ("/versions", &d.versions),

@@ -31,17 +31,10 @@ fn post(url: &str, auth: Option<&str>, body: &str) -> (u16, String) {
 #[test]
 fn api_writes_need_the_token_and_logs_keep_secrets() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = dir.path().join("token");
-    std::fs::write(&tok, format!("{TOKEN}\n")).unwrap();
     let cache = dir.path().join("cache");
     let svc = Service::builder()
-        .args([
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--offline",
-            "--api-token-file",
-            tok.to_str().unwrap(),
-        ])
+        .args(["--cache-dir", cache.to_str().unwrap(), "--offline"])
+        .api_token(dir.path(), &format!("{TOKEN}\n"))
         .rust_log("debug,hyper=trace,talos_gen=trace")
         .start();
     let mc = format!("{}/api/v1/machineconfig", svc.url());
@@ -201,8 +194,6 @@ fn dir_bytes(p: &std::path::Path) -> u64 {
 #[test]
 fn unauthenticated_schematics_cannot_grow_the_store_past_its_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = dir.path().join("token");
-    std::fs::write(&tok, format!("{TOKEN}\n")).unwrap();
     let cache = dir.path().join("cache");
     let limit: u64 = 256 << 10;
     let svc = Service::builder()
@@ -212,9 +203,8 @@ fn unauthenticated_schematics_cannot_grow_the_store_past_its_limit() {
             "--offline",
             "--cache-max-size",
             "256Ki",
-            "--api-token-file",
-            tok.to_str().unwrap(),
         ])
+        .api_token(dir.path(), &format!("{TOKEN}\n"))
         .start();
     let url = format!("{}/schematics", svc.url());
     let schematic = |i: usize| {

@@ -8,24 +8,15 @@
 //! `tests/artifacts/` (`status-failed-fill.png`, `status-import.png`).
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use crate::support::factory::{A, A2, Factory, S, V, image_path};
 use crate::support::registry::{Registry, push_factory_image};
-use crate::support::{Nginx, NginxOpts, Service, chromium, curl};
+use crate::support::{Nginx, NginxOpts, Service, carry, chromium, curl, mirror_sync};
 
 fn artifacts_dir() -> PathBuf {
     let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/artifacts");
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-fn talos_gen(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_talos-gen"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap()
 }
 
 fn screenshot(url: &str, name: &str) {
@@ -67,16 +58,8 @@ async fn a_stored_registry_answers_online_without_its_upstream() {
     let cfg = dir.path().join("m.yaml");
     std::fs::write(&cfg, "extraImages: [registry.k8s.io/pause:3.10.1]\n").unwrap();
     let cache = dir.path().join("cache");
-    let o = talos_gen(&[
-        "mirror",
-        "sync",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--cache-dir",
-        cache.to_str().unwrap(),
-        "--mirror-upstream",
-        &format!("registry.k8s.io={}", k8s.url()),
-    ]);
+    let upstream = format!("registry.k8s.io={}", k8s.url());
+    let o = mirror_sync(&cfg, &cache, &["--mirror-upstream", &upstream]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     k8s.stop();
     // Online, as the old manifests ran it: only ghcr.io has an upstream.
@@ -206,36 +189,11 @@ fn an_import_is_shown_like_a_sync() {
     )
     .unwrap();
     let a = up.cache();
-    let o = talos_gen(&[
-        "mirror",
-        "sync",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--cache-dir",
-        a.to_str().unwrap(),
-        "--factory-url",
-        &up.nginx.url(),
-    ]);
+    let o = mirror_sync(&cfg, &a, &["--factory-url", &up.nginx.url()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let tar = up.dir.path().join("site-bundle.tar");
-    let o = talos_gen(&[
-        "mirror",
-        "export",
-        "--cache-dir",
-        a.to_str().unwrap(),
-        "--output",
-        tar.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let b = up.dir.path().join("other-site");
-    let o = talos_gen(&[
-        "mirror",
-        "import",
-        tar.to_str().unwrap(),
-        "--cache-dir",
-        b.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    carry(&a, &tar, &b, None);
 
     let svc = Service::builder()
         .arg("--offline")

@@ -56,17 +56,10 @@ fn text(r: &Curl) -> String {
 #[test]
 fn every_refusal_in_its_route_family_shape() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = dir.path().join("token");
-    std::fs::write(&tok, TOKEN).unwrap();
     let cache = dir.path().join("cache");
     let svc = Service::builder()
-        .args([
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--offline",
-            "--api-token-file",
-            tok.to_str().unwrap(),
-        ])
+        .args(["--cache-dir", cache.to_str().unwrap(), "--offline"])
+        .api_token(dir.path(), TOKEN)
         .start();
     let u = svc.url();
     let bearer = format!("Authorization: Bearer {TOKEN}");

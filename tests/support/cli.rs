@@ -1,6 +1,6 @@
 //! Running the `talos-gen` binary as a CLI.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// The built `talos-gen` binary.
@@ -84,4 +84,85 @@ pub fn ok(o: &Output, what: &str) -> (String, String) {
         o.status.code()
     );
     (out, err)
+}
+
+/// Start `talos-gen serve` with a fresh `--cache-dir` and `args` (after
+/// `serve`), the environment changed by `env` (a `None` value removes the
+/// variable), and read its log to the `listening` line: that line (the
+/// service is stopped then), or its exit code and what it logged before.
+pub fn serve_listening(
+    args: &[&str],
+    env: &[(&str, Option<&str>)],
+) -> Result<String, (i32, String)> {
+    use std::io::BufRead;
+    let cache = tempfile::tempdir().unwrap();
+    let mut c = Command::new(bin());
+    c.args(["serve", "--cache-dir"])
+        .arg(cache.path())
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    let mut child = super::Proc::spawn("talos-gen serve", c);
+    let stderr = child.child().stderr.take().unwrap();
+    let mut seen = String::new();
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        if line.contains("listening") {
+            child.kill();
+            return Ok(line);
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    let code = child
+        .wait_exit(std::time::Duration::from_secs(20))
+        .and_then(|st| st.code())
+        .unwrap_or(-1);
+    Err((code, seen))
+}
+
+/// `talos-gen mirror sync --config CONFIG --cache-dir CACHE extra...`.
+pub fn mirror_sync(config: &Path, cache: &Path, extra: &[&str]) -> Output {
+    let head = [
+        "mirror",
+        "sync",
+        "--config",
+        config.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ];
+    talos_gen(&[&head[..], extra].concat())
+}
+
+/// Carry a store across the gap: `mirror export` of `from` (limited to
+/// `config` when given) into the tar `bundle`, then `mirror import` of it
+/// into `to`; each step must succeed.
+pub fn carry(from: &Path, bundle: &Path, to: &Path, config: Option<&Path>) {
+    let mut export = vec![
+        "mirror",
+        "export",
+        "--cache-dir",
+        from.to_str().unwrap(),
+        "--output",
+        bundle.to_str().unwrap(),
+    ];
+    if let Some(c) = config {
+        export.extend(["--config", c.to_str().unwrap()]);
+    }
+    ok(&talos_gen(&export), "mirror export");
+    let import = [
+        "mirror",
+        "import",
+        bundle.to_str().unwrap(),
+        "--cache-dir",
+        to.to_str().unwrap(),
+    ];
+    ok(&talos_gen(&import), "mirror import");
 }

@@ -9,9 +9,12 @@
 //!   [`xz_bytes`]), rot on disk ([`flip_byte`], [`flip_middle_byte`]);
 //! - `talos-gen` itself: [`run`], [`run_text`] (code, stdout, stderr),
 //!   [`talos_gen`] and [`ok`] (asserted success) for CLI calls ([`cli`]),
+//!   [`mirror_sync`] (`mirror sync --config --cache-dir`), [`carry`] (a
+//!   store exported and imported into another, across the gap),
+//!   [`serve_listening`] (serve's `listening` line, or its exit),
 //!   [`mirror_cert`] (a CA and a pair for loopback, for TLS services and
 //!   upstreams), and [`Service`] (`talos-gen serve` on loopback, one builder for every way a
-//!   test starts it) in [`service`];
+//!   test starts it, `api_token` among its options) in [`service`];
 //! - the reference data in `../shared` ([`reference_dir`]: skip, or fail
 //!   under `TALOS_GEN_REQUIRE_REFERENCE=1`);
 //! - clients: [`curl`] / [`curl_spawn`], [`raw_request`], [`chromium`], and
@@ -54,7 +57,10 @@ pub mod registry;
 pub mod service;
 pub mod wait;
 
-pub use cli::{bin, mirror_cert, ok, run, run_text, stderr, stdout, talos_gen};
+pub use cli::{
+    bin, carry, mirror_cert, mirror_sync, ok, run, run_text, serve_listening, stderr, stdout,
+    talos_gen,
+};
 pub use curl::{Curl, CurlChild, chromium, curl, curl_spawn, raw_request};
 pub use http::{Answer, send};
 pub use nginx::{Nginx, NginxOpts};

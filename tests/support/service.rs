@@ -108,6 +108,16 @@ impl ServiceBuilder {
         self
     }
 
+    /// `--api-token-file DIR/token`, the file written with `contents`
+    /// (the token, with or without its newline).
+    pub fn api_token(mut self, dir: &std::path::Path, contents: &str) -> Self {
+        let file = dir.join("token");
+        std::fs::write(&file, contents).unwrap();
+        self.args.push("--api-token-file".into());
+        self.args.push(file.into());
+        self
+    }
+
     /// HTTPS whose `--tls-cert`/`--tls-key` the args already give (a
     /// manifest's own flags): `/healthz` is checked with curl and `ca`, and
     /// [`Service::url`] is https.

@@ -32,13 +32,28 @@ pub fn kinds() -> &'static [Kind] {
     TABLES.kinds
 }
 
+/// A mistake in `structs.txt`: the line it is on and what is wrong there.
+#[derive(Debug, thiserror::Error)]
+#[error("structs.txt:{line}: {what}")]
+struct TableError {
+    line: usize,
+    what: String,
+}
+
+fn at(line: usize, what: impl Into<String>) -> TableError {
+    TableError {
+        line,
+        what: what.into(),
+    }
+}
+
 /// One declaration as written: a struct, or a document's body.
 struct Decl<'t> {
     line: usize,
     fields: Vec<(usize, Vec<&'t str>)>,
 }
 
-fn load(text: &'static str) -> Result<Tables, String> {
+fn load(text: &'static str) -> Result<Tables, TableError> {
     let mut structs: HashMap<&str, Decl> = HashMap::new();
     let mut documents: Vec<(&str, bool, &str, Decl)> = Vec::new();
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
@@ -47,7 +62,7 @@ fn load(text: &'static str) -> Result<Tables, String> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let err = |what: &str| format!("structs.txt:{n}: {what}: {line:?}");
+        let err = |what: &str| at(n, format!("{what}: {line:?}"));
         let (head, open) = line
             .strip_suffix("{}")
             .map(|h| (h, false))
@@ -102,7 +117,7 @@ fn load(text: &'static str) -> Result<Tables, String> {
         .iter()
         .find(|(n, _)| !built.done.contains_key(*n))
     {
-        return Err(format!("structs.txt:{}: {name} is never used", d.line));
+        return Err(at(d.line, format!("{name} is never used")));
     }
     Ok(Tables {
         config,
@@ -119,17 +134,17 @@ struct Builder<'t> {
 }
 
 impl Builder<'static> {
-    fn get(&mut self, name: &'static str, line: usize) -> Result<&'static StructDef, String> {
+    fn get(&mut self, name: &'static str, line: usize) -> Result<&'static StructDef, TableError> {
         if let Some(def) = self.done.get(name) {
             return Ok(def);
         }
         if self.building.contains(&name) {
-            return Err(format!("structs.txt:{line}: {name} holds itself"));
+            return Err(at(line, format!("{name} holds itself")));
         }
         let decl = self
             .decls
             .remove(name)
-            .ok_or_else(|| format!("structs.txt:{line}: no struct {name}"))?;
+            .ok_or_else(|| at(line, format!("no struct {name}")))?;
         self.building.push(name);
         let def = self.build(name, &decl);
         self.building.pop();
@@ -143,11 +158,11 @@ impl Builder<'static> {
         &mut self,
         name: &'static str,
         decl: &Decl<'static>,
-    ) -> Result<&'static StructDef, String> {
+    ) -> Result<&'static StructDef, TableError> {
         let mut fields = Vec::new();
         for (n, words) in &decl.fields {
             let [field, ty, ref flags @ ..] = words[..] else {
-                return Err(format!("structs.txt:{n}: expected `yamlName type [flags]`"));
+                return Err(at(*n, "expected `yamlName type [flags]`"));
             };
             let mut ty = self.ty(ty, *n)?;
             let (mut omitempty, mut replace) = (false, false);
@@ -157,11 +172,11 @@ impl Builder<'static> {
                     "replace" => replace = true,
                     key if key.starts_with("key=") => {
                         let Ty::Seq(Ty::Struct(def)) = ty else {
-                            return Err(format!("structs.txt:{n}: key= needs a []Struct"));
+                            return Err(at(*n, "key= needs a []Struct"));
                         };
                         ty = Ty::Keyed(def, &key[4..]);
                     }
-                    other => return Err(format!("structs.txt:{n}: unknown flag {other:?}")),
+                    other => return Err(at(*n, format!("unknown flag {other:?}"))),
                 }
             }
             fields.push(Field {
@@ -177,7 +192,7 @@ impl Builder<'static> {
         })))
     }
 
-    fn ty(&mut self, word: &'static str, line: usize) -> Result<Ty, String> {
+    fn ty(&mut self, word: &'static str, line: usize) -> Result<Ty, TableError> {
         let leak = |t: Ty| -> &'static Ty { Box::leak(Box::new(t)) };
         Ok(match word {
             "string" => Ty::Str,
@@ -262,7 +277,8 @@ mod tests {
         ] {
             let err = load(text)
                 .err()
-                .unwrap_or_else(|| panic!("{text:?} loaded"));
+                .unwrap_or_else(|| panic!("{text:?} loaded"))
+                .to_string();
             assert!(err.starts_with(want), "{text:?}: {err}");
         }
     }
