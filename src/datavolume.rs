@@ -82,7 +82,7 @@ enum Field {
 }
 
 /// What a user asks for, as typed.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Request {
     /// The service's base URL (`https://talos-gen.example:8443`).
     pub base_url: String,
@@ -109,12 +109,18 @@ pub struct Plan {
     pub key: ImageKey,
     /// `<base>/image/<schematic>/<version>/<asset>`.
     pub url: String,
-    pub name: String,
-    pub size: String,
-    pub storage_class: Option<String>,
-    pub cert_configmap: Option<String>,
-    pub namespace: Option<String>,
-    pub golden: bool,
+    /// The request, its names and sizes checked.
+    pub req: Request,
+}
+
+/// A `DataVolume` (`cdi.kubevirt.io/v1beta1`) named `name` with `spec`.
+fn data_volume(name: &str, namespace: Option<&str>, spec: Map) -> Node {
+    Map::new()
+        .field("apiVersion", "cdi.kubevirt.io/v1beta1")
+        .field("kind", "DataVolume")
+        .field("metadata", metadata(name, namespace))
+        .field("spec", spec)
+        .into()
 }
 
 /// `{"requests": {"storage": size}}` and the class, as CDI's `StorageSpec`.
@@ -161,34 +167,30 @@ impl Plan {
     pub fn document(&self, sha256: &str) -> Node {
         let http = Map::new()
             .field("url", self.url.as_str())
-            .some("certConfigMap", self.cert_configmap.as_deref())
+            .some("certConfigMap", self.req.cert_configmap.as_deref())
             .field("checksum", format!("sha256:{sha256}"));
-        Map::new()
-            .field("apiVersion", "cdi.kubevirt.io/v1beta1")
-            .field("kind", "DataVolume")
-            .field("metadata", metadata(&self.name, self.namespace.as_deref()))
-            .field(
-                "spec",
-                Map::new()
-                    .field("source", Map::new().field("http", http))
-                    .field(
-                        "storage",
-                        storage(&self.size, self.storage_class.as_deref()),
-                    ),
-            )
-            .into()
+        data_volume(
+            &self.req.name,
+            self.req.namespace.as_deref(),
+            Map::new()
+                .field("source", Map::new().field("http", http))
+                .field(
+                    "storage",
+                    storage(&self.req.size, self.req.storage_class.as_deref()),
+                ),
+        )
     }
 
     /// The golden image's `DataSource` (`cdi.kubevirt.io/v1beta1`): in the
     /// import's namespace, named as it, its `spec.source.pvc` the PVC CDI
     /// makes for the import (named as the DataVolume). `None` unless golden.
     pub fn data_source(&self) -> Option<Node> {
-        let ns = self.namespace.as_deref().filter(|_| self.golden)?;
+        let ns = self.req.namespace.as_deref().filter(|_| self.req.golden)?;
         Some(
             Map::new()
                 .field("apiVersion", "cdi.kubevirt.io/v1beta1")
                 .field("kind", "DataSource")
-                .field("metadata", metadata(&self.name, Some(ns)))
+                .field("metadata", metadata(&self.req.name, Some(ns)))
                 .field(
                     "spec",
                     Map::new().field(
@@ -196,7 +198,7 @@ impl Plan {
                         Map::new().field(
                             "pvc",
                             Map::new()
-                                .field("name", self.name.as_str())
+                                .field("name", self.req.name.as_str())
                                 .field("namespace", ns),
                         ),
                     ),
@@ -224,7 +226,7 @@ impl Plan {
 }
 
 /// A worker disk cloned from a golden image, as typed.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CloneRequest {
     /// `NAMESPACE/NAME` of the golden image's `DataSource`.
     pub clone_from: String,
@@ -240,36 +242,30 @@ pub struct CloneRequest {
 pub struct ClonePlan {
     pub source_namespace: String,
     pub source_name: String,
-    pub name: String,
-    pub size: String,
-    pub storage_class: Option<String>,
-    pub namespace: Option<String>,
+    /// The request, its names and size checked.
+    pub req: CloneRequest,
 }
 
 impl ClonePlan {
     /// The worker's `DataVolume`: `spec.sourceRef` the DataSource, no
     /// `spec.source`.
     pub fn document(&self) -> Node {
-        Map::new()
-            .field("apiVersion", "cdi.kubevirt.io/v1beta1")
-            .field("kind", "DataVolume")
-            .field("metadata", metadata(&self.name, self.namespace.as_deref()))
-            .field(
-                "spec",
-                Map::new()
-                    .field(
-                        "sourceRef",
-                        Map::new()
-                            .field("kind", "DataSource")
-                            .field("name", self.source_name.as_str())
-                            .field("namespace", self.source_namespace.as_str()),
-                    )
-                    .field(
-                        "storage",
-                        storage(&self.size, self.storage_class.as_deref()),
-                    ),
-            )
-            .into()
+        data_volume(
+            &self.req.name,
+            self.req.namespace.as_deref(),
+            Map::new()
+                .field(
+                    "sourceRef",
+                    Map::new()
+                        .field("kind", "DataSource")
+                        .field("name", self.source_name.as_str())
+                        .field("namespace", self.source_namespace.as_str()),
+                )
+                .field(
+                    "storage",
+                    storage(&self.req.size, self.req.storage_class.as_deref()),
+                ),
+        )
     }
 
     pub fn to_yaml(&self) -> String {
@@ -304,10 +300,7 @@ pub fn clone_plan(req: &CloneRequest, names: Names) -> Result<ClonePlan> {
     Ok(ClonePlan {
         source_namespace: ns.to_string(),
         source_name: source.to_string(),
-        name: req.name.clone(),
-        size: req.size.clone(),
-        storage_class: req.storage_class.clone(),
-        namespace: req.namespace.clone(),
+        req: req.clone(),
     })
 }
 
@@ -405,12 +398,7 @@ pub fn plan(req: &Request, names: Names, resolve: &dyn Fn(&str) -> Option<String
     Ok(Plan {
         url: format!("{base}{}", key.path()),
         key,
-        name: req.name.clone(),
-        size: req.size.clone(),
-        storage_class: req.storage_class.clone(),
-        cert_configmap: req.cert_configmap.clone(),
-        namespace: req.namespace.clone(),
-        golden: req.golden,
+        req: req.clone(),
     })
 }
 

@@ -38,31 +38,14 @@ pub struct ServeArgs {
     /// Address to listen on, HOST:PORT (an IP address, or a host name
     /// resolved at start, its first IPv4 address first); `:PORT` means all
     /// interfaces (0.0.0.0).
-    #[arg(
-        long,
-        env = "TALOS_GEN_LISTEN",
-        default_value = "127.0.0.1:8080",
-        value_name = "ADDR",
-        value_parser = super::common::listen_flag
-    )]
+    #[arg(long, env = "TALOS_GEN_LISTEN", default_value = "127.0.0.1:8080", value_name = "ADDR", value_parser = super::common::listen_flag)]
     pub listen: String,
     /// The store (cache) directory, created when missing; with --store, only
     /// the local spool of fills in progress.
-    #[arg(
-        long,
-        env = "TALOS_GEN_CACHE_DIR",
-        default_value = "talos-gen-cache",
-        value_name = "DIR",
-        value_parser = super::common::cache_dir_flag
-    )]
+    #[arg(long, env = "TALOS_GEN_CACHE_DIR", default_value = "talos-gen-cache", value_name = "DIR", value_parser = super::common::cache_dir_flag)]
     pub cache_dir: String,
     /// The upstream Image Factory (http or https).
-    #[arg(
-        long,
-        env = "TALOS_GEN_FACTORY_URL",
-        default_value = crate::compose::DEFAULT_FACTORY_URL,
-        value_name = "URL"
-    )]
+    #[arg(long, env = "TALOS_GEN_FACTORY_URL", default_value = crate::compose::DEFAULT_FACTORY_URL, value_name = "URL")]
     pub factory_url: String,
     /// Upstream OCI registry for installer images (default: the factory URL).
     #[arg(long, env = "TALOS_GEN_REGISTRY_URL", value_name = "URL")]
@@ -73,25 +56,15 @@ pub struct ServeArgs {
         long,
         env = "TALOS_GEN_OFFLINE",
         value_name = "BOOL",
-        action = clap::ArgAction::Set,
-        value_parser = super::common::BoolFlag,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
         default_value = "false"
     )]
+    #[arg(action = clap::ArgAction::Set, value_parser = super::common::BoolFlag, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub offline: bool,
     /// Evict least-recently-used, unpinned objects above this size, e.g. 50Gi (default: no limit).
     #[arg(long, env = "TALOS_GEN_CACHE_MAX_SIZE", value_name = "SIZE", value_parser = super::common::parse_size)]
     pub cache_max_size: Option<u64>,
     /// With --store: bucket objects kept on --cache-dir as well (the local tier: hot objects at local speed, and served while the bucket is slow or gone; least recently used out; the bucket stays the truth), at most this size; 0 turns it off.
-    #[arg(
-        long,
-        env = "TALOS_GEN_LOCAL_CACHE_MAX_SIZE",
-        value_name = "SIZE",
-        value_parser = super::common::parse_size,
-        default_value = "10Gi"
-    )]
+    #[arg(long, env = "TALOS_GEN_LOCAL_CACHE_MAX_SIZE", value_name = "SIZE", value_parser = super::common::parse_size, default_value = "10Gi")]
     pub local_cache_max_size: u64,
     /// Named schematic files (default: the embedded `schematics/`).
     #[arg(long, env = "TALOS_GEN_SCHEMATICS_DIR", value_name = "DIR", value_parser = super::common::dir_flag)]
@@ -109,13 +82,7 @@ pub struct ServeArgs {
     pub mirror_upstream: Vec<String>,
     /// How long in-flight requests may take to finish after SIGTERM
     /// (durations here and below: 30s, 2m, 1m30s, or plain seconds).
-    #[arg(
-        long,
-        env = "TALOS_GEN_SHUTDOWN_TIMEOUT",
-        default_value = "30s",
-        value_name = "DURATION",
-        value_parser = super::common::duration_or_zero_flag
-    )]
+    #[arg(long, env = "TALOS_GEN_SHUTDOWN_TIMEOUT", default_value = "30s", value_name = "DURATION", value_parser = super::common::duration_or_zero_flag)]
     pub shutdown_timeout: Duration,
     /// File holding the bearer token required by `/api/v1/` writes (default: no token required).
     #[arg(long, env = "TALOS_GEN_API_TOKEN_FILE", value_name = "FILE", value_parser = super::common::file_flag)]
@@ -143,54 +110,25 @@ pub struct ServeArgs {
     pub metadata_ttl: Duration,
     /// How long a client has to send a request head; also how long an idle
     /// keep-alive connection stays open (at least 1s).
-    #[arg(
-        long,
-        env = "TALOS_GEN_HEADER_READ_TIMEOUT",
-        default_value = "15s",
-        value_name = "DURATION",
-        value_parser = super::common::duration_or_zero_flag
-    )]
+    #[arg(long, env = "TALOS_GEN_HEADER_READ_TIMEOUT", default_value = "15s", value_name = "DURATION", value_parser = super::common::duration_or_zero_flag)]
     pub header_read_timeout: Duration,
     /// How long a response write may stay blocked (the client stopped
     /// reading) before the connection is closed (at least 1s).
-    #[arg(
-        long,
-        env = "TALOS_GEN_WRITE_TIMEOUT",
-        default_value = "60s",
-        value_name = "DURATION",
-        value_parser = super::common::duration_or_zero_flag
-    )]
+    #[arg(long, env = "TALOS_GEN_WRITE_TIMEOUT", default_value = "60s", value_name = "DURATION", value_parser = super::common::duration_or_zero_flag)]
     pub write_timeout: Duration,
     /// How long a client has to send a request body whole, from the end of
     /// its head (more than zero, at most 1h); past it: 408 and the
     /// connection closed.
-    #[arg(
-        long,
-        env = "TALOS_GEN_BODY_READ_TIMEOUT",
-        default_value = "30s",
-        value_name = "DURATION",
-        value_parser = body_read_timeout_flag
-    )]
+    #[arg(long, env = "TALOS_GEN_BODY_READ_TIMEOUT", default_value = "30s", value_name = "DURATION", value_parser = body_read_timeout_flag)]
     pub body_read_timeout: Duration,
     /// Connections open at once; past it the oldest idle one (a keep-alive,
     /// a head still arriving) is closed for the new one, and with every one
     /// busy the new one is closed (default: three quarters of the open-file
     /// limit)
-    #[arg(
-        long,
-        env = "TALOS_GEN_MAX_CONNECTIONS",
-        value_name = "N",
-        value_parser = clap::value_parser!(u64).range(1..=1_000_000)
-    )]
+    #[arg(long, env = "TALOS_GEN_MAX_CONNECTIONS", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: Option<u64>,
     /// Upstream fills (image and blob downloads) running at once; more wait.
-    #[arg(
-        long,
-        env = "TALOS_GEN_MAX_CONCURRENT_FILLS",
-        default_value_t = 16,
-        value_name = "N",
-        value_parser = clap::value_parser!(u64).range(1..=100000)
-    )]
+    #[arg(long, env = "TALOS_GEN_MAX_CONCURRENT_FILLS", default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100000))]
     pub max_concurrent_fills: u64,
     #[command(flatten)]
     pub store: super::common::StoreArgs,
@@ -200,22 +138,10 @@ pub struct ServeArgs {
     /// --tls-key. Both files are looked at every 2 s and a renewed pair (a
     /// Secret updated in place) is used for new connections without a
     /// restart. `talos-gen mirror cert` writes one (default: plain HTTP).
-    #[arg(
-        long,
-        env = "TALOS_GEN_TLS_CERT",
-        value_name = "FILE",
-        requires = "tls_key",
-        value_parser = super::common::file_flag
-    )]
+    #[arg(long, env = "TALOS_GEN_TLS_CERT", value_name = "FILE", requires = "tls_key", value_parser = super::common::file_flag)]
     pub tls_cert: Option<String>,
     /// The PEM private key of --tls-cert (default: none, plain HTTP).
-    #[arg(
-        long,
-        env = "TALOS_GEN_TLS_KEY",
-        value_name = "FILE",
-        requires = "tls_cert",
-        value_parser = super::common::file_flag
-    )]
+    #[arg(long, env = "TALOS_GEN_TLS_KEY", value_name = "FILE", requires = "tls_cert", value_parser = super::common::file_flag)]
     pub tls_key: Option<String>,
     /// The base URL clients reach this service at (e.g.
     /// https://talos-gen.example:8443), written into answers that carry
@@ -232,21 +158,12 @@ pub struct ServeArgs {
         long,
         env = "TALOS_GEN_TRUST_FORWARDED_FOR",
         value_name = "BOOL",
-        action = clap::ArgAction::Set,
-        value_parser = super::common::BoolFlag,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
         default_value = "false"
     )]
+    #[arg(action = clap::ArgAction::Set, value_parser = super::common::BoolFlag, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub trust_forwarded_for: bool,
     /// Log format on stderr (one access log line per request at info).
-    #[arg(
-        long,
-        env = "TALOS_GEN_LOG_FORMAT",
-        default_value = "text",
-        value_parser = ["text", "json"]
-    )]
+    #[arg(long, env = "TALOS_GEN_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
 }
 

@@ -14,11 +14,9 @@
 //! error before any lookup).
 
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Instant;
 
-use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -201,21 +199,23 @@ pub async fn log(State(st): State<AppState>, req: Request, next: Next) -> Respon
         .then(|| parts.headers.get(axum::http::header::CONTENT_LENGTH))
         .flatten()
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    let body = Body::new(Logged {
-        inner: body,
-        expected,
-        line: Some(Line {
-            method,
-            path,
-            query,
-            client,
-            peer,
-            status,
-            cache,
-            started,
-            bytes: 0,
-        }),
-    });
+    let body = super::watched::Watched::body(
+        body,
+        Logged {
+            expected,
+            line: Some(Line {
+                method,
+                path,
+                query,
+                client,
+                peer,
+                status,
+                cache,
+                started,
+                bytes: 0,
+            }),
+        },
+    );
     Response::from_parts(parts, body)
 }
 
@@ -252,50 +252,32 @@ impl Line {
     }
 }
 
+/// The access log's watch on an answer's body: counts the bytes sent and
+/// writes the line once, at the body's end, error or drop.
 struct Logged {
-    inner: Body,
     /// The Content-Length the answer declared (not for HEAD).
     expected: Option<u64>,
     /// `None` once written.
     line: Option<Line>,
 }
 
-impl HttpBody for Logged {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
+impl super::watched::Watch for Logged {
+    fn after(&mut self, polled: &super::watched::Polled) {
+        match polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let (Some(data), Some(line)) = (frame.data_ref(), self.line.as_mut()) {
                     line.bytes += data.len() as u64;
                 }
             }
-            Poll::Ready(None) => {
-                if let Some(line) = self.line.take() {
-                    line.emit(true);
-                }
-            }
-            Poll::Ready(Some(Err(_))) => {
-                if let Some(line) = self.line.take() {
-                    line.emit(false);
-                }
-            }
+            Poll::Ready(None) => self.emit(true),
+            Poll::Ready(Some(Err(_))) => self.emit(false),
             Poll::Pending => {}
         }
-        polled
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+    fn dropped(&mut self, ended: bool) {
+        let whole = self.whole(ended);
+        self.emit(whole);
     }
 }
 
@@ -303,19 +285,16 @@ impl Logged {
     /// Was the whole answer sent? Its body ended, or every byte of its
     /// Content-Length went out (HEAD answers and empty bodies may never be
     /// polled to their end; a client that went away leaves a partial body).
-    fn whole(&self) -> bool {
-        self.inner.is_end_stream()
+    fn whole(&self, ended: bool) -> bool {
+        ended
             || self
                 .expected
                 .is_some_and(|n| self.line.as_ref().is_some_and(|l| l.bytes == n))
     }
-}
 
-impl Drop for Logged {
-    fn drop(&mut self) {
-        let whole = self.whole();
+    fn emit(&mut self, complete: bool) {
         if let Some(line) = self.line.take() {
-            line.emit(whole);
+            line.emit(complete);
         }
     }
 }
@@ -323,15 +302,15 @@ impl Drop for Logged {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::body::{Body, Bytes};
     use http_body_util::BodyExt;
 
-    fn logged(expected: Option<u64>) -> Logged {
+    fn logged(expected: Option<u64>) -> super::super::watched::Watched<Logged> {
         let chunks = [
             Ok::<_, std::io::Error>(Bytes::from_static(b"abc")),
             Ok(Bytes::from_static(b"de")),
         ];
-        Logged {
-            inner: Body::from_stream(futures::stream::iter(chunks)),
+        let watch = Logged {
             expected,
             line: Some(Line {
                 method: "GET".into(),
@@ -344,7 +323,15 @@ mod tests {
                 started: Instant::now(),
                 bytes: 0,
             }),
+        };
+        super::super::watched::Watched {
+            inner: Body::from_stream(futures::stream::iter(chunks)),
+            watch,
         }
+    }
+
+    fn whole(b: &super::super::watched::Watched<Logged>) -> bool {
+        b.watch.whole(http_body::Body::is_end_stream(&b.inner))
     }
 
     #[test]
@@ -377,14 +364,14 @@ mod tests {
     #[tokio::test]
     async fn whole_means_every_declared_byte_went_out() {
         let mut b = logged(Some(5));
-        assert!(!b.whole());
+        assert!(!whole(&b));
         b.frame().await.unwrap().unwrap();
-        assert!(!b.whole(), "3 of 5 bytes");
+        assert!(!whole(&b), "3 of 5 bytes");
         b.frame().await.unwrap().unwrap();
-        assert!(b.whole(), "5 of 5 bytes, never polled to its end");
+        assert!(whole(&b), "5 of 5 bytes, never polled to its end");
         let mut b = logged(None);
         b.frame().await.unwrap().unwrap();
         b.frame().await.unwrap().unwrap();
-        assert!(!b.whole(), "no length: whole only at its end");
+        assert!(!whole(&b), "no length: whole only at its end");
     }
 }

@@ -11,12 +11,9 @@
 //! ([`track`]) until the answer's body is dropped (sent, or given up).
 
 use std::collections::BTreeMap;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
-use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -136,12 +133,7 @@ pub async fn track(req: Request, next: Next) -> Response {
     busy.0.fetch_add(1, Ordering::AcqRel);
     let guard = InFlight(busy);
     let resp = next.run(req).await;
-    resp.map(|inner| {
-        Body::new(Holding {
-            inner,
-            _guard: guard,
-        })
-    })
+    resp.map(|inner| super::watched::Watched::body(inner, guard))
 }
 
 /// One request in flight, until dropped.
@@ -153,34 +145,8 @@ impl Drop for InFlight {
     }
 }
 
-/// An answer's body that keeps its request in flight until it is dropped.
-/// Its size hint and end are the inner body's, so the answer keeps its
-/// `Content-Length` (`BodyExt::map_frame` with the guard in its closure
-/// would drop the hint, and every answer would go chunked).
-struct Holding {
-    inner: Body,
-    _guard: InFlight,
-}
-
-impl http_body::Body for Holding {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
+/// The answer's body holds its request in flight until it is dropped.
+impl super::watched::Watch for InFlight {}
 
 #[cfg(test)]
 mod tests {

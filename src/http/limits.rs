@@ -23,8 +23,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes};
-
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
@@ -215,11 +213,11 @@ pub async fn body_deadline(State(st): State<AppState>, req: Request, next: Next)
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let timed = Deadline {
-        inner: body,
         sleep: Box::pin(tokio::time::sleep(limit)),
         fired: fired.clone(),
     };
-    let resp = next.run(Request::from_parts(parts, Body::new(timed))).await;
+    let body = super::watched::Watched::body(body, timed);
+    let resp = next.run(Request::from_parts(parts, body)).await;
     if !fired.load(Ordering::Relaxed) {
         return resp;
     }
@@ -237,35 +235,19 @@ pub async fn body_deadline(State(st): State<AppState>, req: Request, next: Next)
 
 /// A request body that ends in an error once its deadline passes.
 struct Deadline {
-    inner: Body,
     sleep: Pin<Box<tokio::time::Sleep>>,
     fired: Arc<AtomicBool>,
 }
 
-impl http_body::Body for Deadline {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        let this = &mut *self;
-        if this.sleep.as_mut().poll(cx).is_ready() {
-            this.fired.store(true, Ordering::Relaxed);
-            return Poll::Ready(Some(Err(axum::Error::new(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the request body did not arrive within the body read timeout",
-            )))));
+impl super::watched::Watch for Deadline {
+    fn before(&mut self, cx: &mut Context<'_>) -> Option<axum::Error> {
+        if self.sleep.as_mut().poll(cx).is_pending() {
+            return None;
         }
-        Pin::new(&mut this.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        self.fired.store(true, Ordering::Relaxed);
+        Some(axum::Error::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the request body did not arrive within the body read timeout",
+        )))
     }
 }

@@ -33,6 +33,7 @@ pub mod stale;
 pub mod status;
 pub mod tls;
 pub mod token;
+pub mod watched;
 
 /// Everything `serve` was told, already parsed by the CLI edge: the
 /// service's own config ([`crate::compose::ServiceConfig`], handed whole to

@@ -51,13 +51,9 @@ struct RawUpgrade {
     to_kubernetes: String,
     #[serde(default)]
     replace: bool,
-    #[serde(default)]
     schematic: Option<RawSchematic>,
-    #[serde(default)]
     platform: Option<String>,
-    #[serde(default)]
     arch: Option<String>,
-    #[serde(default)]
     installer_repository: Option<String>,
     #[serde(default)]
     optional_images: bool,
@@ -109,13 +105,9 @@ fn check_top_level(text: &str, what: &str) -> Result<()> {
 struct RawWorker {
     talos: String,
     kubernetes: String,
-    #[serde(default)]
     schematic: Option<RawSchematic>,
-    #[serde(default)]
     platform: Option<String>,
-    #[serde(default)]
     arch: Option<String>,
-    #[serde(default)]
     installer_repository: Option<String>,
     /// Also the optional images (Talos-managed CNI and add-ons).
     #[serde(default)]
@@ -867,6 +859,13 @@ mod tests {
 
     const S: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 
+    /// `text` parsed in a folder holding `s.yaml`, a schematic file.
+    fn parse_beside_a_schematic_file(text: &str) -> Config {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.yaml"), "customization: {}\n").unwrap();
+        Config::parse(text, dir.path(), "cfg").unwrap()
+    }
+
     #[test]
     fn extra_images() {
         let x = ExtraImage::parse("ghcr.io/siderolabs/kubelet:v1.35.6").unwrap();
@@ -888,12 +887,10 @@ mod tests {
 
     #[test]
     fn workers_expand() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("s.yaml"), "customization: {}\n").unwrap();
         let text = format!(
             "workers:\n  - {{talos: v1.13.9, kubernetes: v1.35, schematic: {S}}}\n  - {{talos: v1.12.11, kubernetes: 1.34.2, schematic: {{file: s.yaml}}, platform: nocloud, arch: arm64, installerRepository: registry.example/talos/installer, optionalImages: true}}\nextraImages: [ghcr.io/siderolabs/kubelet:v1.35.6]\n"
         );
-        let c = Config::parse(&text, dir.path(), "cfg").unwrap();
+        let c = parse_beside_a_schematic_file(&text);
         assert!(c.notes.is_empty(), "{:?}", c.notes);
         let names: Vec<String> = c.items().iter().map(Item::name).collect();
         let v = crate::pull_list::VANILLA_SCHEMATIC;
@@ -931,7 +928,7 @@ mod tests {
         assert_eq!(c.wants_signature(&items[1]), Signature::No);
         assert_eq!(c.wants_signature(&items[2]), Signature::IfPresent);
         assert_eq!(c.wants_signature(&items[0]), Signature::IfPresent);
-        let plain = Config::parse("extraImages: [ghcr.io/a/b:1]\n", dir.path(), "cfg").unwrap();
+        let plain = parse_beside_a_schematic_file("extraImages: [ghcr.io/a/b:1]\n");
         assert_eq!(plain.wants_signature(&plain.items()[0]), Signature::No);
         let text = c.plan_text();
         assert!(text.contains("worker 1: Talos v1.12.11"), "{text}");
@@ -1031,12 +1028,10 @@ mod tests {
 
     #[test]
     fn parse_and_items() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("s.yaml"), "customization: {}\n").unwrap();
         let text = format!(
             "schematics: [{S}, {{file: s.yaml}}]\ntalosVersions: [1.13.6]\nimages: [openstack-amd64.raw.xz]\ninstallers: [installer]\nextraImages: [ghcr.io/siderolabs/kubelet:v1.35.6]\n"
         );
-        let c = Config::parse(&text, dir.path(), "cfg").unwrap();
+        let c = parse_beside_a_schematic_file(&text);
         assert_eq!(c.versions, ["v1.13.6"]);
         assert!(c.schematics[1].canonical.is_some());
         let items = c.items();
@@ -1054,7 +1049,7 @@ mod tests {
             "unknown: 1\n",
             "images: [metal-amd64.iso]\n",
         ] {
-            let e = Config::parse(bad, dir.path(), "cfg").unwrap_err();
+            let e = Config::parse(bad, Path::new("/nonexistent"), "cfg").unwrap_err();
             assert_eq!(e.exit_code(), 2, "{bad}");
         }
     }
