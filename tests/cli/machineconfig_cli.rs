@@ -566,13 +566,7 @@ fn outputs_that_are_not_regular_files_are_written_to_never_replaced() {
 
     // A FIFO with no reader: an error naming it, not a wait.
     let fifo = dir.path().join("fifo");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    crate::support::mkfifo(&fifo);
     let mut args = base.to_vec();
     args.extend(["-o", fifo.to_str().unwrap()]);
     let t = std::time::Instant::now();
@@ -856,11 +850,7 @@ fn input_files_are_files_or_pipes_and_bounded() {
     let (code, _, err) = mc(&args, None);
     assert_eq!(code, 0, "{err}");
     let fifo = dir.path().join("fifo");
-    let st = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    crate::support::mkfifo(&fifo);
     for (flag, path, why) in [
         ("--with-secrets", "/dev/zero", "not a regular file"),
         ("--values", "/dev/zero", "not a regular file"),

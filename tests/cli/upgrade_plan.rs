@@ -981,14 +981,11 @@ fn upgrade_images_lists_every_pair_once() {
 /// `mirror plan` (what `mirror sync` fetches: the same items).
 #[test]
 fn mirror_plan_expands_upgrades_to_the_same_images() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("mirror.yaml");
-    std::fs::write(
-        &cfg,
+    let (_dir, cfg) = crate::support::temp_file(
+        "mirror.yaml",
         "upgrades:\n  - fromTalos: v1.11.6\n    fromKubernetes: 1.31.4\n    toTalos: v1.14.6\n    toKubernetes: 1.36.3\n    schematic: cozystack\n    platform: nocloud\n    arch: arm64\n",
-    )
-    .unwrap();
-    let c = cfg.to_str().unwrap();
+    );
+    let c = cfg.as_str();
     let o = run(&["mirror", "plan", "--config", c, "--json"], None);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
@@ -1071,15 +1068,12 @@ fn mirror_plan_expands_upgrades_to_the_same_images() {
 /// `--matrix FILE` replaces the data: its windows and denied versions rule.
 #[test]
 fn upgrade_plan_reads_a_matrix_file_with_denied_versions() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("m.yaml");
-    std::fs::write(
-        &file,
+    let (_dir, file) = crate::support::temp_file(
+        "m.yaml",
         "talos:\n  - talos: \"1.98\"\n    kubernetes: {min: \"1.40.0\", max: \"1.41.99\"}\n    defaultKubernetes: {initial: \"1.41.0\", latest: \"1.41.2\"}\n    newest: \"1.98.4\"\n    hostUpgrade: {from: \"1.97.0\", below: \"1.100.0\"}\n  - talos: \"1.99\"\n    kubernetes: {min: \"1.41.0\", max: \"1.42.99\"}\n    defaultKubernetes: {initial: \"1.42.0\", latest: \"1.42.2\"}\n    newest: \"1.99.2\"\n    hostUpgrade: {from: \"1.98.0\", below: \"1.100.0\", denied: [\"1.98.3\"]}\n",
-    )
-    .unwrap();
-    let m = file.to_str().unwrap();
-    let plan = |from: &str| {
+    );
+    let m = file.as_str();
+    let plan_with = |m: &str, from: &str| {
         run(
             &[
                 "upgrade",
@@ -1098,6 +1092,7 @@ fn upgrade_plan_reads_a_matrix_file_with_denied_versions() {
             None,
         )
     };
+    let plan = |from: &str| plan_with(m, from);
     // 1.98.3 is denied: it first moves to 1.98.4 (its own minor's window).
     let o = plan("v1.98.3");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -1109,22 +1104,6 @@ fn upgrade_plan_reads_a_matrix_file_with_denied_versions() {
     );
     let o = plan("v1.98.1");
     assert_eq!(stdout(&o).lines().count(), 2, "{}", stdout(&o));
-    let o = run(
-        &[
-            "upgrade",
-            "plan",
-            "--matrix",
-            "/nonexistent/m.yaml",
-            "--from-talos",
-            "v1.98.1",
-            "--from-kubernetes",
-            "1.41.0",
-            "--to-talos",
-            "1.99",
-            "--to-kubernetes",
-            "1.42.0",
-        ],
-        None,
-    );
+    let o = plan_with("/nonexistent/m.yaml", "v1.98.1");
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

@@ -106,10 +106,8 @@ fn a_bare_talos_minor_is_its_newest_stable_release() {
         "{}",
         stdout(&o)
     );
-    let o = run(
-        &["images", "--talos", "v1.14", "--kubernetes", "v1.35"],
-        None,
-    );
+    let images = |talos: &str| run(&["images", "--talos", talos, "--kubernetes", "v1.35"], None);
+    let o = images("v1.14");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
         stdout(&o).contains(":v1.14.6\n") && !stdout(&o).contains("rc."),
@@ -117,10 +115,7 @@ fn a_bare_talos_minor_is_its_newest_stable_release() {
         stdout(&o)
     );
     // A pre-release is still there when asked for by name.
-    let o = run(
-        &["images", "--talos", "v1.14.0-rc.1", "--kubernetes", "v1.35"],
-        None,
-    );
+    let o = images("v1.14.0-rc.1");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains(":v1.14.0-rc.1\n"), "{}", stdout(&o));
 }

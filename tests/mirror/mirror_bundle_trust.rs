@@ -48,10 +48,8 @@ fn header(name: &str, size: u64, kind: tar::EntryType) -> tar::Header {
     h
 }
 
-/// A bundle: the index, then `(member name, bytes)`.
-fn bundle(path: &Path, entries: &[serde_json::Value], members: &[(String, Vec<u8>)]) {
-    let f = std::fs::File::create(path).unwrap();
-    let mut t = tar::Builder::new(f);
+/// The bundle's index member naming `entries`.
+fn append_index(t: &mut tar::Builder<std::fs::File>, entries: &[serde_json::Value]) {
     let index = serde_json::to_vec(&serde_json::json!({"format": 1, "entries": entries})).unwrap();
     let h = header(
         "talos-gen-mirror.json",
@@ -59,6 +57,13 @@ fn bundle(path: &Path, entries: &[serde_json::Value], members: &[(String, Vec<u8
         tar::EntryType::Regular,
     );
     t.append(&h, &index[..]).unwrap();
+}
+
+/// A bundle: the index, then `(member name, bytes)`.
+fn bundle(path: &Path, entries: &[serde_json::Value], members: &[(String, Vec<u8>)]) {
+    let f = std::fs::File::create(path).unwrap();
+    let mut t = tar::Builder::new(f);
+    append_index(&mut t, entries);
     for (name, data) in members {
         let h = header(name, data.len() as u64, tar::EntryType::Regular);
         t.append(&h, &data[..]).unwrap();
@@ -205,14 +210,7 @@ fn sparse_special_and_oversized_members_are_refused_before_a_byte_is_written() {
             &digest,
             two_gib as usize,
         )];
-        let index =
-            serde_json::to_vec(&serde_json::json!({"format": 1, "entries": entries})).unwrap();
-        let h = header(
-            "talos-gen-mirror.json",
-            index.len() as u64,
-            tar::EntryType::Regular,
-        );
-        t.append(&h, &index[..]).unwrap();
+        append_index(&mut t, &entries);
         let mut h = tar::Header::new_gnu();
         h.set_path(format!("objects/sha256/{digest}")).unwrap();
         h.set_mode(0o644);
@@ -247,14 +245,7 @@ fn sparse_special_and_oversized_members_are_refused_before_a_byte_is_written() {
             entry(&format!("oci/blob/sha256:{link_digest}"), &link_digest, 0),
             entry(&format!("oci/blob/sha256:{sd}"), &sd, 4),
         ];
-        let index =
-            serde_json::to_vec(&serde_json::json!({"format": 1, "entries": entries})).unwrap();
-        let h = header(
-            "talos-gen-mirror.json",
-            index.len() as u64,
-            tar::EntryType::Regular,
-        );
-        t.append(&h, &index[..]).unwrap();
+        append_index(&mut t, &entries);
         let h = header(
             &format!("objects/sha256/{fifo_digest}"),
             0,
@@ -310,13 +301,7 @@ fn sparse_special_and_oversized_members_are_refused_before_a_byte_is_written() {
 fn import_never_waits_on_a_fifo_or_reads_a_device() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("bundle.tar");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    crate::support::mkfifo(&fifo);
     let cache = dir.path().join("cache");
     let c = cache.to_str().unwrap();
     for (file, why) in [

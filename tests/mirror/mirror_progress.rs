@@ -237,6 +237,24 @@ fn spool(store: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// `mirror sync --config <cfg> --cache-dir <store> --factory-url <url>`
+/// without a terminal, its stderr into `err`.
+fn sync_without_terminal(cfg: &Path, store: &Path, url: &str, err: &Path) -> support::Proc {
+    no_terminal(
+        &[
+            "mirror",
+            "sync",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--cache-dir",
+            store.to_str().unwrap(),
+            "--factory-url",
+            url,
+        ],
+        err,
+    )
+}
+
 /// `progress <name>: X of Y (P%), R/s` lines in `text`.
 fn progress_lines<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
     text.lines()
@@ -261,19 +279,7 @@ fn mirror_sync_without_a_terminal_says_how_far_each_item_is() {
     let err = up.dir.path().join("sync.err");
     let store = up.cache();
     let t0 = Instant::now();
-    let mut p = no_terminal(
-        &[
-            "mirror",
-            "sync",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--cache-dir",
-            store.to_str().unwrap(),
-            "--factory-url",
-            &up.nginx.url(),
-        ],
-        &err,
-    );
+    let mut p = sync_without_terminal(&cfg, &store, &up.nginx.url(), &err);
     let st = p.wait_exit(Duration::from_secs(60)).expect("the sync ends");
     let text = std::fs::read_to_string(&err).unwrap();
     eprintln!("{text}");
@@ -323,21 +329,7 @@ fn sigterm_mid_sync_says_what_was_stored_and_leaves_no_temp_file() {
     let quick = Factory::new(1, 1, &[A2], None);
     let slow = Factory::new(3, 1, &[A, A2], Some("300k"));
     let store = slow.cache();
-    let run = |cfg: &Path, url: &str, err: &Path| {
-        no_terminal(
-            &[
-                "mirror",
-                "sync",
-                "--config",
-                cfg.to_str().unwrap(),
-                "--cache-dir",
-                store.to_str().unwrap(),
-                "--factory-url",
-                url,
-            ],
-            err,
-        )
-    };
+    let run = |cfg: &Path, url: &str, err: &Path| sync_without_terminal(cfg, &store, url, err);
     let first = slow.dir.path().join("first.yaml");
     std::fs::write(
         &first,
@@ -473,8 +465,7 @@ fn mirror_import_without_a_terminal_says_how_far_and_stops_on_sigterm() {
     assert_eq!(code, 0, "{e}");
     let bytes = std::fs::read(&tar).unwrap();
     let fifo = up.dir.path().join("in.tar");
-    let st = Command::new("mkfifo").arg(&fifo).status().unwrap();
-    assert!(st.success());
+    crate::support::mkfifo(&fifo);
     let other = up.dir.path().join("other");
     let err = up.dir.path().join("import.err");
     let mut p = no_terminal(

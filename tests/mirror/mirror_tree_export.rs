@@ -63,6 +63,16 @@ impl Fixture {
 }
 
 /// Every file under `dir`, relative path -> bytes.
+/// `sha256sum -c <asset>.sha256` in `dir` succeeds.
+fn sha256sum_checks(dir: &Path, asset: &str) {
+    let c = Command::new("sha256sum")
+        .args(["-c", &format!("{asset}.sha256")])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{c:?}");
+}
+
 fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     let mut out = std::collections::BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -106,12 +116,7 @@ async fn http_tree_serves_the_artifacts_with_their_sha256_and_is_updated_in_plac
             format!("{}  {a}\n", sha256_hex(bytes))
         );
         // The format sha256sum reads.
-        let c = Command::new("sha256sum")
-            .args(["-c", &format!("{a}.sha256")])
-            .current_dir(out.join(format!("image/{}/{V}", fx.id)))
-            .output()
-            .unwrap();
-        assert!(c.status.success(), "{c:?}");
+        sha256sum_checks(&out.join(format!("image/{}/{V}", fx.id)), a);
     }
     assert_eq!(files["versions"], format!("[\"{V}\"]").into_bytes());
     let (_, canonical) = talos_gen::schematic::id_and_canonical(SCHEMATIC_YAML).unwrap();
@@ -330,12 +335,7 @@ async fn two_http_exports_at_once_never_collide() {
         for (a, bytes) in &fx.assets {
             let rel = format!("image/{}/{V}/{a}", fx.id);
             assert!(files.get(&rel) == Some(bytes), "round {round}: {rel}");
-            let c = Command::new("sha256sum")
-                .args(["-c", &format!("{a}.sha256")])
-                .current_dir(out.join(format!("image/{}/{V}", fx.id)))
-                .output()
-                .unwrap();
-            assert!(c.status.success(), "{c:?}");
+            sha256sum_checks(&out.join(format!("image/{}/{V}", fx.id)), a);
         }
         assert!(
             !files.keys().any(|k| k.ends_with(".partial")),

@@ -145,13 +145,7 @@ fn unusable_token_file_is_bad_input() {
     // A FIFO nobody writes to and a device: refused at once (a FIFO used
     // to hang the start, /dev/zero to be read without end).
     let fifo = dir.path().join("fifo");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    crate::support::mkfifo(&fifo);
     for f in [
         empty,
         dir.path().join("missing"),

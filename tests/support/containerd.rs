@@ -75,14 +75,15 @@ impl Containerd {
     /// asserted to succeed.
     pub fn fetch_all(&self, hosts: &Path, reference: &str) {
         let hosts = hosts.display().to_string();
-        let o = self.ctr(&[
-            "content",
-            "fetch",
-            "--all-platforms",
-            "--hosts-dir",
-            &hosts,
-            reference,
-        ]);
+        self.fetch(&["--all-platforms", "--hosts-dir", &hosts], reference);
+    }
+
+    /// `ctr content fetch <options> <reference>`, asserted to succeed.
+    pub fn fetch(&self, options: &[&str], reference: &str) {
+        let mut args = vec!["content", "fetch"];
+        args.extend(options);
+        args.push(reference);
+        let o = self.ctr(&args);
         assert!(
             o.status.success(),
             "ctr content fetch {reference}: {}{}",

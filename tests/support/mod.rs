@@ -109,6 +109,24 @@ pub fn require_tool(name: &str) -> PathBuf {
     );
 }
 
+/// A file `name` holding `text` in a new temp folder: the folder (removed
+/// when dropped) and the file's path as a string (for a command line).
+pub fn temp_file(name: &str, text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path.to_str().unwrap().to_string())
+}
+
+/// A FIFO at `path` (`mkfifo`), asserted made.
+pub fn mkfifo(path: &Path) {
+    let st = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkfifo {}", path.display());
+}
+
 /// sha256 hex of `b`.
 pub fn sha256_hex(b: &[u8]) -> String {
     use sha2::Digest;
