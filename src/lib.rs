@@ -7,7 +7,6 @@ pub mod atomic;
 pub mod error;
 pub mod goyaml;
 pub mod input;
-pub mod keyed_locks;
 pub mod oci_ref;
 pub mod text;
 pub mod version;

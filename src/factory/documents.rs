@@ -113,8 +113,8 @@ impl FactoryDoc {
     }
 
     /// The store key.
-    pub fn store_key(&self) -> String {
-        format!("factory{}", self.path)
+    pub fn store_key(&self) -> crate::store::Key {
+        crate::store::Key::factory_doc(&self.path)
     }
 
     /// The content type when the factory sent none.
@@ -236,7 +236,7 @@ impl ImageCache {
         }
         // Coalesced: one factory request per document at a time; who
         // waited takes what it kept.
-        let _one = self.doc_locks.lock(&doc.store_key()).await;
+        let _one = self.fills.hold(&doc.store_key()).await;
         let stored = self.stored_document(doc).await?;
         if let Some(d) = fresh(&stored) {
             return Ok(d);
@@ -337,8 +337,14 @@ mod tests {
     fn factory_documents() {
         let e = FactoryDoc::extensions("1.13.6").unwrap();
         assert_eq!(e.path, "/version/v1.13.6/extensions/official");
-        assert_eq!(e.store_key(), "factory/version/v1.13.6/extensions/official");
-        assert_eq!(FactoryDoc::versions().store_key(), "factory/versions");
+        assert_eq!(
+            e.store_key().as_str(),
+            "factory/version/v1.13.6/extensions/official"
+        );
+        assert_eq!(
+            FactoryDoc::versions().store_key().as_str(),
+            "factory/versions"
+        );
         assert_eq!(FactoryDoc::extensions("latest").unwrap_err().exit_code(), 2);
         assert_eq!(FactoryDoc::overlays("../x").unwrap_err().exit_code(), 2);
         assert!(e.check(b"[]").is_ok());

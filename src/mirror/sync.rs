@@ -28,7 +28,7 @@ use crate::factory::{ImageCache, ImageError};
 use crate::fill::{FetchError, FillHandle, Joined};
 use crate::registry::layout::{blob_key, manifest_key, manifest_refs, referrers_key, tag_key};
 use crate::registry::{Blob, Digest, Reference, Registry, UpstreamId};
-use crate::store::Store;
+use crate::store::{Key, Store};
 use crate::upstream::Upstream;
 
 /// How progress is shown.
@@ -744,7 +744,7 @@ async fn track(
     }
 }
 
-async fn pin(store: &Store, key: &str) -> std::result::Result<(), String> {
+async fn pin(store: &Store, key: &Key) -> std::result::Result<(), String> {
     store
         .set_pinned(key, true)
         .await
@@ -755,7 +755,7 @@ async fn pin(store: &Store, key: &str) -> std::result::Result<(), String> {
 async fn sync_artifact(
     ctx: &Ctx,
     joined: std::result::Result<Joined, ImageError>,
-    store_key: &str,
+    store_key: &Key,
     counts: &Counts,
     meter: &Meter,
 ) -> std::result::Result<(), String> {

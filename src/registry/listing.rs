@@ -30,7 +30,7 @@ use super::error::{OciError, OciKind, check_status, fetch_error};
 use super::layout::{Malformed, manifest_refs, referrers_key, tag_prefix};
 use super::names::{self, Digest, UpstreamId};
 use super::proxy::{Registry, scope};
-use crate::store::Meta;
+use crate::store::{Key, Meta};
 
 /// The media type of a referrers answer.
 pub const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
@@ -146,7 +146,7 @@ impl Registry {
             .store
             .entries_with_prefix(&prefix)
             .into_iter()
-            .filter_map(|e| e.key.strip_prefix(&prefix).map(str::to_string))
+            .filter_map(|e| prefix.rest(&e.key).map(str::to_string))
             .collect();
         if all.is_empty() {
             return Err(OciError::new(
@@ -279,7 +279,7 @@ impl Registry {
         if self.store_only(up) {
             return Ok(fallback(self.stored_index(&key).await));
         }
-        let _g = self.locks.lock(&key).await;
+        let _g = self.fills.hold(&key).await;
         let answer = match self.upstream_referrers(up, repo, d).await {
             Ok(Some(body)) => {
                 self.keep_index(&key, &body, keep_empty).await?;
@@ -391,14 +391,14 @@ impl Registry {
     }
 
     /// The stored referrers index (read off the async threads).
-    async fn stored_index(&self, key: &str) -> Option<Bytes> {
+    async fn stored_index(&self, key: &Key) -> Option<Bytes> {
         let (_, b) = self.store.read_small_key(key, MAX_LIST as u64).await?;
         Some(b)
     }
 
     /// Store `body` under `key` unless it holds those bytes already; a
     /// pinned (mirrored) key stays pinned, and `pin` pins it.
-    async fn keep_index(&self, key: &str, body: &[u8], pin: bool) -> Result<(), OciError> {
+    async fn keep_index(&self, key: &Key, body: &[u8], pin: bool) -> Result<(), OciError> {
         let old = self.store.entry(key);
         if old
             .as_ref()

@@ -19,7 +19,7 @@ use super::error::{OciError, OciKind, check_status, fetch_error, manifest_unknow
 use super::layout::{manifest_key, tag_key};
 use super::names::{Digest, Reference, UpstreamId};
 use super::proxy::{Registry, miss_path, scope};
-use crate::store::{Meta, Store};
+use crate::store::{Key, Meta, Store};
 
 /// Largest manifest accepted from an upstream (distribution's own limit is 4 MiB).
 pub const MAX_MANIFEST: usize = 4 << 20;
@@ -127,7 +127,7 @@ impl Registry {
         self.store_answers()?;
         self.metric(|x| x.miss("manifest"));
         let key = manifest_key(d);
-        let _g = self.locks.lock(&key).await;
+        let _g = self.fills.hold(&key).await;
         if let Some(m) = self.stored_manifest(d).await? {
             return Ok(m);
         }
@@ -181,7 +181,7 @@ impl Registry {
         }
         self.store_answers()?;
         self.metric(|x| x.miss("manifest"));
-        let _g = self.locks.lock(&key).await;
+        let _g = self.fills.hold(&key).await;
         let last = known(&self.store);
         if let Some((d, true)) = &last
             && let Some(m) = self.stored_manifest(d).await?
@@ -233,7 +233,7 @@ impl Registry {
     /// Record `key` -> `m` (pinned when `pin`). Not while the store does
     /// not answer (the write would wait on it, and the mapping it has is
     /// the one served).
-    async fn link_tag(&self, key: &str, m: &Manifest, pin: bool) {
+    async fn link_tag(&self, key: &Key, m: &Manifest, pin: bool) {
         if !self.store.available() {
             return;
         }
@@ -245,7 +245,7 @@ impl Registry {
             ..Meta::default()
         };
         if let Err(e) = self.store.link(key, m.digest.hex(), meta).await {
-            tracing::warn!(key, error = %e, "recording a tag mapping");
+            tracing::warn!(key = %key, error = %e, "recording a tag mapping");
         }
     }
 
@@ -360,7 +360,14 @@ impl Registry {
             fetched: true,
         };
         self.commit_manifest(&m, pin).await?;
-        self.metric(|x| x.upstream_fetch("manifest", &manifest_key(&m.digest), None, t0.elapsed()));
+        self.metric(|x| {
+            x.upstream_fetch(
+                "manifest",
+                manifest_key(&m.digest).as_str(),
+                None,
+                t0.elapsed(),
+            )
+        });
         tracing::info!(repo, reference, digest = %m.digest, ms = t0.elapsed().as_millis() as u64, "manifest fetched");
         Ok(Some(m))
     }

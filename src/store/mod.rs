@@ -81,6 +81,7 @@ use crate::error::{Error, Result};
 
 pub mod backend;
 mod entries;
+pub mod key;
 pub mod local;
 mod objects;
 mod pieces;
@@ -94,6 +95,7 @@ mod tier;
 
 pub use backend::{Backend, ObjectRead};
 use entries::State;
+pub use key::{AsKey, Family, Key, KeyKind, KeyPrefix};
 pub use local::LocalDir;
 use local::is_hex64;
 pub use objects::{Unavailable, hash_and_sum};
@@ -110,7 +112,7 @@ pub const STREAM_CHUNK: usize = 1 << 20;
 /// What the index knows about one key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
-    pub key: String,
+    pub key: Key,
     /// Lowercase hex sha256 of the object's bytes.
     pub digest: String,
     pub size: u64,
