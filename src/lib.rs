@@ -22,6 +22,7 @@ pub mod pull_list;
 pub mod machineconfig;
 pub mod upgrade;
 
+pub mod cache;
 pub mod factory;
 pub mod fill;
 pub mod inventory;

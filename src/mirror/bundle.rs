@@ -506,6 +506,7 @@ async fn store_keys(
             content_type: e.content_type.clone(),
             pinned: e.pinned,
             meta: e.meta.clone(),
+            fresh_for: None,
         };
         if !known.contains(digest) {
             let Some(t) = tmp.take() else {

@@ -534,6 +534,7 @@ impl Store {
             size,
             content_type: meta.content_type,
             fetched: now_secs(),
+            fresh_until: super::fresh_until(now_secs(), meta.fresh_for),
             pinned: meta.pinned,
             meta: meta.meta,
         };

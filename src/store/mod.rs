@@ -109,7 +109,10 @@ use tier::Tier;
 /// of checksum blocks ([`sums::CHUNK`]).
 pub const STREAM_CHUNK: usize = 1 << 20;
 
-/// What the index knows about one key.
+/// What the index knows about one key: its **metadata record**, kept by
+/// the entry store apart from the body (one per key). The body's block
+/// checksums belong to the object, not the key: they are kept once per
+/// digest (`sums/<hex>`) and reached through [`Entry::digest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     pub key: Key,
@@ -120,6 +123,13 @@ pub struct Entry {
     pub content_type: Option<String>,
     /// When the bytes were fetched (seconds since the epoch).
     pub fetched: u64,
+    /// Until when the copy is fresh (seconds since the epoch): answered
+    /// without asking the upstream before then. Written by a writer that
+    /// revalidates ([`Meta::fresh_for`]); absent in entries written before
+    /// it existed and in the mirror job's, which are fresh for the
+    /// reader's own TTL after `fetched` ([`Entry::is_fresh`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_until: Option<u64>,
     /// Pinned entries (mirror job) are never evicted.
     #[serde(default)]
     pub pinned: bool,
@@ -132,6 +142,21 @@ impl Entry {
     pub fn fetched_time(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(self.fetched)
     }
+
+    /// Is the copy fresh now: before its `fresh_until`, or, for a record
+    /// without one, within `ttl` of `fetched`? The one freshness rule.
+    pub fn is_fresh(&self, ttl: Duration) -> bool {
+        let until = self
+            .fresh_until
+            .map(|s| UNIX_EPOCH + Duration::from_secs(s))
+            .unwrap_or_else(|| self.fetched_time() + ttl);
+        SystemTime::now() < until
+    }
+}
+
+/// `fetched + ttl` in whole seconds (a part of a second counts as one).
+fn fresh_until(fetched: u64, ttl: Option<Duration>) -> Option<u64> {
+    ttl.map(|t| fetched.saturating_add(t.as_secs() + u64::from(t.subsec_nanos() > 0)))
 }
 
 /// What the caller attaches to a key on commit.
@@ -139,6 +164,9 @@ impl Entry {
 pub struct Meta {
     pub content_type: Option<String>,
     pub pinned: bool,
+    /// How long the copy stays fresh from now ([`Entry::fresh_until`]);
+    /// `None`: the reader's TTL decides.
+    pub fresh_for: Option<Duration>,
     pub meta: BTreeMap<String, String>,
 }
 
