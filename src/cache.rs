@@ -147,7 +147,7 @@ where
         Err(e) if (rules.may_use_stale)(&e) => match stored {
             Some(s) => {
                 let key = rules.key.map(Key::to_string).unwrap_or_default();
-                tracing::warn!(kind = rules.kind, key, error = ?e, "upstream unavailable; answering the stored copy");
+                tracing::warn!(kind = rules.kind, key, error = ?e, "the upstream failed; serving the stored copy");
                 Ok(stale(s, true))
             }
             None => Err(e),
