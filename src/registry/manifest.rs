@@ -18,6 +18,7 @@ use super::layout::{manifest_key, tag_key};
 use super::names::{Digest, Reference, UpstreamId};
 use super::proxy::{Registry, miss_path, scope};
 use crate::cache::{Rules, Stored, revalidate};
+use crate::fill::Claim;
 use crate::store::{Key, Meta};
 
 /// Largest manifest accepted from an upstream (distribution's own limit is 4 MiB).
@@ -125,11 +126,24 @@ impl Registry {
         }
         self.store_answers()?;
         self.metric(|x| x.miss("manifest"));
+        // One fetch per digest (the one table of keys in flight); who
+        // waited reads the store again with nothing held. The key is held
+        // across the fetch alone: after taking it, only the index in
+        // memory is looked at.
         let key = manifest_key(d);
-        let _g = self.fills.hold(&key).await;
-        if let Some(m) = self.stored_manifest(d).await? {
-            return Ok(m);
-        }
+        let mut tries = 0;
+        let _g = loop {
+            tries += 1;
+            match self.fills.claim(&key) {
+                // (An entry whose manifest cannot be read is fetched again.)
+                Claim::Mine(g) if tries > 2 || self.store.entry(&key).is_none() => break g,
+                Claim::Mine(g) => drop(g),
+                Claim::Wait(w) => w.await,
+            }
+            if let Some(m) = self.stored_manifest(d).await? {
+                return Ok(m);
+            }
+        };
         match self
             .fetch_manifest(up, repo, d.as_str(), Some(d), pin)
             .await?

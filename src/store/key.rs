@@ -449,4 +449,29 @@ mod tests {
             None
         );
     }
+    /// The metadata record as older stores hold it (no `fresh_until`)
+    /// reads, and is fresh for the reader's TTL after `fetched`; a record
+    /// without one is written without the field (older binaries read it);
+    /// one with it is fresh until then, whatever the reader's TTL.
+    #[test]
+    fn an_old_record_without_fresh_until_is_fresh_for_the_readers_ttl() {
+        let now = super::super::now_secs();
+        let old = format!(
+            r#"{{"key":"factory/versions","digest":"{H}","size":2,"content_type":null,"fetched":{now},"pinned":false,"meta":{{}}}}"#
+        );
+        let e: super::super::Entry = serde_json::from_str(&old).unwrap();
+        assert_eq!(e.key, Key::factory_doc("/versions"));
+        assert_eq!(e.fresh_until, None);
+        assert!(e.is_fresh(std::time::Duration::from_secs(60)));
+        assert!(!e.is_fresh(std::time::Duration::ZERO));
+        assert!(!serde_json::to_string(&e).unwrap().contains("fresh_until"));
+        let mut e = e;
+        e.fresh_until = Some(now + 60);
+        assert!(e.is_fresh(std::time::Duration::ZERO));
+        e.fresh_until = Some(now);
+        assert!(!e.is_fresh(std::time::Duration::from_secs(60)));
+        let back: super::super::Entry =
+            serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
+        assert_eq!(back, e);
+    }
 }
