@@ -8,6 +8,10 @@
 //! # Behaviour
 //! - At most one fill per key at a time ([`Fills::join`]); a request for a
 //!   key being filled attaches to the running fill.
+//! - One table of keys in flight: the fills, and the small fetches of
+//!   [`crate::cache::revalidate`] (a document, a tag's manifest, a
+//!   referrers index), each holding its key by [`Fills::claim`] (a
+//!   [`FetchGuard`], let go when dropped) while others wait for it.
 //! - Readers stream from the growing temp file ([`FillHandle::reader`]), so
 //!   they get bytes as they arrive, each 64 KiB block checked against the
 //!   CRC32C the fill took of the bytes it received (so a byte another
@@ -32,7 +36,8 @@
 //! use talos_gen::fill::{Fills, FillSpec, Head, Opened, Joined};
 //! use futures::StreamExt;
 //! let fills = Fills::new(store);
-//! let joined = fills.join("blob/sha256:abc", || FillSpec::new(|| Box::pin(async {
+//! let key = talos_gen::store::Key::oci_blob("sha256:abc");
+//! let joined = fills.join(&key, || FillSpec::new(|| Box::pin(async {
 //!     // make the upstream request here
 //!     let body = futures::stream::iter(vec![Ok(bytes::Bytes::from_static(b"hi"))]).boxed();
 //!     Ok(Opened { head: Head { len: Some(2), ..Head::default() }, body })

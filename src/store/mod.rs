@@ -52,15 +52,17 @@
 //! # Usage
 //! ```no_run
 //! # async fn demo() -> talos_gen::Result<()> {
-//! use talos_gen::store::{Store, Meta};
+//! use talos_gen::store::{Key, Meta, Store};
 //! let store = Store::open("/var/cache/talos-gen", Some(50 << 30))?;
+//! // keys are typed: one constructor per kind of stored thing
+//! let key = Key::image("x", "v1.0.0", "a.raw.xz");
 //! // write
 //! let entry = store
-//!     .commit_bytes("image/x/v1.0.0/a.raw.xz", b"hello"[..].into(), Meta::default())
+//!     .commit_bytes(&key, b"hello"[..].into(), Meta::default())
 //!     .await?;
 //! assert_eq!(entry.size, 5);
 //! // read (the lease keeps the object from eviction while held)
-//! if let Some(obj) = store.get("image/x/v1.0.0/a.raw.xz") {
+//! if let Some(obj) = store.get(&key) {
 //!     let _body = obj.stream(0, 5); // Stream<Item = io::Result<Bytes>>, chunk-checked
 //! }
 //! # Ok(()) }
