@@ -319,4 +319,39 @@ mod tests {
                 .contains("talos_gen_stale_answers_total{kind=\"document\"} 1")
         );
     }
+    /// Fills and small fetches share one table: a key held for a fetch
+    /// makes a second claim wait and a `join` of it wait too (then find
+    /// what the fetch kept, starting no fill); the fills' count and status
+    /// list fills only; the key is free again once the guard is dropped.
+    #[tokio::test]
+    async fn fills_and_fetches_share_one_table_of_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let fills = Fills::new(Store::open(dir.path(), None).unwrap());
+        let key = Key::oci_blob("sha256:ab");
+        let Claim::Mine(g) = fills.claim(&key) else {
+            panic!("a free key is this caller's");
+        };
+        assert!(matches!(fills.claim(&key), Claim::Wait(_)));
+        assert_eq!(fills.running(), 0);
+        assert!(fills.in_progress().is_empty());
+        let (f, k) = (fills.clone(), key.clone());
+        let joined = tokio::spawn(async move {
+            let j = f
+                .join(&k, || -> crate::fill::FillSpec {
+                    unreachable!("no fill: it was kept")
+                })
+                .await;
+            matches!(j, Ok(crate::fill::Joined::Stored(_)))
+        });
+        tokio::task::yield_now().await;
+        assert!(!joined.is_finished(), "the join waits for the fetch");
+        fills
+            .store()
+            .commit_bytes(&key, bytes::Bytes::from_static(b"x"), Meta::default())
+            .await
+            .unwrap();
+        drop(g);
+        assert!(joined.await.unwrap(), "the join found what the fetch kept");
+        assert!(matches!(fills.claim(&key), Claim::Mine(_)));
+    }
 }

@@ -444,19 +444,6 @@ impl Fills {
         })
     }
 
-    /// [`Fills::claim`] until this caller holds `key`: who waited holds it
-    /// after the fetch in flight ended (and reads the store again first).
-    pub async fn hold(&self, key: &(impl AsKey + ?Sized)) -> FetchGuard {
-        let key = key.as_key();
-        let key: &Key = &key;
-        loop {
-            match self.claim(key) {
-                Claim::Mine(g) => return g,
-                Claim::Wait(w) => w.await,
-            }
-        }
-    }
-
     /// Is a fill of `key` in flight? Its reader's handle if so; a small
     /// fetch of it in flight is waited out first.
     async fn in_flight(&self, key: &Key) -> Option<FillHandle> {
