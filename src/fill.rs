@@ -8,6 +8,10 @@
 //! # Behaviour
 //! - At most one fill per key at a time ([`Fills::join`]); a request for a
 //!   key being filled attaches to the running fill.
+//! - One table of keys in flight: the fills, and the small fetches of
+//!   [`crate::cache::revalidate`] (a document, a tag's manifest, a
+//!   referrers index), each holding its key by [`Fills::claim`] (a
+//!   [`FetchGuard`], let go when dropped) while others wait for it.
 //! - Readers stream from the growing temp file ([`FillHandle::reader`]), so
 //!   they get bytes as they arrive, each 64 KiB block checked against the
 //!   CRC32C the fill took of the bytes it received (so a byte another
@@ -32,7 +36,8 @@
 //! use talos_gen::fill::{Fills, FillSpec, Head, Opened, Joined};
 //! use futures::StreamExt;
 //! let fills = Fills::new(store);
-//! let joined = fills.join("blob/sha256:abc", || FillSpec::new(|| Box::pin(async {
+//! let key = talos_gen::store::Key::oci_blob("sha256:abc");
+//! let joined = fills.join(&key, || FillSpec::new(|| Box::pin(async {
 //!     // make the upstream request here
 //!     let body = futures::stream::iter(vec![Ok(bytes::Bytes::from_static(b"hi"))]).boxed();
 //!     Ok(Opened { head: Head { len: Some(2), ..Head::default() }, body })
@@ -59,7 +64,7 @@ use futures::stream::{Stream, StreamExt};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
-use crate::store::{Entry, Meta, SpoolWriter, Store, StoredObject};
+use crate::store::{AsKey, Entry, Key, Meta, SpoolWriter, Store, StoredObject};
 
 pub use crate::upstream::{FetchError, Head, Opened};
 
@@ -133,7 +138,7 @@ struct Progress {
 }
 
 struct Shared {
-    key: String,
+    key: Key,
     store: Store,
     head: std::sync::OnceLock<Head>,
     file: std::sync::OnceLock<Arc<File>>,
@@ -149,11 +154,77 @@ struct Shared {
     started: std::time::Instant,
 }
 
-/// The fills in progress; cheap to clone.
+/// What the one keyed table ([`Fills`]' in-flight map) holds for a key
+/// being fetched: a fill (a body many readers stream while it grows) or a
+/// small fetch (a document, a tag, a referrers index: its waiters read
+/// the store again once it ended).
+#[derive(Clone)]
+enum Flight {
+    Fill(Arc<Shared>),
+    Fetch(watch::Receiver<()>),
+}
+
+impl Flight {
+    /// Resolves when this flight ended (a fill committed or failed, a
+    /// fetch's [`FetchGuard`] dropped).
+    async fn ended(self) {
+        match self {
+            Flight::Fill(sh) => {
+                let mut rx = sh.tx.subscribe();
+                loop {
+                    if matches!(
+                        rx.borrow_and_update().phase,
+                        Phase::Done(_) | Phase::Failed(_)
+                    ) {
+                        return;
+                    }
+                    if rx.changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Flight::Fetch(mut rx) => while rx.changed().await.is_ok() {},
+        }
+    }
+}
+
+/// The answer of [`Fills::claim`]: this caller fetches, holding the key,
+/// or waits for the fetch in flight to end (then reads the store again).
+pub enum Claim {
+    /// Fetch: no other fetch of the key runs while this is held.
+    Mine(FetchGuard),
+    /// Another caller is fetching the key: resolves when it ended.
+    Wait(BoxFuture<'static, ()>),
+}
+
+/// The key held in the one table for a small fetch; let go when dropped.
+pub struct FetchGuard {
+    flights: Arc<Mutex<HashMap<Key, Flight>>>,
+    key: Key,
+    tx: Option<watch::Sender<()>>,
+}
+
+impl Drop for FetchGuard {
+    fn drop(&mut self) {
+        let tx = self.tx.take();
+        let mut map = self.flights.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some(Flight::Fetch(rx)), Some(tx)) = (map.get(&self.key), &tx)
+            && rx.same_channel(&tx.subscribe())
+        {
+            map.remove(&self.key);
+        }
+        drop(map);
+        // Waiters wake when the sender goes, after the key left the table.
+        drop(tx);
+    }
+}
+
+/// The fills in progress and every other fetch in flight: **one** table
+/// of keys being fetched (one fetch per key); cheap to clone.
 #[derive(Clone)]
 pub struct Fills {
     store: Store,
-    inflight: Arc<Mutex<HashMap<String, Arc<Shared>>>>,
+    inflight: Arc<Mutex<HashMap<Key, Flight>>>,
     metrics: Option<Metrics>,
     /// Cap on fills talking to an upstream at once (`None`: no cap).
     limit: Option<Arc<tokio::sync::Semaphore>>,
@@ -309,10 +380,14 @@ impl Fills {
         let mut v: Vec<FillStatus> = self
             .lock()
             .iter()
+            .filter_map(|(k, f)| match f {
+                Flight::Fill(sh) => Some((k, sh)),
+                Flight::Fetch(_) => None,
+            })
             .map(|(k, sh)| {
                 let p = sh.tx.borrow();
                 FillStatus {
-                    key: k.clone(),
+                    key: k.to_string(),
                     written: p.written,
                     started: sh.started,
                     len: sh.head.get().and_then(|h| h.len),
@@ -339,11 +414,47 @@ impl Fills {
 
     /// Number of fills running.
     pub fn running(&self) -> usize {
-        self.lock().len()
+        self.lock()
+            .values()
+            .filter(|f| matches!(f, Flight::Fill(_)))
+            .count()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Shared>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Flight>> {
         self.inflight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Take `key` in the one table for a small fetch (a document, a tag's
+    /// manifest, a referrers index), or wait for the fetch or fill of it in
+    /// flight. Memory work only: nothing is held across a store read; the
+    /// guard is held across the fetch alone.
+    pub fn claim(&self, key: &(impl AsKey + ?Sized)) -> Claim {
+        let key = key.as_key();
+        let key: &Key = &key;
+        let mut map = self.lock();
+        if let Some(f) = map.get(key) {
+            return Claim::Wait(Box::pin(f.clone().ended()));
+        }
+        let (tx, rx) = watch::channel(());
+        map.insert(key.clone(), Flight::Fetch(rx));
+        Claim::Mine(FetchGuard {
+            flights: self.inflight.clone(),
+            key: key.clone(),
+            tx: Some(tx),
+        })
+    }
+
+    /// Is a fill of `key` in flight? Its reader's handle if so; a small
+    /// fetch of it in flight is waited out first.
+    async fn in_flight(&self, key: &Key) -> Option<FillHandle> {
+        loop {
+            let f = self.lock().get(key).cloned();
+            match f {
+                Some(Flight::Fill(sh)) => return Some(FillHandle::new(sh)),
+                Some(f @ Flight::Fetch(_)) => f.ended().await,
+                None => return None,
+            }
+        }
     }
 
     /// The stored object for `key`, or the running fill for it, or a new
@@ -353,13 +464,15 @@ impl Fills {
     /// reach is [`FetchError::Unavailable`], never fetched again.
     pub async fn join(
         &self,
-        key: &str,
+        key: &(impl AsKey + ?Sized),
         spec: impl FnOnce() -> FillSpec,
     ) -> Result<Joined, FetchError> {
+        let key = key.as_key();
+        let key: &Key = &key;
         let mut tries = 0;
         let mut map = loop {
-            if let Some(sh) = self.lock().get(key) {
-                return Ok(Joined::Filling(FillHandle::new(sh.clone())));
+            if let Some(h) = self.in_flight(key).await {
+                return Ok(Joined::Filling(h));
             }
             match self.store.open_key(key).await {
                 Ok(Some(obj)) => return Ok(Joined::Stored(obj)),
@@ -367,8 +480,15 @@ impl Fills {
                 Err(e) => return Err(FetchError::Unavailable(e.to_string())),
             }
             let map = self.lock();
-            if let Some(sh) = map.get(key) {
-                return Ok(Joined::Filling(FillHandle::new(sh.clone())));
+            match map.get(key) {
+                Some(Flight::Fill(sh)) => {
+                    return Ok(Joined::Filling(FillHandle::new(sh.clone())));
+                }
+                Some(Flight::Fetch(_)) => {
+                    drop(map);
+                    continue;
+                }
+                None => {}
             }
             // A fill removes itself only after its commit put the key in
             // the store's memory: a key there now was committed meanwhile.
@@ -386,7 +506,7 @@ impl Fills {
             written: 0,
         });
         let sh = Arc::new(Shared {
-            key: key.to_string(),
+            key: key.clone(),
             store: self.store.clone(),
             head: Default::default(),
             file: Default::default(),
@@ -395,12 +515,12 @@ impl Fills {
             tainted: Default::default(),
             started: std::time::Instant::now(),
         });
-        map.insert(key.to_string(), sh.clone());
+        map.insert(key.clone(), Flight::Fill(sh.clone()));
         drop(map);
-        tracing::info!(key, "fill started");
+        tracing::info!(key = %key, "fill started");
         let spec = spec();
         let this = self.clone();
-        let key = key.to_string();
+        let key = key.clone();
         let task_sh = sh.clone();
         tokio::spawn(async move {
             // Wait for a slot under the cap; the permit lives as long as the fill.
@@ -421,22 +541,22 @@ impl Fills {
             };
             if let Some(m) = &this.metrics {
                 let why = result.as_ref().err().map(|e| e.to_string());
-                m.upstream_fetch(kind, &key, why.as_deref(), started.elapsed());
+                m.upstream_fetch(kind, key.as_str(), why.as_deref(), started.elapsed());
             }
             // Remove under the lock before publishing the outcome, so a
             // `join` sees either this fill or the committed object.
             let mut map = this.lock();
-            if map.get(&key).is_some_and(|s| Arc::ptr_eq(s, &task_sh)) {
+            if matches!(map.get(&key), Some(Flight::Fill(s)) if Arc::ptr_eq(s, &task_sh)) {
                 map.remove(&key);
             }
             drop(map);
             match result {
                 Ok(entry) => {
-                    tracing::info!(key, size = entry.size, digest = %entry.digest, secs = started.elapsed().as_secs_f64(), "fill committed");
+                    tracing::info!(key = %key, size = entry.size, digest = %entry.digest, secs = started.elapsed().as_secs_f64(), "fill committed");
                     task_sh.tx.send_modify(|p| p.phase = Phase::Done(entry));
                 }
                 Err(e) => {
-                    tracing::warn!(key, error = %e, "fill failed");
+                    tracing::warn!(key = %key, error = %e, "fill failed");
                     task_sh.tx.send_modify(|p| p.phase = Phase::Failed(e));
                 }
             }
@@ -476,7 +596,7 @@ impl Fills {
         }))
     }
 
-    async fn run(&self, key: &str, spec: FillSpec, sh: &Arc<Shared>) -> Result<Entry, FetchError> {
+    async fn run(&self, key: &Key, spec: FillSpec, sh: &Arc<Shared>) -> Result<Entry, FetchError> {
         let local = |e: crate::Error| match e {
             crate::Error::Unavailable(m) => FetchError::Unavailable(m),
             e => FetchError::Local(e.to_string()),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::store::{Key, KeyKind, Store};
 
 /// How long a page waits for a document the store must read (a slow
 /// bucket): the read goes on, and the next page has it.
@@ -24,13 +24,26 @@ pub struct Inventory {
     store: Store,
     /// Documents read, by key: (digest, bytes). Objects are immutable, so
     /// a document is read again only when its key names another digest.
-    docs: Arc<Mutex<HashMap<String, (String, Bytes)>>>,
+    docs: Arc<Mutex<HashMap<Key, (String, Bytes)>>>,
+}
+
+/// What a stored key is, as the status page lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listed {
+    /// A disk image: `<schematic>/<version>/<asset>`.
+    Artifact(String),
+    /// A tag mapping: `<upstream>/<repo>:<tag>`.
+    Tag(String),
+    Manifest,
+    Blob,
+    Schematic,
+    Other,
 }
 
 /// One stored key.
 #[derive(Debug, Clone)]
 pub struct StoredKey {
-    pub key: String,
+    pub key: Key,
     /// Lowercase hex sha256 of the bytes.
     pub digest: String,
     pub size: u64,
@@ -53,6 +66,29 @@ pub struct Totals {
     pub pinned: usize,
     /// Objects dropped since start because a read found them rotten.
     pub corrupt_dropped: u64,
+}
+
+impl StoredKey {
+    /// What this key is, for the status page (the key's kind, parsed by
+    /// the store).
+    pub fn listed(&self) -> Listed {
+        match self.key.kind() {
+            KeyKind::Image {
+                schematic,
+                version,
+                asset,
+            } => Listed::Artifact(format!("{schematic}/{version}/{asset}")),
+            KeyKind::OciTag {
+                upstream,
+                repo,
+                tag,
+            } => Listed::Tag(format!("{upstream}/{repo}:{tag}")),
+            KeyKind::OciManifest { .. } => Listed::Manifest,
+            KeyKind::OciBlob { .. } => Listed::Blob,
+            KeyKind::Schematic { .. } => Listed::Schematic,
+            _ => Listed::Other,
+        }
+    }
 }
 
 impl Inventory {
@@ -83,7 +119,7 @@ impl Inventory {
     }
 
     /// Does the index hold `key` (as this process knows it)?
-    pub fn holds(&self, key: &str) -> bool {
+    pub fn holds(&self, key: &Key) -> bool {
         self.store.entry(key).is_some()
     }
 
@@ -120,7 +156,7 @@ impl Inventory {
     /// The page never waits on the store for it: a copy already read (same
     /// digest) is answered from memory, else the read runs on a blocking
     /// thread for at most [`DOCUMENT_WAIT`] (and fills the copy when done).
-    pub async fn document(&self, key: &str, max: u64) -> Option<Bytes> {
+    pub async fn document(&self, key: &Key, max: u64) -> Option<Bytes> {
         let digest = self.store.entry(key)?.digest;
         let docs = || self.docs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((d, b)) = docs().get(key)
@@ -128,7 +164,7 @@ impl Inventory {
         {
             return Some(b.clone());
         }
-        let (store, k, cache) = (self.store.clone(), key.to_string(), self.docs.clone());
+        let (store, k, cache) = (self.store.clone(), key.clone(), self.docs.clone());
         let read = tokio::task::spawn_blocking(move || {
             let o = store.get(&k)?;
             let d = o.entry.digest.clone();

@@ -50,12 +50,9 @@ pub struct KnownSchematics {
     names: std::collections::BTreeMap<String, String>,
 }
 
-/// Where schematics live in the store: `schematic/<id>`.
-pub const STORE_PREFIX: &str = "schematic/";
-
-/// The store key of a schematic.
-pub fn store_key(id: &str) -> String {
-    format!("{STORE_PREFIX}{id}")
+/// The store key of a schematic (`schematic/<id>`).
+pub fn store_key(id: &str) -> crate::store::Key {
+    crate::store::Key::schematic(id)
 }
 
 impl KnownSchematics {

@@ -7,7 +7,6 @@ pub mod atomic;
 pub mod error;
 pub mod goyaml;
 pub mod input;
-pub mod keyed_locks;
 pub mod oci_ref;
 pub mod text;
 pub mod version;
@@ -23,6 +22,7 @@ pub mod pull_list;
 pub mod machineconfig;
 pub mod upgrade;
 
+pub mod cache;
 pub mod factory;
 pub mod fill;
 pub mod inventory;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::{ImageCache, ImageError, SchematicLookup};
 use crate::fill::{FetchError, FillSpec, Joined, Object, Opened};
+use crate::store::Key;
 use crate::upstream::{Upstream, open_response, small_body};
 use crate::version::Version;
 
@@ -46,8 +47,8 @@ impl ImageKey {
     }
 
     /// The store key.
-    pub fn store_key(&self) -> String {
-        format!("image/{}/{}/{}", self.schematic, self.version, self.asset)
+    pub fn store_key(&self) -> Key {
+        Key::image(&self.schematic, &self.version, &self.asset)
     }
 
     /// The path on the factory.
@@ -193,8 +194,8 @@ impl TalosctlKey {
         TalosctlKey::parse(version, &file)
     }
 
-    pub fn store_key(&self) -> String {
-        format!("talosctl/{}/{}", self.version, self.file)
+    pub fn store_key(&self) -> Key {
+        Key::talosctl(&self.version, &self.file)
     }
 
     pub fn path(&self) -> String {
@@ -255,7 +256,7 @@ impl ImageCache {
     /// teaches the factory `schematic` (`(id, canonical)`) and asks again.
     async fn lookup_at(
         &self,
-        skey: &str,
+        skey: &Key,
         path: &str,
         schematic: Option<Teach>,
         default_ct: &'static str,
@@ -389,7 +390,10 @@ mod tests {
     #[test]
     fn talosctl_keys() {
         let k = TalosctlKey::from_platform("1.11.0", "linux-amd64").unwrap();
-        assert_eq!(k.store_key(), "talosctl/v1.11.0/talosctl-linux-amd64");
+        assert_eq!(
+            k.store_key(),
+            Key::talosctl("v1.11.0", "talosctl-linux-amd64")
+        );
         let k = TalosctlKey::from_platform("v1.11.0", "windows-amd64").unwrap();
         assert_eq!(k.path(), "/talosctl/v1.11.0/talosctl-windows-amd64.exe");
         for bad in [
@@ -572,7 +576,7 @@ mod tests {
         assert_eq!(k.version, "v1.13.6");
         assert_eq!(
             k.store_key(),
-            format!("image/{S}/v1.13.6/openstack-amd64.raw.xz")
+            Key::image(S, "v1.13.6", "openstack-amd64.raw.xz")
         );
         assert_eq!(k.content_type(), "application/x-xz");
         let bad = [

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use super::{ImageCache, ImageError};
+use crate::cache::{Rules, Stored, revalidate};
 use crate::fill::FetchError;
 use crate::upstream::open_response;
 use crate::version::Version;
@@ -113,8 +114,8 @@ impl FactoryDoc {
     }
 
     /// The store key.
-    pub fn store_key(&self) -> String {
-        format!("factory{}", self.path)
+    pub fn store_key(&self) -> crate::store::Key {
+        crate::store::Key::factory_doc(&self.path)
     }
 
     /// The content type when the factory sent none.
@@ -192,78 +193,70 @@ impl ImageCache {
         )))
     }
 
-    /// A factory document: the stored copy while younger than `ttl`, else
-    /// the factory's (checked, then kept); when the factory cannot be asked
-    /// (offline, down, 5xx, a timeout, an answer that is not the document)
-    /// the stored copy of any age. A 4xx from the factory is passed
-    /// through: it has spoken. While the store does not answer (a bucket
-    /// down) the factory is not asked (nothing could be kept): the copy in
-    /// the local tier answers, anything else is 503.
+    /// A factory document: the stored copy while fresh (`ttl` after it was
+    /// fetched), else the factory's (checked, then kept, fresh for `ttl`);
+    /// when the factory cannot be asked (down, 5xx, a timeout, an answer
+    /// that is not the document) the stored copy of any age, marked stale.
+    /// A 4xx from the factory is passed through: it has spoken. While the
+    /// store does not answer (a bucket down) the factory is not asked
+    /// (nothing could be kept): the copy in the local tier answers,
+    /// anything else is 503. Offline: the stored copy or "not cached".
+    /// Freshness, one fetch per document and the stale answer are
+    /// [`crate::cache::revalidate`]'s.
     pub async fn document(&self, doc: &FactoryDoc, ttl: Duration) -> Result<Document, ImageError> {
-        let stored = self.stored_document(doc).await?;
         if self.upstream.is_none() {
-            return stored.map(|(_, d)| d).ok_or_else(|| {
-                ImageError::NotCached(format!(
-                    "{} is not in the cache and the service is offline",
-                    doc.path
-                ))
-            });
+            return self
+                .stored_document(doc)
+                .await?
+                .map(|(_, d)| d)
+                .ok_or_else(|| {
+                    ImageError::NotCached(format!(
+                        "{} is not in the cache and the service is offline",
+                        doc.path
+                    ))
+                });
         }
-        let fresh = |stored: &Option<(crate::store::Entry, Document)>| {
-            stored.as_ref().and_then(|(e, d)| {
-                let age = std::time::SystemTime::now()
-                    .duration_since(e.fetched_time())
-                    .unwrap_or_default();
-                (age < ttl).then(|| d.clone())
-            })
-        };
-        if let Some(d) = fresh(&stored) {
-            return Ok(d);
-        }
+        let key = doc.store_key();
         let store = self.fills.store();
-        if !store.available() {
-            return match stored {
-                Some((_, mut d)) => {
-                    self.metrics.stale("document");
-                    d.stale = true;
-                    Ok(d)
-                }
-                None => Err(ImageError::Fetch(FetchError::Unavailable(format!(
-                    "the store {} does not answer; try again",
-                    store.describe()
-                )))),
-            };
-        }
-        // Coalesced: one factory request per document at a time; who
-        // waited takes what it kept.
-        let _one = self.doc_locks.lock(&doc.store_key()).await;
-        let stored = self.stored_document(doc).await?;
-        if let Some(d) = fresh(&stored) {
-            return Ok(d);
-        }
-        let _slot = match &self.doc_slots {
-            Some(s) => s.clone().acquire_owned().await.ok(),
-            None => None,
-        };
-        match self.fetch_document(doc).await {
-            Ok(d) => {
-                let pinned = stored.as_ref().is_some_and(|(e, _)| e.pinned);
-                if let Err(e) = self.keep_document(doc, &d, pinned).await {
-                    tracing::warn!(error = %e, path = %doc.path, "keeping a factory document");
-                }
-                Ok(d)
-            }
-            Err(e @ FetchError::Status { .. }) => Err(ImageError::Fetch(e)),
-            Err(e) => match stored {
-                Some((_, mut d)) => {
-                    tracing::warn!(error = %e, path = %doc.path, "serving the stored copy");
-                    self.metrics.stale("document");
-                    d.stale = true;
-                    Ok(d)
-                }
-                None => Err(ImageError::Fetch(e)),
+        let rules = Rules {
+            kind: "document",
+            key: Some(&key),
+            ttl,
+            metrics: Some(&self.metrics),
+            // A 4xx is the factory's answer, not a failure.
+            may_use_stale: |e: &ImageError| {
+                !matches!(e, ImageError::Fetch(FetchError::Status { .. }))
             },
-        }
+        };
+        let read = || async {
+            Ok(self.stored_document(doc).await?.map(|(entry, d)| Stored {
+                value: d,
+                entry: Some(entry),
+            }))
+        };
+        let fetch = |last: Option<Stored<Document>>| async move {
+            let _slot = match &self.doc_slots {
+                Some(s) => s.clone().acquire_owned().await.ok(),
+                None => None,
+            };
+            let d = self.fetch_document(doc).await.map_err(ImageError::Fetch)?;
+            // A pinned (mirrored) document stays pinned when revalidated.
+            let pinned = last.and_then(|s| s.entry).is_some_and(|e| e.pinned);
+            if let Err(e) = self.keep_document_for(doc, &d, pinned, Some(ttl)).await {
+                tracing::warn!(error = %e, path = %doc.path, "keeping a factory document");
+            }
+            Ok(d)
+        };
+        let unavailable = || {
+            ImageError::Fetch(FetchError::Unavailable(format!(
+                "the store {} does not answer; try again",
+                store.describe()
+            )))
+        };
+        let a = revalidate(&self.fills, rules, read, fetch, unavailable).await?;
+        let mut d = a.value;
+        d.stale = a.stale;
+        Ok(d)
     }
 
     /// Ask the factory for `doc` (bounded: at most 1 MiB, under the
@@ -301,16 +294,29 @@ impl ImageCache {
         })
     }
 
-    /// Keep `d` as the stored copy of `doc` (its age starts now).
+    /// Keep `d` as the stored copy of `doc` (its age starts now; its
+    /// freshness the reader's `--metadata-ttl`).
     pub async fn keep_document(
         &self,
         doc: &FactoryDoc,
         d: &Document,
         pinned: bool,
     ) -> crate::Result<crate::store::Entry> {
+        self.keep_document_for(doc, d, pinned, None).await
+    }
+
+    /// [`ImageCache::keep_document`], fresh for `fresh_for` from now.
+    async fn keep_document_for(
+        &self,
+        doc: &FactoryDoc,
+        d: &Document,
+        pinned: bool,
+        fresh_for: Option<Duration>,
+    ) -> crate::Result<crate::store::Entry> {
         let meta = crate::store::Meta {
             content_type: Some(d.content_type.clone()),
             pinned,
+            fresh_for,
             ..Default::default()
         };
         self.fills
@@ -337,8 +343,14 @@ mod tests {
     fn factory_documents() {
         let e = FactoryDoc::extensions("1.13.6").unwrap();
         assert_eq!(e.path, "/version/v1.13.6/extensions/official");
-        assert_eq!(e.store_key(), "factory/version/v1.13.6/extensions/official");
-        assert_eq!(FactoryDoc::versions().store_key(), "factory/versions");
+        assert_eq!(
+            e.store_key().as_str(),
+            "factory/version/v1.13.6/extensions/official"
+        );
+        assert_eq!(
+            FactoryDoc::versions().store_key().as_str(),
+            "factory/versions"
+        );
         assert_eq!(FactoryDoc::extensions("latest").unwrap_err().exit_code(), 2);
         assert_eq!(FactoryDoc::overlays("../x").unwrap_err().exit_code(), 2);
         assert!(e.check(b"[]").is_ok());

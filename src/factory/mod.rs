@@ -81,9 +81,6 @@ pub struct ImageCache {
     /// How long a stored factory document is answered without asking
     /// the factory ([`ImageCache::document`]).
     pub metadata_ttl: Duration,
-    /// One factory request per document at a time (the others wait and
-    /// take what it kept), as artifacts are coalesced by their fill.
-    doc_locks: Arc<crate::keyed_locks::KeyedLocks>,
     /// Factory document requests running at once (`--max-concurrent-fills`).
     doc_slots: Option<Arc<tokio::sync::Semaphore>>,
 }
@@ -103,7 +100,6 @@ impl ImageCache {
             metrics,
             fill_timeout: Duration::from_secs(3600),
             metadata_ttl: DEFAULT_METADATA_TTL,
-            doc_locks: Default::default(),
             doc_slots: None,
         }
     }

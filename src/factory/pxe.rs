@@ -74,7 +74,7 @@ mod tests {
         let d = FactoryDoc::pxe(S, "1.13.6", "metal-amd64").unwrap();
         assert_eq!(
             d.store_key(),
-            format!("factory/pxe/{S}/v1.13.6/metal-amd64")
+            crate::store::Key::factory_doc(&format!("/pxe/{S}/v1.13.6/metal-amd64"))
         );
         assert!(d.is_pxe());
         assert!(d.check(b"#!ipxe\nboot\n").is_ok());

@@ -145,7 +145,7 @@ async fn first_report(store: &Inventory) -> Option<crate::mirror::report::SyncSt
         if let Some(r) = crate::mirror::report::read_from(store).await {
             return Some(r);
         }
-        if !store.holds(crate::mirror::report::STATUS_KEY) {
+        if !store.holds(&crate::mirror::report::status_key()) {
             return None;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -133,6 +133,7 @@ fn tera() -> &'static tera::Tera {
     })
 }
 
+use crate::inventory::Listed;
 use crate::text::{human_duration, human_size};
 
 fn when(secs: Option<u64>) -> String {
@@ -315,16 +316,13 @@ fn store_rows(
         if e.pinned {
             pinned += 1;
         }
-        if let Some(rest) = e.key.strip_prefix("image/") {
-            artifacts.push(row(rest.to_string(), e));
-        } else if let Some(rest) = e.key.strip_prefix("oci/tag/") {
-            tags.push(row(rest.to_string(), e));
-        } else if e.key.starts_with("oci/manifest/") {
-            manifests += 1;
-        } else if e.key.starts_with("oci/blob/") {
-            blobs += 1;
-        } else if e.key.starts_with(crate::known_schematics::STORE_PREFIX) {
-            schematics += 1;
+        match e.listed() {
+            Listed::Artifact(name) => artifacts.push(row(name, e)),
+            Listed::Tag(name) => tags.push(row(name, e)),
+            Listed::Manifest => manifests += 1,
+            Listed::Blob => blobs += 1,
+            Listed::Schematic => schematics += 1,
+            Listed::Other => {}
         }
     }
     let store = StoreRow {

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Config, open_store, selected_entries};
 use crate::error::{Error, Result};
-use crate::store::{Entry, Location, Meta, Store};
+use crate::store::{Entry, Key, Location, Meta, Store};
 
 const INDEX_NAME: &str = "talos-gen-mirror.json";
 const FORMAT: u32 = 1;
@@ -44,7 +44,7 @@ pub fn export(
     let store = open_store(&store.into())?;
     let entries = selected_entries(&store, cfg)?;
     // One key per object, to open it through the store (chunk-checked).
-    let mut objects: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    let mut objects: BTreeMap<String, (u64, Key)> = BTreeMap::new();
     for e in &entries {
         objects
             .entry(e.digest.clone())
@@ -85,7 +85,7 @@ pub fn export(
 fn write_bundle(
     store: &Store,
     entries: &[Entry],
-    objects: &BTreeMap<String, (u64, String)>,
+    objects: &BTreeMap<String, (u64, Key)>,
     f: &mut std::fs::File,
     output: &Path,
 ) -> Result<u64> {
@@ -361,7 +361,7 @@ pub async fn import_until(
     }
     for entries in by_digest.values() {
         for e in entries {
-            report.missing.push(e.key.clone());
+            report.missing.push(e.key.to_string());
         }
     }
     report.missing.sort();
@@ -442,10 +442,14 @@ fn claimed_objects(index: BundleIndex, report: &mut ImportReport) -> HashMap<Str
             ds.join(", ")
         ));
     }
-    let mut seen: std::collections::HashSet<String> = Default::default();
+    let mut seen: std::collections::HashSet<Key> = Default::default();
     let mut by_digest: HashMap<String, Vec<Entry>> = HashMap::new();
     for e in index.entries {
-        if contradicted.binary_search(&e.key).is_ok() || !seen.insert(e.key.clone()) {
+        if contradicted
+            .binary_search_by(|c| c.as_str().cmp(e.key.as_str()))
+            .is_ok()
+            || !seen.insert(e.key.clone())
+        {
             continue;
         }
         // A key that names a digest (a blob, a manifest, a schematic) must
@@ -502,6 +506,7 @@ async fn store_keys(
             content_type: e.content_type.clone(),
             pinned: e.pinned,
             meta: e.meta.clone(),
+            fresh_for: None,
         };
         if !known.contains(digest) {
             let Some(t) = tmp.take() else {

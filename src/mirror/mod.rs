@@ -34,7 +34,7 @@ pub use verify::{VerifyReport, verify};
 use crate::error::{Error, Result};
 use crate::registry::layout::{manifest_refs, referrers_key, tag_key};
 use crate::registry::{Digest, UpstreamId};
-use crate::store::{Entry, Location, Store};
+use crate::store::{Entry, Key, Location, Store};
 
 /// The store at `loc`, which must be one (an export never creates a
 /// local store; a bucket is opened as it is).
@@ -83,7 +83,7 @@ fn selected_entries(store: &Store, cfg: Option<&Config>) -> Result<Vec<Entry>> {
 /// (fully) stored are named in the
 /// error list. A schematic given by file must be stored (sync stores it);
 /// one given by ID is carried when the store has it.
-pub fn reachable_keys(store: &Store, cfg: &Config) -> (Vec<String>, Vec<String>) {
+pub fn reachable_keys(store: &Store, cfg: &Config) -> (Vec<Key>, Vec<String>) {
     let mut keys = Vec::new();
     let mut missing = Vec::new();
     for s in cfg.all_schematics() {
@@ -112,7 +112,7 @@ pub fn reachable_keys(store: &Store, cfg: &Config) -> (Vec<String>, Vec<String>)
 
 /// Add the store keys `item` reaches to `keys` (each once); `false` when
 /// the item is not (fully) stored.
-pub fn item_keys(store: &Store, item: &Item, keys: &mut Vec<String>) -> bool {
+pub fn item_keys(store: &Store, item: &Item, keys: &mut Vec<Key>) -> bool {
     let (up, repo, reference) = match item {
         Item::Image(_) | Item::Talosctl(_) => {
             let key = match item {

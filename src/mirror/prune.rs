@@ -19,14 +19,19 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{Config, Item};
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::store::{Family, Key, Store};
 
 /// The key families the mirror job pins.
-const MIRROR_FAMILIES: &[&str] = &["image/", "talosctl/", "oci/", "factory/"];
+const MIRROR_FAMILIES: &[Family] = &[
+    Family::Image,
+    Family::Talosctl,
+    Family::Oci,
+    Family::FactoryDoc,
+];
 
 /// Whether `key` is one the mirror job writes (and prune may remove).
-pub fn is_mirror_key(key: &str) -> bool {
-    MIRROR_FAMILIES.iter().any(|f| key.starts_with(f))
+pub fn is_mirror_key(key: &Key) -> bool {
+    MIRROR_FAMILIES.contains(&key.family())
 }
 
 /// What a prune removed (or, dry, would remove).
@@ -34,7 +39,7 @@ pub fn is_mirror_key(key: &str) -> bool {
 pub struct PruneReport {
     pub dry_run: bool,
     /// `(key, size of its object)`, sorted by key.
-    pub keys: Vec<(String, u64)>,
+    pub keys: Vec<(Key, u64)>,
     /// Objects no key names afterwards, and their bytes: what the disk gets back.
     pub objects: usize,
     pub bytes: u64,
@@ -66,7 +71,7 @@ pub async fn prune(store: &Store, cfg: &Config, dry_run: bool) -> Result<PruneRe
             }
         )));
     }
-    let reach: BTreeSet<String> = reach.into_iter().collect();
+    let reach: BTreeSet<Key> = reach.into_iter().collect();
     let entries = store.entries();
     let mut keys_of: BTreeMap<&str, usize> = BTreeMap::new();
     for e in &entries {

@@ -1,5 +1,5 @@
 //! The last `mirror sync` result, kept in the store itself (key
-//! [`STATUS_KEY`], a small JSON object, pinned) so that the `serve` reading
+//! [`status_key`], a small JSON object, pinned) so that the `serve` reading
 //! the same store shows it on its status page.
 
 use serde::{Deserialize, Serialize};
@@ -11,7 +11,10 @@ use crate::store::{Meta, Store};
 use super::sync::SyncReport;
 
 /// The store key of the last sync result.
-pub const STATUS_KEY: &str = "status/mirror-sync";
+/// The store key of the last run's record (`status/mirror-sync`).
+pub fn status_key() -> crate::store::Key {
+    crate::store::Key::mirror_status()
+}
 
 /// One failed item.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -155,7 +158,7 @@ pub async fn write(store: &Store, status: &SyncStatus) -> Result<()> {
         pinned: true,
         ..Default::default()
     };
-    store.commit_bytes(STATUS_KEY, json.into(), meta).await?;
+    store.commit_bytes(&status_key(), json.into(), meta).await?;
     Ok(())
 }
 
@@ -164,12 +167,12 @@ const MAX_STATUS: u64 = 1 << 20;
 
 /// The last sync result in `store`, if any (and readable).
 pub fn read(store: &Store) -> Option<SyncStatus> {
-    let b = store.get(STATUS_KEY)?.read_small(MAX_STATUS).ok()?;
+    let b = store.get(&status_key())?.read_small(MAX_STATUS).ok()?;
     serde_json::from_slice(&b).ok()
 }
 
 /// The same, read through the operator's [`Inventory`] (the status page).
 pub async fn read_from(inventory: &Inventory) -> Option<SyncStatus> {
-    let b = inventory.document(STATUS_KEY, MAX_STATUS).await?;
+    let b = inventory.document(&status_key(), MAX_STATUS).await?;
     serde_json::from_slice(&b).ok()
 }

@@ -29,7 +29,7 @@ use crate::fill::{FetchError, FillHandle, Joined};
 use crate::registry::layout::Malformed;
 use crate::registry::layout::{blob_key, manifest_key, manifest_refs, referrers_key, tag_key};
 use crate::registry::{Blob, Digest, NameError, OciError, Reference, Registry, UpstreamId};
-use crate::store::Store;
+use crate::store::{Key, Store};
 use crate::upstream::Upstream;
 
 /// How progress is shown.
@@ -837,7 +837,7 @@ async fn track(
     }
 }
 
-pub(super) async fn pin(store: &Store, key: &str) -> std::result::Result<(), ItemError> {
+pub(super) async fn pin(store: &Store, key: &Key) -> std::result::Result<(), ItemError> {
     store
         .set_pinned(key, true)
         .await
@@ -851,7 +851,7 @@ pub(super) async fn pin(store: &Store, key: &str) -> std::result::Result<(), Ite
 async fn sync_artifact(
     ctx: &Ctx,
     joined: std::result::Result<Joined, ImageError>,
-    store_key: &str,
+    store_key: &Key,
     counts: &Counts,
     meter: &Meter,
 ) -> std::result::Result<(), ItemError> {

@@ -44,7 +44,7 @@ use super::{Config, Item, tag_key};
 use crate::error::{Error, Result};
 use crate::factory::{FactoryDoc, ImageKey};
 use crate::registry::{Digest, UpstreamId};
-use crate::store::{Entry, Store};
+use crate::store::{Entry, Key, KeyKind, Store};
 
 /// The file naming what an export wrote.
 pub const MARKER: &str = "talos-gen-export.json";
@@ -100,7 +100,7 @@ pub struct TreeReport {
 enum Source {
     /// A store object (streamed, its sha256 checked on the way).
     Object {
-        key: String,
+        key: Key,
         size: u64,
     },
     Bytes(Vec<u8>),
@@ -156,47 +156,49 @@ fn plan_http(
     };
     let mut oci = 0;
     for e in entries {
-        if let Some(rest) = e.key.strip_prefix("image/") {
-            let parts: Vec<&str> = rest.split('/').collect();
-            let [s, v, a] = parts[..] else { continue };
-            let Ok(k) = ImageKey::parse(s, v, a) else {
-                continue;
-            };
-            if k.store_key() != e.key {
-                continue;
-            }
-            let rel = k.store_key();
-            let sum = format!("{}  {}\n", e.digest, k.asset).into_bytes();
-            plan.insert(
-                format!("{rel}.sha256"),
-                Planned {
-                    digest: sha256_hex(&sum),
-                    source: Source::Bytes(sum),
-                },
-            );
-            plan.insert(rel, object(e));
-            report.items += 1;
-        } else if let Some(rest) = e.key.strip_prefix("talosctl/") {
-            let Some((v, f)) = rest.split_once('/') else {
-                continue;
-            };
-            let Ok(k) = crate::factory::TalosctlKey::parse(v, f) else {
-                continue;
-            };
-            if k.store_key() == e.key {
-                plan.insert(k.store_key(), object(e));
+        match e.key.kind() {
+            KeyKind::Image {
+                schematic,
+                version,
+                asset,
+            } => {
+                let Ok(k) = ImageKey::parse(schematic, version, asset) else {
+                    continue;
+                };
+                if k.store_key() != e.key {
+                    continue;
+                }
+                let rel = k.store_key().to_string();
+                let sum = format!("{}  {}\n", e.digest, k.asset).into_bytes();
+                plan.insert(
+                    format!("{rel}.sha256"),
+                    Planned {
+                        digest: sha256_hex(&sum),
+                        source: Source::Bytes(sum),
+                    },
+                );
+                plan.insert(rel, object(e));
                 report.items += 1;
             }
-        } else if let Some(id) = e.key.strip_prefix("schematic/") {
-            if crate::schematic::is_valid_id(id) {
+            KeyKind::Talosctl { version, file } => {
+                let Ok(k) = crate::factory::TalosctlKey::parse(version, file) else {
+                    continue;
+                };
+                if k.store_key() == e.key {
+                    plan.insert(k.store_key().to_string(), object(e));
+                    report.items += 1;
+                }
+            }
+            KeyKind::Schematic { id } if crate::schematic::is_valid_id(id) => {
                 plan.insert(format!("schematics/{id}"), object(e));
             }
-        } else if let Some(path) = e.key.strip_prefix("factory")
-            && let Some(doc) = factory_doc(path)
-        {
-            plan.insert(doc.path.trim_start_matches('/').to_string(), object(e));
-        } else if e.key.starts_with("oci/tag/") {
-            oci += 1;
+            KeyKind::FactoryDoc { path } => {
+                if let Some(doc) = factory_doc(path) {
+                    plan.insert(doc.path.trim_start_matches('/').to_string(), object(e));
+                }
+            }
+            KeyKind::OciTag { .. } => oci += 1,
+            _ => {}
         }
     }
     if let Some(cfg) = cfg {
@@ -287,10 +289,12 @@ fn oci_refs(store: &Store, cfg: Option<&Config>) -> Vec<OciRef> {
         }
         None => {
             for e in store.entries() {
-                let Some(rest) = e.key.strip_prefix("oci/tag/") else {
-                    continue;
-                };
-                let Some((up, rest)) = rest.split_once('/') else {
+                let KeyKind::OciTag {
+                    upstream: up,
+                    repo,
+                    tag,
+                } = e.key.kind()
+                else {
                     continue;
                 };
                 let host = match up {
@@ -299,9 +303,6 @@ fn oci_refs(store: &Store, cfg: Option<&Config>) -> Vec<OciRef> {
                         Some(ns) => ns.to_string(),
                         None => continue,
                     },
-                };
-                let Some((repo, tag)) = rest.rsplit_once(':') else {
-                    continue;
                 };
                 if !crate::registry::names::is_repository(repo)
                     || !crate::registry::names::is_tag(tag)
@@ -537,7 +538,7 @@ fn write_file(
 }
 
 /// Copy a store object to `dst`, checking its sha256 and size on the way.
-fn copy_object(store: &Store, key: &str, digest: &str, size: u64, dst: &Path) -> Result<()> {
+fn copy_object(store: &Store, key: &Key, digest: &str, size: u64, dst: &Path) -> Result<()> {
     let obj = store.get(key).ok_or_else(|| {
         Error::refused(format!(
             "{key}: no longer in the store (evicted while exporting?); run the export again"

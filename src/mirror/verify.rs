@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone)]
 pub struct BadObject {
     pub digest: String,
-    pub keys: Vec<String>,
+    pub keys: Vec<crate::store::Key>,
     pub reason: String,
     /// The drop took: the bytes (or, for a misnamed key, the key) are gone.
     pub removed: bool,
@@ -52,7 +52,7 @@ pub fn verify(loc: impl Into<crate::store::Location>) -> Result<VerifyReport> {
     // A directory that is not a store is refused as export and prune do
     // (opening it would make the store's folders in it).
     let store = super::open_store(&loc)?;
-    let mut by_digest: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
+    let mut by_digest: BTreeMap<String, (u64, Vec<crate::store::Key>)> = BTreeMap::new();
     // A key that names a digest (blob, manifest, schematic) whose object
     // has another is bad whatever the bytes: named, and the key dropped
     // (the object stays for the keys that name it rightly).
@@ -72,7 +72,7 @@ pub fn verify(loc: impl Into<crate::store::Location>) -> Result<VerifyReport> {
             .or_insert((e.size, Vec::new()));
         v.1.push(e.key);
     }
-    let work: Vec<(String, u64, Vec<String>)> = by_digest
+    let work: Vec<(String, u64, Vec<crate::store::Key>)> = by_digest
         .into_iter()
         .map(|(d, (size, keys))| (d, size, keys))
         .collect();

@@ -17,31 +17,24 @@
 //! ([`held_host`]): nothing else records them.
 
 use super::names::{Digest, UpstreamId};
-use crate::store::{Entry, Store};
+use crate::store::{Entry, Key, KeyKind, KeyPrefix, Store};
 
 /// The store key of a manifest.
-pub fn manifest_key(d: &Digest) -> String {
-    format!("oci/manifest/{d}")
+pub fn manifest_key(d: &Digest) -> Key {
+    Key::oci_manifest(d.as_str())
 }
 
 /// The store key of a blob.
-pub fn blob_key(d: &Digest) -> String {
-    format!("oci/blob/{d}")
+pub fn blob_key(d: &Digest) -> Key {
+    Key::oci_blob(d.as_str())
 }
 
 /// The digest (hex) a key claims its object has, for the keys that name
-/// one: `oci/blob/sha256:<hex>`, `oci/manifest/sha256:<hex>` and
-/// `schematic/<id>` (a schematic's ID is the sha256 of its canonical
-/// bytes). A key that claims a digest its object does not have is never
-/// imported, is bad in `mirror verify`, and is never served.
-pub fn claimed_digest(key: &str) -> Option<&str> {
-    [
-        "oci/blob/sha256:",
-        "oci/manifest/sha256:",
-        crate::known_schematics::STORE_PREFIX,
-    ]
-    .iter()
-    .find_map(|p| key.strip_prefix(p))
+/// one: a blob, a manifest and a schematic (a schematic's ID is the sha256
+/// of its canonical bytes). A key that claims a digest its object does not
+/// have is never imported, is bad in `mirror verify`, and is never served.
+pub fn claimed_digest(key: &Key) -> Option<&str> {
+    key.claimed_digest()
 }
 
 /// A registry document (a manifest, an index, a referrers page, a `Link`
@@ -51,7 +44,7 @@ pub fn claimed_digest(key: &str) -> Option<&str> {
 pub struct Malformed(pub String);
 
 /// `Err(why)` when `key` claims a digest other than `object` (hex).
-pub fn check_claim(key: &str, object: &str) -> Result<(), Malformed> {
+pub fn check_claim(key: &Key, object: &str) -> Result<(), Malformed> {
     match claimed_digest(key) {
         Some(c) if c != object => Err(Malformed(format!(
             "{key} names sha256:{c} but its object is sha256:{object}"
@@ -61,28 +54,29 @@ pub fn check_claim(key: &str, object: &str) -> Result<(), Malformed> {
 }
 
 /// The store key of a tag mapping.
-pub fn tag_key(up: &UpstreamId, repo: &str, tag: &str) -> String {
-    format!("oci/tag/{}/{repo}:{tag}", up.key_name())
+pub fn tag_key(up: &UpstreamId, repo: &str, tag: &str) -> Key {
+    Key::oci_tag(&up.key_name(), repo, tag)
 }
 
 /// The store key of a manifest's referrers index.
-pub fn referrers_key(up: &UpstreamId, repo: &str, d: &Digest) -> String {
-    format!("oci/referrers/{}/{repo}@{d}", up.key_name())
+pub fn referrers_key(up: &UpstreamId, repo: &str, d: &Digest) -> Key {
+    Key::oci_referrers(&up.key_name(), repo, d.as_str())
 }
 
-/// The prefix of every tag key of `repo` (the tag follows it).
-pub fn tag_prefix(up: &UpstreamId, repo: &str) -> String {
-    format!("oci/tag/{}/{repo}:", up.key_name())
+/// Every tag key of `repo` (the tag follows the prefix).
+pub fn tag_prefix(up: &UpstreamId, repo: &str) -> KeyPrefix {
+    KeyPrefix::oci_tags(&up.key_name(), repo)
 }
-
-/// Prefixes of the keys that name an `ns` registry ([`held_host`]).
-pub const HELD_PREFIXES: [&str; 2] = ["oci/tag/ns=", "oci/referrers/ns="];
 
 /// The `ns` registry host a tag or referrers key was stored for
 /// (`oci/tag/ns=ghcr.io/siderolabs/kubelet:v1` -> `ghcr.io`).
-pub fn held_host(key: &str) -> Option<&str> {
-    let rest = HELD_PREFIXES.iter().find_map(|p| key.strip_prefix(p))?;
-    rest.split_once('/').map(|(host, _)| host)
+pub fn held_host(key: &Key) -> Option<&str> {
+    match key.kind() {
+        KeyKind::OciTag { upstream, .. } | KeyKind::OciReferrers { upstream, .. } => {
+            upstream.strip_prefix("ns=")
+        }
+        _ => None,
+    }
 }
 
 /// What a manifest points at: what a pull of it fetches from the registry.
@@ -255,28 +249,51 @@ mod tests {
 
     #[test]
     fn keys() {
+        // The string forms are `store::key`'s test; here what the registry
+        // puts in them.
         let d = Digest::parse(&digest('a')).unwrap();
-        assert_eq!(manifest_key(&d), format!("oci/manifest/{}", digest('a')));
-        assert_eq!(blob_key(&d), format!("oci/blob/{}", digest('a')));
         assert_eq!(
-            tag_key(&UpstreamId::Mirror("ghcr.io".into()), "a/b", "v1"),
-            "oci/tag/ns=ghcr.io/a/b:v1"
+            manifest_key(&d).kind(),
+            KeyKind::OciManifest { digest: d.as_str() }
+        );
+        assert_eq!(blob_key(&d).kind(), KeyKind::OciBlob { digest: d.as_str() });
+        assert_eq!(
+            tag_key(&UpstreamId::Mirror("ghcr.io".into()), "a/b", "v1").kind(),
+            KeyKind::OciTag {
+                upstream: "ns=ghcr.io",
+                repo: "a/b",
+                tag: "v1"
+            }
         );
         assert_eq!(
-            tag_key(&UpstreamId::Installer, "installer/x", "v1.13.6"),
-            "oci/tag/installer/installer/x:v1.13.6"
+            tag_key(&UpstreamId::Installer, "installer/x", "v1.13.6").kind(),
+            KeyKind::OciTag {
+                upstream: "installer",
+                repo: "installer/x",
+                tag: "v1.13.6"
+            }
         );
         let up = UpstreamId::Mirror("ghcr.io".into());
         assert_eq!(
-            referrers_key(&up, "a/b", &d),
-            format!("oci/referrers/ns=ghcr.io/a/b@{}", digest('a'))
+            referrers_key(&up, "a/b", &d).kind(),
+            KeyKind::OciReferrers {
+                upstream: "ns=ghcr.io",
+                repo: "a/b",
+                digest: d.as_str()
+            }
         );
         let tag = tag_key(&up, "a/b", "v1");
-        assert!(tag.starts_with(&tag_prefix(&up, "a/b")));
-        assert!(!tag_key(&up, "a/b/c", "v1").starts_with(&tag_prefix(&up, "a/b")));
+        assert_eq!(tag_prefix(&up, "a/b").rest(&tag), Some("v1"));
+        assert_eq!(
+            tag_prefix(&up, "a/b").rest(&tag_key(&up, "a/b/c", "v1")),
+            None
+        );
         assert_eq!(held_host(&tag), Some("ghcr.io"));
         assert_eq!(held_host(&referrers_key(&up, "a", &d)), Some("ghcr.io"));
-        assert_eq!(held_host("oci/tag/installer/installer/x:v1"), None);
+        assert_eq!(
+            held_host(&tag_key(&UpstreamId::Installer, "installer/x", "v1")),
+            None
+        );
         assert_eq!(held_host(&manifest_key(&d)), None);
     }
 }

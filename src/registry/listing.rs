@@ -30,7 +30,8 @@ use super::error::{OciError, OciKind, check_status, fetch_error};
 use super::layout::{Malformed, manifest_refs, referrers_key, tag_prefix};
 use super::names::{self, Digest, UpstreamId};
 use super::proxy::{Registry, scope};
-use crate::store::Meta;
+use crate::cache::{Rules, Stored, revalidate};
+use crate::store::{Key, Meta};
 
 /// The media type of a referrers answer.
 pub const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
@@ -119,19 +120,31 @@ impl Registry {
         if self.store_only(up) {
             return self.stored_tags(up, repo, q);
         }
-        match self.upstream_tags(up, repo, q).await {
-            Ok(t) => Ok(t),
-            Err(e) if e.kind.failed() => match self.stored_tags(up, repo, q) {
-                Ok(mut t) => {
-                    tracing::warn!(repo, error = %e.message, "upstream tag list unavailable; answering the stored tags");
-                    self.metric(|x| x.stale("tags"));
-                    t.stale = true;
-                    Ok(t)
-                }
-                Err(_) => Err(e),
-            },
-            Err(e) => Err(e),
-        }
+        // Always asked (a page's query is part of it: not coalesced); the
+        // stored tags when the upstream fails, through the one path.
+        let rules = Rules {
+            kind: "tags",
+            key: None,
+            ttl: std::time::Duration::ZERO,
+            metrics: self.metrics(),
+            may_use_stale: |e: &OciError| e.kind.failed(),
+        };
+        let read = || async {
+            Ok(self.stored_tags(up, repo, q).ok().map(|t| Stored {
+                value: t,
+                entry: None,
+            }))
+        };
+        let fetch = |_| self.upstream_tags(up, repo, q);
+        let unavailable = || {
+            self.store_answers().err().unwrap_or_else(|| {
+                OciError::new(OciKind::Unavailable, "the store does not answer; try again")
+            })
+        };
+        let a = revalidate(&self.fills, rules, read, fetch, unavailable).await?;
+        let mut t = a.value;
+        t.stale = a.stale;
+        Ok(t)
     }
 
     /// The tags stored for `repo` (sorted), one page of them.
@@ -146,7 +159,7 @@ impl Registry {
             .store
             .entries_with_prefix(&prefix)
             .into_iter()
-            .filter_map(|e| e.key.strip_prefix(&prefix).map(str::to_string))
+            .filter_map(|e| prefix.rest(&e.key).map(str::to_string))
             .collect();
         if all.is_empty() {
             return Err(OciError::new(
@@ -235,9 +248,6 @@ impl Registry {
     ) -> Result<Referrers, OciError> {
         let (body, source) = self.referrers_index(up, repo, d, false).await?;
         let stale = source == ReferrersSource::Stale;
-        if stale {
-            self.metric(|x| x.stale("referrers"));
-        }
         let Some(at) = artifact_type else {
             return Ok(Referrers {
                 body,
@@ -279,26 +289,51 @@ impl Registry {
         if self.store_only(up) {
             return Ok(fallback(self.stored_index(&key).await));
         }
-        let _g = self.locks.lock(&key).await;
-        let answer = match self.upstream_referrers(up, repo, d).await {
-            Ok(Some(body)) => {
-                self.keep_index(&key, &body, keep_empty).await?;
-                return Ok((body, ReferrersSource::Upstream));
-            }
-            // No API upstream.
-            Ok(None) => fallback(self.stored_index(&key).await),
-            Err(e) => match self.stored_index(&key).await {
-                Some(b) => {
-                    tracing::warn!(repo, %d, error = %e.message, "upstream referrers unavailable; answering the stored index");
-                    (b, ReferrersSource::Stale)
-                }
-                None => return Err(e),
-            },
+        // Always asked (no freshness: ttl zero), one request per index at
+        // a time, the stored one when the upstream fails: the one path.
+        let rules = Rules {
+            kind: "referrers",
+            key: Some(&key),
+            ttl: std::time::Duration::ZERO,
+            metrics: self.metrics(),
+            may_use_stale: |_: &OciError| true,
         };
-        if keep_empty && answer.1 == ReferrersSource::Empty {
-            self.keep_index(&key, &answer.0, keep_empty).await?;
-        }
-        Ok(answer)
+        let read = || async {
+            Ok(self.stored_index(&key).await.map(|b| Stored {
+                value: (b, ReferrersSource::Stored),
+                entry: None,
+            }))
+        };
+        let key = &key;
+        let fetch = |last: Option<Stored<(Bytes, ReferrersSource)>>| async move {
+            let answer = match self.upstream_referrers(up, repo, d).await? {
+                Some(body) => {
+                    self.keep_index(key, &body, keep_empty).await?;
+                    return Ok((body, ReferrersSource::Upstream));
+                }
+                // No API upstream.
+                None => fallback(last.map(|s| s.value.0)),
+            };
+            if keep_empty && answer.1 == ReferrersSource::Empty {
+                self.keep_index(key, &answer.0, keep_empty).await?;
+            }
+            Ok(answer)
+        };
+        let unavailable = || {
+            self.store_answers().err().unwrap_or_else(|| {
+                OciError::new(OciKind::Unavailable, "the store does not answer; try again")
+            })
+        };
+        let a = revalidate(&self.fills, rules, read, fetch, unavailable).await?;
+        let (body, source) = a.value;
+        Ok((
+            body,
+            if a.stale {
+                ReferrersSource::Stale
+            } else {
+                source
+            },
+        ))
     }
 
     /// `Ok(None)`: the upstream has no referrers API (a 4xx but 429). A
@@ -391,14 +426,14 @@ impl Registry {
     }
 
     /// The stored referrers index (read off the async threads).
-    async fn stored_index(&self, key: &str) -> Option<Bytes> {
+    async fn stored_index(&self, key: &Key) -> Option<Bytes> {
         let (_, b) = self.store.read_small_key(key, MAX_LIST as u64).await?;
         Some(b)
     }
 
     /// Store `body` under `key` unless it holds those bytes already; a
     /// pinned (mirrored) key stays pinned, and `pin` pins it.
-    async fn keep_index(&self, key: &str, body: &[u8], pin: bool) -> Result<(), OciError> {
+    async fn keep_index(&self, key: &Key, body: &[u8], pin: bool) -> Result<(), OciError> {
         let old = self.store.entry(key);
         if old
             .as_ref()

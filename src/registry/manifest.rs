@@ -8,8 +8,6 @@
 //! revalidated: nothing fetched could be kept), and the rest is 503 at
 //! once: never fetched again from the upstream, never 404.
 
-use std::time::SystemTime;
-
 use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
@@ -19,7 +17,9 @@ use super::error::{OciError, OciKind, check_status, fetch_error, manifest_unknow
 use super::layout::{manifest_key, tag_key};
 use super::names::{Digest, Reference, UpstreamId};
 use super::proxy::{Registry, miss_path, scope};
-use crate::store::{Meta, Store};
+use crate::cache::{Rules, Stored, revalidate};
+use crate::fill::Claim;
+use crate::store::{Key, Meta};
 
 /// Largest manifest accepted from an upstream (distribution's own limit is 4 MiB).
 pub const MAX_MANIFEST: usize = 4 << 20;
@@ -126,11 +126,24 @@ impl Registry {
         }
         self.store_answers()?;
         self.metric(|x| x.miss("manifest"));
+        // One fetch per digest (the one table of keys in flight); who
+        // waited reads the store again with nothing held. The key is held
+        // across the fetch alone: after taking it, only the index in
+        // memory is looked at.
         let key = manifest_key(d);
-        let _g = self.locks.lock(&key).await;
-        if let Some(m) = self.stored_manifest(d).await? {
-            return Ok(m);
-        }
+        let mut tries = 0;
+        let _g = loop {
+            tries += 1;
+            match self.fills.claim(&key) {
+                // (An entry whose manifest cannot be read is fetched again.)
+                Claim::Mine(g) if tries > 2 || self.store.entry(&key).is_none() => break g,
+                Claim::Mine(g) => drop(g),
+                Claim::Wait(w) => w.await,
+            }
+            if let Some(m) = self.stored_manifest(d).await? {
+                return Ok(m);
+            }
+        };
         match self
             .fetch_manifest(up, repo, d.as_str(), Some(d), pin)
             .await?
@@ -140,6 +153,13 @@ impl Registry {
         }
     }
 
+    /// A tag's manifest: the last known mapping while fresh
+    /// (`--tag-revalidate`), else revalidated (a HEAD when a mapping is
+    /// known: an unchanged digest is the stored manifest, its mapping
+    /// refreshed; else a GET), the stored one answered stale when the
+    /// upstream fails. Freshness, one revalidation per tag and the stale
+    /// answer are [`crate::cache::revalidate`]'s; store-only upstreams
+    /// answer from the store alone.
     async fn manifest_by_tag(
         &self,
         up: &UpstreamId,
@@ -148,104 +168,96 @@ impl Registry {
         pin: bool,
     ) -> Result<Manifest, OciError> {
         let key = tag_key(up, repo, tag);
-        let known = |store: &Store| {
-            store.entry(&key).and_then(|e| {
-                let fresh = SystemTime::now()
-                    .duration_since(e.fetched_time())
-                    .map(|age| age < self.revalidate)
-                    .unwrap_or(true);
-                Digest::from_hex(&e.digest).map(|d| (d, fresh))
-            })
+        let read = || async {
+            // A mapping another process stored (the mirror job, a replica)
+            // is read in first; a store that does not answer is known down
+            // here.
+            let _ = self.store.entry_at(&key).await;
+            let Some(e) = self.store.entry(&key) else {
+                return Ok(None);
+            };
+            let Some(d) = Digest::from_hex(&e.digest) else {
+                return Ok(None);
+            };
+            Ok(self.stored_manifest(&d).await?.map(|m| Stored {
+                value: m,
+                entry: Some(e),
+            }))
         };
-        // A mapping another process stored (the mirror job, a replica) is
-        // read in first; a store that does not answer is known down here.
-        let _ = self.store.entry_at(&key).await;
-        // The store down: the last known mapping as it is (a revalidation
-        // could keep nothing), marked stale once past its interval.
-        let down = !self.store.available();
-        if let Some((d, fresh)) = known(&self.store)
-            && (fresh || self.store_only(up) || down)
-            && let Some(mut m) = self.stored_manifest(&d).await?
-        {
-            self.metric(|x| x.hit("manifest"));
-            if !fresh && !self.store_only(up) {
-                self.metric(|x| x.stale("manifest"));
-                m.stale = true;
-            }
-            return Ok(m);
-        }
         if self.store_only(up) {
+            if let Some(s) = read().await? {
+                self.metric(|x| x.hit("manifest"));
+                return Ok(s.value);
+            }
             let path = miss_path(up, repo, "manifests", tag);
             self.metric(|x| x.offline_miss("manifest", &path));
             return Err(self.store_miss(up, manifest_unknown(repo, tag)));
         }
-        self.store_answers()?;
-        self.metric(|x| x.miss("manifest"));
-        let _g = self.locks.lock(&key).await;
-        let last = known(&self.store);
-        if let Some((d, true)) = &last
-            && let Some(m) = self.stored_manifest(d).await?
-        {
-            return Ok(m);
-        }
-        let stale = |why: &OciError, mut m: Manifest| {
-            tracing::warn!(repo, tag, error = %why.message, "upstream unavailable; serving the last known tag mapping");
-            self.metric(|x| x.stale("manifest"));
-            m.stale = true;
-            m
+        let key = &key;
+        let fetch = |last: Option<Stored<Manifest>>| async move {
+            // With a known mapping, a HEAD is enough when the digest is unchanged.
+            if let Some(s) = &last {
+                match self.head_manifest_digest(up, repo, tag).await {
+                    Ok(Some(now)) if now == s.value.digest => {
+                        self.link_tag(key, &s.value, pin).await;
+                        return Ok(s.value.clone());
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind.failed() => return Err(e),
+                    Err(_) => {}
+                }
+            }
+            match self.fetch_manifest(up, repo, tag, None, pin).await? {
+                Some(m) => {
+                    self.link_tag(key, &m, pin).await;
+                    Ok(m)
+                }
+                None => Err(manifest_unknown(repo, tag)),
+            }
         };
-        // With a known mapping, a HEAD is enough when the digest is unchanged.
-        if let Some((d, _)) = &last {
-            match self.head_manifest_digest(up, repo, tag).await {
-                Ok(Some(now)) if now == *d => {
-                    if let Some(m) = self.stored_manifest(d).await? {
-                        self.link_tag(&key, &m, pin).await;
-                        return Ok(m);
-                    }
-                }
-                Ok(_) => {}
-                Err(e) if e.kind.failed() => {
-                    if let Some(m) = self.stored_manifest(d).await? {
-                        return Ok(stale(&e, m));
-                    }
-                    return Err(e);
-                }
-                Err(_) => {}
+        let rules = Rules {
+            kind: "manifest",
+            key: Some(key),
+            ttl: self.revalidate,
+            metrics: self.metrics(),
+            may_use_stale: |e: &OciError| e.kind.failed(),
+        };
+        let unavailable = || {
+            self.store_answers().err().unwrap_or_else(|| {
+                OciError::new(OciKind::Unavailable, "the store does not answer; try again")
+            })
+        };
+        let a = revalidate(&self.fills, rules, read, fetch, unavailable).await?;
+        self.metric(|x| {
+            if a.asked {
+                x.miss("manifest")
+            } else {
+                x.hit("manifest")
             }
-        }
-        match self.fetch_manifest(up, repo, tag, None, pin).await {
-            Ok(Some(m)) => {
-                self.link_tag(&key, &m, pin).await;
-                Ok(m)
-            }
-            Ok(None) => Err(manifest_unknown(repo, tag)),
-            Err(e) if e.kind.failed() => match &last {
-                Some((d, _)) => match self.stored_manifest(d).await? {
-                    Some(m) => Ok(stale(&e, m)),
-                    None => Err(e),
-                },
-                None => Err(e),
-            },
-            Err(e) => Err(e),
-        }
+        });
+        let mut m = a.value;
+        m.stale = a.stale;
+        Ok(m)
     }
 
     /// Record `key` -> `m` (pinned when `pin`). Not while the store does
     /// not answer (the write would wait on it, and the mapping it has is
     /// the one served).
-    async fn link_tag(&self, key: &str, m: &Manifest, pin: bool) {
+    async fn link_tag(&self, key: &Key, m: &Manifest, pin: bool) {
         if !self.store.available() {
             return;
         }
-        // A pinned (mirrored) tag stays pinned when revalidated.
+        // A pinned (mirrored) tag stays pinned when revalidated; what the
+        // mirror job pins is fresh for the reader's own interval.
         let pinned = pin || self.store.entry(key).is_some_and(|e| e.pinned);
         let meta = Meta {
             content_type: Some(m.media_type.clone()),
             pinned,
+            fresh_for: (!pin).then_some(self.revalidate),
             ..Meta::default()
         };
         if let Err(e) = self.store.link(key, m.digest.hex(), meta).await {
-            tracing::warn!(key, error = %e, "recording a tag mapping");
+            tracing::warn!(key = %key, error = %e, "recording a tag mapping");
         }
     }
 
@@ -360,7 +372,14 @@ impl Registry {
             fetched: true,
         };
         self.commit_manifest(&m, pin).await?;
-        self.metric(|x| x.upstream_fetch("manifest", &manifest_key(&m.digest), None, t0.elapsed()));
+        self.metric(|x| {
+            x.upstream_fetch(
+                "manifest",
+                manifest_key(&m.digest).as_str(),
+                None,
+                t0.elapsed(),
+            )
+        });
         tracing::info!(repo, reference, digest = %m.digest, ms = t0.elapsed().as_millis() as u64, "manifest fetched");
         Ok(Some(m))
     }

@@ -15,9 +15,8 @@ use super::error::{OciError, OciKind, blob_unknown, check_status, fetch_error, f
 use super::layout::{self, blob_key};
 use super::names::{self, Digest, MirrorTable, NameError, UpstreamId};
 use crate::fill::{FillSpec, Fills, Joined};
-use crate::keyed_locks::KeyedLocks;
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{Key, Store};
 use crate::upstream::{FetchError, Opened};
 use crate::upstream::{Limits, open_response};
 
@@ -33,7 +32,7 @@ pub const TAG_REVALIDATE: Duration = Duration::from_secs(30);
 /// The pull-through: upstreams, the store, the client.
 pub struct Registry {
     pub(super) store: Store,
-    fills: Fills,
+    pub(super) fills: Fills,
     metrics: Option<Metrics>,
     pub(super) client: Arc<RegistryClient>,
     installer_url: Option<String>,
@@ -42,7 +41,6 @@ pub struct Registry {
     pub(super) offline: bool,
     direct: bool,
     pub(super) revalidate: Duration,
-    pub(super) locks: KeyedLocks,
     /// The last reading of [`Registry::held_hosts`].
     held: Mutex<BTreeSet<String>>,
 }
@@ -76,7 +74,6 @@ impl Registry {
             offline,
             direct: false,
             revalidate: TAG_REVALIDATE,
-            locks: KeyedLocks::default(),
             held: Mutex::default(),
         })
     }
@@ -129,8 +126,8 @@ impl Registry {
     /// the same store is seen without a restart.
     pub fn held_hosts(&self) -> BTreeSet<String> {
         let mut hosts = BTreeSet::new();
-        for p in layout::HELD_PREFIXES {
-            for e in self.store.entries_with_prefix(p) {
+        for p in crate::store::KeyPrefix::held_for_ns() {
+            for e in self.store.entries_with_prefix(&p) {
                 if let Some(h) = layout::held_host(&e.key) {
                     hosts.insert(h.to_string());
                 }
@@ -309,13 +306,13 @@ impl Registry {
     /// A key that names a digest its object does not have (an imported
     /// bundle that lied) is dropped, never served: offline the digest is
     /// unknown, online it is fetched again.
-    pub(super) async fn drop_misnamed(&self, key: &str) {
+    pub(super) async fn drop_misnamed(&self, key: &Key) {
         if let Some(e) = self.store.entry(key)
             && let Err(why) = layout::check_claim(key, &e.digest)
         {
-            tracing::warn!(key, reason = %why, "stored key names another object; dropped, not served");
+            tracing::warn!(key = %key, reason = %why, "stored key names another object; dropped, not served");
             // The removal writes the index: on a blocking thread.
-            let (store, key) = (self.store.clone(), key.to_string());
+            let (store, key) = (self.store.clone(), key.clone());
             let _ = tokio::task::spawn_blocking(move || store.remove(&key)).await;
         }
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::local::{index_name, is_hex64};
 use super::sums::Sums;
-use super::{Entry, Meta, Store, Touch, backend, now_secs};
+use super::{AsKey, Entry, Key, KeyPrefix, Meta, Store, Touch, backend, now_secs};
 use crate::error::{Error, Result};
 
 /// Unreferenced objects younger than this survive a startup.
@@ -24,7 +24,7 @@ pub(super) const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 pub(super) struct State {
-    pub(super) keys: HashMap<String, Entry>,
+    pub(super) keys: HashMap<Key, Entry>,
     pub(super) objects: HashMap<String, Obj>,
     pub(super) total: u64,
     clock: u64,
@@ -45,7 +45,7 @@ pub(super) struct Obj {
     pub(super) size: u64,
     pub(super) readers: usize,
     last_used: u64,
-    pub(super) keys: Vec<String>,
+    pub(super) keys: Vec<Key>,
     /// Its block checksums, once loaded (or rebuilt): `None` until then.
     pub(super) sums: Option<Arc<Sums>>,
     /// The object's file open for reads (a local store), kept from its
@@ -96,7 +96,7 @@ impl State {
             .map(|o| o.digest)
             .filter(|d| *d != digest);
         if let Some(d) = &old {
-            self.forget_key(&key, d);
+            self.forget_key(key.as_str(), d);
         }
         let is_new = !self.objects.contains_key(&digest);
         let obj = self
@@ -203,7 +203,7 @@ pub(super) enum Write {
 fn parse_entry(name: &str, body: &[u8]) -> std::result::Result<Entry, String> {
     let en: Entry =
         serde_json::from_slice(body).map_err(|_| format!("index entry {name} does not parse"))?;
-    if index_name(&en.key) != name || !is_hex64(&en.digest) {
+    if index_name(en.key.as_str()) != name || !is_hex64(&en.digest) {
         return Err(format!(
             "index entry {name} does not match its key {}",
             en.key
@@ -323,7 +323,14 @@ impl Store {
     }
 
     /// The entry for `key`, without taking a lease.
-    pub fn entry(&self, key: &str) -> Option<Entry> {
+    pub fn entry(&self, key: &(impl AsKey + ?Sized)) -> Option<Entry> {
+        let key = key.as_key();
+        let key: &Key = &key;
+        self.entry_raw(key.as_str())
+    }
+
+    /// [`Store::entry`] by the key's string form (inside the store).
+    pub(super) fn entry_raw(&self, key: &str) -> Option<Entry> {
         self.lock().keys.get(key).cloned()
     }
 
@@ -333,8 +340,10 @@ impl Store {
     /// [`Store::lookup`] would say; memory work only.
     pub fn readable_entry(
         &self,
-        key: &str,
+        key: &(impl AsKey + ?Sized),
     ) -> std::result::Result<Option<Entry>, super::objects::Unavailable> {
+        let key = key.as_key();
+        let key: &Key = &key;
         let Some(e) = self.entry(key) else {
             return Ok(None);
         };
@@ -368,7 +377,7 @@ impl Store {
     /// when this process's view is older than a second: at once for a
     /// local directory, in the background for a bucket (the answer is the
     /// view in memory; the next one sees what the refresh found).
-    pub fn entries_with_prefix(&self, prefix: &str) -> Vec<Entry> {
+    pub fn entries_with_prefix(&self, prefix: &KeyPrefix) -> Vec<Entry> {
         let stale = self
             .lock()
             .last_refresh
@@ -384,7 +393,7 @@ impl Store {
         let mut v: Vec<Entry> = st
             .keys
             .values()
-            .filter(|e| e.key.starts_with(prefix))
+            .filter(|e| prefix.rest(&e.key).is_some())
             .cloned()
             .collect();
         v.sort_by(|a, b| a.key.cmp(&b.key));
@@ -476,11 +485,11 @@ impl Store {
             let vanished: Vec<(String, String)> = st
                 .keys
                 .values()
-                .filter(|en| !present.contains(&index_name(&en.key)))
-                .map(|en| (en.key.clone(), en.digest.clone()))
+                .filter(|en| !present.contains(&index_name(en.key.as_str())))
+                .map(|en| (en.key.as_str().to_string(), en.digest.clone()))
                 .collect();
             for (k, d) in vanished {
-                st.keys.remove(&k);
+                st.keys.remove(k.as_str());
                 st.seen.remove(&index_name(&k));
                 st.forget_key(&k, &d);
             }
@@ -493,11 +502,18 @@ impl Store {
     /// manifest digest). Fails with NotFound when the object is absent.
     /// The same link made again within a second (same object, same facts)
     /// writes nothing: the entry would differ only by that second.
-    pub async fn link(&self, key: &str, digest: &str, meta: Meta) -> Result<Entry> {
+    pub async fn link(
+        &self,
+        key: &(impl AsKey + ?Sized),
+        digest: &str,
+        meta: Meta,
+    ) -> Result<Entry> {
+        let key = key.as_key();
+        let key: &Key = &key;
         let (size, same) = {
             let st = self.lock();
             let size = st.objects.get(digest).map(|o| o.size);
-            let same = st.keys.get(key).filter(|e| {
+            let same = st.keys.get(key.as_str()).filter(|e| {
                 e.digest == digest
                     && e.content_type == meta.content_type
                     && e.pinned == meta.pinned
@@ -513,11 +529,12 @@ impl Store {
             return Ok(e);
         }
         let entry = Entry {
-            key: key.to_string(),
+            key: key.clone(),
             digest: digest.to_string(),
             size,
             content_type: meta.content_type,
             fetched: now_secs(),
+            fresh_until: super::fresh_until(now_secs(), meta.fresh_for),
             pinned: meta.pinned,
             meta: meta.meta,
         };
@@ -579,7 +596,7 @@ impl Store {
                 entry.digest
             )));
         }
-        let name = index_name(&entry.key);
+        let name = index_name(entry.key.as_str());
         let current = self
             .answered(b.read_entry(&name))
             .map_err(|e| self.did_not_answer(e))?
@@ -623,7 +640,14 @@ impl Store {
     }
 
     /// Forget `key` (its object goes when no other key names it). Blocking.
-    pub fn remove(&self, key: &str) {
+    pub fn remove(&self, key: &(impl AsKey + ?Sized)) {
+        let key = key.as_key();
+        let key: &Key = &key;
+        self.remove_raw(key.as_str())
+    }
+
+    /// [`Store::remove`] by the key's string form (inside the store).
+    pub(super) fn remove_raw(&self, key: &str) {
         let Ok(_lock) = self.lock_store() else {
             return;
         };
@@ -662,7 +686,7 @@ impl Store {
 
     /// Drop every key naming `digest` (caller holds the store lock, and
     /// has refreshed); the object with the last. Returns the keys.
-    pub(super) fn remove_object_locked(&self, digest: &str) -> Vec<String> {
+    pub(super) fn remove_object_locked(&self, digest: &str) -> Vec<Key> {
         let (keys, taken) = {
             let mut st = self.lock();
             let keys = st
@@ -670,7 +694,10 @@ impl Store {
                 .get(digest)
                 .map(|o| o.keys.clone())
                 .unwrap_or_default();
-            let taken: Vec<_> = keys.iter().filter_map(|k| st.take_key(k)).collect();
+            let taken: Vec<_> = keys
+                .iter()
+                .filter_map(|k| st.take_key(k.as_str()))
+                .collect();
             (keys, taken)
         };
         self.delete_taken(taken);
@@ -678,7 +705,9 @@ impl Store {
     }
 
     /// Set or clear the pin on `key`.
-    pub async fn set_pinned(&self, key: &str, pinned: bool) -> Result<()> {
+    pub async fn set_pinned(&self, key: &(impl AsKey + ?Sized), pinned: bool) -> Result<()> {
+        let key = key.as_key();
+        let key: &Key = &key;
         let mut entry = self
             .entry(key)
             .ok_or_else(|| Error::NotFound(format!("{key} is not in the store")))?;
@@ -738,7 +767,10 @@ impl Store {
                 let Some((digest, keys)) = victim else {
                     break;
                 };
-                let taken: Vec<_> = keys.iter().filter_map(|k| st.take_key(k)).collect();
+                let taken: Vec<_> = keys
+                    .iter()
+                    .filter_map(|k| st.take_key(k.as_str()))
+                    .collect();
                 (digest, taken)
             };
             tracing::info!(%digest, "evicting");

@@ -52,15 +52,17 @@
 //! # Usage
 //! ```no_run
 //! # async fn demo() -> talos_gen::Result<()> {
-//! use talos_gen::store::{Store, Meta};
+//! use talos_gen::store::{Key, Meta, Store};
 //! let store = Store::open("/var/cache/talos-gen", Some(50 << 30))?;
+//! // keys are typed: one constructor per kind of stored thing
+//! let key = Key::image("x", "v1.0.0", "a.raw.xz");
 //! // write
 //! let entry = store
-//!     .commit_bytes("image/x/v1.0.0/a.raw.xz", b"hello"[..].into(), Meta::default())
+//!     .commit_bytes(&key, b"hello"[..].into(), Meta::default())
 //!     .await?;
 //! assert_eq!(entry.size, 5);
 //! // read (the lease keeps the object from eviction while held)
-//! if let Some(obj) = store.get("image/x/v1.0.0/a.raw.xz") {
+//! if let Some(obj) = store.get(&key) {
 //!     let _body = obj.stream(0, 5); // Stream<Item = io::Result<Bytes>>, chunk-checked
 //! }
 //! # Ok(()) }
@@ -81,6 +83,7 @@ use crate::error::{Error, Result};
 
 pub mod backend;
 mod entries;
+pub mod key;
 pub mod local;
 mod objects;
 mod pieces;
@@ -94,6 +97,7 @@ mod tier;
 
 pub use backend::{Backend, ObjectRead};
 use entries::State;
+pub use key::{AsKey, Family, Key, KeyKind, KeyPrefix};
 pub use local::LocalDir;
 use local::is_hex64;
 pub use objects::{Unavailable, hash_and_sum};
@@ -107,10 +111,13 @@ use tier::Tier;
 /// of checksum blocks ([`sums::CHUNK`]).
 pub const STREAM_CHUNK: usize = 1 << 20;
 
-/// What the index knows about one key.
+/// What the index knows about one key: its **metadata record**, kept by
+/// the entry store apart from the body (one per key). The body's block
+/// checksums belong to the object, not the key: they are kept once per
+/// digest (`sums/<hex>`) and reached through [`Entry::digest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
-    pub key: String,
+    pub key: Key,
     /// Lowercase hex sha256 of the object's bytes.
     pub digest: String,
     pub size: u64,
@@ -118,6 +125,13 @@ pub struct Entry {
     pub content_type: Option<String>,
     /// When the bytes were fetched (seconds since the epoch).
     pub fetched: u64,
+    /// Until when the copy is fresh (seconds since the epoch): answered
+    /// without asking the upstream before then. Written by a writer that
+    /// revalidates ([`Meta::fresh_for`]); absent in entries written before
+    /// it existed and in the mirror job's, which are fresh for the
+    /// reader's own TTL after `fetched` ([`Entry::is_fresh`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_until: Option<u64>,
     /// Pinned entries (mirror job) are never evicted.
     #[serde(default)]
     pub pinned: bool,
@@ -130,6 +144,21 @@ impl Entry {
     pub fn fetched_time(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(self.fetched)
     }
+
+    /// Is the copy fresh now: before its `fresh_until`, or, for a record
+    /// without one, within `ttl` of `fetched`? The one freshness rule.
+    pub fn is_fresh(&self, ttl: Duration) -> bool {
+        let until = self
+            .fresh_until
+            .map(|s| UNIX_EPOCH + Duration::from_secs(s))
+            .unwrap_or_else(|| self.fetched_time() + ttl);
+        SystemTime::now() < until
+    }
+}
+
+/// `fetched + ttl` in whole seconds (a part of a second counts as one).
+fn fresh_until(fetched: u64, ttl: Option<Duration>) -> Option<u64> {
+    ttl.map(|t| fetched.saturating_add(t.as_secs() + u64::from(t.subsec_nanos() > 0)))
 }
 
 /// What the caller attaches to a key on commit.
@@ -137,6 +166,9 @@ impl Entry {
 pub struct Meta {
     pub content_type: Option<String>,
     pub pinned: bool,
+    /// How long the copy stays fresh from now ([`Entry::fresh_until`]);
+    /// `None`: the reader's TTL decides.
+    pub fresh_for: Option<Duration>,
     pub meta: BTreeMap<String, String>,
 }
 

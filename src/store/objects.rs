@@ -18,7 +18,7 @@ use super::entries::Write;
 use super::local::LocalObject;
 use super::read::{Lease, StoredObject};
 use super::sums::{self, Sums};
-use super::{Entry, Meta, STREAM_CHUNK, Store, TempObject, now_secs};
+use super::{AsKey, Entry, Key, Meta, STREAM_CHUNK, Store, TempObject, now_secs};
 use crate::error::{Error, Result};
 
 /// The store holds the object but could not reach it (a bucket that does
@@ -55,22 +55,26 @@ impl Store {
     /// Open the object for `key` for reading (blocking); the returned
     /// lease keeps it from eviction until dropped. `None` when absent or
     /// unreachable (see [`Store::lookup`] to tell them apart).
-    pub fn get(&self, key: &str) -> Option<StoredObject> {
+    pub fn get(&self, key: &(impl AsKey + ?Sized)) -> Option<StoredObject> {
+        let key = key.as_key();
+        let key: &Key = &key;
         self.lookup(key).ok().flatten()
     }
 
     /// [`Store::lookup`] on a blocking thread: what the async paths call.
     pub async fn open_key(
         &self,
-        key: &str,
+        key: &(impl AsKey + ?Sized),
     ) -> std::result::Result<Option<StoredObject>, Unavailable> {
+        let key = key.as_key();
+        let key: &Key = &key;
         // An object held open already (its file and checksums in memory):
         // memory work only, no blocking thread.
-        if let Some(o) = self.open_held(key) {
+        if let Some(o) = self.open_held(key.as_str()) {
             return Ok(Some(o));
         }
         let store = self.clone();
-        let key = key.to_string();
+        let key = key.clone();
         self.unless_down(tokio::task::spawn_blocking(move || store.lookup(&key)))
             .await
             .unwrap_or_else(|e| Err(Unavailable(format!("opening a stored object: {e}"))))
@@ -79,14 +83,19 @@ impl Store {
     /// The entry for `key`: from memory, else read from the backend (an
     /// entry another process wrote, adopted) on a blocking thread. `Err`
     /// when the store may hold it and did not answer: never "absent".
-    pub async fn entry_at(&self, key: &str) -> std::result::Result<Option<Entry>, Unavailable> {
+    pub async fn entry_at(
+        &self,
+        key: &(impl AsKey + ?Sized),
+    ) -> std::result::Result<Option<Entry>, Unavailable> {
+        let key = key.as_key();
+        let key: &Key = &key;
         if let Some(e) = self.entry(key) {
             return Ok(Some(e));
         }
         let store = self.clone();
-        let key = key.to_string();
+        let key = key.clone();
         self.unless_down(tokio::task::spawn_blocking(move || {
-            store.entry_blocking(&key)
+            store.entry_blocking(key.as_str())
         }))
         .await
         .unwrap_or_else(|e| Err(Unavailable(format!("reading the index: {e}"))))
@@ -97,14 +106,14 @@ impl Store {
     /// known down is probed at most once a second, else answered
     /// unavailable at once.
     fn entry_blocking(&self, key: &str) -> std::result::Result<Option<Entry>, Unavailable> {
-        if let Some(e) = self.entry(key) {
+        if let Some(e) = self.entry_raw(key) {
             return Ok(Some(e));
         }
         if !self.available() && !self.recheck_due() {
             return Err(self.unavailable());
         }
         match self.adopt(key) {
-            Ok(_) => Ok(self.entry(key)),
+            Ok(_) => Ok(self.entry_raw(key)),
             Err(e) => {
                 tracing::warn!(key, error = %e, "the store did not answer");
                 Err(self.unavailable())
@@ -116,8 +125,10 @@ impl Store {
     /// another process wrote is found too.
     pub async fn readable_entry_at(
         &self,
-        key: &str,
+        key: &(impl AsKey + ?Sized),
     ) -> std::result::Result<Option<Entry>, Unavailable> {
+        let key = key.as_key();
+        let key: &Key = &key;
         self.entry_at(key).await?;
         self.readable_entry(key)
     }
@@ -169,7 +180,13 @@ impl Store {
     /// A small stored object whole (at most `max` bytes, its sha256
     /// checked: a rotten one is dropped), opened and read on a blocking
     /// thread; `None` when absent, unreachable or unreadable (logged).
-    pub async fn read_small_key(&self, key: &str, max: u64) -> Option<(Entry, bytes::Bytes)> {
+    pub async fn read_small_key(
+        &self,
+        key: &(impl AsKey + ?Sized),
+        max: u64,
+    ) -> Option<(Entry, bytes::Bytes)> {
+        let key = key.as_key();
+        let key: &Key = &key;
         self.read_small_at(key, max).await.ok().flatten()
     }
 
@@ -180,11 +197,13 @@ impl Store {
     /// too large, or rotten (dropped).
     pub async fn read_small_at(
         &self,
-        key: &str,
+        key: &(impl AsKey + ?Sized),
         max: u64,
     ) -> std::result::Result<Option<(Entry, bytes::Bytes)>, Unavailable> {
+        let key = key.as_key();
+        let key: &Key = &key;
         let store = self.clone();
-        let key = key.to_string();
+        let key = key.clone();
         self.unless_down(tokio::task::spawn_blocking(move || {
             let Some(o) = store.lookup(&key)? else {
                 return Ok(None);
@@ -193,7 +212,7 @@ impl Store {
             match o.read_small(max) {
                 Ok(b) => Ok(Some((entry, b))),
                 Err(e) => {
-                    tracing::warn!(key, error = %e, "reading a stored object");
+                    tracing::warn!(key = %key, error = %e, "reading a stored object");
                     match &e {
                         // A bucket that stopped answering mid-read (not
                         // bytes read and found rotten, dropped; not an
@@ -226,7 +245,17 @@ impl Store {
     /// not yet loaded. Every object comes with its block checksums: where
     /// they are missing or do not fit, the whole object is read first and
     /// they are rebuilt only when it hashes to its digest.
-    pub fn lookup(&self, key: &str) -> std::result::Result<Option<StoredObject>, Unavailable> {
+    pub fn lookup(
+        &self,
+        key: &(impl AsKey + ?Sized),
+    ) -> std::result::Result<Option<StoredObject>, Unavailable> {
+        let key = key.as_key();
+        let key: &Key = &key;
+        self.lookup_raw(key.as_str())
+    }
+
+    /// [`Store::lookup`] by the key's string form (inside the store).
+    fn lookup_raw(&self, key: &str) -> std::result::Result<Option<StoredObject>, Unavailable> {
         let down = || self.unavailable();
         let Some(entry) = self.entry_blocking(key)? else {
             return Ok(None);
@@ -291,7 +320,7 @@ impl Store {
                 Err(e) => {
                     tracing::warn!(key, error = %e, "object missing; dropping its entry");
                     drop(lease);
-                    self.remove(key);
+                    self.remove_raw(key);
                     return Ok(None);
                 }
             },
@@ -304,7 +333,7 @@ impl Store {
                     drop(lease);
                     if tier {
                         // Only the local copy was wrong: read the bucket.
-                        return self.lookup(key);
+                        return self.lookup_raw(key);
                     }
                     return Ok(None);
                 }
@@ -450,9 +479,16 @@ impl Store {
 
     /// Store a small body (a manifest, a list, a schematic) under `key`:
     /// the temp file, its write and the commit, all on a blocking thread.
-    pub async fn commit_bytes(&self, key: &str, body: bytes::Bytes, meta: Meta) -> Result<Entry> {
+    pub async fn commit_bytes(
+        &self,
+        key: &(impl AsKey + ?Sized),
+        body: bytes::Bytes,
+        meta: Meta,
+    ) -> Result<Entry> {
+        let key = key.as_key();
+        let key: &Key = &key;
         let store = self.clone();
-        let key = key.to_string();
+        let key = key.clone();
         tokio::task::spawn_blocking(move || {
             let mut tmp = store.temp_blocking()?;
             tmp.write(&body)?;
@@ -466,23 +502,24 @@ impl Store {
     /// (replacing what the key named before), with `meta` (a pin included:
     /// one index write). Evicts down to the size limit, never the object
     /// just committed. Every step on a blocking thread.
-    pub async fn commit(&self, tmp: TempObject, key: &str, meta: Meta) -> Result<Entry> {
+    pub async fn commit(&self, tmp: TempObject, key: &Key, meta: Meta) -> Result<Entry> {
         let store = self.clone();
-        let key = key.to_string();
+        let key = key.clone();
         tokio::task::spawn_blocking(move || store.commit_now(tmp, &key, meta))
             .await
             .map_err(|e| Error::io("commit task", std::io::Error::other(e)))?
     }
 
     /// [`Store::commit`] on the caller's (blocking) thread.
-    pub(super) fn commit_now(&self, tmp: TempObject, key: &str, meta: Meta) -> Result<Entry> {
+    pub(super) fn commit_now(&self, tmp: TempObject, key: &Key, meta: Meta) -> Result<Entry> {
         let (file, src, digest, size, sums) = tmp.into_parts();
         let entry = Entry {
-            key: key.to_string(),
+            key: key.clone(),
             digest,
             size,
             content_type: meta.content_type,
             fetched: now_secs(),
+            fresh_until: super::fresh_until(now_secs(), meta.fresh_for),
             pinned: meta.pinned,
             meta: meta.meta,
         };

@@ -124,7 +124,9 @@ proptest! {
     fn image_path_segments(s in path_segment(), v in path_segment(), a in path_segment()) {
         if let Ok(k) = ImageKey::parse(&s, &v, &a) {
             // Whatever is accepted stays one path segment each, no traversal.
-            let key = k.store_key();
+            // The typed key parses back to itself (`store::Key::kind`).
+            prop_assert_eq!(k.store_key().kind().key(), k.store_key());
+            let key = k.store_key().to_string();
             prop_assert!(!key.contains(".."), "{key}");
             prop_assert!(!key.contains('\\') && !key.contains('\0') && !key.contains('%'), "{key}");
             prop_assert_eq!(key.split('/').count(), 4, "{}", key);
@@ -141,13 +143,15 @@ proptest! {
         let walks = |k: &str| k.split('/').any(|p| p.is_empty() || p == "." || p == "..")
             || k.contains('%') || k.contains('\\') || k.contains('\0');
         if let Ok(k) = talos_gen::factory::TalosctlKey::parse(&v, &a) {
-            let key = k.store_key();
+            prop_assert_eq!(k.store_key().kind().key(), k.store_key());
+            let key = k.store_key().to_string();
             prop_assert!(!walks(&key), "{key}");
             prop_assert_eq!(key.split('/').count(), 3, "{}", key);
         }
         let id = "0".repeat(64);
         if let Ok(d) = talos_gen::factory::FactoryDoc::pxe(&id, &v, &a) {
-            let key = d.store_key();
+            prop_assert_eq!(d.store_key().kind().key(), d.store_key());
+            let key = d.store_key().to_string();
             prop_assert!(!walks(&key), "{key}");
             prop_assert_eq!(key.split('/').count(), 5, "{}", key);
         }

@@ -374,14 +374,14 @@ async fn a_sync_killed_half_way_resumes_without_refetching_whole_objects() {
     );
     ok(&fx.sync("mirror.yaml", "cache"), "resumed sync");
     for e in &whole {
-        if let Some(d) = e.key.strip_prefix("oci/blob/") {
+        if let Some(d) = e.key.as_str().strip_prefix("oci/blob/") {
             assert_eq!(
                 fx.reg.count_gets(&format!("/blobs/{d}")),
                 1,
                 "{} fetched twice",
                 e.key
             );
-        } else if let Some(rest) = e.key.strip_prefix("image/") {
+        } else if let Some(rest) = e.key.as_str().strip_prefix("image/") {
             let asset = rest.rsplit('/').next().unwrap();
             assert_eq!(
                 fx.nginx.count(&format!("/{asset} ")),

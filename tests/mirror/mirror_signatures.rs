@@ -81,9 +81,11 @@ async fn signatures_are_verified_before_mirroring() {
         assert!(pinned(&b.digest));
     }
     assert!(
-        entries
-            .iter()
-            .any(|e| e.key.ends_with(&format!("siderolabs/kubelet:{sig_tag}")) && e.pinned),
+        entries.iter().any(|e| e
+            .key
+            .as_str()
+            .ends_with(&format!("siderolabs/kubelet:{sig_tag}"))
+            && e.pinned),
         "signature tag not pinned"
     );
     // ...nothing of the refused ones is.
@@ -107,7 +109,10 @@ async fn signatures_are_verified_before_mirroring() {
         &only_good,
     );
     assert!(missing.is_empty(), "{missing:?}");
-    assert!(keys.iter().any(|k| k.ends_with(&sig_tag)), "{keys:?}");
+    assert!(
+        keys.iter().any(|k| k.as_str().ends_with(&sig_tag)),
+        "{keys:?}"
+    );
 
     // Without keys the same config mirrors all three (signatures are only
     // fetched for workers: entries then).

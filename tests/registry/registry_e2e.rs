@@ -410,6 +410,9 @@ async fn concurrent_cold_copies_fetch_each_blob_once() {
     for (_, _, d) in &img.manifests {
         assert_eq!(up.count_gets(&format!("/manifests/{d}")), 1, "manifest {d}");
     }
+    // The tag too: eight cold lookups of it, one upstream GET (the others
+    // waited for it in the one table of keys in flight, `cache::revalidate`).
+    assert_eq!(up.count_gets("/manifests/v1.13.6"), 1, "the tag's manifest");
     // The metrics agree: one blob fill per blob, the rest joined or hit.
     let m = reqwest::get(format!("{}/metrics", svc.url()))
         .await

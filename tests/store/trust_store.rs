@@ -740,6 +740,7 @@ async fn a_full_disk_at_the_index_write_leaves_no_orphan() {
         return;
     };
     let store = talos_gen::store::Store::open(fs.path(), None).unwrap();
+    let k = talos_gen::store::Key::factory_doc("/versions");
     // Leave exactly two pages: one for the object, one for its checksums,
     // none for the index entry.
     let filler = fs.path().join("filler");
@@ -747,7 +748,7 @@ async fn a_full_disk_at_the_index_write_leaves_no_orphan() {
     assert_eq!(fs.free(), 2 * 4096);
     let err = store
         .commit_bytes(
-            "k",
+            &k,
             bytes::Bytes::copy_from_slice(&[7u8; 4000]),
             Default::default(),
         )
@@ -763,21 +764,18 @@ async fn a_full_disk_at_the_index_write_leaves_no_orphan() {
     assert_eq!(count("sums"), 0, "no orphaned checksums");
     assert_eq!(count("tmp"), 0);
     assert_eq!(count("index"), 0);
-    assert!(store.get("k").is_none());
+    assert!(store.get(&k).is_none());
     // room again: the same commit goes through
     std::fs::remove_file(&filler).unwrap();
     store
         .commit_bytes(
-            "k",
+            &k,
             bytes::Bytes::copy_from_slice(&[7u8; 4000]),
             Default::default(),
         )
         .await
         .unwrap();
-    assert_eq!(
-        store.get("k").unwrap().read_small(8192).unwrap().len(),
-        4000
-    );
+    assert_eq!(store.get(&k).unwrap().read_small(8192).unwrap().len(), 4000);
     drop(store);
 }
 
