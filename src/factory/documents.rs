@@ -129,27 +129,36 @@ impl FactoryDoc {
 
     /// Is `body` this document (so a captive portal's HTML page or a
     /// truncated answer is never kept)?
-    pub(super) fn check(&self, body: &[u8]) -> std::result::Result<(), String> {
+    pub(super) fn check(&self, body: &[u8]) -> std::result::Result<(), NotTheDocument> {
         match self.kind {
             DocKind::Versions => serde_json::from_slice::<Vec<String>>(body)
                 .map(drop)
-                .map_err(|e| format!("not a JSON list of versions: {e}")),
+                .map_err(NotTheDocument::Versions),
             DocKind::List => serde_json::from_slice::<Vec<serde_json::Value>>(body)
                 .map(drop)
-                .map_err(|e| format!("not a JSON list: {e}")),
-            DocKind::Ipxe => {
-                if body.starts_with(b"#!ipxe") {
-                    Ok(())
-                } else {
-                    Err("not an iPXE script (no #!ipxe line)".into())
-                }
-            }
+                .map_err(NotTheDocument::List),
+            DocKind::Ipxe if body.starts_with(b"#!ipxe") => Ok(()),
+            DocKind::Ipxe => Err(NotTheDocument::Ipxe),
             DocKind::Pem(label) => match pem::parse_many(body) {
                 Ok(blocks) if blocks.first().is_some_and(|b| b.tag() == label) => Ok(()),
-                _ => Err(format!("not a PEM {}", label.to_lowercase())),
+                _ => Err(NotTheDocument::Pem(label.to_lowercase())),
             },
         }
     }
+}
+
+/// What a factory's answer was instead of the document asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum NotTheDocument {
+    #[error("not a JSON list of versions: {0}")]
+    Versions(serde_json::Error),
+    #[error("not a JSON list: {0}")]
+    List(serde_json::Error),
+    #[error("not an iPXE script (no #!ipxe line)")]
+    Ipxe,
+    /// The block label asked for, in lower case.
+    #[error("not a PEM {0}")]
+    Pem(String),
 }
 
 /// A factory document as answered.
@@ -361,8 +370,11 @@ mod tests {
         let pem = kp.public_key_pem();
         assert!(FactoryDoc::cosign_key().check(pem.as_bytes()).is_ok());
         assert_eq!(
-            FactoryDoc::secureboot_cert().check(pem.as_bytes()),
-            Err("not a PEM certificate".into())
+            FactoryDoc::secureboot_cert()
+                .check(pem.as_bytes())
+                .unwrap_err()
+                .to_string(),
+            "not a PEM certificate"
         );
         let all = FactoryDoc::for_releases(&["v1.13.6".into(), "1.13.6".into(), "v1.12.0".into()]);
         assert_eq!(all.len(), 7, "{all:?}");

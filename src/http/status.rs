@@ -254,7 +254,7 @@ fn upstream_rows(st: &AppState, found: &super::ops::Found) -> Vec<UpstreamRow> {
 
 /// Render the page for the current state.
 /// Each part's rows are built by a function of their own, then the template.
-pub async fn render(st: &AppState) -> Result<String, String> {
+pub async fn render(st: &AppState) -> Result<String, tera::Error> {
     let found = st.probes.found();
     let upstreams = upstream_rows(st, &found);
     let names: std::collections::HashMap<&str, &str> =
@@ -287,9 +287,7 @@ pub async fn render(st: &AppState) -> Result<String, String> {
     ctx.insert("sync", &sync);
     ctx.insert("uptime", &human_duration(uptime));
     ctx.insert("started", &httpdate::fmt_http_date(st.started).to_string());
-    tera()
-        .render("status.html", &ctx)
-        .map_err(|e| format!("rendering the status page: {e}"))
+    tera().render("status.html", &ctx)
 }
 
 /// The store's row and its artifact and tag rows.
@@ -533,7 +531,7 @@ pub async fn page(State(st): State<AppState>) -> Response {
         )
             .into_response(),
         Err(e) => {
-            tracing::error!(error = %e, "status page");
+            tracing::error!(error = %e, "rendering the status page");
             (StatusCode::INTERNAL_SERVER_ERROR, "error: status page\n").into_response()
         }
     }
