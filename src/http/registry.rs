@@ -188,13 +188,30 @@ async fn handle(st: &AppState, req: &Parts) -> Result<Response, OciError> {
     }
     let up = st.registry.route(p.repo, p.ns.as_deref())?;
     let head = method == Method::HEAD;
-    match p.kind {
-        "manifests" => manifest(st, &up, &p, req, head).await,
-        "blobs" if head => blob_head(st, &up, &p, &req.headers).await,
-        "blobs" => blob_get(st, &up, &p, &req.headers).await,
-        "tags" => tags(st, &up, &p, req.uri.query(), head).await,
-        _ => referrers(st, &up, &p, req.uri.query(), head).await,
+    let ask = Ask {
+        st,
+        up,
+        p,
+        req,
+        head,
+    };
+    match ask.p.kind {
+        "manifests" => manifest(&ask).await,
+        "blobs" if head => blob_head(&ask).await,
+        "blobs" => blob_get(&ask).await,
+        "tags" => tags(&ask).await,
+        _ => referrers(&ask).await,
     }
+}
+
+/// A `/v2/` request as parsed, for its kind's answer.
+struct Ask<'a> {
+    st: &'a AppState,
+    /// Where its repository is asked.
+    up: UpstreamId,
+    p: V2Path<'a>,
+    req: &'a Parts,
+    head: bool,
 }
 
 /// The headers naming an object by its digest, built once for manifests
@@ -214,16 +231,11 @@ fn digest_headers(h: &mut HeaderMap, d: &Digest) -> Validators {
 
 /// `GET, HEAD .../manifests/<ref>`: the body, its type, the conditionals
 /// blobs ask (412, 304), GET and HEAD alike.
-async fn manifest(
-    st: &AppState,
-    up: &UpstreamId,
-    p: &V2Path<'_>,
-    req: &Parts,
-    head: bool,
-) -> Result<Response, OciError> {
+async fn manifest(ask: &Ask<'_>) -> Result<Response, OciError> {
+    let (reg, p) = (&ask.st.registry, &ask.p);
     let r = Reference::parse(p.reference)?;
-    let m = st.registry.manifest(up, p.repo, &r).await?;
-    let mut resp = match head {
+    let m = reg.manifest(&ask.up, p.repo, &r).await?;
+    let mut resp = match ask.head {
         true => Response::new(Body::empty()),
         false => Response::new(Body::from(m.body.clone())),
     };
@@ -240,7 +252,7 @@ async fn manifest(
         false => CacheStatus::stored(m.stale),
     }
     .insert(h);
-    if let Some(status) = validators.precondition(&req.headers) {
+    if let Some(status) = validators.precondition(&ask.req.headers) {
         let h = std::mem::take(resp.headers_mut());
         return Ok(super::ranges::bodiless(status, h));
     }
@@ -249,12 +261,8 @@ async fn manifest(
 
 /// `HEAD .../blobs/<digest>`: fills nothing: the store's size, else the
 /// upstream's HEAD; the GET's conditionals (412, 304).
-async fn blob_head(
-    st: &AppState,
-    up: &UpstreamId,
-    p: &V2Path<'_>,
-    req_headers: &HeaderMap,
-) -> Result<Response, OciError> {
+async fn blob_head(ask: &Ask<'_>) -> Result<Response, OciError> {
+    let Ask { st, up, p, req, .. } = ask;
     let d = Digest::parse(p.reference)?;
     let reg = &st.registry;
     let (size, status) = match reg.stored_blob_size(&d).await? {
@@ -269,7 +277,7 @@ async fn blob_head(
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     status.insert(&mut h);
-    if let Some(status) = validators.precondition(req_headers) {
+    if let Some(status) = validators.precondition(&req.headers) {
         return Ok(super::ranges::bodiless(status, h));
     }
     let mut resp = Response::new(Body::empty());
@@ -279,14 +287,10 @@ async fn blob_head(
 
 /// `GET .../blobs/<digest>`: the shared object answer, once more if the
 /// fill it followed was dropped.
-async fn blob_get(
-    st: &AppState,
-    up: &UpstreamId,
-    p: &V2Path<'_>,
-    req_headers: &HeaderMap,
-) -> Result<Response, OciError> {
+async fn blob_get(ask: &Ask<'_>) -> Result<Response, OciError> {
+    let Ask { st, up, p, req, .. } = ask;
     let d = &Digest::parse(p.reference)?;
-    let (reg, repo) = (&st.registry, p.repo);
+    let (reg, repo, req_headers) = (&st.registry, p.repo, &req.headers);
     super::ranges::once_more_if_dropped(|| async move {
         let blob = reg.blob(up, repo, d).await?;
         let status = CacheStatus::of(&blob);
@@ -297,16 +301,11 @@ async fn blob_get(
 
 /// `GET, HEAD .../tags/list`: a stored list or the upstream's, passed on
 /// (not kept); `Link` to the next page.
-async fn tags(
-    st: &AppState,
-    up: &UpstreamId,
-    p: &V2Path<'_>,
-    query: Option<&str>,
-    head: bool,
-) -> Result<Response, OciError> {
-    let q = tag_query(query)?;
-    let list = st.registry.tags(up, p.repo, &q).await?;
-    let mut resp = json_response(head, "application/json", list.body().into());
+async fn tags(ask: &Ask<'_>) -> Result<Response, OciError> {
+    let p = &ask.p;
+    let q = tag_query(ask.req.uri.query())?;
+    let list = ask.st.registry.tags(&ask.up, p.repo, &q).await?;
+    let mut resp = json_response(ask.head, "application/json", list.body().into());
     let h = resp.headers_mut();
     super::stale::mark(h, list.stale);
     match list.stored {
@@ -332,17 +331,16 @@ async fn tags(
 }
 
 /// `GET, HEAD .../referrers/<digest>[?artifactType=]`.
-async fn referrers(
-    st: &AppState,
-    up: &UpstreamId,
-    p: &V2Path<'_>,
-    query: Option<&str>,
-    head: bool,
-) -> Result<Response, OciError> {
+async fn referrers(ask: &Ask<'_>) -> Result<Response, OciError> {
+    let p = &ask.p;
     let d = Digest::parse(p.reference)?;
-    let at = query_param(query, "artifactType")?;
-    let r = st.registry.referrers(up, p.repo, &d, at.as_deref()).await?;
-    let mut resp = json_response(head, INDEX_MEDIA_TYPE, r.body);
+    let at = query_param(ask.req.uri.query(), "artifactType")?;
+    let r = ask
+        .st
+        .registry
+        .referrers(&ask.up, p.repo, &d, at.as_deref())
+        .await?;
+    let mut resp = json_response(ask.head, INDEX_MEDIA_TYPE, r.body);
     let h = resp.headers_mut();
     super::stale::mark(h, r.stale);
     use crate::registry::ReferrersSource as Src;
