@@ -52,13 +52,8 @@ pub struct ServeArgs {
     pub registry_url: Option<String>,
     /// Never contact an upstream; answer from the store only. `--offline`
     /// alone means true; a value (also TALOS_GEN_OFFLINE): true/false, 1/0.
-    #[arg(
-        long,
-        env = "TALOS_GEN_OFFLINE",
-        value_name = "BOOL",
-        default_value = "false"
-    )]
-    #[arg(action = clap::ArgAction::Set, value_parser = super::common::BoolFlag, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, env = "TALOS_GEN_OFFLINE", default_value = "false")]
+    #[arg(value_name = "BOOL", action = clap::ArgAction::Set, value_parser = super::common::BoolFlag, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub offline: bool,
     /// Evict least-recently-used, unpinned objects above this size, e.g. 50Gi (default: no limit).
     #[arg(long, env = "TALOS_GEN_CACHE_MAX_SIZE", value_name = "SIZE", value_parser = super::common::parse_size)]
@@ -154,13 +149,8 @@ pub struct ServeArgs {
     /// last address of its X-Forwarded-For (the one the proxy in front
     /// added) instead of the connection's peer (logged as well). Only for a
     /// listener that the proxy alone can reach: a client can write the header.
-    #[arg(
-        long,
-        env = "TALOS_GEN_TRUST_FORWARDED_FOR",
-        value_name = "BOOL",
-        default_value = "false"
-    )]
-    #[arg(action = clap::ArgAction::Set, value_parser = super::common::BoolFlag, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, env = "TALOS_GEN_TRUST_FORWARDED_FOR", default_value = "false")]
+    #[arg(value_name = "BOOL", action = clap::ArgAction::Set, value_parser = super::common::BoolFlag, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub trust_forwarded_for: bool,
     /// Log format on stderr (one access log line per request at info).
     #[arg(long, env = "TALOS_GEN_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
