@@ -100,7 +100,8 @@ fn write_bundle(
     let mut bytes = 0;
     for (digest, (size, key)) in objects {
         let obj = store
-            .get(key)
+            .lookup(key)
+            .map_err(|down| Error::Unavailable(format!("{key}: {down}")))?
             .ok_or_else(|| Error::refused(format!("{key}: its object sha256:{digest} is gone")))?;
         // Every chunk checked as it is read: a rotten object fails the
         // export (and is dropped) instead of travelling.

@@ -158,15 +158,23 @@ pub fn item_keys(store: &Store, item: &Item, keys: &mut Vec<Key>) -> bool {
         }
         queue.push(d);
     }
-    // Its referrers index (and every manifest it lists) likewise.
+    // Its referrers index (and every manifest it lists) likewise. An index
+    // the store holds but does not give (it does not answer, the read
+    // fails, the body is not an index) leaves the item incomplete: what it
+    // lists is unknown, never taken for nothing (a prune would remove it).
     let rk = referrers_key(&up, &repo, &top);
-    if let Some(o) = store.get(&rk) {
-        if let Ok(r) = o
-            .read_small(crate::registry::MAX_LIST as u64)
-            .map_err(|e| e.to_string())
-            .and_then(|b| manifest_refs(&b).map_err(|e| e.to_string()))
-        {
-            queue.extend(r.manifests);
+    let mut complete = true;
+    if store.entry(&rk).is_some() {
+        let listed = match store.lookup(&rk) {
+            Ok(Some(o)) => o
+                .read_small(crate::registry::MAX_LIST as u64)
+                .ok()
+                .and_then(|b| manifest_refs(&b).ok()),
+            Ok(None) | Err(_) => None,
+        };
+        match listed {
+            Some(r) => queue.extend(r.manifests),
+            None => complete = false,
         }
         if !keys.contains(&rk) {
             keys.push(rk);
@@ -178,5 +186,63 @@ pub fn item_keys(store: &Store, item: &Item, keys: &mut Vec<Key>) -> bool {
             keys.push(e.key);
         }
     }
-    reached.complete
+    complete && reached.complete
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::layout::{manifest_key, referrers_key};
+    use crate::store::Meta;
+    use std::io::{Seek, SeekFrom, Write};
+
+    /// `body` stored under `key` and under its manifest key.
+    async fn put(store: &Store, keys: &[Key], body: &str) -> Digest {
+        let d = Digest::of(body.as_bytes());
+        for key in keys.iter().chain([&manifest_key(&d)]) {
+            let bytes = body.as_bytes().to_vec().into();
+            store
+                .commit_bytes(key, bytes, Meta::default())
+                .await
+                .unwrap();
+        }
+        d
+    }
+
+    /// A referrers index the store holds but does not give (its object
+    /// rotten) leaves the item incomplete, so a prune refuses: what it
+    /// lists is unknown, never taken for nothing.
+    #[tokio::test]
+    async fn a_referrers_index_that_cannot_be_read_leaves_the_item_incomplete() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), None).unwrap();
+        let up = UpstreamId::Mirror("ghcr.io".into());
+        // The image (an index with no children), tagged v1; one referrer.
+        let top = put(&store, &[tag_key(&up, "a/b", "v1")], r#"{"manifests":[]}"#).await;
+        let referrer = put(&store, &[], r#"{"manifests":[],"annotations":{"a":"b"}}"#).await;
+        let rk = referrers_key(&up, "a/b", &top);
+        let listing = format!(r#"{{"manifests":[{{"digest":"{referrer}","size":2}}]}}"#);
+        let e = store
+            .commit_bytes(&rk, listing.into_bytes().into(), Meta::default())
+            .await
+            .unwrap();
+        let item = Item::Extra(crate::mirror::config::ExtraImage {
+            host: "ghcr.io".into(),
+            repo: "a/b".into(),
+            reference: "v1".into(),
+        });
+        let mut keys = Vec::new();
+        assert!(item_keys(&store, &item, &mut keys), "{keys:?}");
+        assert!(keys.contains(&rk), "{keys:?}");
+        assert!(keys.contains(&manifest_key(&referrer)), "{keys:?}");
+
+        // A flipped byte in the index's object: the read fails its check.
+        let path = store.object_path(&e.digest).unwrap();
+        let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.seek(SeekFrom::Start(5)).unwrap();
+        f.write_all(b"#").unwrap();
+        drop(f);
+        let mut keys = Vec::new();
+        assert!(!item_keys(&store, &item, &mut keys), "{keys:?}");
+    }
 }

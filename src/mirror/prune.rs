@@ -59,7 +59,12 @@ pub async fn prune(store: &Store, cfg: &Config, dry_run: bool) -> Result<PruneRe
             "mirror prune: the config names nothing to keep (no workers, images, installers, talosctl or extraImages); pruning would remove every mirrored key, nothing pruned",
         ));
     }
-    let (reach, missing) = super::reachable_keys(store, cfg);
+    // The walk reads manifests and indexes from the store (a bucket: a GET
+    // each): on a blocking thread, never on the async worker.
+    let (st, c) = (store.clone(), cfg.clone());
+    let (reach, missing) = tokio::task::spawn_blocking(move || super::reachable_keys(&st, &c))
+        .await
+        .map_err(|e| Error::io("walking the config's keys", std::io::Error::other(e)))?;
     if !missing.is_empty() {
         return Err(Error::refused(format!(
             "mirror prune: the store does not hold all the config names ({}{}); run mirror sync first, nothing pruned",

@@ -107,13 +107,23 @@ pub async fn before(
         blobs.push(d.clone());
     }
     if want == Signature::Verify {
-        let read = |d: &str| payload(store, d);
-        crate::cosign::verify_manifest(&sig.body, top.as_str(), &policy.keys, read).map_err(
-            |cause| ItemError::Signature {
-                at: format!("{repo}:{tag}"),
-                cause,
-            },
-        )?;
+        // The payloads are read from the store (a bucket: a GET each) on a
+        // blocking thread, never on the async worker.
+        let (st, body, keys) = (store.clone(), sig.body.clone(), policy.keys.clone());
+        let at = top.clone();
+        let verdict = tokio::task::spawn_blocking(move || {
+            let read = |d: &str| payload(&st, d);
+            crate::cosign::verify_manifest(&body, at.as_str(), &keys, read)
+        })
+        .await
+        .map_err(|e| ItemError::PayloadRead {
+            digest: top.clone(),
+            cause: crate::Error::io("verifying the signature", std::io::Error::other(e)),
+        })?;
+        verdict.map_err(|cause| ItemError::Signature {
+            at: format!("{repo}:{tag}"),
+            cause,
+        })?;
     }
     for key in blobs
         .iter()
@@ -128,8 +138,14 @@ pub async fn before(
 /// A signature layer's payload, read from the store (fetched just before).
 fn payload(store: &Store, d: &str) -> Result<Vec<u8>, ItemError> {
     let digest = Digest::parse(d).map_err(|_| ItemError::PayloadDigest(d.to_string()))?;
-    let Some(o) = store.get(&blob_key(&digest)) else {
-        return Err(ItemError::PayloadMissing(digest));
+    // A store that does not answer is not one without the payload.
+    let o = match store.lookup(&blob_key(&digest)) {
+        Ok(Some(o)) => o,
+        Ok(None) => return Err(ItemError::PayloadMissing(digest)),
+        Err(down) => {
+            let cause = crate::Error::Unavailable(down.to_string());
+            return Err(ItemError::PayloadRead { digest, cause });
+        }
     };
     o.read_small(crate::registry::MAX_MANIFEST as u64)
         .map(|b| b.to_vec())

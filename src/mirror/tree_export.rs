@@ -539,11 +539,14 @@ fn write_file(
 
 /// Copy a store object to `dst`, checking its sha256 and size on the way.
 fn copy_object(store: &Store, key: &Key, digest: &str, size: u64, dst: &Path) -> Result<()> {
-    let obj = store.get(key).ok_or_else(|| {
-        Error::refused(format!(
-            "{key}: no longer in the store (evicted while exporting?); run the export again"
-        ))
-    })?;
+    let obj = store
+        .lookup(key)
+        .map_err(|down| Error::Unavailable(format!("{key}: {down}")))?
+        .ok_or_else(|| {
+            Error::refused(format!(
+                "{key}: no longer in the store (evicted while exporting?); run the export again"
+            ))
+        })?;
     // Read through the store: every chunk checked against its checksum.
     let mut f = obj.reader();
     let mut bad = None;

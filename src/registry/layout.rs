@@ -163,11 +163,17 @@ pub fn reach_stored(store: &Store, tops: Vec<Digest>) -> Reached {
             continue;
         }
         seen.push(d.clone());
-        let refs = store.get(&manifest_key(&d)).and_then(|o| {
-            let entry = o.entry.clone();
-            let body = o.read_small(super::MAX_MANIFEST as u64).ok()?;
-            Some((entry, manifest_refs(&body)))
-        });
+        // A store that does not answer leaves the walk incomplete, as an
+        // absent manifest does: never a smaller set taken as the whole.
+        let refs = store
+            .lookup(&manifest_key(&d))
+            .ok()
+            .flatten()
+            .and_then(|o| {
+                let entry = o.entry.clone();
+                let body = o.read_small(super::MAX_MANIFEST as u64).ok()?;
+                Some((entry, manifest_refs(&body)))
+            });
         let Some((entry, refs)) = refs else {
             out.complete = false;
             continue;
