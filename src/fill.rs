@@ -1119,8 +1119,8 @@ mod tests {
         fn describe(&self) -> String {
             self.inner.describe()
         }
-        fn local_dir(&self) -> Option<&std::path::Path> {
-            self.inner.local_dir()
+        fn kind(&self) -> crate::store::Kind {
+            self.inner.kind()
         }
         fn lock(&self) -> std::io::Result<crate::store::backend::LockGuard<'_>> {
             self.inner.lock()

@@ -92,7 +92,7 @@ mod temp;
 mod tests;
 mod tier;
 
-pub use backend::{Backend, ObjectRead};
+pub use backend::{Backend, Kind, ObjectRead};
 use entries::State;
 pub use local::LocalDir;
 use local::is_hex64;
@@ -219,6 +219,8 @@ pub struct Store {
 
 struct Inner {
     backend: Box<dyn Backend>,
+    /// The directory a store opened on one is in (for [`Store::object_path`]).
+    dir: Option<PathBuf>,
     max_size: Option<u64>,
     state: Mutex<State>,
     /// A bucket's local tier (`--local-cache-max-size`), if any.
@@ -288,7 +290,7 @@ impl Store {
         }
         let backend = LocalDir::open(dir.clone())
             .map_err(|e| Error::io(format!("opening the store {}", dir.display()), e))?;
-        Store::build(Box::new(backend), max_size, None, touch)
+        Store::build(Box::new(backend), max_size, None, touch, Some(dir))
     }
 
     /// Open the store at `loc` (blocking: the S3 backend connects and
@@ -328,14 +330,14 @@ impl Store {
                         )
                     })?),
                 };
-                Store::build(Box::new(backend), max_size, tier, touch)
+                Store::build(Box::new(backend), max_size, tier, touch, None)
             }
         }
     }
 
     /// Open a store on any backend (the same checks as [`Store::open`]).
     pub fn with_backend(backend: Box<dyn Backend>, max_size: Option<u64>) -> Result<Store> {
-        Store::build(backend, max_size, None, Touch::Recover)
+        Store::build(backend, max_size, None, Touch::Recover, None)
     }
 
     fn build(
@@ -343,10 +345,12 @@ impl Store {
         max_size: Option<u64>,
         tier: Option<Tier>,
         touch: Touch,
+        dir: Option<PathBuf>,
     ) -> Result<Store> {
         let mut store = Store {
             inner: Arc::new(Inner {
                 backend,
+                dir,
                 max_size,
                 state: Mutex::new(State::default()),
                 tier,
@@ -445,14 +449,9 @@ impl Store {
         }
     }
 
-    /// Is the store somewhere other than a local directory (a bucket)?
-    pub fn is_remote(&self) -> bool {
-        self.backend().local_dir().is_none()
-    }
-
-    /// The local directory, when the store is one (for the status page).
-    pub fn dir(&self) -> Option<&Path> {
-        self.backend().local_dir()
+    /// What kind of place the store is, for messages and metrics only.
+    pub fn kind(&self) -> Kind {
+        self.backend().kind()
     }
 
     /// Where the store is, in words (`/var/cache/talos-gen`, `s3://...`).
@@ -522,10 +521,12 @@ impl Store {
             .map_err(|e| Error::io("locking the store", e))
     }
 
-    /// The path of an object in a local store; `None` for a
-    /// malformed digest or another backend.
+    /// The path of an object in a store opened on a local directory
+    /// ([`Store::open`], [`Store::open_at`]), for tools and tests that look
+    /// at its files; `None` for a malformed digest or another store. Never
+    /// read by the store's own read or commit paths.
     pub fn object_path(&self, digest: &str) -> Option<PathBuf> {
-        let dir = self.dir()?;
+        let dir = self.inner.dir.as_deref()?;
         is_hex64(digest).then(|| dir.join("objects/sha256").join(digest))
     }
 }

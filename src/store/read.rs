@@ -10,7 +10,7 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
 use super::STREAM_CHUNK;
-use super::backend::{ObjectRead, Span};
+use super::backend::ObjectRead;
 use super::sums::Sums;
 use super::{Entry, Store};
 use crate::error::{Error, Result};
@@ -34,7 +34,7 @@ impl Drop for Lease {
 /// A committed object opened for reading.
 pub struct StoredObject {
     pub entry: Entry,
-    pub(super) object: Box<dyn ObjectRead>,
+    pub(super) object: Arc<dyn ObjectRead>,
     /// Its block checksums: every object is opened with them (rebuilt
     /// from a whole read that matched its sha256 where they were missing
     /// or did not fit), so no read is ever served unchecked.
@@ -183,20 +183,6 @@ impl super::pieces::Verdict for ReadVerdict {
     }
 }
 
-/// A span read chunk by chunk, for a backend without one of its own.
-struct ChunkSpan {
-    object: Arc<dyn ObjectRead>,
-    pos: u64,
-}
-
-impl Span for ChunkSpan {
-    fn next_bytes(&mut self, n: usize) -> io::Result<Bytes> {
-        let b = self.object.read_chunk(self.pos, n)?;
-        self.pos += n as u64;
-        Ok(b)
-    }
-}
-
 /// Bytes handed out per step of a local file's read, at most: each piece
 /// is read into the stream's own buffer, its checksum blocks checked there
 /// on the async worker, and that buffer sent, so the bytes checked are the
@@ -286,7 +272,7 @@ fn next_piece(piece: usize, n: usize, took: std::time::Duration) -> usize {
 /// unless the bytes prove right; a file shorter than its entry (truncated
 /// under the store) ends it too, and drops the object.
 struct FileRead {
-    file: Arc<std::fs::File>,
+    object: Arc<dyn ObjectRead>,
     /// The size of the next piece, and when the last one was handed out.
     piece: usize,
     handed: Option<(std::time::Instant, usize)>,
@@ -305,7 +291,7 @@ struct FileRead {
 
 impl FileRead {
     fn new(
-        file: Arc<std::fs::File>,
+        object: Arc<dyn ObjectRead>,
         size: u64,
         verdict: Arc<ReadVerdict>,
         start: u64,
@@ -323,7 +309,7 @@ impl FileRead {
             (0, 0)
         };
         FileRead {
-            file,
+            object,
             piece: FIRST_PIECE,
             handed: None,
             verdict,
@@ -401,10 +387,10 @@ impl FileRead {
             buf: Vec::with_capacity(n),
             large,
         };
-        if !super::local::read_cached_at(&self.file, &mut piece.buf, from, n)? {
-            let file = self.file.clone();
+        if !self.object.read_ready(&mut piece.buf, from, n)? {
+            let object = self.object.clone();
             piece = tokio::task::spawn_blocking(move || {
-                super::local::read_exact_at(&file, &mut piece.buf, from, n).map(|()| piece)
+                object.read_rest(&mut piece.buf, from, n).map(|()| piece)
             })
             .await
             .map_err(io::Error::other)??;
@@ -447,9 +433,10 @@ impl StoredObject {
         self.entry.size == 0
     }
 
-    /// Are its bytes read from a bucket (not from local disk)?
+    /// Are its bytes read over a network (a bucket, not its local tier)?
+    /// For metrics and `Cache-Status` only.
     pub fn reads_remote(&self) -> bool {
-        !self.tiered && self.lease.store.is_remote()
+        self.object.remote()
     }
 
     /// Stream bytes `start..end` (end exclusive, within the object),
@@ -478,70 +465,28 @@ impl StoredObject {
             lease,
             tiered,
         } = self;
-        let object: Arc<dyn ObjectRead> = Arc::from(object);
         let size = entry.size;
         let end = end.min(size);
-        let file = object.file();
+        let wins = windows(start, end, size, unit_of(&sums));
         let verdict = Arc::new(ReadVerdict {
             object: object.clone(),
             sums: sums.clone(),
             lease,
             tiered,
         });
-        if let Some(file) = file {
-            return FileRead::new(file, size, verdict, start, end)
-                .stream()
-                .left_stream();
-        }
-        let wins = windows(start, end, size, unit_of(&sums));
-        // A remote object's bytes as they arrive, checked in place
-        // (`pieces`); else window by window on blocking threads.
+        // The bytes as they arrive through one request (a bucket's GET),
+        // checked in place.
         if let (Some(&(from, _)), Some(&(_, to))) = (wins.first(), wins.last())
             && let Some(p) = object.pieces(from, to)
         {
             let s = super::pieces::checked(p, (from, to), (start, end), size, sums, verdict);
-            return s.left_stream().right_stream();
+            return s.left_stream();
         }
-        // The backend's one read of the whole span (S3: one GET), else
-        // chunk by chunk (a local file has no round trip to hide).
-        let span = match (wins.first(), wins.last()) {
-            (Some(first), Some(last)) => object.span(first.0, last.1),
-            _ => None,
-        };
-        let span = span.unwrap_or_else(|| {
-            Box::new(ChunkSpan {
-                object: object.clone(),
-                pos: wins.first().map_or(0, |w| w.0),
-            })
-        });
-        // Window by window, each checked as it completes, in order; the
-        // lease lives as long as the stream (the verdict holds it).
-        let state = Some((span, wins.into_iter()));
-        futures::stream::unfold(state, move |state| {
-            let v = verdict.clone();
-            async move {
-                let (mut span, mut wins) = state?;
-                let (from, to) = wins.next()?;
-                let read = tokio::task::spawn_blocking(move || {
-                    let b = span.next_bytes((to - from) as usize);
-                    let r = v.recheck(&v.sums, from, to, b).map(|(b, _)| b);
-                    (span, r)
-                })
-                .await;
-                // The stream ends after its first error (the response is cut there).
-                match read {
-                    Ok((span, Ok(b))) => {
-                        let (a, z) = (start.max(from), end.min(to));
-                        let b = b.slice((a - from) as usize..(z - from) as usize);
-                        Some((Ok(b), Some((span, wins))))
-                    }
-                    Ok((_, Err(e))) => Some((Err(e), None)),
-                    Err(e) => Some((Err(io::Error::other(e)), None)),
-                }
-            }
-        })
-        .right_stream()
-        .right_stream()
+        // Else piece by piece into the stream's own buffer (a file: from
+        // the page cache on the async worker, else on a blocking thread).
+        FileRead::new(object, size, verdict, start, end)
+            .stream()
+            .right_stream()
     }
 
     /// A blocking reader of the whole object, chunk-checked like
@@ -569,10 +514,21 @@ impl StoredObject {
             .object
             .read_chunk(0, self.entry.size as usize)
             .map_err(|e| {
-                self.lease
-                    .store
-                    .read_failed(&self.entry.digest, self.lease.born, &e, self.tiered);
-                Error::io(format!("reading {}", self.entry.key), e)
+                let fault = self.lease.store.read_failed(
+                    &self.entry.digest,
+                    self.lease.born,
+                    &e,
+                    self.tiered,
+                );
+                match fault {
+                    super::objects::Fault::Unreadable => Error::Unavailable(format!(
+                        "reading {}: {e} (held, not readable now)",
+                        self.entry.key
+                    )),
+                    super::objects::Fault::Dropped => {
+                        Error::io(format!("reading {}", self.entry.key), e)
+                    }
+                }
             })?;
         let got = hex::encode(Sha256::digest(&buf));
         if got != self.entry.digest {

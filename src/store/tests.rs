@@ -508,9 +508,8 @@ impl Backend for Counting {
     fn describe(&self) -> String {
         self.inner.describe()
     }
-    fn local_dir(&self) -> Option<&Path> {
-        // Seen as a bucket: nothing is assumed local.
-        None
+    fn kind(&self) -> backend::Kind {
+        backend::Kind::Bucket
     }
     fn lock(&self) -> std::io::Result<backend::LockGuard<'_>> {
         self.inner.lock()
@@ -635,7 +634,7 @@ async fn a_held_object_is_reopened_from_memory_and_rot_under_its_file_is_caught(
     let e = put(&store, "k", &body, false).await;
     assert!(store.open_held("k").is_none(), "not opened yet");
     assert_eq!(read_whole(store.get("k").unwrap()).await.unwrap(), body);
-    assert!(store.lock().objects[&e.digest].file.is_some(), "kept open");
+    assert!(store.lock().objects[&e.digest].open.is_some(), "kept open");
     let o = store.open_held("k").expect("opened from memory");
     assert_eq!(read_whole(o).await.unwrap(), body);
     // a range across the window grid, from the held file
@@ -686,7 +685,7 @@ async fn idle_files_are_capped() {
         drop(store.get(&format!("k{i}")).unwrap());
     }
     let st = store.lock();
-    let open = |d: &String| st.objects[d].file.is_some();
+    let open = |d: &String| st.objects[d].open.is_some();
     assert!(open(&digests[0]), "held by a reader");
     assert!(open(&digests[n - 1]), "the newest");
     assert!(!open(&digests[1]), "the oldest idle one went");

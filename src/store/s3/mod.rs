@@ -64,7 +64,7 @@ use object_store::{
 };
 use sha2::{Digest, Sha256};
 
-use super::backend::{Backend, Listed, LockGuard, ObjectRead};
+use super::backend::{Backend, Kind, Listed, LockGuard, ObjectRead, Publish};
 use super::local::{Layout, is_hex64, is_index_name};
 
 mod conn;
@@ -482,8 +482,8 @@ impl Backend for S3Backend {
         self.cfg.url()
     }
 
-    fn local_dir(&self) -> Option<&Path> {
-        None
+    fn kind(&self) -> Kind {
+        Kind::Bucket
     }
 
     fn lock(&self) -> io::Result<LockGuard<'_>> {
@@ -642,8 +642,26 @@ impl Backend for S3Backend {
         self.probe(limit)
     }
 
-    fn upload_outside_lock(&self) -> bool {
-        true
+    /// The upload runs before the store lock, so replicas do not wait on
+    /// each other's uploads; under the lock the object is checked again
+    /// (another replica may have deleted it meanwhile) and uploaded again
+    /// if it went.
+    fn stage_object<'a>(
+        &'a self,
+        spool: &'a Path,
+        file: File,
+        digest: &'a str,
+        sums: &'a [u8],
+    ) -> io::Result<Publish<'a>> {
+        let len = file.metadata()?.len();
+        let existed = self.put_object(spool, file, digest, sums)?;
+        Ok(Box::new(move || {
+            if self.object_len(digest)? == Some(len) {
+                return Ok(existed);
+            }
+            let file = super::local::open_regular(spool)?;
+            self.put_object(spool, file, digest, sums)
+        }))
     }
 }
 
