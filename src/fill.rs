@@ -49,7 +49,6 @@
 //! ```
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -59,7 +58,9 @@ use futures::stream::{Stream, StreamExt};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
-use crate::store::{Entry, Meta, SpoolWriter, Store, StoredObject};
+use crate::store::checked::{CheckedRead, Checker, Expected, Verdict};
+use crate::store::sums::Sums;
+use crate::store::{Entry, Meta, ObjectRead, SpoolWriter, Store, StoredObject};
 
 pub use crate::upstream::{FetchError, Head, Opened};
 
@@ -136,7 +137,8 @@ struct Shared {
     key: String,
     store: Store,
     head: std::sync::OnceLock<Head>,
-    file: std::sync::OnceLock<Arc<File>>,
+    /// The spool opened for its readers.
+    file: std::sync::OnceLock<Arc<dyn ObjectRead>>,
     /// What the fill took of the bytes it received: the CRC32C of each
     /// whole [`crate::store::sums::CHUNK`]-byte block written so far, and of
     /// the bytes of the block after them (with their count). Readers check
@@ -455,14 +457,15 @@ impl Fills {
             .temp()
             .await
             .map_err(|e| FetchError::Local(e.to_string()))?;
-        let path = tmp.path().to_path_buf();
-        let reader = tokio::task::spawn_blocking(move || {
-            File::open(&path).map_err(|e| format!("opening {}: {e}", path.display()))
+        let (tmp, reader) = tokio::task::spawn_blocking(move || {
+            let r = tmp
+                .reader()
+                .map_err(|e| format!("opening {}: {e}", tmp.path().display()));
+            (tmp, r)
         })
         .await
-        .map_err(|e| FetchError::Local(format!("opening a fill's file: {e}")))?
-        .map_err(FetchError::Local)?;
-        let _ = sh.file.set(Arc::new(reader));
+        .map_err(|e| FetchError::Local(format!("opening a fill's file: {e}")))?;
+        let _ = sh.file.set(reader.map_err(FetchError::Local)?);
         let published = sh.clone();
         Ok(tmp.into_writer(move |t| {
             {
@@ -605,9 +608,6 @@ pub struct FillHandle {
     rx: watch::Receiver<Progress>,
 }
 
-/// Reads this close behind the writer are served inline.
-const HOT: u64 = 8 << 20;
-
 impl FillHandle {
     fn new(sh: Arc<Shared>) -> FillHandle {
         let rx = sh.tx.subscribe();
@@ -697,6 +697,45 @@ impl FillHandle {
     }
 }
 
+/// The checksums a fill's readers check its file against: the fill's own
+/// (see `Shared::sums`).
+struct FillExpected(Arc<Shared>);
+
+impl Expected for FillExpected {
+    fn unit(&self) -> u64 {
+        crate::store::sums::CHUNK as u64
+    }
+
+    fn crc(&self, block: usize, len: usize) -> Option<u32> {
+        let g = self.0.sums.lock().unwrap_or_else(|p| p.into_inner());
+        match g.whole.get(block) {
+            Some(&c) if len == crate::store::sums::CHUNK => Some(c),
+            None if block == g.whole.len() && len == g.tail.1 => Some(g.tail.0),
+            _ => None,
+        }
+    }
+}
+
+/// A block of a fill's file that does not match what the fill received
+/// (another process wrote into it): the fill is tainted (never committed)
+/// and the read is cut.
+impl Verdict for Shared {
+    fn mismatch(&self, from: u64, _to: u64, _b: &[u8]) -> std::io::Result<Arc<Sums>> {
+        self.tainted
+            .store(true, std::sync::atomic::Ordering::Release);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{}: block {} of the fill's file does not match what was received",
+                self.key,
+                from / crate::store::sums::CHUNK as u64
+            ),
+        ))
+    }
+
+    fn failed(&self, _e: &std::io::Error) {}
+}
+
 /// The checksums of a fill's bytes so far (see `Shared::sums`).
 #[derive(Default)]
 struct FillSums {
@@ -718,6 +757,41 @@ struct ReadState {
 }
 
 impl ReadState {
+    /// The next bytes of `pos..limit` the fill's checksums cover, read
+    /// from its file and checked through the store's one checked body
+    /// ([`CheckedRead`]: whole 64 KiB blocks against the CRC the fill took
+    /// of the bytes it received, and the part of the block being written
+    /// against the CRC of that part), so a byte another process wrote into
+    /// the file is never sent; `None` when the checksums do not reach
+    /// `pos` yet. Small pieces (64 KiB, the first piece of a read), so a
+    /// slow reader holds little, with hyper's write queue bounded by
+    /// `http::WRITE_QUEUE`: 400 slow readers of one fill in tens of MiB.
+    async fn read_checked(&mut self, limit: u64) -> std::io::Result<Option<Bytes>> {
+        let Some(file) = self.sh.file.get().cloned() else {
+            return Err(std::io::Error::other("fill has no file"));
+        };
+        let covered = {
+            let g = self.sh.sums.lock().unwrap_or_else(|p| p.into_inner());
+            g.whole.len() as u64 * crate::store::sums::CHUNK as u64 + g.tail.1 as u64
+        };
+        if covered <= self.pos {
+            return Ok(None);
+        }
+        let checker = Checker::new(Arc::new(FillExpected(self.sh.clone())), self.sh.clone());
+        let mut read = CheckedRead::new(file, checker, covered, self.pos, limit.min(covered));
+        match read.next().await {
+            Ok(Some(b)) => {
+                self.pos += b.len() as u64;
+                Ok(Some(b))
+            }
+            Ok(None) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Err(std::io::Error::other("fill file shorter than written"))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     async fn step(&mut self) -> std::io::Result<Option<Bytes>> {
         use futures::StreamExt;
         loop {
@@ -775,71 +849,18 @@ impl ReadState {
                 limit = limit.min(e.saturating_sub(1));
             }
             if self.pos < limit {
-                let Some(file) = self.sh.file.get().cloned() else {
-                    return Err(std::io::Error::other("fill has no file"));
-                };
-                // Whole checksum blocks only (64 KiB: a small window, so a
-                // slow reader holds little, with hyper's write queue bounded
-                // by `http::WRITE_QUEUE`: 400 slow readers of one fill in
-                // tens of MiB), each checked against the CRC the fill took
-                // of the bytes it received: a byte another process wrote
-                // into the file is never sent.
-                let bs = crate::store::sums::CHUNK as u64;
-                let block = self.pos / bs;
-                let from = block * bs;
-                // The block's checksum: a whole block's, or that of the
-                // bytes of the block being written (read exactly those).
-                let sum = {
-                    let g = self.sh.sums.lock().unwrap_or_else(|p| p.into_inner());
-                    match g.whole.get(block as usize) {
-                        Some(&c) => Some((c, bs as usize)),
-                        None if block as usize == g.whole.len() && g.tail.1 > 0 => Some(g.tail),
-                        None => None,
-                    }
-                };
-                let Some((expected, n)) = sum.filter(|&(_, n)| from + n as u64 > self.pos) else {
-                    if done {
+                match self.read_checked(limit).await? {
+                    Some(b) => return Ok(Some(b)),
+                    None if done => {
                         return Err(std::io::Error::other("fill has no checksum for a block"));
                     }
-                    if self.rx.changed().await.is_err() {
-                        return Err(std::io::Error::other("fill task vanished"));
-                    }
-                    continue;
-                };
-                let read = move |file: &File| {
-                    crate::store::local::read_at(file, from, n).map_err(|e| {
-                        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                            std::io::Error::other("fill file shorter than written")
-                        } else {
-                            e
+                    None => {
+                        if self.rx.changed().await.is_err() {
+                            return Err(std::io::Error::other("fill task vanished"));
                         }
-                    })
-                };
-                // Bytes just written are in the page cache: read them inline
-                // (a memcpy); older bytes (a late joiner) on the blocking pool.
-                let buf = if p.written.saturating_sub(from) <= HOT {
-                    read(&file)?
-                } else {
-                    tokio::task::spawn_blocking(move || read(&file))
-                        .await
-                        .map_err(std::io::Error::other)??
-                };
-                if crc32c::crc32c(&buf) != expected {
-                    self.sh
-                        .tainted
-                        .store(true, std::sync::atomic::Ordering::Release);
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        format!(
-                            "{}: block {block} of the fill's file does not match what was received",
-                            self.sh.key
-                        ),
-                    ));
+                        continue;
+                    }
                 }
-                let to = limit.min(from + n as u64);
-                let b = buf.slice((self.pos - from) as usize..(to - from) as usize);
-                self.pos = to;
-                return Ok(Some(b));
             }
             if done {
                 return Ok(None);
@@ -856,6 +877,7 @@ mod tests {
     use super::*;
     use futures::stream::BoxStream;
     use std::collections::BTreeMap;
+    use std::fs::File;
 
     /// A source fed by the test through a channel.
     fn channel_spec(

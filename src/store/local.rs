@@ -547,6 +547,17 @@ pub(super) fn open_object_file(path: &Path) -> io::Result<Box<dyn ObjectRead>> {
     }))
 }
 
+/// A spool file this process created (a fill in progress), opened for its
+/// readers: read at an offset while it grows.
+pub(super) fn open_spool(path: &Path) -> io::Result<Box<dyn ObjectRead>> {
+    let file = File::open(path)?;
+    Ok(Box::new(LocalObject {
+        file,
+        len: 0,
+        path: path.to_path_buf(),
+    }))
+}
+
 /// Read a small regular file (an index entry, a checksum list).
 pub(super) fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
     use std::io::Read;

@@ -80,6 +80,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 pub mod backend;
+pub mod checked;
 mod entries;
 pub mod local;
 mod objects;

@@ -701,7 +701,7 @@ async fn idle_files_are_capped() {
 /// whole checksum blocks around it, and hand out exactly the range.
 #[tokio::test]
 async fn a_file_read_goes_out_in_pieces() {
-    use super::read::{FIRST_PIECE, SEND_PIECE};
+    use super::checked::{FIRST_PIECE, SEND_PIECE};
     use futures::StreamExt;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), None).unwrap();
@@ -740,7 +740,7 @@ async fn a_file_read_goes_out_in_pieces() {
     assert_eq!(sizes(7, 8).await, [1]);
 }
 
-/// A store holding `k` (`pieces` of [`super::read::SEND_PIECE`] bytes of a
+/// A store holding `k` (`pieces` of [`super::checked::SEND_PIECE`] bytes of a
 /// pattern mod `m`), a stream of the whole of it, and its first piece read.
 struct OnePieceIn {
     _dir: tempfile::TempDir,
@@ -755,7 +755,7 @@ async fn one_piece_in(pieces: usize, m: usize) -> OnePieceIn {
     use futures::StreamExt;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), None).unwrap();
-    let body: Vec<u8> = (0..(super::read::SEND_PIECE * pieces))
+    let body: Vec<u8> = (0..(super::checked::SEND_PIECE * pieces))
         .map(|i| (i % m) as u8)
         .collect();
     let e = put(&store, "k", &body, false).await;
@@ -806,7 +806,7 @@ async fn a_piece_handed_out_is_the_bytes_its_check_saw() {
 /// drops the object so the next request fetches it again.
 #[tokio::test]
 async fn a_file_truncated_under_a_read_cuts_it_and_drops_the_object() {
-    use super::read::SEND_PIECE;
+    use super::checked::SEND_PIECE;
     use futures::StreamExt;
     let OnePieceIn {
         _dir,
