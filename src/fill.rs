@@ -699,7 +699,16 @@ impl FillHandle {
 
 /// The checksums a fill's readers check its file against: the fill's own
 /// (see `Shared::sums`).
-struct FillExpected(Arc<Shared>);
+/// A snapshot of them for one read: from block `first` on, each block's
+/// CRC32C and the count of bytes it covers.
+struct FillExpected {
+    first: usize,
+    sums: Vec<(u32, usize)>,
+}
+
+/// Blocks of a fill's checksums one read of it takes (a piece of a read
+/// is 64 KiB, or up to 80 KiB when its last quarter joins it).
+const SNAPSHOT_BLOCKS: usize = 2;
 
 impl Expected for FillExpected {
     fn unit(&self) -> u64 {
@@ -707,12 +716,8 @@ impl Expected for FillExpected {
     }
 
     fn crc(&self, block: usize, len: usize) -> Option<u32> {
-        let g = self.0.sums.lock().unwrap_or_else(|p| p.into_inner());
-        match g.whole.get(block) {
-            Some(&c) if len == crate::store::sums::CHUNK => Some(c),
-            None if block == g.whole.len() && len == g.tail.1 => Some(g.tail.0),
-            _ => None,
-        }
+        let &(crc, n) = self.sums.get(block.checked_sub(self.first)?)?;
+        (n == len).then_some(crc)
     }
 }
 
@@ -770,14 +775,27 @@ impl ReadState {
         let Some(file) = self.sh.file.get().cloned() else {
             return Err(std::io::Error::other("fill has no file"));
         };
-        let covered = {
+        // The checksums of the next few blocks as they are now, each with
+        // the count of bytes it covers (a whole block's, or the bytes so far
+        // of the block being written): the bytes read are checked against
+        // this snapshot, never against checksums that grew meanwhile.
+        let bs = crate::store::sums::CHUNK;
+        let first = (self.pos / bs as u64) as usize;
+        let sums: Vec<(u32, usize)> = {
             let g = self.sh.sums.lock().unwrap_or_else(|p| p.into_inner());
-            g.whole.len() as u64 * crate::store::sums::CHUNK as u64 + g.tail.1 as u64
+            let whole = g.whole.iter().skip(first).take(SNAPSHOT_BLOCKS);
+            let mut v: Vec<(u32, usize)> = whole.map(|&c| (c, bs)).collect();
+            if v.len() < SNAPSHOT_BLOCKS && first + v.len() == g.whole.len() && g.tail.1 > 0 {
+                v.push(g.tail);
+            }
+            v
         };
+        let covered = (first * bs + sums.iter().map(|&(_, n)| n).sum::<usize>()) as u64;
         if covered <= self.pos {
             return Ok(None);
         }
-        let checker = Checker::new(Arc::new(FillExpected(self.sh.clone())), self.sh.clone());
+        let expected = FillExpected { first, sums };
+        let checker = Checker::new(Arc::new(expected), self.sh.clone());
         let mut read = CheckedRead::new(file, checker, covered, self.pos, limit.min(covered));
         match read.next().await {
             Ok(Some(b)) => {
@@ -997,6 +1015,40 @@ mod tests {
             Joined::Stored(_)
         ));
         assert_eq!(fills.running(), 0);
+    }
+
+    /// Readers following a fill written in small pieces (its last block's
+    /// checksum growing while they read) read it whole and right, and
+    /// never take a block whose checksum grew under them for one another
+    /// process wrote (which would taint the fill).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_of_a_fill_written_in_small_pieces_read_it_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let fills = Fills::new(Store::open(dir.path(), None).unwrap());
+        let body: Vec<u8> = (0..(1 << 20) + 333).map(|i| (i * 7 % 251) as u8).collect();
+        let (tx, spec) = channel_spec(Some(body.len() as u64));
+        let Joined::Filling(mut h) = fills.join("k", || spec).await.unwrap() else {
+            panic!("expected a fill")
+        };
+        let feed = body.clone();
+        let feeder = tokio::spawn(async move {
+            for c in feed.chunks(1000) {
+                tx.send(Ok(Bytes::copy_from_slice(c))).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        });
+        h.head().await.unwrap();
+        let readers: Vec<_> = [(0, None), (70_000, None), (5, Some(900_000))]
+            .into_iter()
+            .map(|(from, to)| (from, to, tokio::spawn(collect(h.reader(from, to)))))
+            .collect();
+        feeder.await.unwrap();
+        for (from, to, r) in readers {
+            let got = r.await.unwrap().unwrap();
+            let to = to.unwrap_or(body.len() as u64) as usize;
+            assert!(got == body[from as usize..to], "{from}..{to}");
+        }
+        assert_eq!(h.wait().await.unwrap().entry.size, body.len() as u64);
     }
 
     #[tokio::test]

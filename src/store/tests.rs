@@ -1014,3 +1014,81 @@ async fn a_fill_in_progress_counts_against_the_size_bound() {
     put(&store, "c", b"ccccc", false).await;
     assert_eq!(store.total_size(), 9, "nothing more evicted once let go");
 }
+
+/// A local object whose checksum file is lost, garbage, or fits but is
+/// wrong is never served unchecked: lost or garbage, the checksums are
+/// rebuilt from a whole read that hashes to the object's digest before a
+/// byte goes out; wrong, the first block that does not match sends the
+/// read to the same whole read, whose checksums then check the rest. Bytes
+/// that do not hash right are never served (the read is cut before its
+/// end, the object dropped), whatever the checksums said.
+#[tokio::test]
+async fn a_local_object_whose_checksums_are_lost_or_wrong_is_never_served_unchecked() {
+    let body: Vec<u8> = (0..(3 * STREAM_CHUNK + 4321))
+        .map(|i| (i * 13 % 241) as u8)
+        .collect();
+    let digest = hex::encode(Sha256::digest(&body));
+    let right = Sums::of(&body);
+    let mut wrong = right.encode();
+    wrong[8 + 4 * 20] ^= 1; // block 20's CRC
+    let garbage = b"not a checksum file".to_vec();
+    // (what the sums file holds, whether the object's bytes are rotten)
+    let cases: [(Option<Vec<u8>>, bool); 6] = [
+        (None, false),
+        (Some(garbage.clone()), false),
+        (Some(wrong.clone()), false),
+        (None, true),
+        (Some(garbage), true),
+        (Some(wrong), true),
+    ];
+    for (i, (sums, rotten)) in cases.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), None).unwrap();
+            put(&store, "k", &body, false).await;
+            if rotten {
+                // A byte of block 40, after the block whose CRC is wrong.
+                flip_byte(&store.object_path(&digest).unwrap(), 40 * 65536 + 7);
+            }
+        }
+        let sums_file = dir.path().join("sums").join(&digest);
+        match &sums {
+            None => fs::remove_file(&sums_file).unwrap(),
+            Some(b) => fs::write(&sums_file, b).unwrap(),
+        }
+        let store = Store::open(dir.path(), None).unwrap();
+        let got = match store.open_key("k").await.unwrap() {
+            Some(o) => read_whole(o).await,
+            None => Err(std::io::Error::other("not served")),
+        };
+        if rotten {
+            let what = format!("case {i}: rotten bytes");
+            if let Ok(b) = got {
+                panic!("{what}: served whole ({} bytes)", b.len());
+            }
+            assert!(
+                store.open_key("k").await.unwrap().is_none(),
+                "{what}: dropped"
+            );
+            assert!(
+                !dir.path().join("objects/sha256").join(&digest).exists(),
+                "{what}: its file removed"
+            );
+        } else {
+            assert!(got.unwrap() == body, "case {i}: served right");
+            // The checksums on disk are right now; a range reads right too.
+            assert_eq!(
+                Sums::decode(&fs::read(&sums_file).unwrap()).unwrap(),
+                right,
+                "case {i}: checksums rebuilt"
+            );
+            let o = store.open_key("k").await.unwrap().unwrap();
+            let mut s = Box::pin(o.stream(1_000_000, 1_300_000));
+            let mut part = Vec::new();
+            while let Some(c) = futures::StreamExt::next(&mut s).await {
+                part.extend_from_slice(&c.unwrap());
+            }
+            assert!(part == body[1_000_000..1_300_000], "case {i}: a range");
+        }
+    }
+}
