@@ -20,9 +20,16 @@
 //!
 //! Every method blocks: the store calls them only from blocking threads,
 //! never on an async worker and never holding a mutex of its own, and a
-//! remote backend bounds every call by its timeout. The one exception is
-//! [`ObjectRead::pieces`]: a stream whose request is async I/O polled by
-//! its reader, never blocking.
+//! remote backend bounds every call by its timeout. The two exceptions
+//! never block: [`ObjectRead::pieces`], a stream whose request is async
+//! I/O polled by its reader, and [`ObjectRead::read_ready`], what an
+//! object has at hand without a wait (a local file's page cache).
+//!
+//! No hook is for one kind of backend only: what differs between a
+//! directory and a bucket is a capability each answers for itself (its
+//! put in two halves, [`Backend::stage_object`]; how an object reads
+//! itself, [`ObjectRead`]); [`Kind`] names the kind for messages and
+//! metrics only.
 
 use std::collections::HashMap;
 use std::fs::File;

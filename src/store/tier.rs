@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::STREAM_CHUNK;
 use super::Store;
 use super::backend::ObjectRead;
+use super::checked::{Checker, Verdict};
 use super::local::{is_hex64, open_object_file};
 use super::sums::Sums;
 
@@ -325,9 +326,19 @@ impl Tier {
 
     /// Read `digest` from the bucket into a temp file here, every block
     /// checked and the whole hashed, then rename it into place.
-    fn copy(&self, store: &Store, digest: &str, size: u64, sums: &Sums) -> std::io::Result<()> {
+    fn copy(
+        &self,
+        store: &Store,
+        digest: &str,
+        size: u64,
+        sums: &Arc<Sums>,
+    ) -> std::io::Result<()> {
         use sha2::Digest as _;
         let object = store.backend().open_object(digest, size)?;
+        // The one block check of every read; a block that does not match
+        // ends the copy (the bucket's object is the store's to judge, at
+        // its next read).
+        let mut checker = Checker::new(sums.clone(), Arc::new(CopyVerdict));
         let tmp = self
             .dir
             .join(format!(".copy-{digest}-{:08x}", rand::random::<u32>()));
@@ -342,18 +353,7 @@ impl Tier {
                     Some(s) => s.next_bytes(n)?,
                     None => object.read_chunk(pos, n)?,
                 };
-                {
-                    let s = sums;
-                    let bs = s.chunk();
-                    for (i, block) in b.chunks(bs).enumerate() {
-                        if !s.check(pos as usize / bs + i, block) {
-                            return Err(std::io::Error::new(
-                                std::io::ErrorKind::InvalidData,
-                                "a block does not match its checksum",
-                            ));
-                        }
-                    }
-                }
+                let b = checker.check_blocking(pos, b)?;
                 h.update(&b);
                 out.write_all(&b)?;
                 pos += n as u64;
@@ -371,6 +371,20 @@ impl Tier {
         }
         res
     }
+}
+
+/// A copy's verdict: a block that does not match ends the copy.
+struct CopyVerdict;
+
+impl Verdict for CopyVerdict {
+    fn mismatch(&self, from: u64, _to: u64, _b: &[u8]) -> std::io::Result<Arc<Sums>> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the block at {from} does not match its checksum"),
+        ))
+    }
+
+    fn failed(&self, _e: &std::io::Error) {}
 }
 
 #[cfg(test)]
