@@ -35,9 +35,12 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+
+use super::sums::Sums;
 
 /// An object opened for reading.
 pub trait ObjectRead: Send + Sync {
@@ -110,6 +113,14 @@ pub trait ObjectRead: Send + Sync {
     /// Do reads of it cross a network (for metrics and `Cache-Status`
     /// only, never for a decision of the store)?
     fn remote(&self) -> bool {
+        false
+    }
+
+    /// Is it a local copy the backend keeps beside the object (a bucket's
+    /// local tier), readable while the backend does not answer? A fault in
+    /// a copy drops only the copy ([`Backend::drop_copy`]); the object is
+    /// read from the backend next.
+    fn is_copy(&self) -> bool {
         false
     }
 }
@@ -215,6 +226,28 @@ pub trait Backend: Send + Sync + 'static {
     /// backend did not answer.
     fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>>;
     fn write_sums(&self, digest: &str, body: &[u8]) -> io::Result<()>;
+
+    /// Local copies a backend keeps of its objects (a bucket's local tier:
+    /// [`Backend::open_object`] opens the copy when it holds one, and a put
+    /// keeps the verified spool file as one): keep only those
+    /// `keep(digest, size)` accepts (start-up: the objects the index
+    /// names). A backend without copies has nothing to do.
+    fn retain_copies(&self, _keep: &dyn Fn(&str, u64) -> bool) {}
+
+    /// Does the backend hold a local copy of `digest` of `size` bytes,
+    /// readable while it does not answer (memory only)?
+    fn holds_copy(&self, _digest: &str, _size: u64) -> bool {
+        false
+    }
+
+    /// The local copy of `digest` is short or rotten: drop it (the object
+    /// stays; it is read from the backend next).
+    fn drop_copy(&self, _digest: &str) {}
+
+    /// `digest` was read from the backend itself (not a copy): a backend
+    /// that keeps copies may make one now, in the background, checked
+    /// against `sums` and hashed whole before it is used.
+    fn read_through(&self, _digest: &str, _size: u64, _sums: Arc<Sums>) {}
 
     /// Is the backend reachable, answered within `limit` (`/readyz`)? A
     /// local directory always is.

@@ -335,7 +335,7 @@ impl Store {
         let Some(e) = self.entry(key) else {
             return Ok(None);
         };
-        let in_tier = self.tier().is_some_and(|t| t.holds(&e.digest, e.size));
+        let in_tier = self.backend().holds_copy(&e.digest, e.size);
         if !self.available() && !in_tier {
             return Err(self.unavailable());
         }
@@ -646,11 +646,8 @@ impl Store {
         }
     }
 
-    /// Delete an object's bytes (and its local tier copy).
+    /// Delete an object's bytes (and any local copy the backend keeps).
     pub(super) fn delete_object(&self, digest: &str) {
-        if let Some(t) = self.tier() {
-            t.remove(digest);
-        }
         self.backend().delete_object(digest);
     }
 

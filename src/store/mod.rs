@@ -101,7 +101,6 @@ pub use objects::{Unavailable, hash_and_sum};
 pub use read::{Lease, StoredObject};
 pub use s3::{S3Backend, S3Config};
 pub use temp::{SpoolWriter, TempObject};
-use tier::Tier;
 
 /// Bytes per step when streaming a stored object (1 MiB measured best
 /// against 2, 8 and 32 MiB windows with wrk on loopback); a whole number
@@ -224,8 +223,6 @@ struct Inner {
     dir: Option<PathBuf>,
     max_size: Option<u64>,
     state: Mutex<State>,
-    /// A bucket's local tier (`--local-cache-max-size`), if any.
-    tier: Option<Tier>,
     /// Objects dropped because their bytes rotted.
     corrupt: AtomicU64,
     /// An eviction is scheduled or running.
@@ -291,7 +288,7 @@ impl Store {
         }
         let backend = LocalDir::open(dir.clone())
             .map_err(|e| Error::io(format!("opening the store {}", dir.display()), e))?;
-        Store::build(Box::new(backend), max_size, None, touch, Some(dir))
+        Store::build(Box::new(backend), max_size, touch, Some(dir))
     }
 
     /// Open the store at `loc` (blocking: the S3 backend connects and
@@ -314,37 +311,36 @@ impl Store {
         match loc {
             Location::Dir(d) => Store::open_dir(d.clone(), max_size, touch),
             Location::S3(c) => {
-                let backend = S3Backend::open(c.clone()).map_err(|e| {
+                let mut backend = S3Backend::open(c.clone()).map_err(|e| {
                     if e.kind() == std::io::ErrorKind::InvalidInput {
                         Error::bad_input(format!("--store {}: {e}", c.url()))
                     } else {
                         Error::io(format!("opening the store {}", c.url()), e)
                     }
                 })?;
-                let tier = match c.local_tier {
-                    _ if touch == Touch::Untouched => None,
-                    0 => None,
-                    max => Some(Tier::open(c.spool.join("tier"), max).map_err(|e| {
-                        Error::io(
-                            format!("opening the local tier in {}", c.spool.display()),
-                            e,
-                        )
-                    })?),
-                };
-                Store::build(Box::new(backend), max_size, tier, touch, None)
+                if touch != Touch::Untouched && c.local_tier > 0 {
+                    backend = backend
+                        .with_tier(c.spool.join("tier"), c.local_tier)
+                        .map_err(|e| {
+                            Error::io(
+                                format!("opening the local tier in {}", c.spool.display()),
+                                e,
+                            )
+                        })?;
+                }
+                Store::build(Box::new(backend), max_size, touch, None)
             }
         }
     }
 
     /// Open a store on any backend (the same checks as [`Store::open`]).
     pub fn with_backend(backend: Box<dyn Backend>, max_size: Option<u64>) -> Result<Store> {
-        Store::build(backend, max_size, None, Touch::Recover, None)
+        Store::build(backend, max_size, Touch::Recover, None)
     }
 
     fn build(
         backend: Box<dyn Backend>,
         max_size: Option<u64>,
-        tier: Option<Tier>,
         touch: Touch,
         dir: Option<PathBuf>,
     ) -> Result<Store> {
@@ -354,7 +350,6 @@ impl Store {
                 dir,
                 max_size,
                 state: Mutex::new(State::default()),
-                tier,
                 corrupt: AtomicU64::new(0),
                 evicting: AtomicBool::new(false),
                 evict_again: AtomicBool::new(false),
@@ -370,9 +365,9 @@ impl Store {
             let _lock = store.lock_store()?;
             store.scan(touch)?
         };
-        if let Some(t) = &store.inner.tier {
-            t.keep_only(|d, size| state.objects.get(d).is_some_and(|o| o.size == size));
-        }
+        store
+            .backend()
+            .retain_copies(&|d, size| state.objects.get(d).is_some_and(|o| o.size == size));
         let inner = Arc::get_mut(&mut store.inner).expect("store not shared yet");
         inner.state = Mutex::new(state);
         inner.dropped_at_open = dropped;
@@ -384,10 +379,6 @@ impl Store {
 
     fn backend(&self) -> &dyn Backend {
         &*self.inner.backend
-    }
-
-    fn tier(&self) -> Option<&Tier> {
-        self.inner.tier.as_ref()
     }
 
     /// Is the backend reachable (within `limit`)? Updates

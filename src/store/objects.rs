@@ -255,12 +255,29 @@ impl Store {
                 tiered: false,
             }));
         }
-        let tiered = self
-            .tier()
-            .and_then(|t| t.open_copy(&entry.digest, entry.size));
+        // The backend's handle (no round trip: a local file's open, a
+        // bucket's object, or the copy it keeps in its local tier).
+        let object: Arc<dyn ObjectRead> = match self
+            .answered_unless_missing(self.backend().open_object(&entry.digest, entry.size))
+        {
+            Ok(o) => o.into(),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                // The backend did not answer (an S3 outage): the entry
+                // stays; the request fails rather than refetching.
+                tracing::warn!(key, error = %e, "the store did not answer");
+                return Err(down());
+            }
+            Err(e) => {
+                tracing::warn!(key, error = %e, "object missing; dropping its entry");
+                drop(lease);
+                self.remove(key);
+                return Ok(None);
+            }
+        };
+        let tier = object.is_copy();
         // A store marked down is not asked (it is probed at most once per
-        // gap); a copy in the local tier is read all the same.
-        if tiered.is_none() && !self.available() && !self.recheck_due() {
+        // gap); a local copy is read all the same.
+        if !tier && !self.available() && !self.recheck_due() {
             return Err(down());
         }
         let sums = match known_sums {
@@ -275,27 +292,6 @@ impl Store {
                 Err(e) => {
                     tracing::warn!(key, error = %e, "the store did not answer");
                     return Err(down());
-                }
-            },
-        };
-        let tier = tiered.is_some();
-        let object: Arc<dyn ObjectRead> = match tiered {
-            Some(o) => o.into(),
-            None => match self
-                .answered_unless_missing(self.backend().open_object(&entry.digest, entry.size))
-            {
-                Ok(o) => o.into(),
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    // The backend did not answer (an S3 outage): the entry
-                    // stays; the request fails rather than refetching.
-                    tracing::warn!(key, error = %e, "the store did not answer");
-                    return Err(down());
-                }
-                Err(e) => {
-                    tracing::warn!(key, error = %e, "object missing; dropping its entry");
-                    drop(lease);
-                    self.remove(key);
-                    return Ok(None);
                 }
             },
         };
@@ -317,8 +313,9 @@ impl Store {
                 }
             },
         };
-        if !tier && let Some(t) = self.tier() {
-            t.want(self, &entry.digest, entry.size, sums.clone());
+        if !tier {
+            self.backend()
+                .read_through(&entry.digest, entry.size, sums.clone());
         }
         // A handle worth keeping (an open file) is kept while the object
         // is held: the next open is memory work ([`Store::open_held`]). (A
@@ -535,11 +532,6 @@ impl Store {
         if let Some(o) = self.lock().objects.get_mut(&entry.digest) {
             o.sums = Some(sums.clone());
         }
-        // A bucket's fill is verified on local disk already: it becomes
-        // the local tier's copy.
-        if let Some(t) = self.tier() {
-            t.adopt_spool(src, &entry.digest, entry.size);
-        }
         Ok(stands)
     }
 
@@ -591,9 +583,7 @@ impl Store {
         if tiered {
             if matches!(e.kind(), NotFound | UnexpectedEof) {
                 tracing::error!(%digest, error = %e, "the local tier's copy is gone or short; dropped (the bucket's is read next)");
-                if let Some(t) = self.tier() {
-                    t.remove(digest);
-                }
+                self.backend().drop_copy(digest);
             }
             return Fault::Dropped;
         }
@@ -639,9 +629,7 @@ impl Store {
     /// the copy goes (the bucket stays the truth), the read is cut.
     pub(super) fn tier_mismatch(&self, digest: &str, chunk: u64) -> std::io::Error {
         tracing::error!(%digest, chunk, "the local tier's copy is corrupt; dropped (the bucket's is read next)");
-        if let Some(t) = self.tier() {
-            t.remove(digest);
-        }
+        self.backend().drop_copy(digest);
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("the local copy of sha256:{digest} is corrupt (chunk {chunk}); dropped"),

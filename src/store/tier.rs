@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::STREAM_CHUNK;
-use super::Store;
 use super::backend::ObjectRead;
 use super::checked::{Checker, Verdict};
 use super::local::{is_hex64, open_object_file};
@@ -38,6 +37,33 @@ pub(super) struct Tier {
     dir: PathBuf,
     max: u64,
     state: Mutex<TierState>,
+    /// Opens an object in the bucket (what a background copy reads).
+    bucket: Option<Opener>,
+}
+
+/// Opens the bucket's object `digest` of `len` bytes (no round trip).
+pub(super) type Opener = Arc<dyn Fn(&str, u64) -> Box<dyn ObjectRead> + Send + Sync>;
+
+/// A copy in the tier, read like any object; it says it is a copy
+/// ([`ObjectRead::is_copy`]: a fault in it drops only the copy).
+struct Copy(Box<dyn ObjectRead>);
+
+impl ObjectRead for Copy {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+    fn read_chunk(&self, pos: u64, len: usize) -> std::io::Result<bytes::Bytes> {
+        self.0.read_chunk(pos, len)
+    }
+    fn read_ready(&self, buf: &mut Vec<u8>, pos: u64, want: usize) -> std::io::Result<bool> {
+        self.0.read_ready(buf, pos, want)
+    }
+    fn read_rest(&self, buf: &mut Vec<u8>, pos: u64, want: usize) -> std::io::Result<()> {
+        self.0.read_rest(buf, pos, want)
+    }
+    fn is_copy(&self) -> bool {
+        true
+    }
 }
 
 #[derive(Default)]
@@ -86,7 +112,14 @@ impl Tier {
             dir,
             max,
             state: Mutex::new(st),
+            bucket: None,
         })
+    }
+
+    /// The tier whose background copies read the bucket through `open`.
+    pub(super) fn reading(mut self, open: Opener) -> Tier {
+        self.bucket = Some(open);
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, TierState> {
@@ -146,7 +179,7 @@ impl Tier {
             }
         }
         match open_object_file(&self.path(digest)) {
-            Ok(o) if o.len() == size => Some(o),
+            Ok(o) if o.len() == size => Some(Box::new(Copy(o))),
             _ => {
                 self.remove(digest);
                 None
@@ -256,7 +289,7 @@ impl Tier {
     /// `digest` was read from the bucket: copy it here in the background
     /// (at most [`COPIES`] at once, the rest queued; a request meanwhile
     /// reads the bucket).
-    pub(super) fn want(&self, store: &Store, digest: &str, size: u64, sums: Arc<Sums>) {
+    pub(super) fn want(self: &Arc<Self>, digest: &str, size: u64, sums: Arc<Sums>) {
         if size > self.max {
             return;
         }
@@ -281,22 +314,23 @@ impl Tier {
             self.lock().copying.remove(digest);
             return;
         }
-        let store = store.clone();
+        let tier = self.clone();
         let mut next = Some((digest.to_string(), size, sums));
         rt.spawn_blocking(move || {
-            let Some(tier) = store.tier() else { return };
             while let Some((digest, size, sums)) = next.take() {
-                match tier.copy(&store, &digest, size, &sums) {
+                let mut unanswered = false;
+                match tier.copy(&digest, size, &sums) {
                     Ok(()) => tier.settle(size, Some(&digest)),
                     Err(e) => {
+                        unanswered = e.kind() != std::io::ErrorKind::InvalidData;
                         tier.settle(size, None);
                         tracing::warn!(%digest, error = %e, "copying into the local tier failed")
                     }
                 }
                 let mut st = tier.lock();
                 st.copying.remove(&digest);
-                if !store.available() {
-                    // The bucket does not answer: nothing waits on it.
+                if unanswered {
+                    // The bucket did not answer: nothing waits on it.
                     st.pending.clear();
                 }
                 // The next one waiting, unless it got its copy meanwhile;
@@ -326,15 +360,13 @@ impl Tier {
 
     /// Read `digest` from the bucket into a temp file here, every block
     /// checked and the whole hashed, then rename it into place.
-    fn copy(
-        &self,
-        store: &Store,
-        digest: &str,
-        size: u64,
-        sums: &Arc<Sums>,
-    ) -> std::io::Result<()> {
+    fn copy(&self, digest: &str, size: u64, sums: &Arc<Sums>) -> std::io::Result<()> {
         use sha2::Digest as _;
-        let object = store.backend().open_object(digest, size)?;
+        let open = self
+            .bucket
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("the tier reads no bucket"))?;
+        let object = open(digest, size);
         // The one block check of every read; a block that does not match
         // ends the copy (the bucket's object is the store's to judge, at
         // its next read).
