@@ -54,7 +54,6 @@
 //! ```
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -64,7 +63,9 @@ use futures::stream::{Stream, StreamExt};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
-use crate::store::{AsKey, Entry, Key, Meta, SpoolWriter, Store, StoredObject};
+use crate::store::checked::{CheckedRead, Checker, Expected, Verdict};
+use crate::store::sums::Sums;
+use crate::store::{AsKey, Entry, Key, Meta, ObjectRead, SpoolWriter, Store, StoredObject};
 
 pub use crate::upstream::{FetchError, Head, Opened};
 
@@ -141,7 +142,8 @@ struct Shared {
     key: Key,
     store: Store,
     head: std::sync::OnceLock<Head>,
-    file: std::sync::OnceLock<Arc<File>>,
+    /// The spool opened for its readers.
+    file: std::sync::OnceLock<Arc<dyn ObjectRead>>,
     /// What the fill took of the bytes it received: the CRC32C of each
     /// whole [`crate::store::sums::CHUNK`]-byte block written so far, and of
     /// the bytes of the block after them (with their count). Readers check
@@ -575,14 +577,15 @@ impl Fills {
             .temp()
             .await
             .map_err(|e| FetchError::Local(e.to_string()))?;
-        let path = tmp.path().to_path_buf();
-        let reader = tokio::task::spawn_blocking(move || {
-            File::open(&path).map_err(|e| format!("opening {}: {e}", path.display()))
+        let (tmp, reader) = tokio::task::spawn_blocking(move || {
+            let r = tmp
+                .reader()
+                .map_err(|e| format!("opening {}: {e}", tmp.path().display()));
+            (tmp, r)
         })
         .await
-        .map_err(|e| FetchError::Local(format!("opening a fill's file: {e}")))?
-        .map_err(FetchError::Local)?;
-        let _ = sh.file.set(Arc::new(reader));
+        .map_err(|e| FetchError::Local(format!("opening a fill's file: {e}")))?;
+        let _ = sh.file.set(reader.map_err(FetchError::Local)?);
         let published = sh.clone();
         Ok(tmp.into_writer(move |t| {
             {
@@ -725,9 +728,6 @@ pub struct FillHandle {
     rx: watch::Receiver<Progress>,
 }
 
-/// Reads this close behind the writer are served inline.
-const HOT: u64 = 8 << 20;
-
 impl FillHandle {
     fn new(sh: Arc<Shared>) -> FillHandle {
         let rx = sh.tx.subscribe();
@@ -817,6 +817,50 @@ impl FillHandle {
     }
 }
 
+/// The checksums a fill's readers check its file against: the fill's own
+/// (see `Shared::sums`).
+/// A snapshot of them for one read: from block `first` on, each block's
+/// CRC32C and the count of bytes it covers.
+struct FillExpected {
+    first: usize,
+    sums: Vec<(u32, usize)>,
+}
+
+/// Blocks of a fill's checksums one read of it takes (a piece of a read
+/// is 64 KiB, or up to 80 KiB when its last quarter joins it).
+const SNAPSHOT_BLOCKS: usize = 2;
+
+impl Expected for FillExpected {
+    fn unit(&self) -> u64 {
+        crate::store::sums::CHUNK as u64
+    }
+
+    fn crc(&self, block: usize, len: usize) -> Option<u32> {
+        let &(crc, n) = self.sums.get(block.checked_sub(self.first)?)?;
+        (n == len).then_some(crc)
+    }
+}
+
+/// A block of a fill's file that does not match what the fill received
+/// (another process wrote into it): the fill is tainted (never committed)
+/// and the read is cut.
+impl Verdict for Shared {
+    fn mismatch(&self, from: u64, _to: u64, _b: &[u8]) -> std::io::Result<Arc<Sums>> {
+        self.tainted
+            .store(true, std::sync::atomic::Ordering::Release);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{}: block {} of the fill's file does not match what was received",
+                self.key,
+                from / crate::store::sums::CHUNK as u64
+            ),
+        ))
+    }
+
+    fn failed(&self, _e: &std::io::Error) {}
+}
+
 /// The checksums of a fill's bytes so far (see `Shared::sums`).
 #[derive(Default)]
 struct FillSums {
@@ -838,6 +882,54 @@ struct ReadState {
 }
 
 impl ReadState {
+    /// The next bytes of `pos..limit` the fill's checksums cover, read
+    /// from its file and checked through the store's one checked body
+    /// ([`CheckedRead`]: whole 64 KiB blocks against the CRC the fill took
+    /// of the bytes it received, and the part of the block being written
+    /// against the CRC of that part), so a byte another process wrote into
+    /// the file is never sent; `None` when the checksums do not reach
+    /// `pos` yet. Small pieces (64 KiB, the first piece of a read), so a
+    /// slow reader holds little, with hyper's write queue bounded by
+    /// `http::WRITE_QUEUE`: 400 slow readers of one fill in tens of MiB.
+    async fn read_checked(&mut self, limit: u64) -> std::io::Result<Option<Bytes>> {
+        let Some(file) = self.sh.file.get().cloned() else {
+            return Err(std::io::Error::other("fill has no file"));
+        };
+        // The checksums of the next few blocks as they are now, each with
+        // the count of bytes it covers (a whole block's, or the bytes so far
+        // of the block being written): the bytes read are checked against
+        // this snapshot, never against checksums that grew meanwhile.
+        let bs = crate::store::sums::CHUNK;
+        let first = (self.pos / bs as u64) as usize;
+        let sums: Vec<(u32, usize)> = {
+            let g = self.sh.sums.lock().unwrap_or_else(|p| p.into_inner());
+            let whole = g.whole.iter().skip(first).take(SNAPSHOT_BLOCKS);
+            let mut v: Vec<(u32, usize)> = whole.map(|&c| (c, bs)).collect();
+            if v.len() < SNAPSHOT_BLOCKS && first + v.len() == g.whole.len() && g.tail.1 > 0 {
+                v.push(g.tail);
+            }
+            v
+        };
+        let covered = (first * bs + sums.iter().map(|&(_, n)| n).sum::<usize>()) as u64;
+        if covered <= self.pos {
+            return Ok(None);
+        }
+        let expected = FillExpected { first, sums };
+        let checker = Checker::new(Arc::new(expected), self.sh.clone());
+        let mut read = CheckedRead::new(file, checker, covered, self.pos, limit.min(covered));
+        match read.next().await {
+            Ok(Some(b)) => {
+                self.pos += b.len() as u64;
+                Ok(Some(b))
+            }
+            Ok(None) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Err(std::io::Error::other("fill file shorter than written"))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     async fn step(&mut self) -> std::io::Result<Option<Bytes>> {
         use futures::StreamExt;
         loop {
@@ -895,71 +987,18 @@ impl ReadState {
                 limit = limit.min(e.saturating_sub(1));
             }
             if self.pos < limit {
-                let Some(file) = self.sh.file.get().cloned() else {
-                    return Err(std::io::Error::other("fill has no file"));
-                };
-                // Whole checksum blocks only (64 KiB: a small window, so a
-                // slow reader holds little, with hyper's write queue bounded
-                // by `http::WRITE_QUEUE`: 400 slow readers of one fill in
-                // tens of MiB), each checked against the CRC the fill took
-                // of the bytes it received: a byte another process wrote
-                // into the file is never sent.
-                let bs = crate::store::sums::CHUNK as u64;
-                let block = self.pos / bs;
-                let from = block * bs;
-                // The block's checksum: a whole block's, or that of the
-                // bytes of the block being written (read exactly those).
-                let sum = {
-                    let g = self.sh.sums.lock().unwrap_or_else(|p| p.into_inner());
-                    match g.whole.get(block as usize) {
-                        Some(&c) => Some((c, bs as usize)),
-                        None if block as usize == g.whole.len() && g.tail.1 > 0 => Some(g.tail),
-                        None => None,
-                    }
-                };
-                let Some((expected, n)) = sum.filter(|&(_, n)| from + n as u64 > self.pos) else {
-                    if done {
+                match self.read_checked(limit).await? {
+                    Some(b) => return Ok(Some(b)),
+                    None if done => {
                         return Err(std::io::Error::other("fill has no checksum for a block"));
                     }
-                    if self.rx.changed().await.is_err() {
-                        return Err(std::io::Error::other("fill task vanished"));
-                    }
-                    continue;
-                };
-                let read = move |file: &File| {
-                    crate::store::local::read_at(file, from, n).map_err(|e| {
-                        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                            std::io::Error::other("fill file shorter than written")
-                        } else {
-                            e
+                    None => {
+                        if self.rx.changed().await.is_err() {
+                            return Err(std::io::Error::other("fill task vanished"));
                         }
-                    })
-                };
-                // Bytes just written are in the page cache: read them inline
-                // (a memcpy); older bytes (a late joiner) on the blocking pool.
-                let buf = if p.written.saturating_sub(from) <= HOT {
-                    read(&file)?
-                } else {
-                    tokio::task::spawn_blocking(move || read(&file))
-                        .await
-                        .map_err(std::io::Error::other)??
-                };
-                if crc32c::crc32c(&buf) != expected {
-                    self.sh
-                        .tainted
-                        .store(true, std::sync::atomic::Ordering::Release);
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        format!(
-                            "{}: block {block} of the fill's file does not match what was received",
-                            self.sh.key
-                        ),
-                    ));
+                        continue;
+                    }
                 }
-                let to = limit.min(from + n as u64);
-                let b = buf.slice((self.pos - from) as usize..(to - from) as usize);
-                self.pos = to;
-                return Ok(Some(b));
             }
             if done {
                 return Ok(None);
@@ -976,6 +1015,7 @@ mod tests {
     use super::*;
     use futures::stream::BoxStream;
     use std::collections::BTreeMap;
+    use std::fs::File;
 
     /// A source fed by the test through a channel.
     fn channel_spec(
@@ -1095,6 +1135,40 @@ mod tests {
             Joined::Stored(_)
         ));
         assert_eq!(fills.running(), 0);
+    }
+
+    /// Readers following a fill written in small pieces (its last block's
+    /// checksum growing while they read) read it whole and right, and
+    /// never take a block whose checksum grew under them for one another
+    /// process wrote (which would taint the fill).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_of_a_fill_written_in_small_pieces_read_it_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let fills = Fills::new(Store::open(dir.path(), None).unwrap());
+        let body: Vec<u8> = (0..(1 << 20) + 333).map(|i| (i * 7 % 251) as u8).collect();
+        let (tx, spec) = channel_spec(Some(body.len() as u64));
+        let Joined::Filling(mut h) = fills.join("k", || spec).await.unwrap() else {
+            panic!("expected a fill")
+        };
+        let feed = body.clone();
+        let feeder = tokio::spawn(async move {
+            for c in feed.chunks(1000) {
+                tx.send(Ok(Bytes::copy_from_slice(c))).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        });
+        h.head().await.unwrap();
+        let readers: Vec<_> = [(0, None), (70_000, None), (5, Some(900_000))]
+            .into_iter()
+            .map(|(from, to)| (from, to, tokio::spawn(collect(h.reader(from, to)))))
+            .collect();
+        feeder.await.unwrap();
+        for (from, to, r) in readers {
+            let got = r.await.unwrap().unwrap();
+            let to = to.unwrap_or(body.len() as u64) as usize;
+            assert!(got == body[from as usize..to], "{from}..{to}");
+        }
+        assert_eq!(h.wait().await.unwrap().entry.size, body.len() as u64);
     }
 
     #[tokio::test]
@@ -1239,8 +1313,8 @@ mod tests {
         fn describe(&self) -> String {
             self.inner.describe()
         }
-        fn local_dir(&self) -> Option<&std::path::Path> {
-            self.inner.local_dir()
+        fn kind(&self) -> crate::store::Kind {
+            self.inner.kind()
         }
         fn lock(&self) -> std::io::Result<crate::store::backend::LockGuard<'_>> {
             self.inner.lock()

@@ -110,7 +110,7 @@ impl Inventory {
     }
 
     pub fn is_remote(&self) -> bool {
-        self.store.is_remote()
+        self.store.kind() == crate::store::Kind::Bucket
     }
 
     /// Did the last check find the store answering?

@@ -20,9 +20,16 @@
 //!
 //! Every method blocks: the store calls them only from blocking threads,
 //! never on an async worker and never holding a mutex of its own, and a
-//! remote backend bounds every call by its timeout. The one exception is
-//! [`ObjectRead::pieces`]: a stream whose request is async I/O polled by
-//! its reader, never blocking.
+//! remote backend bounds every call by its timeout. The two exceptions
+//! never block: [`ObjectRead::pieces`], a stream whose request is async
+//! I/O polled by its reader, and [`ObjectRead::read_ready`], what an
+//! object has at hand without a wait (a local file's page cache).
+//!
+//! No hook is for one kind of backend only: what differs between a
+//! directory and a bucket is a capability each answers for itself (its
+//! put in two halves, [`Backend::stage_object`]; how an object reads
+//! itself, [`ObjectRead`]); [`Kind`] names the kind for messages and
+//! metrics only.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -32,6 +39,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+
+use super::sums::Sums;
 
 /// An object opened for reading.
 pub trait ObjectRead: Send + Sync {
@@ -63,15 +72,56 @@ pub trait ObjectRead: Send + Sync {
         None
     }
 
-    /// The open local file the object's bytes are in, when the backend
-    /// keeps it in one (`None`, the default: read through
-    /// `read_chunk`/`span`/`pieces`). A read copies its bytes into a
-    /// buffer of its own with `pread` (the page cache's bytes without a
-    /// wait on an async worker, else on a blocking thread), checks them
-    /// there and sends that buffer: never a map, so no byte changed or cut
-    /// after the check goes out. Cheap to clone.
-    fn file(&self) -> Option<Arc<File>> {
-        None
+    /// Fill `buf` (empty or partly filled) toward `want` bytes of the
+    /// object from `pos` with what the backend has at hand without a wait
+    /// (a local file: what the page cache holds, `RWF_NOWAIT`), so an
+    /// async worker may call it: `Ok(true)` when `buf` is full, `Ok(false)`
+    /// when the rest must come from [`ObjectRead::read_rest`] on a blocking
+    /// thread. The default has nothing at hand.
+    fn read_ready(&self, _buf: &mut Vec<u8>, _pos: u64, _want: usize) -> io::Result<bool> {
+        Ok(false)
+    }
+
+    /// Fill `buf` (empty or partly filled) to `want` bytes of the object
+    /// from `pos` (blocking); an object ending first is `UnexpectedEof`.
+    /// The bytes land in the reader's own buffer: never a map, so no byte
+    /// changed or cut after the check goes out.
+    fn read_rest(&self, buf: &mut Vec<u8>, pos: u64, want: usize) -> io::Result<()> {
+        let have = buf.len();
+        if have < want {
+            let b = self.read_chunk(pos + have as u64, want - have)?;
+            buf.extend_from_slice(&b);
+        }
+        Ok(())
+    }
+
+    /// Is this handle worth keeping while the store holds the object (an
+    /// open descriptor: the next open is then memory work)? The default,
+    /// a handle that costs nothing to make again, is not.
+    fn keep_open(&self) -> bool {
+        false
+    }
+
+    /// Are these bytes no longer the ones the backend names (another
+    /// process dropped the object and stored a fresh copy under its name
+    /// while this handle was open)? The default: a handle always reads
+    /// what the backend names now.
+    fn replaced(&self) -> bool {
+        false
+    }
+
+    /// Do reads of it cross a network (for metrics and `Cache-Status`
+    /// only, never for a decision of the store)?
+    fn remote(&self) -> bool {
+        false
+    }
+
+    /// Is it a local copy the backend keeps beside the object (a bucket's
+    /// local tier), readable while the backend does not answer? A fault in
+    /// a copy drops only the copy ([`Backend::drop_copy`]); the object is
+    /// read from the backend next.
+    fn is_copy(&self) -> bool {
+        false
     }
 }
 
@@ -83,6 +133,19 @@ pub trait Span: Send {
     /// The next `n` bytes. Blocks; every wait is bounded by the backend,
     /// and an end before `n` bytes is an error.
     fn next_bytes(&mut self, n: usize) -> io::Result<Bytes>;
+}
+
+/// The second half of a put ([`Backend::stage_object`]), run under the
+/// store lock.
+pub type Publish<'a> = Box<dyn FnOnce() -> io::Result<bool> + Send + 'a>;
+
+/// What kind of place a backend is: for messages and metrics only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A directory on this machine (`--cache-dir`).
+    Dir,
+    /// A bucket reached over the network (`--store s3://`).
+    Bucket,
 }
 
 /// One index entry as listed: its name and change token.
@@ -103,8 +166,9 @@ pub type LockGuard<'a> = Box<dyn Held + 'a>;
 pub trait Backend: Send + Sync + 'static {
     /// For logs and the status page (`/var/cache/talos-gen`, `s3://bucket/prefix`).
     fn describe(&self) -> String;
-    /// The local directory, when the backend is one.
-    fn local_dir(&self) -> Option<&Path>;
+    /// What kind of place it is, for messages and metrics only (never a
+    /// branch of the store's read or commit logic).
+    fn kind(&self) -> Kind;
 
     /// Take the store lock (every process on the store).
     fn lock(&self) -> io::Result<LockGuard<'_>>;
@@ -130,6 +194,22 @@ pub trait Backend: Send + Sync + 'static {
     /// Make the verified spool file the object `digest`, with its
     /// checksums; `Ok(true)` when the object was there already.
     fn put_object(&self, spool: &Path, file: File, digest: &str, sums: &[u8]) -> io::Result<bool>;
+    /// The first half of a put, called before the store lock is taken:
+    /// what is slow and needs no lock (an upload) happens here; the
+    /// returned step, called under the store lock, makes the object
+    /// visible (or checks that what was uploaded is still there, another
+    /// process may have deleted it meanwhile) and answers as
+    /// [`Backend::put_object`]. The default does all of it under the lock
+    /// (a local rename).
+    fn stage_object<'a>(
+        &'a self,
+        spool: &'a Path,
+        file: File,
+        digest: &'a str,
+        sums: &'a [u8],
+    ) -> io::Result<Publish<'a>> {
+        Ok(Box::new(move || self.put_object(spool, file, digest, sums)))
+    }
     fn delete_object(&self, digest: &str);
 
     fn list_entries(&self) -> io::Result<Vec<Listed>>;
@@ -147,17 +227,31 @@ pub trait Backend: Send + Sync + 'static {
     fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>>;
     fn write_sums(&self, digest: &str, body: &[u8]) -> io::Result<()>;
 
+    /// Local copies a backend keeps of its objects (a bucket's local tier:
+    /// [`Backend::open_object`] opens the copy when it holds one, and a put
+    /// keeps the verified spool file as one): keep only those
+    /// `keep(digest, size)` accepts (start-up: the objects the index
+    /// names). A backend without copies has nothing to do.
+    fn retain_copies(&self, _keep: &dyn Fn(&str, u64) -> bool) {}
+
+    /// Does the backend hold a local copy of `digest` of `size` bytes,
+    /// readable while it does not answer (memory only)?
+    fn holds_copy(&self, _digest: &str, _size: u64) -> bool {
+        false
+    }
+
+    /// The local copy of `digest` is short or rotten: drop it (the object
+    /// stays; it is read from the backend next).
+    fn drop_copy(&self, _digest: &str) {}
+
+    /// `digest` was read from the backend itself (not a copy): a backend
+    /// that keeps copies may make one now, in the background, checked
+    /// against `sums` and hashed whole before it is used.
+    fn read_through(&self, _digest: &str, _size: u64, _sums: Arc<Sums>) {}
+
     /// Is the backend reachable, answered within `limit` (`/readyz`)? A
     /// local directory always is.
     fn check(&self, _limit: Duration) -> io::Result<()> {
         Ok(())
-    }
-
-    /// Is `put_object` slow enough (an upload) that the store should call
-    /// it before taking the store lock, and only check under the lock that
-    /// the object is still there? (A local rename is not: it stays under
-    /// the lock.)
-    fn upload_outside_lock(&self) -> bool {
-        false
     }
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::backend::ObjectRead;
 use super::local::{index_name, is_hex64};
 use super::sums::Sums;
 use super::{AsKey, Entry, Key, KeyPrefix, Meta, Store, Touch, backend, now_secs};
@@ -48,11 +49,12 @@ pub(super) struct Obj {
     pub(super) keys: Vec<Key>,
     /// Its block checksums, once loaded (or rebuilt): `None` until then.
     pub(super) sums: Option<Arc<Sums>>,
-    /// The object's file open for reads (a local store), kept from its
-    /// first open until it leaves memory (evicted, dropped, its last key
-    /// gone) or the cap on idle files takes it ([`MAX_IDLE_FILES`]); readers
-    /// hold their own handle on it, so it is closed after the last one.
-    pub(super) file: Option<Arc<std::fs::File>>,
+    /// The object's handle open for reads, when the backend says it is
+    /// worth keeping ([`ObjectRead::keep_open`]: an open file), kept from
+    /// its first open until it leaves memory (evicted, dropped, its last
+    /// key gone) or the cap on idle handles takes it ([`MAX_IDLE_FILES`]);
+    /// readers hold their own reference, so it is closed after the last one.
+    pub(super) open: Option<Arc<dyn ObjectRead>>,
     /// When this entry of the object came into memory (the state's clock):
     /// a file opened before the object was dropped and stored again is not
     /// kept for the new one.
@@ -71,7 +73,7 @@ impl Obj {
             last_used: t,
             keys: Vec::new(),
             sums: None,
-            file: None,
+            open: None,
             born: t,
         }
     }
@@ -141,25 +143,20 @@ impl State {
         Some(o)
     }
 
-    /// Keep `file` (of `len` bytes) as `digest`'s open file (for its entry
-    /// `born`, of its size), unless it has one already; then close the
-    /// least recently used files of objects no reader holds beyond
-    /// [`MAX_IDLE_FILES`].
-    pub(super) fn keep_file(
-        &mut self,
-        digest: &str,
-        born: u64,
-        file: Arc<std::fs::File>,
-        len: u64,
-    ) {
+    /// Keep `object` as `digest`'s open handle (for its entry `born`, of
+    /// its size), unless it has one already; then close the least recently
+    /// used handles of objects no reader holds beyond [`MAX_IDLE_FILES`].
+    pub(super) fn keep_open(&mut self, digest: &str, born: u64, object: Arc<dyn ObjectRead>) {
         match self.objects.get_mut(digest) {
-            Some(o) if o.born == born && o.file.is_none() && len == o.size => o.file = Some(file),
+            Some(o) if o.born == born && o.open.is_none() && object.len() == o.size => {
+                o.open = Some(object)
+            }
             _ => return,
         }
         let mut idle: Vec<(u64, &String)> = self
             .objects
             .iter()
-            .filter(|(d, o)| o.file.is_some() && o.readers == 0 && d.as_str() != digest)
+            .filter(|(d, o)| o.open.is_some() && o.readers == 0 && d.as_str() != digest)
             .map(|(d, o)| (o.last_used, d))
             .collect();
         // The new file is idle too once its reader leaves.
@@ -174,7 +171,7 @@ impl State {
             .collect();
         for d in drop {
             if let Some(o) = self.objects.get_mut(&d) {
-                o.file = None;
+                o.open = None;
             }
         }
     }
@@ -347,8 +344,8 @@ impl Store {
         let Some(e) = self.entry(key) else {
             return Ok(None);
         };
-        let in_tier = self.tier().is_some_and(|t| t.holds(&e.digest, e.size));
-        if self.is_remote() && !self.available() && !in_tier {
+        let in_tier = self.backend().holds_copy(&e.digest, e.size);
+        if !self.available() && !in_tier {
             return Err(self.unavailable());
         }
         Ok(Some(e))
@@ -374,20 +371,17 @@ impl Store {
 
     /// The entries whose key starts with `prefix`, sorted by key. Other
     /// processes' writes (an import, a sync on the same store) are read in
-    /// when this process's view is older than a second: at once for a
-    /// local directory, in the background for a bucket (the answer is the
-    /// view in memory; the next one sees what the refresh found).
+    /// when this process's view is older than a second, in the background
+    /// on a blocking thread (inline outside a runtime), whatever the
+    /// backend: the answer is the view in memory, the next one sees what
+    /// the refresh found.
     pub fn entries_with_prefix(&self, prefix: &KeyPrefix) -> Vec<Entry> {
         let stale = self
             .lock()
             .last_refresh
             .is_none_or(|t| t.elapsed() >= REFRESH_EVERY);
         if stale {
-            if self.is_remote() {
-                self.refresh_in_background();
-            } else {
-                let _ = self.refresh();
-            }
+            self.refresh_in_background();
         }
         let st = self.lock();
         let mut v: Vec<Entry> = st
@@ -676,11 +670,8 @@ impl Store {
         }
     }
 
-    /// Delete an object's bytes (and its local tier copy).
+    /// Delete an object's bytes (and any local copy the backend keeps).
     pub(super) fn delete_object(&self, digest: &str) {
-        if let Some(t) = self.tier() {
-            t.remove(digest);
-        }
         self.backend().delete_object(digest);
     }
 

@@ -17,13 +17,13 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::{DirEntryExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use super::backend::{Backend, Listed, LockGuard, ObjectRead};
+use super::backend::{Backend, Kind, Listed, LockGuard, ObjectRead};
 
 /// The directory layout of one store.
 #[derive(Debug, Clone)]
@@ -112,18 +112,15 @@ impl Drop for Flock<'_> {
 /// A committed object file, read with `pread` into buffers of the
 /// reader's own (never mapped: a byte the check saw is the byte sent, and
 /// a file truncated under the store is a short read, not a SIGBUS). The
-/// open file is shared: the store keeps it while it holds the object
-/// ([`ObjectRead::file`]), so a warm open is memory work.
+/// store keeps the handle while it holds the object
+/// ([`ObjectRead::keep_open`]), so a warm open is memory work; what the
+/// page cache holds is read without a wait ([`ObjectRead::read_ready`]).
 pub(super) struct LocalObject {
-    file: Arc<File>,
+    file: File,
     len: u64,
-}
-
-impl LocalObject {
-    /// An object of `len` bytes read from `file` (already open).
-    pub(super) fn held(file: Arc<File>, len: u64) -> Box<dyn ObjectRead> {
-        Box::new(LocalObject { file, len })
-    }
+    /// Where it was opened: a later open of that name that finds another
+    /// file means the object was replaced ([`ObjectRead::replaced`]).
+    path: PathBuf,
 }
 
 impl ObjectRead for LocalObject {
@@ -135,8 +132,23 @@ impl ObjectRead for LocalObject {
         read_at(&self.file, pos, len)
     }
 
-    fn file(&self) -> Option<Arc<File>> {
-        Some(self.file.clone())
+    fn read_ready(&self, buf: &mut Vec<u8>, pos: u64, want: usize) -> io::Result<bool> {
+        read_cached_at(&self.file, buf, pos, want)
+    }
+
+    fn read_rest(&self, buf: &mut Vec<u8>, pos: u64, want: usize) -> io::Result<()> {
+        read_exact_at(&self.file, buf, pos, want)
+    }
+
+    fn keep_open(&self) -> bool {
+        true
+    }
+
+    fn replaced(&self) -> bool {
+        let (Ok(h), Ok(now)) = (self.file.metadata(), fs::symlink_metadata(&self.path)) else {
+            return false;
+        };
+        (h.dev(), h.ino()) != (now.dev(), now.ino())
     }
 }
 
@@ -252,8 +264,8 @@ impl Backend for LocalDir {
         self.layout.root().display().to_string()
     }
 
-    fn local_dir(&self) -> Option<&Path> {
-        Some(self.layout.root())
+    fn kind(&self) -> Kind {
+        Kind::Dir
     }
 
     fn lock(&self) -> io::Result<LockGuard<'_>> {
@@ -528,7 +540,22 @@ fn not_an_entry(e: &io::Error) -> bool {
 pub(super) fn open_object_file(path: &Path) -> io::Result<Box<dyn ObjectRead>> {
     let file = open_regular(path)?;
     let len = file.metadata()?.len();
-    Ok(LocalObject::held(Arc::new(file), len))
+    Ok(Box::new(LocalObject {
+        file,
+        len,
+        path: path.to_path_buf(),
+    }))
+}
+
+/// A spool file this process created (a fill in progress), opened for its
+/// readers: read at an offset while it grows.
+pub(super) fn open_spool(path: &Path) -> io::Result<Box<dyn ObjectRead>> {
+    let file = File::open(path)?;
+    Ok(Box::new(LocalObject {
+        file,
+        len: 0,
+        path: path.to_path_buf(),
+    }))
 }
 
 /// Read a small regular file (an index entry, a checksum list).
@@ -614,19 +641,18 @@ mod tests {
         // Drop the file's clean pages from the cache.
         rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
         let o = open_object_file(&path).unwrap();
-        let file = o.file().unwrap();
         let mut buf = Vec::new();
         // (a filesystem that keeps every page in memory fills it at once)
-        if !read_cached_at(&file, &mut buf, 4096, len - 4096).unwrap() {
-            read_exact_at(&file, &mut buf, 4096, len - 4096).unwrap();
+        if !o.read_ready(&mut buf, 4096, len - 4096).unwrap() {
+            o.read_rest(&mut buf, 4096, len - 4096).unwrap();
         }
         assert_eq!(&buf[..], &body[4096..]);
         assert_eq!(&o.read_chunk(10, 100).unwrap()[..], &body[10..110]);
         // truncated under the open object: the tail is a short read
         f.set_len(100 << 10).unwrap();
         let mut buf = Vec::new();
-        assert!(!read_cached_at(&file, &mut buf, 64 << 10, 512 << 10).unwrap());
-        let e = read_exact_at(&file, &mut buf, 64 << 10, 512 << 10).unwrap_err();
+        assert!(!o.read_ready(&mut buf, 64 << 10, 512 << 10).unwrap());
+        let e = o.read_rest(&mut buf, 64 << 10, 512 << 10).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
         assert_eq!(
             o.read_chunk(512 << 10, 10).unwrap_err().kind(),

@@ -82,6 +82,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 pub mod backend;
+pub mod checked;
 mod entries;
 pub mod key;
 pub mod local;
@@ -95,7 +96,7 @@ mod temp;
 mod tests;
 mod tier;
 
-pub use backend::{Backend, ObjectRead};
+pub use backend::{Backend, Kind, ObjectRead};
 use entries::State;
 pub use key::{AsKey, Family, Key, KeyKind, KeyPrefix};
 pub use local::LocalDir;
@@ -104,7 +105,6 @@ pub use objects::{Unavailable, hash_and_sum};
 pub use read::{Lease, StoredObject};
 pub use s3::{S3Backend, S3Config};
 pub use temp::{SpoolWriter, TempObject};
-use tier::Tier;
 
 /// Bytes per step when streaming a stored object (1 MiB measured best
 /// against 2, 8 and 32 MiB windows with wrk on loopback); a whole number
@@ -251,10 +251,10 @@ pub struct Store {
 
 struct Inner {
     backend: Box<dyn Backend>,
+    /// The directory a store opened on one is in (for [`Store::object_path`]).
+    dir: Option<PathBuf>,
     max_size: Option<u64>,
     state: Mutex<State>,
-    /// A bucket's local tier (`--local-cache-max-size`), if any.
-    tier: Option<Tier>,
     /// Objects dropped because their bytes rotted.
     corrupt: AtomicU64,
     /// An eviction is scheduled or running.
@@ -320,7 +320,7 @@ impl Store {
         }
         let backend = LocalDir::open(dir.clone())
             .map_err(|e| Error::io(format!("opening the store {}", dir.display()), e))?;
-        Store::build(Box::new(backend), max_size, None, touch)
+        Store::build(Box::new(backend), max_size, touch, Some(dir))
     }
 
     /// Open the store at `loc` (blocking: the S3 backend connects and
@@ -343,45 +343,45 @@ impl Store {
         match loc {
             Location::Dir(d) => Store::open_dir(d.clone(), max_size, touch),
             Location::S3(c) => {
-                let backend = S3Backend::open(c.clone()).map_err(|e| {
+                let mut backend = S3Backend::open(c.clone()).map_err(|e| {
                     if e.kind() == std::io::ErrorKind::InvalidInput {
                         Error::bad_input(format!("--store {}: {e}", c.url()))
                     } else {
                         Error::io(format!("opening the store {}", c.url()), e)
                     }
                 })?;
-                let tier = match c.local_tier {
-                    _ if touch == Touch::Untouched => None,
-                    0 => None,
-                    max => Some(Tier::open(c.spool.join("tier"), max).map_err(|e| {
-                        Error::io(
-                            format!("opening the local tier in {}", c.spool.display()),
-                            e,
-                        )
-                    })?),
-                };
-                Store::build(Box::new(backend), max_size, tier, touch)
+                if touch != Touch::Untouched && c.local_tier > 0 {
+                    backend = backend
+                        .with_tier(c.spool.join("tier"), c.local_tier)
+                        .map_err(|e| {
+                            Error::io(
+                                format!("opening the local tier in {}", c.spool.display()),
+                                e,
+                            )
+                        })?;
+                }
+                Store::build(Box::new(backend), max_size, touch, None)
             }
         }
     }
 
     /// Open a store on any backend (the same checks as [`Store::open`]).
     pub fn with_backend(backend: Box<dyn Backend>, max_size: Option<u64>) -> Result<Store> {
-        Store::build(backend, max_size, None, Touch::Recover)
+        Store::build(backend, max_size, Touch::Recover, None)
     }
 
     fn build(
         backend: Box<dyn Backend>,
         max_size: Option<u64>,
-        tier: Option<Tier>,
         touch: Touch,
+        dir: Option<PathBuf>,
     ) -> Result<Store> {
         let mut store = Store {
             inner: Arc::new(Inner {
                 backend,
+                dir,
                 max_size,
                 state: Mutex::new(State::default()),
-                tier,
                 corrupt: AtomicU64::new(0),
                 evicting: AtomicBool::new(false),
                 evict_again: AtomicBool::new(false),
@@ -397,9 +397,9 @@ impl Store {
             let _lock = store.lock_store()?;
             store.scan(touch)?
         };
-        if let Some(t) = &store.inner.tier {
-            t.keep_only(|d, size| state.objects.get(d).is_some_and(|o| o.size == size));
-        }
+        store
+            .backend()
+            .retain_copies(&|d, size| state.objects.get(d).is_some_and(|o| o.size == size));
         let inner = Arc::get_mut(&mut store.inner).expect("store not shared yet");
         inner.state = Mutex::new(state);
         inner.dropped_at_open = dropped;
@@ -411,10 +411,6 @@ impl Store {
 
     fn backend(&self) -> &dyn Backend {
         &*self.inner.backend
-    }
-
-    fn tier(&self) -> Option<&Tier> {
-        self.inner.tier.as_ref()
     }
 
     /// Is the backend reachable (within `limit`)? Updates
@@ -477,14 +473,9 @@ impl Store {
         }
     }
 
-    /// Is the store somewhere other than a local directory (a bucket)?
-    pub fn is_remote(&self) -> bool {
-        self.backend().local_dir().is_none()
-    }
-
-    /// The local directory, when the store is one (for the status page).
-    pub fn dir(&self) -> Option<&Path> {
-        self.backend().local_dir()
+    /// What kind of place the store is, for messages and metrics only.
+    pub fn kind(&self) -> Kind {
+        self.backend().kind()
     }
 
     /// Where the store is, in words (`/var/cache/talos-gen`, `s3://...`).
@@ -554,10 +545,12 @@ impl Store {
             .map_err(|e| Error::io("locking the store", e))
     }
 
-    /// The path of an object in a local store; `None` for a
-    /// malformed digest or another backend.
+    /// The path of an object in a store opened on a local directory
+    /// ([`Store::open`], [`Store::open_at`]), for tools and tests that look
+    /// at its files; `None` for a malformed digest or another store. Never
+    /// read by the store's own read or commit paths.
     pub fn object_path(&self, digest: &str) -> Option<PathBuf> {
-        let dir = self.dir()?;
+        let dir = self.inner.dir.as_deref()?;
         is_hex64(digest).then(|| dir.join("objects/sha256").join(digest))
     }
 }

@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use super::backend::ObjectRead;
 use super::entries::Write;
-use super::local::LocalObject;
 use super::read::{Lease, StoredObject};
 use super::sums::{self, Sums};
 use super::{AsKey, Entry, Key, Meta, STREAM_CHUNK, Store, TempObject, now_secs};
@@ -31,6 +30,16 @@ impl std::fmt::Display for Unavailable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// What a failed read came to ([`Store::read_failed`]).
+pub(super) enum Fault {
+    /// The copy read is gone (dropped, or the backend lost it): the next
+    /// request fetches the key again (a tier copy: the bucket is read next).
+    Dropped,
+    /// The object is held but could not be read now (a backend that did
+    /// not answer): the request fails (503), nothing is fetched again.
+    Unreadable,
 }
 
 /// What [`Store::rebuild_sums`] came to.
@@ -149,20 +158,20 @@ impl Store {
         }
     }
 
-    /// The object for `key` if this process holds it open already (a local
-    /// store keeps each object it read open, with its checksums): the
-    /// lease taken, no call to the backend. `None`: ask [`Store::lookup`].
+    /// The object for `key` if this process holds it open already (a
+    /// handle the backend said is worth keeping, [`ObjectRead::keep_open`],
+    /// with its checksums): the lease taken, no call to the backend. `None`: ask [`Store::lookup`].
     pub(super) fn open_held(&self, key: &str) -> Option<StoredObject> {
-        let (entry, file, sums, born) = {
+        let (entry, object, sums, born) = {
             let mut st = self.lock();
             let entry = st.keys.get(key)?;
             let o = st.objects.get(&entry.digest)?;
-            let (Some(file), Some(sums)) = (o.file.clone(), o.sums.clone()) else {
+            let (Some(object), Some(sums)) = (o.open.clone(), o.sums.clone()) else {
                 return None;
             };
             let entry = entry.clone();
             let born = st.lease(&entry.digest)?.born;
-            (entry, file, sums, born)
+            (entry, object, sums, born)
         };
         Some(StoredObject {
             lease: Lease {
@@ -170,7 +179,7 @@ impl Store {
                 digest: entry.digest.clone(),
                 born,
             },
-            object: LocalObject::held(file, entry.size),
+            object,
             sums,
             entry,
             tiered: false,
@@ -211,24 +220,16 @@ impl Store {
             let entry = o.entry.clone();
             match o.read_small(max) {
                 Ok(b) => Ok(Some((entry, b))),
+                // Held, not readable now (the bucket did not answer, a
+                // read that failed on an object of the right length).
+                Err(Error::Unavailable(m)) => {
+                    tracing::warn!(key = %key, error = %m, "reading a stored object");
+                    Err(store.unavailable())
+                }
+                // Rotten or gone (dropped), or larger than asked.
                 Err(e) => {
                     tracing::warn!(key = %key, error = %e, "reading a stored object");
-                    match &e {
-                        // A bucket that stopped answering mid-read (not
-                        // bytes read and found rotten, dropped; not an
-                        // object gone; not a large one).
-                        Error::Io { source, .. }
-                            if store.is_remote()
-                                && !matches!(
-                                    source.kind(),
-                                    std::io::ErrorKind::InvalidData | std::io::ErrorKind::NotFound
-                                ) =>
-                        {
-                            store.set_available(false);
-                            Err(store.unavailable())
-                        }
-                        _ => Ok(None),
-                    }
+                    Ok(None)
                 }
             }
         }))
@@ -262,10 +263,10 @@ impl Store {
         };
         // Take the reader's lease first (nothing evicts the object from
         // here on), then open it with the state unlocked.
-        let (known_sums, known_file, born) = {
+        let (known_sums, known_open, born) = {
             let mut st = self.lock();
             match st.lease(&entry.digest) {
-                Some(o) => (o.sums.clone(), o.file.clone(), o.born),
+                Some(o) => (o.sums.clone(), o.open.clone(), o.born),
                 None => return Ok(None),
             }
         };
@@ -274,19 +275,38 @@ impl Store {
             digest: entry.digest.clone(),
             born,
         };
-        if let (Some(file), Some(sums)) = (known_file, known_sums.clone()) {
+        if let (Some(object), Some(sums)) = (known_open, known_sums.clone()) {
             return Ok(Some(StoredObject {
                 lease,
-                object: LocalObject::held(file, entry.size),
+                object,
                 sums,
                 entry,
                 tiered: false,
             }));
         }
-        let tiered = self
-            .tier()
-            .and_then(|t| t.open_copy(&entry.digest, entry.size));
-        if tiered.is_none() && self.is_remote() && !self.available() {
+        // The backend's handle (no round trip: a local file's open, a
+        // bucket's object, or the copy it keeps in its local tier).
+        let object: Arc<dyn ObjectRead> = match self
+            .answered_unless_missing(self.backend().open_object(&entry.digest, entry.size))
+        {
+            Ok(o) => o.into(),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                // The backend did not answer (an S3 outage): the entry
+                // stays; the request fails rather than refetching.
+                tracing::warn!(key, error = %e, "the store did not answer");
+                return Err(down());
+            }
+            Err(e) => {
+                tracing::warn!(key, error = %e, "object missing; dropping its entry");
+                drop(lease);
+                self.remove_raw(key);
+                return Ok(None);
+            }
+        };
+        let tier = object.is_copy();
+        // A store marked down is not asked (it is probed at most once per
+        // gap); a local copy is read all the same.
+        if !tier && !self.available() && !self.recheck_due() {
             return Err(down());
         }
         let sums = match known_sums {
@@ -301,27 +321,6 @@ impl Store {
                 Err(e) => {
                     tracing::warn!(key, error = %e, "the store did not answer");
                     return Err(down());
-                }
-            },
-        };
-        let tier = tiered.is_some();
-        let mut object = match tiered {
-            Some(o) => o,
-            None => match self
-                .answered_unless_missing(self.backend().open_object(&entry.digest, entry.size))
-            {
-                Ok(o) => o,
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    // The backend did not answer (an S3 outage): the entry
-                    // stays; the request fails rather than refetching.
-                    tracing::warn!(key, error = %e, "the store did not answer");
-                    return Err(down());
-                }
-                Err(e) => {
-                    tracing::warn!(key, error = %e, "object missing; dropping its entry");
-                    drop(lease);
-                    self.remove_raw(key);
-                    return Ok(None);
                 }
             },
         };
@@ -343,19 +342,16 @@ impl Store {
                 }
             },
         };
-        if !tier && let Some(t) = self.tier() {
-            t.want(self, &entry.digest, entry.size, sums.clone());
+        if !tier {
+            self.backend()
+                .read_through(&entry.digest, entry.size, sums.clone());
         }
-        // A local object's file is kept open while the object is held: the
-        // next open is memory work ([`Store::open_held`]). (A file shorter
-        // than its entry is a short read, and dropped, when read.)
-        if !tier
-            && !self.is_remote()
-            && let Some(file) = object.file()
-        {
-            self.lock()
-                .keep_file(&entry.digest, born, file.clone(), entry.size);
-            object = LocalObject::held(file, entry.size);
+        // A handle worth keeping (an open file) is kept while the object
+        // is held: the next open is memory work ([`Store::open_held`]). (A
+        // file shorter than its entry is a short read, and dropped, when
+        // read.)
+        if !tier && object.keep_open() {
+            self.lock().keep_open(&entry.digest, born, object.clone());
         }
         Ok(Some(StoredObject {
             lease,
@@ -421,24 +417,12 @@ impl Store {
                 }
                 Rebuilt::Dropped
             }
-            Err(e)
-                if !tiered
-                    && self.is_remote()
-                    && !matches!(
-                        e.kind(),
-                        std::io::ErrorKind::InvalidData
-                            | std::io::ErrorKind::NotFound
-                            | std::io::ErrorKind::UnexpectedEof
-                    ) =>
-            {
-                tracing::warn!(%digest, error = %e, "the store did not answer");
-                self.set_available(false);
-                Rebuilt::Unanswered
-            }
             Err(e) => {
                 tracing::warn!(%digest, error = %e, "reading an object without checksums");
-                self.read_failed(digest, born, &e, tiered);
-                Rebuilt::Dropped
+                match self.read_failed(digest, born, &e, tiered) {
+                    Fault::Dropped => Rebuilt::Dropped,
+                    Fault::Unreadable => Rebuilt::Unanswered,
+                }
             }
         }
     }
@@ -537,43 +521,28 @@ impl Store {
     /// (a pinned entry another process wrote stays, and the object just
     /// stored goes again unless a key names it).
     fn commit_blocking(&self, file: File, src: &Path, entry: Entry, sums: Sums) -> Result<Entry> {
-        let put = |file: File| {
-            self.answered_unless_missing(self.backend().put_object(
+        let did_not_store = |e| {
+            Error::io(
+                format!("storing sha256:{} in {}", entry.digest, self.describe()),
+                e,
+            )
+        };
+        let sums_body = sums.encode();
+        // The backend's own put in two halves: what needs no lock (an
+        // upload) now, so replicas do not wait on each other's uploads;
+        // what makes the object visible under the store lock.
+        let publish = self
+            .answered_unless_missing(self.backend().stage_object(
                 src,
                 file,
                 &entry.digest,
-                &sums.encode(),
+                &sums_body,
             ))
-            .map_err(|e| {
-                Error::io(
-                    format!("storing sha256:{} in {}", entry.digest, self.describe()),
-                    e,
-                )
-            })
-        };
-        // An upload (S3) runs before the lock, so replicas do not wait on
-        // each other's uploads; under the lock the object is checked again
-        // (another replica may have deleted it meanwhile) and uploaded
-        // again if it went.
-        let early = if self.backend().upload_outside_lock() {
-            let f = file
-                .try_clone()
-                .map_err(|e| Error::io("reopening a fill", e))?;
-            Some(put(f)?)
-        } else {
-            None
-        };
+            .map_err(did_not_store)?;
         let lock = self.lock_store()?;
-        let there = match early {
-            Some(_) => self
-                .answered(self.backend().object_len(&entry.digest))
-                .map_err(|e| self.did_not_answer(e))?,
-            None => None,
-        };
-        let existed = match early {
-            Some(existed) if there == Some(entry.size) => existed,
-            _ => put(file)?,
-        };
+        let existed = self
+            .answered_unless_missing(publish())
+            .map_err(did_not_store)?;
         let stands = self.put_entry_locked(&lock, entry.clone(), Write::Cache);
         // No index entry for it (a failure, or a pinned entry that stays):
         // the object must not stay behind as an orphan (unless another key,
@@ -599,11 +568,6 @@ impl Store {
         let sums = Arc::new(sums);
         if let Some(o) = self.lock().objects.get_mut(&entry.digest) {
             o.sums = Some(sums.clone());
-        }
-        // A bucket's fill is verified on local disk already: it becomes
-        // the local tier's copy.
-        if let Some(t) = self.tier() {
-            t.adopt_spool(src, &entry.digest, entry.size);
         }
         Ok(stands)
     }
@@ -638,78 +602,71 @@ impl Store {
 
     /// A read of `digest` failed (blocking); `tiered`: it read the local
     /// tier's copy. The object gone from the backend (another replica
-    /// deleted it): its keys go, so the next request fetches it again. A
-    /// local file shorter than its entry (truncated under the store: the
-    /// store never truncates a committed object): dropped like a corrupt
-    /// one. A tier copy gone or short: the copy goes (the bucket stays the
-    /// truth). Any other failure is the backend not answering.
-    pub(super) fn read_failed(&self, digest: &str, born: u64, e: &std::io::Error, tiered: bool) {
+    /// deleted it): its keys go, so the next request fetches it again. An
+    /// object of another length than its entry (truncated under the
+    /// store: the store never truncates a committed object): dropped like a
+    /// corrupt one. A tier copy gone or short: the copy goes (the bucket
+    /// stays the truth). Any other failure: the object is held but cannot
+    /// be read now ([`Fault::Unreadable`]; a backend that did not answer
+    /// the length is marked down). The same for every backend.
+    pub(super) fn read_failed(
+        &self,
+        digest: &str,
+        born: u64,
+        e: &std::io::Error,
+        tiered: bool,
+    ) -> Fault {
         use std::io::ErrorKind::{NotFound, UnexpectedEof};
         if tiered {
             if matches!(e.kind(), NotFound | UnexpectedEof) {
                 tracing::error!(%digest, error = %e, "the local tier's copy is gone or short; dropped (the bucket's is read next)");
-                if let Some(t) = self.tier() {
-                    t.remove(digest);
-                }
+                self.backend().drop_copy(digest);
             }
-            return;
+            return Fault::Dropped;
         }
-        match e.kind() {
-            NotFound => {}
-            UnexpectedEof if !self.is_remote() => {
-                return self.quarantine_copy(
-                    digest,
-                    Some(born),
-                    &format!("its file is shorter than its entry ({e})"),
-                );
-            }
-            // A read from the bucket that failed: its object may be short
-            // or long (truncated, replaced under its name), or the bucket
-            // may not have answered. Its length, asked once, tells them
-            // apart: another length than the entry's drops it (the next
-            // request fetches it again); none, the keys below; a bucket
-            // that does not answer or the right length, nothing.
-            _ if self.is_remote() => {
-                let want = self.lock().objects.get(digest).map(|o| o.size);
-                match (want, self.answered(self.backend().object_len(digest))) {
-                    (Some(want), Ok(Some(n))) if n != want => {
-                        return self.quarantine_copy(
-                            digest,
-                            Some(born),
-                            &format!(
-                                "the bucket's object has {n} bytes, its entry says {want} ({e})"
-                            ),
-                        );
-                    }
-                    (_, Ok(None)) => {}
-                    _ => return,
+        if e.kind() != NotFound {
+            // A read that failed: the object may be short or long
+            // (truncated, replaced under its name), or the backend may not
+            // have answered. Its length, asked once, tells them apart:
+            // another length than the entry's drops it (the next request
+            // fetches it again); none, the keys below; a backend that does
+            // not answer, or the right length, nothing (held, unreadable now).
+            let want = self.lock().objects.get(digest).map(|o| o.size);
+            match (want, self.answered(self.backend().object_len(digest))) {
+                (Some(want), Ok(Some(n))) if n != want => {
+                    self.quarantine_copy(
+                        digest,
+                        Some(born),
+                        &format!("the stored object has {n} bytes, its entry says {want} ({e})"),
+                    );
+                    return Fault::Dropped;
                 }
+                (_, Ok(None)) => {}
+                _ => return Fault::Unreadable,
             }
-            _ => return,
         }
         let _lock = match self.lock_store() {
             Ok(l) => l,
             Err(e) => {
                 // The keys stay: the next read meets the gap again.
                 tracing::error!(%digest, error = %e, "object missing from the store; its keys NOT dropped: the store lock was not had");
-                return;
+                return Fault::Dropped;
             }
         };
         if let Err(e) = self.refresh() {
             tracing::error!(%digest, error = %e, "object missing from the store; its keys NOT dropped: the store did not answer");
-            return;
+            return Fault::Unreadable;
         }
         let keys = self.remove_object_locked(digest);
         tracing::warn!(%digest, ?keys, "object missing from the store; dropping its keys");
+        Fault::Dropped
     }
 
     /// A chunk of the local tier's copy of `digest` failed its checksum:
     /// the copy goes (the bucket stays the truth), the read is cut.
     pub(super) fn tier_mismatch(&self, digest: &str, chunk: u64) -> std::io::Error {
         tracing::error!(%digest, chunk, "the local tier's copy is corrupt; dropped (the bucket's is read next)");
-        if let Some(t) = self.tier() {
-            t.remove(digest);
-        }
+        self.backend().drop_copy(digest);
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("the local copy of sha256:{digest} is corrupt (chunk {chunk}); dropped"),
@@ -769,21 +726,14 @@ impl Store {
     /// next read here opens the fresh copy. A bucket, or no file held:
     /// false (the `born` check is all there is).
     fn replaced_by_another_process(&self, digest: &str) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        let Some(path) = self.object_path(digest) else {
+        let Some(held) = self.lock().objects.get(digest).and_then(|o| o.open.clone()) else {
             return false;
         };
-        let Some(held) = self.lock().objects.get(digest).and_then(|o| o.file.clone()) else {
-            return false;
-        };
-        let (Ok(h), Ok(now)) = (held.metadata(), std::fs::metadata(&path)) else {
-            return false;
-        };
-        if (h.dev(), h.ino()) == (now.dev(), now.ino()) {
+        if !held.replaced() {
             return false;
         }
         if let Some(o) = self.lock().objects.get_mut(digest) {
-            o.file = None;
+            o.open = None;
         }
         true
     }

@@ -14,28 +14,17 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
 
 use super::backend::Pieces;
-use super::sums::Sums;
-
-/// What a stream of pieces needs from the store, run on a blocking thread.
-pub(super) trait Verdict: Send + Sync + 'static {
-    /// The block `from..to` (its bytes `b`) failed its checksum: its bytes
-    /// when they may go out all the same (the checksums rotted, not the
-    /// bytes), else the error that cuts the response.
-    fn mismatch(&self, from: u64, to: u64, b: Bytes) -> io::Result<Bytes>;
-    /// The read failed (the store may drop an object the backend lost).
-    fn failed(&self, e: &io::Error);
-}
+use super::checked::Checker;
 
 /// Bytes `start..end` of an object of `size` bytes from `pieces`, which
 /// bring `from..to` (`from` on a block boundary, `to` one or the object's
 /// end, `from <= start <= end <= to`), every block checked against `sums`
-/// before a byte of it goes out. The stream ends with an error at the
+/// before a byte of it goes out ([`Checker`]). The stream ends with an error at the
 /// first failure (a block that does not match, a read that failed or
 /// ended early), never cleanly.
 pub(super) fn checked(
@@ -43,10 +32,9 @@ pub(super) fn checked(
     (from, to): (u64, u64),
     (start, end): (u64, u64),
     size: u64,
-    sums: Arc<Sums>,
-    verdict: Arc<dyn Verdict>,
+    checker: Checker,
 ) -> impl futures::Stream<Item = io::Result<Bytes>> + Send + 'static {
-    let unit = sums.chunk().max(1) as u64;
+    let unit = checker.unit();
     let st = State {
         pieces,
         pos: from,
@@ -55,8 +43,7 @@ pub(super) fn checked(
         end,
         size,
         unit,
-        sums,
-        verdict,
+        checker,
         block: from,
         held: Vec::new(),
         crc: 0,
@@ -89,8 +76,7 @@ struct State {
     end: u64,
     size: u64,
     unit: u64,
-    sums: Arc<Sums>,
-    verdict: Arc<dyn Verdict>,
+    checker: Checker,
     /// Where the block being gathered starts.
     block: u64,
     /// Its bytes so far (`block..pos`), unchecked.
@@ -128,7 +114,6 @@ impl State {
             ));
             return self.fail(e).await;
         }
-        let sums = self.sums.clone();
         // `piece` holds `base..base + len`; its bytes from `run` on are not
         // handed on yet.
         let (base, len) = (self.pos, piece.len());
@@ -146,7 +131,10 @@ impl State {
             // `piece[b0..at]`.
             let b0 = self.block.saturating_sub(base) as usize;
             let i = (self.block / self.unit) as usize;
-            if sums.expected(i) == Some(self.crc) {
+            if self
+                .checker
+                .fits(i, (block_end - self.block) as usize, self.crc)
+            {
                 // Checked: the earlier pieces' part goes out now (nothing
                 // of this piece has yet), this piece's part at its end.
                 let mut o = self.block;
@@ -165,13 +153,10 @@ impl State {
                 }
                 whole.extend_from_slice(&piece[b0..at]);
                 let (from, to) = (self.block, block_end);
-                let v = self.verdict.clone();
-                let r = tokio::task::spawn_blocking(move || v.mismatch(from, to, whole.freeze()))
-                    .await
-                    .unwrap_or_else(|e| Err(io::Error::other(e)));
-                match r {
+                match self.checker.mismatch(from, to, whole.freeze()).await {
                     Ok(b) => self.emit(from, b),
-                    Err(e) => return self.fail(e).await,
+                    // (The verdict heard of it already.)
+                    Err(e) => return self.ready.push_back(Err(e)),
                 }
                 run = at;
             }
@@ -203,45 +188,36 @@ impl State {
     /// The read failed: the store is told (on a blocking thread), the
     /// stream ends with the error.
     async fn fail(&mut self, e: io::Error) {
-        let v = self.verdict.clone();
-        let e = match tokio::task::spawn_blocking(move || {
-            v.failed(&e);
-            e
-        })
-        .await
-        {
-            Ok(e) => e,
-            Err(j) => io::Error::other(j),
-        };
+        let e = self.checker.failed(e).await;
         self.ready.push_back(Err(e));
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::store::sums::CHUNK;
+    use crate::store::checked::Verdict;
+    use crate::store::sums::{CHUNK, Sums};
 
     /// Records what the stream asked of the store.
     #[derive(Default)]
     struct Seen {
-        /// Whether a block that failed may go out (the checksums rotted).
-        pass: bool,
+        /// The checksums computed afresh, when the bytes proved right (the
+        /// checksums rotted).
+        fresh: Option<Arc<Sums>>,
         mismatches: Mutex<Vec<(u64, u64)>>,
         failures: Mutex<Vec<String>>,
     }
 
     impl Verdict for Seen {
-        fn mismatch(&self, from: u64, to: u64, b: Bytes) -> io::Result<Bytes> {
+        fn mismatch(&self, from: u64, to: u64, b: &[u8]) -> io::Result<Arc<Sums>> {
             self.mismatches.lock().unwrap().push((from, to));
             assert_eq!(b.len() as u64, to - from, "the whole block");
-            if self.pass {
-                Ok(b)
-            } else {
-                Err(io::Error::new(io::ErrorKind::InvalidData, "corrupt"))
-            }
+            self.fresh
+                .clone()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "corrupt"))
         }
 
         fn failed(&self, e: &io::Error) {
@@ -275,7 +251,7 @@ mod tests {
         seen: Arc<Seen>,
     ) -> (Vec<u8>, Option<io::Error>) {
         let pieces: Pieces = Box::pin(futures::stream::iter(items));
-        let s = checked(pieces, span, out, size, Arc::new(sums), seen);
+        let s = checked(pieces, span, out, size, Checker::new(Arc::new(sums), seen));
         let mut s = std::pin::pin!(s);
         let mut got = Vec::new();
         while let Some(r) = s.next().await {
@@ -349,7 +325,7 @@ mod tests {
         // Rotten checksums (the store found the bytes right): served whole.
         for sizes in SIZES {
             let seen = Arc::new(Seen {
-                pass: true,
+                fresh: Some(Arc::new(sums.clone())),
                 ..Default::default()
             });
             let mut rotten = sums.clone().encode();

@@ -1,6 +1,6 @@
-//! The read path: a committed object opened under a lease, streamed chunk
-//! by chunk, every chunk checked against its checksum before a byte of it
-//! is handed out.
+//! The read path: a committed object opened under a lease, streamed
+//! through the one checked body ([`super::checked`]): every checksum block
+//! checked before a byte of it is handed out.
 
 use std::io;
 use std::sync::Arc;
@@ -10,7 +10,8 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
 use super::STREAM_CHUNK;
-use super::backend::{ObjectRead, Span};
+use super::backend::ObjectRead;
+use super::checked::{CheckedRead, Checker, Verdict};
 use super::sums::Sums;
 use super::{Entry, Store};
 use crate::error::{Error, Result};
@@ -34,7 +35,7 @@ impl Drop for Lease {
 /// A committed object opened for reading.
 pub struct StoredObject {
     pub entry: Entry,
-    pub(super) object: Box<dyn ObjectRead>,
+    pub(super) object: Arc<dyn ObjectRead>,
     /// Its block checksums: every object is opened with them (rebuilt
     /// from a whole read that matched its sha256 where they were missing
     /// or did not fit), so no read is ever served unchecked.
@@ -66,374 +67,41 @@ fn windows(start: u64, end: u64, size: u64, unit: u64) -> Vec<(u64, u64)> {
     v
 }
 
-/// What checking a read takes: the store (to drop a rotten object), the
-/// object and its checksums.
-struct Check<'a> {
-    store: &'a Store,
-    digest: &'a str,
-    born: u64,
-    object: &'a dyn ObjectRead,
-    sums: &'a Sums,
-    tiered: bool,
-}
-
-impl Check<'_> {
-    /// Bytes `from..to` of the object, every checksum block in them
-    /// checked (blocking). `from` is block-aligned; `to` is too, or the
-    /// object's end.
-    fn window(&self, from: u64, to: u64) -> io::Result<Bytes> {
-        let b = self.object.read_chunk(from, (to - from) as usize)?;
-        self.blocks(from, to, b).map(|(b, _)| b)
-    }
-
-    /// Check the bytes `b` of `from..to` against their checksum blocks: a
-    /// mismatch drops the object (or rewrites rotten checksums) and is
-    /// `Err` unless the bytes match the checksums computed afresh (then
-    /// handed back with the bytes, for the rest of the read).
-    fn blocks(&self, from: u64, to: u64, b: Bytes) -> io::Result<(Bytes, Option<Sums>)> {
-        let mut fresh_sums: Option<Sums> = None;
-        {
-            let s = self.sums;
-            let bs = s.chunk() as u64;
-            // The checksums computed afresh after a mismatch, for the rest.
-            let mut at = from;
-            while at < to {
-                let n = bs.min(to - at);
-                let block = at / bs;
-                let off = (at - from) as usize;
-                let data = &b[off..off + n as usize];
-                if !fresh_sums.as_ref().unwrap_or(s).check(block as usize, data) {
-                    if self.tiered {
-                        return Err(self.store.tier_mismatch(self.digest, block));
-                    }
-                    // Either the checksums rotted (the object hashes right:
-                    // they are rewritten) or these bytes did: they go out only
-                    // if they match the checksums computed afresh.
-                    let fresh =
-                        self.store
-                            .chunk_mismatch(self.digest, self.born, self.object, block)?;
-                    if fresh.chunk() as u64 != bs || !fresh.check(block as usize, data) {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("chunk {block} of sha256:{} was read wrong", self.digest),
-                        ));
-                    }
-                    fresh_sums = Some(fresh);
-                }
-                at += n;
-            }
-        }
-        Ok((b, fresh_sums))
-    }
-}
-
 /// The checksum block size reads align to.
 fn unit_of(sums: &Sums) -> u64 {
     (sums.chunk() as u64).max(1)
 }
 
-/// What a stream asks of the store when a block fails its check or a
-/// read fails (on a blocking thread): one per stream, shared by its read
-/// paths; it holds the lease as long as the stream lives.
-struct ReadVerdict {
+/// What a read of a stored object does when a block does not match or a
+/// read fails: the store decides (on a blocking thread). One per read; it
+/// holds the lease as long as the read lives.
+struct StoreVerdict {
     object: Arc<dyn ObjectRead>,
-    sums: Arc<Sums>,
     lease: Lease,
+    /// Bytes per checksum block.
+    unit: u64,
     tiered: bool,
 }
 
-impl ReadVerdict {
-    /// [`Check::blocks`] of `b` (`from..to`) against `sums` (the stream's
-    /// own, or the ones rewritten during it); a failure is told to the
-    /// store ([`Store::read_failed`]).
-    fn recheck(
-        &self,
-        sums: &Sums,
-        from: u64,
-        to: u64,
-        b: io::Result<Bytes>,
-    ) -> io::Result<(Bytes, Option<Sums>)> {
-        let check = Check {
-            store: &self.lease.store,
-            digest: &self.lease.digest,
-            born: self.lease.born,
-            object: &*self.object,
-            sums,
-            tiered: self.tiered,
-        };
-        let r = b.and_then(|b| check.blocks(from, to, b));
-        if let Err(e) = &r {
-            self.lease
-                .store
-                .read_failed(&self.lease.digest, self.lease.born, e, self.tiered);
+impl Verdict for StoreVerdict {
+    /// A tier copy's block: the copy goes (the bucket is read next). Else
+    /// either the checksums rotted (the object hashes right: they are
+    /// rewritten and handed back) or the bytes did (the object dropped).
+    fn mismatch(&self, from: u64, _to: u64, _b: &[u8]) -> io::Result<Arc<Sums>> {
+        let block = from / self.unit;
+        let store = &self.lease.store;
+        if self.tiered {
+            return Err(store.tier_mismatch(&self.lease.digest, block));
         }
-        r
-    }
-}
-
-impl super::pieces::Verdict for ReadVerdict {
-    fn mismatch(&self, from: u64, to: u64, b: Bytes) -> io::Result<Bytes> {
-        self.recheck(&self.sums, from, to, Ok(b)).map(|(b, _)| b)
+        store
+            .chunk_mismatch(&self.lease.digest, self.lease.born, &*self.object, block)
+            .map(Arc::new)
     }
 
     fn failed(&self, e: &io::Error) {
         self.lease
             .store
             .read_failed(&self.lease.digest, self.lease.born, e, self.tiered);
-    }
-}
-
-/// A span read chunk by chunk, for a backend without one of its own.
-struct ChunkSpan {
-    object: Arc<dyn ObjectRead>,
-    pos: u64,
-}
-
-impl Span for ChunkSpan {
-    fn next_bytes(&mut self, n: usize) -> io::Result<Bytes> {
-        let b = self.object.read_chunk(self.pos, n)?;
-        self.pos += n as u64;
-        Ok(b)
-    }
-}
-
-/// Bytes handed out per step of a local file's read, at most: each piece
-/// is read into the stream's own buffer, its checksum blocks checked there
-/// on the async worker, and that buffer sent, so the bytes checked are the
-/// bytes sent and the socket copies from a buffer still in the CPU cache (a
-/// piece fits in a core's L2, 512 KiB here). Measured on a 2-core machine
-/// (`docs/performance.md`).
-pub const SEND_PIECE: usize = 256 << 10;
-
-/// The first piece of a stream, and every piece of a slow one: a client
-/// that takes a piece slower than [`FAST_READER`] gets pieces of this size,
-/// so a connection holds little while its socket drains (400 slow readers
-/// in tens of MiB, not a [`SEND_PIECE`] each); a faster one's pieces double
-/// up to [`SEND_PIECE`].
-pub const FIRST_PIECE: usize = 64 << 10;
-
-/// Bytes a second a client must take its pieces at for them to grow.
-const FAST_READER: f64 = 2.0 * 1024.0 * 1024.0;
-
-/// Bytes all streams together may hold in pieces larger than
-/// [`FIRST_PIECE`] (handed out and not yet dropped by the socket's
-/// writer); beyond it a stream's pieces stay at [`FIRST_PIECE`], so
-/// hundreds of readers whose sockets stopped draining hold tens of MiB at
-/// most.
-const LARGE_PIECES: usize = 48 << 20;
-
-/// Bytes held now in pieces larger than [`FIRST_PIECE`].
-static LARGE_HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// A piece's buffer; one larger than [`FIRST_PIECE`] gives its share of
-/// [`LARGE_PIECES`] back when the last handle on it is dropped.
-struct PieceBuf {
-    buf: Vec<u8>,
-    large: usize,
-}
-
-impl AsRef<[u8]> for PieceBuf {
-    fn as_ref(&self) -> &[u8] {
-        &self.buf
-    }
-}
-
-impl Drop for PieceBuf {
-    fn drop(&mut self) {
-        if self.large > 0 {
-            LARGE_HELD.fetch_sub(self.large, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-}
-
-/// Take `n` bytes of [`LARGE_PIECES`] for a piece; `false` when that
-/// would go over it.
-fn take_large(n: usize) -> bool {
-    use std::sync::atomic::Ordering::Relaxed;
-    let mut held = LARGE_HELD.load(Relaxed);
-    loop {
-        if held + n > LARGE_PIECES {
-            return false;
-        }
-        match LARGE_HELD.compare_exchange_weak(held, held + n, Relaxed, Relaxed) {
-            Ok(_) => return true,
-            Err(h) => held = h,
-        }
-    }
-}
-
-/// The next piece's size after a piece of `piece` bytes (`n` of them handed
-/// out) was taken in `took`: doubled (up to [`SEND_PIECE`]) for a client
-/// at [`FAST_READER`] or faster, back to [`FIRST_PIECE`] for a slower one.
-fn next_piece(piece: usize, n: usize, took: std::time::Duration) -> usize {
-    if n as f64 >= FAST_READER * took.as_secs_f64() {
-        (piece * 2).min(SEND_PIECE)
-    } else {
-        FIRST_PIECE
-    }
-}
-
-/// A read of a local file ([`ObjectRead::file`]), piece by piece from the
-/// checksum block holding `start` to the one holding `end - 1`: each
-/// piece copied into the stream's buffer from the page cache on the async
-/// worker when the page cache holds it (`RWF_NOWAIT`: never a wait on the
-/// disk there), else on a blocking thread; then its checksum blocks
-/// checked in that buffer and the buffer sent, [`FIRST_PIECE`] to
-/// [`SEND_PIECE`] at a time (by the client's pace and the budget for large
-/// pieces); a last piece shorter than a quarter piece joins the one before. A
-/// mismatch is handled on a blocking thread ([`Check::blocks`]: the object
-/// dropped, or its checksums rewritten) and ends the stream with an error
-/// unless the bytes prove right; a file shorter than its entry (truncated
-/// under the store) ends it too, and drops the object.
-struct FileRead {
-    file: Arc<std::fs::File>,
-    /// The size of the next piece, and when the last one was handed out.
-    piece: usize,
-    handed: Option<(std::time::Instant, usize)>,
-    verdict: Arc<ReadVerdict>,
-    /// The checksums the next piece is checked against (the verdict's,
-    /// until a mismatch proved them rotten and they were rewritten).
-    sums: Arc<Sums>,
-    /// The bytes asked for.
-    start: u64,
-    end: u64,
-    /// The next byte to read (block-aligned), and where reading ends (the
-    /// end of the block holding `end - 1`).
-    at: u64,
-    last: u64,
-}
-
-impl FileRead {
-    fn new(
-        file: Arc<std::fs::File>,
-        size: u64,
-        verdict: Arc<ReadVerdict>,
-        start: u64,
-        end: u64,
-    ) -> FileRead {
-        let end = end.min(size);
-        let sums = verdict.sums.clone();
-        let unit = unit_of(&sums);
-        let (at, last) = if start < end {
-            (
-                start - start % unit,
-                end.div_ceil(unit).saturating_mul(unit).min(size),
-            )
-        } else {
-            (0, 0)
-        };
-        FileRead {
-            file,
-            piece: FIRST_PIECE,
-            handed: None,
-            verdict,
-            sums,
-            start,
-            end,
-            at,
-            last,
-        }
-    }
-
-    fn stream(self) -> impl futures::Stream<Item = io::Result<Bytes>> + Send + 'static {
-        futures::stream::unfold(Some(self), |state| async move {
-            let mut r = state?;
-            match r.next().await {
-                Ok(Some(b)) => Some((Ok(b), Some(r))),
-                Ok(None) => None,
-                // The stream ends after its first error (the response is cut there).
-                Err(e) => Some((Err(e), None)),
-            }
-        })
-    }
-
-    /// The next checked piece within `start..end`; `None` at the end.
-    async fn next(&mut self) -> io::Result<Option<Bytes>> {
-        if let Some((at, n)) = self.handed.take() {
-            // The client's pace on the last piece: hyper asks for the next
-            // once the last is nearly written to the socket.
-            self.piece = next_piece(self.piece, n, at.elapsed());
-        }
-        while self.at < self.last {
-            let unit = unit_of(&self.sums);
-            let left = self.last - self.at;
-            let size = |piece: usize| {
-                let want = (piece as u64).max(unit) / unit * unit;
-                if left <= want + want / 4 { left } else { want }
-            };
-            // A piece over the first size takes its share of the budget for
-            // large pieces, or is cut back to the first size.
-            let mut n = size(self.piece);
-            let large = n > FIRST_PIECE as u64 && take_large(n as usize);
-            if n > FIRST_PIECE as u64 && !large {
-                n = size(FIRST_PIECE);
-            }
-            let (from, to) = (self.at, self.at + n);
-            self.at = to;
-            let b = match self.read(from, n as usize, large).await {
-                Ok(b) => b,
-                Err(e) => {
-                    let v = self.verdict.clone();
-                    let e2 = io::Error::new(e.kind(), e.to_string());
-                    let _ = tokio::task::spawn_blocking(move || {
-                        super::pieces::Verdict::failed(&*v, &e2)
-                    })
-                    .await;
-                    return Err(e);
-                }
-            };
-            let b = self.check(from, to, b).await?;
-            let (a, z) = (self.start.max(from), self.end.min(to));
-            if a < z {
-                self.handed = Some((std::time::Instant::now(), (z - a) as usize));
-                return Ok(Some(b.slice((a - from) as usize..(z - from) as usize)));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Bytes `from..from + n` of the file in a buffer of their own (`large`:
-    /// its share of [`LARGE_PIECES`] taken): what the page cache holds
-    /// copied there on the async worker, the rest read on a blocking thread.
-    async fn read(&mut self, from: u64, n: usize, large: bool) -> io::Result<Bytes> {
-        let large = if large { n } else { 0 };
-        let mut piece = PieceBuf {
-            buf: Vec::with_capacity(n),
-            large,
-        };
-        if !super::local::read_cached_at(&self.file, &mut piece.buf, from, n)? {
-            let file = self.file.clone();
-            piece = tokio::task::spawn_blocking(move || {
-                super::local::read_exact_at(&file, &mut piece.buf, from, n).map(|()| piece)
-            })
-            .await
-            .map_err(io::Error::other)??;
-        }
-        Ok(Bytes::from_owner(piece))
-    }
-
-    /// Check the blocks of `from..to` (block-aligned, whole blocks or up to
-    /// the object's end): inline while they match, else on a blocking
-    /// thread, where a rotten object is dropped.
-    async fn check(&mut self, from: u64, to: u64, b: Bytes) -> io::Result<Bytes> {
-        let s = self.sums.clone();
-        let bs = s.chunk();
-        let first = (from / bs as u64) as usize;
-        if b.chunks(bs)
-            .enumerate()
-            .all(|(i, blk)| s.check(first + i, blk))
-        {
-            return Ok(b);
-        }
-        let v = self.verdict.clone();
-        let (b, fresh) = tokio::task::spawn_blocking(move || v.recheck(&s, from, to, Ok(b)))
-            .await
-            .map_err(io::Error::other)??;
-        if let Some(f) = fresh {
-            // The checksums were what rotted: the rewritten ones check the rest.
-            self.sums = Arc::new(f);
-        }
-        Ok(b)
     }
 }
 
@@ -447,108 +115,72 @@ impl StoredObject {
         self.entry.size == 0
     }
 
-    /// Are its bytes read from a bucket (not from local disk)?
+    /// Are its bytes read over a network (a bucket, not its local tier)?
+    /// For metrics and `Cache-Status` only.
     pub fn reads_remote(&self) -> bool {
-        !self.tiered && self.lease.store.is_remote()
+        self.object.remote()
     }
 
     /// Stream bytes `start..end` (end exclusive, within the object),
     /// holding the lease until the end, every checksum block of it checked
-    /// before a byte of it is handed out: a mismatch (bit rot) drops the
-    /// object from the store and ends the stream with an error, so the
-    /// response is cut before its end and the next request fetches the
-    /// object again.
+    /// before a byte of it is handed out ([`Checker`], the one check of
+    /// every read): a mismatch (bit rot) drops the object from the store
+    /// and ends the stream with an error, so the response is cut before
+    /// its end and the next request fetches the object again.
     ///
-    /// A local object is read from its open file, kept while the store
-    /// holds the object, into the stream's own buffer ([`FileRead`]: from
-    /// the page cache on the async worker, from the disk on a blocking
-    /// thread), checked there and sent from there. A bucket's object is
-    /// read as it arrives ([`ObjectRead::pieces`]) or window by window on
-    /// blocking threads (one GET for the whole span). Memory stays bounded
-    /// by the pieces in flight.
+    /// A bucket's object is read as it arrives ([`ObjectRead::pieces`]:
+    /// one GET, its pieces checked in place); any other is read at an
+    /// offset into the stream's own buffer ([`CheckedRead`]: from the page
+    /// cache on the async worker, else on a blocking thread), checked there
+    /// and sent from there. Memory stays bounded by the pieces in flight.
     pub fn stream(
         self,
         start: u64,
         end: u64,
     ) -> impl futures::Stream<Item = io::Result<Bytes>> + Send + 'static {
+        let size = self.entry.size;
+        let end = end.min(size);
+        let wins = windows(start, end, size, unit_of(&self.sums));
+        let (object, checker) = self.into_checked();
+        if let (Some(&(from, _)), Some(&(_, to))) = (wins.first(), wins.last())
+            && let Some(p) = object.pieces(from, to)
+        {
+            return super::pieces::checked(p, (from, to), (start, end), size, checker)
+                .left_stream();
+        }
+        CheckedRead::new(object, checker, size, start, end)
+            .stream()
+            .right_stream()
+    }
+
+    /// The object's handle and the checker of its reads (which holds the
+    /// lease).
+    fn into_checked(self) -> (Arc<dyn ObjectRead>, Checker) {
         let StoredObject {
-            entry,
             object,
             sums,
             lease,
             tiered,
+            ..
         } = self;
-        let object: Arc<dyn ObjectRead> = Arc::from(object);
-        let size = entry.size;
-        let end = end.min(size);
-        let file = object.file();
-        let verdict = Arc::new(ReadVerdict {
+        let verdict = StoreVerdict {
             object: object.clone(),
-            sums: sums.clone(),
             lease,
+            unit: unit_of(&sums),
             tiered,
-        });
-        if let Some(file) = file {
-            return FileRead::new(file, size, verdict, start, end)
-                .stream()
-                .left_stream();
-        }
-        let wins = windows(start, end, size, unit_of(&sums));
-        // A remote object's bytes as they arrive, checked in place
-        // (`pieces`); else window by window on blocking threads.
-        if let (Some(&(from, _)), Some(&(_, to))) = (wins.first(), wins.last())
-            && let Some(p) = object.pieces(from, to)
-        {
-            let s = super::pieces::checked(p, (from, to), (start, end), size, sums, verdict);
-            return s.left_stream().right_stream();
-        }
-        // The backend's one read of the whole span (S3: one GET), else
-        // chunk by chunk (a local file has no round trip to hide).
-        let span = match (wins.first(), wins.last()) {
-            (Some(first), Some(last)) => object.span(first.0, last.1),
-            _ => None,
         };
-        let span = span.unwrap_or_else(|| {
-            Box::new(ChunkSpan {
-                object: object.clone(),
-                pos: wins.first().map_or(0, |w| w.0),
-            })
-        });
-        // Window by window, each checked as it completes, in order; the
-        // lease lives as long as the stream (the verdict holds it).
-        let state = Some((span, wins.into_iter()));
-        futures::stream::unfold(state, move |state| {
-            let v = verdict.clone();
-            async move {
-                let (mut span, mut wins) = state?;
-                let (from, to) = wins.next()?;
-                let read = tokio::task::spawn_blocking(move || {
-                    let b = span.next_bytes((to - from) as usize);
-                    let r = v.recheck(&v.sums, from, to, b).map(|(b, _)| b);
-                    (span, r)
-                })
-                .await;
-                // The stream ends after its first error (the response is cut there).
-                match read {
-                    Ok((span, Ok(b))) => {
-                        let (a, z) = (start.max(from), end.min(to));
-                        let b = b.slice((a - from) as usize..(z - from) as usize);
-                        Some((Ok(b), Some((span, wins))))
-                    }
-                    Ok((_, Err(e))) => Some((Err(e), None)),
-                    Err(e) => Some((Err(io::Error::other(e)), None)),
-                }
-            }
-        })
-        .right_stream()
-        .right_stream()
+        (object, Checker::new(sums, Arc::new(verdict)))
     }
 
     /// A blocking reader of the whole object, chunk-checked like
     /// [`StoredObject::stream`] (for `mirror export`).
     pub fn reader(self) -> impl io::Read + Send {
+        let size = self.entry.size;
+        let (object, checker) = self.into_checked();
         ChunkReader {
-            obj: self,
+            object,
+            checker,
+            size,
             pos: 0,
             buf: Bytes::new(),
         }
@@ -569,10 +201,21 @@ impl StoredObject {
             .object
             .read_chunk(0, self.entry.size as usize)
             .map_err(|e| {
-                self.lease
-                    .store
-                    .read_failed(&self.entry.digest, self.lease.born, &e, self.tiered);
-                Error::io(format!("reading {}", self.entry.key), e)
+                let fault = self.lease.store.read_failed(
+                    &self.entry.digest,
+                    self.lease.born,
+                    &e,
+                    self.tiered,
+                );
+                match fault {
+                    super::objects::Fault::Unreadable => Error::Unavailable(format!(
+                        "reading {}: {e} (held, not readable now)",
+                        self.entry.key
+                    )),
+                    super::objects::Fault::Dropped => {
+                        Error::io(format!("reading {}", self.entry.key), e)
+                    }
+                }
             })?;
         let got = hex::encode(Sha256::digest(&buf));
         if got != self.entry.digest {
@@ -596,7 +239,9 @@ impl StoredObject {
 }
 
 struct ChunkReader {
-    obj: StoredObject,
+    object: Arc<dyn ObjectRead>,
+    checker: Checker,
+    size: u64,
     pos: u64,
     buf: Bytes,
 }
@@ -604,20 +249,15 @@ struct ChunkReader {
 impl io::Read for ChunkReader {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.buf.is_empty() {
-            let size = self.obj.entry.size;
-            if self.pos >= size {
+            if self.pos >= self.size {
                 return Ok(0);
             }
-            let (from, to) = windows(self.pos, size, size, unit_of(&self.obj.sums))[0];
-            let check = Check {
-                store: &self.obj.lease.store,
-                digest: &self.obj.lease.digest,
-                born: self.obj.lease.born,
-                object: &*self.obj.object,
-                sums: &self.obj.sums,
-                tiered: self.obj.tiered,
-            };
-            self.buf = check.window(from, to)?;
+            let (from, to) = windows(self.pos, self.size, self.size, self.checker.unit())[0];
+            let b = self
+                .object
+                .read_chunk(from, (to - from) as usize)
+                .inspect_err(|e| self.checker.failed_blocking(e))?;
+            self.buf = self.checker.check_blocking(from, b)?;
             self.pos += self.buf.len() as u64;
         }
         let n = out.len().min(self.buf.len());
@@ -629,24 +269,7 @@ impl io::Read for ChunkReader {
 
 #[cfg(test)]
 mod tests {
-    use super::{FIRST_PIECE, SEND_PIECE, next_piece, windows};
-    use std::time::Duration;
-
-    #[test]
-    fn pieces_grow_for_a_fast_client_and_shrink_for_a_slow_one() {
-        let ms = Duration::from_millis;
-        // 64 KiB taken in 1 ms, then 128 KiB: doubled, up to the cap
-        assert_eq!(next_piece(FIRST_PIECE, FIRST_PIECE, ms(1)), 2 * FIRST_PIECE);
-        assert_eq!(
-            next_piece(2 * FIRST_PIECE, 2 * FIRST_PIECE, ms(1)),
-            SEND_PIECE
-        );
-        assert_eq!(next_piece(SEND_PIECE, SEND_PIECE, ms(100)), SEND_PIECE);
-        // a 256 KiB piece taken in 200 ms (1.25 MiB/s): back to the first size
-        assert_eq!(next_piece(SEND_PIECE, SEND_PIECE, ms(200)), FIRST_PIECE);
-        // a client reading a KiB now and then
-        assert_eq!(next_piece(FIRST_PIECE, FIRST_PIECE, ms(500)), FIRST_PIECE);
-    }
+    use super::windows;
 
     const M: u64 = 1 << 20;
     const K64: u64 = 64 << 10;

@@ -43,6 +43,14 @@ impl TempObject {
             .expect("temp path present until commit")
     }
 
+    /// The spool opened for reading (blocking: an open), for the readers
+    /// of a fill still growing: read at an offset like a stored object
+    /// ([`super::checked::CheckedRead`]), what was just written from the
+    /// page cache without a wait.
+    pub fn reader(&self) -> std::io::Result<std::sync::Arc<dyn super::ObjectRead>> {
+        super::local::open_spool(self.path()).map(std::sync::Arc::from)
+    }
+
     /// Bytes written so far.
     pub fn len(&self) -> u64 {
         self.len

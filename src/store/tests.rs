@@ -508,9 +508,8 @@ impl Backend for Counting {
     fn describe(&self) -> String {
         self.inner.describe()
     }
-    fn local_dir(&self) -> Option<&Path> {
-        // Seen as a bucket: nothing is assumed local.
-        None
+    fn kind(&self) -> backend::Kind {
+        backend::Kind::Bucket
     }
     fn lock(&self) -> std::io::Result<backend::LockGuard<'_>> {
         self.inner.lock()
@@ -635,7 +634,7 @@ async fn a_held_object_is_reopened_from_memory_and_rot_under_its_file_is_caught(
     let e = put(&store, "k", &body, false).await;
     assert!(store.open_held("k").is_none(), "not opened yet");
     assert_eq!(read_whole(store.get("k").unwrap()).await.unwrap(), body);
-    assert!(store.lock().objects[&e.digest].file.is_some(), "kept open");
+    assert!(store.lock().objects[&e.digest].open.is_some(), "kept open");
     let o = store.open_held("k").expect("opened from memory");
     assert_eq!(read_whole(o).await.unwrap(), body);
     // a range across the window grid, from the held file
@@ -686,7 +685,7 @@ async fn idle_files_are_capped() {
         drop(store.get(&format!("k{i}")).unwrap());
     }
     let st = store.lock();
-    let open = |d: &String| st.objects[d].file.is_some();
+    let open = |d: &String| st.objects[d].open.is_some();
     assert!(open(&digests[0]), "held by a reader");
     assert!(open(&digests[n - 1]), "the newest");
     assert!(!open(&digests[1]), "the oldest idle one went");
@@ -702,7 +701,7 @@ async fn idle_files_are_capped() {
 /// whole checksum blocks around it, and hand out exactly the range.
 #[tokio::test]
 async fn a_file_read_goes_out_in_pieces() {
-    use super::read::{FIRST_PIECE, SEND_PIECE};
+    use super::checked::{FIRST_PIECE, SEND_PIECE};
     use futures::StreamExt;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), None).unwrap();
@@ -741,7 +740,7 @@ async fn a_file_read_goes_out_in_pieces() {
     assert_eq!(sizes(7, 8).await, [1]);
 }
 
-/// A store holding `k` (`pieces` of [`super::read::SEND_PIECE`] bytes of a
+/// A store holding `k` (`pieces` of [`super::checked::SEND_PIECE`] bytes of a
 /// pattern mod `m`), a stream of the whole of it, and its first piece read.
 struct OnePieceIn {
     _dir: tempfile::TempDir,
@@ -756,7 +755,7 @@ async fn one_piece_in(pieces: usize, m: usize) -> OnePieceIn {
     use futures::StreamExt;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), None).unwrap();
-    let body: Vec<u8> = (0..(super::read::SEND_PIECE * pieces))
+    let body: Vec<u8> = (0..(super::checked::SEND_PIECE * pieces))
         .map(|i| (i % m) as u8)
         .collect();
     let e = put(&store, "k", &body, false).await;
@@ -807,7 +806,7 @@ async fn a_piece_handed_out_is_the_bytes_its_check_saw() {
 /// drops the object so the next request fetches it again.
 #[tokio::test]
 async fn a_file_truncated_under_a_read_cuts_it_and_drops_the_object() {
-    use super::read::SEND_PIECE;
+    use super::checked::SEND_PIECE;
     use futures::StreamExt;
     let OnePieceIn {
         _dir,
@@ -1014,4 +1013,82 @@ async fn a_fill_in_progress_counts_against_the_size_bound() {
     assert_eq!(store.in_flight(), 0);
     put(&store, "c", b"ccccc", false).await;
     assert_eq!(store.total_size(), 9, "nothing more evicted once let go");
+}
+
+/// A local object whose checksum file is lost, garbage, or fits but is
+/// wrong is never served unchecked: lost or garbage, the checksums are
+/// rebuilt from a whole read that hashes to the object's digest before a
+/// byte goes out; wrong, the first block that does not match sends the
+/// read to the same whole read, whose checksums then check the rest. Bytes
+/// that do not hash right are never served (the read is cut before its
+/// end, the object dropped), whatever the checksums said.
+#[tokio::test]
+async fn a_local_object_whose_checksums_are_lost_or_wrong_is_never_served_unchecked() {
+    let body: Vec<u8> = (0..(3 * STREAM_CHUNK + 4321))
+        .map(|i| (i * 13 % 241) as u8)
+        .collect();
+    let digest = hex::encode(Sha256::digest(&body));
+    let right = Sums::of(&body);
+    let mut wrong = right.encode();
+    wrong[8 + 4 * 20] ^= 1; // block 20's CRC
+    let garbage = b"not a checksum file".to_vec();
+    // (what the sums file holds, whether the object's bytes are rotten)
+    let cases: [(Option<Vec<u8>>, bool); 6] = [
+        (None, false),
+        (Some(garbage.clone()), false),
+        (Some(wrong.clone()), false),
+        (None, true),
+        (Some(garbage), true),
+        (Some(wrong), true),
+    ];
+    for (i, (sums, rotten)) in cases.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), None).unwrap();
+            put(&store, "k", &body, false).await;
+            if rotten {
+                // A byte of block 40, after the block whose CRC is wrong.
+                flip_byte(&store.object_path(&digest).unwrap(), 40 * 65536 + 7);
+            }
+        }
+        let sums_file = dir.path().join("sums").join(&digest);
+        match &sums {
+            None => fs::remove_file(&sums_file).unwrap(),
+            Some(b) => fs::write(&sums_file, b).unwrap(),
+        }
+        let store = Store::open(dir.path(), None).unwrap();
+        let got = match store.open_key("k").await.unwrap() {
+            Some(o) => read_whole(o).await,
+            None => Err(std::io::Error::other("not served")),
+        };
+        if rotten {
+            let what = format!("case {i}: rotten bytes");
+            if let Ok(b) = got {
+                panic!("{what}: served whole ({} bytes)", b.len());
+            }
+            assert!(
+                store.open_key("k").await.unwrap().is_none(),
+                "{what}: dropped"
+            );
+            assert!(
+                !dir.path().join("objects/sha256").join(&digest).exists(),
+                "{what}: its file removed"
+            );
+        } else {
+            assert!(got.unwrap() == body, "case {i}: served right");
+            // The checksums on disk are right now; a range reads right too.
+            assert_eq!(
+                Sums::decode(&fs::read(&sums_file).unwrap()).unwrap(),
+                right,
+                "case {i}: checksums rebuilt"
+            );
+            let o = store.open_key("k").await.unwrap().unwrap();
+            let mut s = Box::pin(o.stream(1_000_000, 1_300_000));
+            let mut part = Vec::new();
+            while let Some(c) = futures::StreamExt::next(&mut s).await {
+                part.extend_from_slice(&c.unwrap());
+            }
+            assert!(part == body[1_000_000..1_300_000], "case {i}: a range");
+        }
+    }
 }

@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::STREAM_CHUNK;
-use super::Store;
 use super::backend::ObjectRead;
+use super::checked::{Checker, Verdict};
 use super::local::{is_hex64, open_object_file};
 use super::sums::Sums;
 
@@ -37,6 +37,33 @@ pub(super) struct Tier {
     dir: PathBuf,
     max: u64,
     state: Mutex<TierState>,
+    /// Opens an object in the bucket (what a background copy reads).
+    bucket: Option<Opener>,
+}
+
+/// Opens the bucket's object `digest` of `len` bytes (no round trip).
+pub(super) type Opener = Arc<dyn Fn(&str, u64) -> Box<dyn ObjectRead> + Send + Sync>;
+
+/// A copy in the tier, read like any object; it says it is a copy
+/// ([`ObjectRead::is_copy`]: a fault in it drops only the copy).
+struct Copy(Box<dyn ObjectRead>);
+
+impl ObjectRead for Copy {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+    fn read_chunk(&self, pos: u64, len: usize) -> std::io::Result<bytes::Bytes> {
+        self.0.read_chunk(pos, len)
+    }
+    fn read_ready(&self, buf: &mut Vec<u8>, pos: u64, want: usize) -> std::io::Result<bool> {
+        self.0.read_ready(buf, pos, want)
+    }
+    fn read_rest(&self, buf: &mut Vec<u8>, pos: u64, want: usize) -> std::io::Result<()> {
+        self.0.read_rest(buf, pos, want)
+    }
+    fn is_copy(&self) -> bool {
+        true
+    }
 }
 
 #[derive(Default)]
@@ -85,7 +112,14 @@ impl Tier {
             dir,
             max,
             state: Mutex::new(st),
+            bucket: None,
         })
+    }
+
+    /// The tier whose background copies read the bucket through `open`.
+    pub(super) fn reading(mut self, open: Opener) -> Tier {
+        self.bucket = Some(open);
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, TierState> {
@@ -145,7 +179,7 @@ impl Tier {
             }
         }
         match open_object_file(&self.path(digest)) {
-            Ok(o) if o.len() == size => Some(o),
+            Ok(o) if o.len() == size => Some(Box::new(Copy(o))),
             _ => {
                 self.remove(digest);
                 None
@@ -255,7 +289,7 @@ impl Tier {
     /// `digest` was read from the bucket: copy it here in the background
     /// (at most [`COPIES`] at once, the rest queued; a request meanwhile
     /// reads the bucket).
-    pub(super) fn want(&self, store: &Store, digest: &str, size: u64, sums: Arc<Sums>) {
+    pub(super) fn want(self: &Arc<Self>, digest: &str, size: u64, sums: Arc<Sums>) {
         if size > self.max {
             return;
         }
@@ -280,22 +314,23 @@ impl Tier {
             self.lock().copying.remove(digest);
             return;
         }
-        let store = store.clone();
+        let tier = self.clone();
         let mut next = Some((digest.to_string(), size, sums));
         rt.spawn_blocking(move || {
-            let Some(tier) = store.tier() else { return };
             while let Some((digest, size, sums)) = next.take() {
-                match tier.copy(&store, &digest, size, &sums) {
+                let mut unanswered = false;
+                match tier.copy(&digest, size, &sums) {
                     Ok(()) => tier.settle(size, Some(&digest)),
                     Err(e) => {
+                        unanswered = e.kind() != std::io::ErrorKind::InvalidData;
                         tier.settle(size, None);
                         tracing::warn!(%digest, error = %e, "copying into the local tier failed")
                     }
                 }
                 let mut st = tier.lock();
                 st.copying.remove(&digest);
-                if !store.available() {
-                    // The bucket does not answer: nothing waits on it.
+                if unanswered {
+                    // The bucket did not answer: nothing waits on it.
                     st.pending.clear();
                 }
                 // The next one waiting, unless it got its copy meanwhile;
@@ -325,9 +360,17 @@ impl Tier {
 
     /// Read `digest` from the bucket into a temp file here, every block
     /// checked and the whole hashed, then rename it into place.
-    fn copy(&self, store: &Store, digest: &str, size: u64, sums: &Sums) -> std::io::Result<()> {
+    fn copy(&self, digest: &str, size: u64, sums: &Arc<Sums>) -> std::io::Result<()> {
         use sha2::Digest as _;
-        let object = store.backend().open_object(digest, size)?;
+        let open = self
+            .bucket
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("the tier reads no bucket"))?;
+        let object = open(digest, size);
+        // The one block check of every read; a block that does not match
+        // ends the copy (the bucket's object is the store's to judge, at
+        // its next read).
+        let mut checker = Checker::new(sums.clone(), Arc::new(CopyVerdict));
         let tmp = self
             .dir
             .join(format!(".copy-{digest}-{:08x}", rand::random::<u32>()));
@@ -342,18 +385,7 @@ impl Tier {
                     Some(s) => s.next_bytes(n)?,
                     None => object.read_chunk(pos, n)?,
                 };
-                {
-                    let s = sums;
-                    let bs = s.chunk();
-                    for (i, block) in b.chunks(bs).enumerate() {
-                        if !s.check(pos as usize / bs + i, block) {
-                            return Err(std::io::Error::new(
-                                std::io::ErrorKind::InvalidData,
-                                "a block does not match its checksum",
-                            ));
-                        }
-                    }
-                }
+                let b = checker.check_blocking(pos, b)?;
                 h.update(&b);
                 out.write_all(&b)?;
                 pos += n as u64;
@@ -371,6 +403,20 @@ impl Tier {
         }
         res
     }
+}
+
+/// A copy's verdict: a block that does not match ends the copy.
+struct CopyVerdict;
+
+impl Verdict for CopyVerdict {
+    fn mismatch(&self, from: u64, _to: u64, _b: &[u8]) -> std::io::Result<Arc<Sums>> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the block at {from} does not match its checksum"),
+        ))
+    }
+
+    fn failed(&self, _e: &std::io::Error) {}
 }
 
 #[cfg(test)]

@@ -385,3 +385,62 @@ fn no_module_outside_the_store_builds_or_parses_key_strings() {
         }
     }
 }
+
+/// The store's facade, its read paths and the fills never branch on what
+/// kind of backend holds the bytes (issue 38, item 6): each behaviour is a
+/// capability of the backend or of its object handle (`stage_object`,
+/// `read_ready`/`read_rest`, `keep_open`, `replaced`), and the trait has
+/// no local-only hook. `Kind` is for messages and metrics only.
+#[test]
+fn the_store_facade_never_branches_on_the_backend_kind() {
+    let facade = [
+        "store/mod.rs",
+        "store/objects.rs",
+        "store/entries.rs",
+        "store/read.rs",
+        "store/checked.rs",
+        "store/pieces.rs",
+        "store/tier.rs",
+        "fill.rs",
+    ];
+    let mut seen = 0;
+    for (path, _, code) in sources() {
+        let rel = path.to_string_lossy();
+        if rel.ends_with("store/backend.rs") {
+            for hook in ["local_dir", "fn file(", "upload_outside_lock", "is_remote"] {
+                assert!(
+                    !code.contains(hook),
+                    "{rel}: the Backend trait carries a local-only hook `{hook}`"
+                );
+            }
+        }
+        if !facade.iter().any(|f| rel.ends_with(&format!("src/{f}"))) {
+            continue;
+        }
+        seen += 1;
+        for branch in [
+            "is_remote",
+            "local_dir",
+            "upload_outside_lock",
+            "Kind::",
+            ".file()",
+            "local::read",
+            "LocalObject",
+            "store::local",
+        ] {
+            // (`Kind::` as a word: `io::ErrorKind::` is not the backend's.)
+            let found = code.match_indices(branch).any(|(i, _)| {
+                !branch.starts_with(char::is_alphabetic)
+                    || !code[..i]
+                        .chars()
+                        .next_back()
+                        .is_some_and(|c| c.is_alphanumeric() || c == '_')
+            });
+            assert!(
+                !found,
+                "{rel}: branches on the backend kind or reaches the local backend (`{branch}`)"
+            );
+        }
+    }
+    assert_eq!(seen, facade.len(), "every facade file was read");
+}

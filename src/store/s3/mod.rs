@@ -64,8 +64,10 @@ use object_store::{
 };
 use sha2::{Digest, Sha256};
 
-use super::backend::{Backend, Listed, LockGuard, ObjectRead};
+use super::backend::{Backend, Kind, Listed, LockGuard, ObjectRead, Publish};
 use super::local::{Layout, is_hex64, is_index_name};
+use super::sums::Sums;
+use super::tier::Tier;
 
 mod conn;
 mod lock;
@@ -146,6 +148,9 @@ pub struct S3Backend {
     conditional_create: bool,
     /// Does it refuse an update with a stale ETag (`If-Match`)?
     conditional_update: bool,
+    /// The local tier (`--local-cache-max-size`): copies of objects on
+    /// the spool volume, kept and dropped by this backend alone.
+    tier: Option<Arc<Tier>>,
 }
 
 fn io_err(e: object_store::Error) -> io::Error {
@@ -297,6 +302,7 @@ impl S3Backend {
             ),
             conditional_create: false,
             conditional_update: false,
+            tier: None,
         };
         me.measure_conditions()?;
         if me.conditional_create {
@@ -312,6 +318,33 @@ impl S3Backend {
             );
         }
         Ok(me)
+    }
+
+    /// Keep copies of its objects in a local tier in `dir` (on the spool
+    /// volume), bounded by `max` bytes.
+    pub(super) fn with_tier(mut self, dir: PathBuf, max: u64) -> io::Result<S3Backend> {
+        let (s3, streams) = (self.s3.clone(), self.streams.clone());
+        let prefix = self.cfg.prefix.clone();
+        let timeout = self.cfg.timeout;
+        let rt = self.rt.as_ref().expect("runtime present").handle().clone();
+        let open: super::tier::Opener = Arc::new(move |digest: &str, len: u64| {
+            let rel = format!("objects/sha256/{digest}");
+            let path = if prefix.is_empty() {
+                ObjPath::from(rel)
+            } else {
+                ObjPath::from(format!("{prefix}/{rel}"))
+            };
+            Box::new(S3Object {
+                s3: s3.clone(),
+                streams: streams.clone(),
+                path,
+                len,
+                timeout,
+                rt: rt.clone(),
+            }) as Box<dyn ObjectRead>
+        });
+        self.tier = Some(Arc::new(Tier::open(dir, max)?.reading(open)));
+        Ok(self)
     }
 
     /// Does the store honour `If-None-Match: *` and `If-Match`? (Also the
@@ -482,8 +515,8 @@ impl Backend for S3Backend {
         self.cfg.url()
     }
 
-    fn local_dir(&self) -> Option<&Path> {
-        None
+    fn kind(&self) -> Kind {
+        Kind::Bucket
     }
 
     fn lock(&self) -> io::Result<LockGuard<'_>> {
@@ -526,6 +559,9 @@ impl Backend for S3Backend {
     /// No round trip: the length is the index's (objects are immutable);
     /// a missing object shows at its first read.
     fn open_object(&self, digest: &str, len: u64) -> io::Result<Box<dyn ObjectRead>> {
+        if let Some(copy) = self.tier.as_ref().and_then(|t| t.open_copy(digest, len)) {
+            return Ok(copy);
+        }
         Ok(Box::new(S3Object {
             s3: self.s3.clone(),
             streams: self.streams.clone(),
@@ -560,6 +596,9 @@ impl Backend for S3Backend {
     }
 
     fn delete_object(&self, digest: &str) {
+        if let Some(t) = &self.tier {
+            t.remove(digest);
+        }
         for p in [
             self.object_path(digest),
             self.path(&format!("sums/{digest}")),
@@ -642,8 +681,54 @@ impl Backend for S3Backend {
         self.probe(limit)
     }
 
-    fn upload_outside_lock(&self) -> bool {
-        true
+    fn retain_copies(&self, keep: &dyn Fn(&str, u64) -> bool) {
+        if let Some(t) = &self.tier {
+            t.keep_only(keep);
+        }
+    }
+
+    fn holds_copy(&self, digest: &str, size: u64) -> bool {
+        self.tier.as_ref().is_some_and(|t| t.holds(digest, size))
+    }
+
+    fn drop_copy(&self, digest: &str) {
+        if let Some(t) = &self.tier {
+            t.remove(digest);
+        }
+    }
+
+    fn read_through(&self, digest: &str, size: u64, sums: Arc<Sums>) {
+        if let Some(t) = &self.tier {
+            t.want(digest, size, sums);
+        }
+    }
+
+    /// The upload runs before the store lock, so replicas do not wait on
+    /// each other's uploads; under the lock the object is checked again
+    /// (another replica may have deleted it meanwhile) and uploaded again
+    /// if it went.
+    fn stage_object<'a>(
+        &'a self,
+        spool: &'a Path,
+        file: File,
+        digest: &'a str,
+        sums: &'a [u8],
+    ) -> io::Result<Publish<'a>> {
+        let len = file.metadata()?.len();
+        let existed = self.put_object(spool, file, digest, sums)?;
+        Ok(Box::new(move || {
+            let existed = if self.object_len(digest)? == Some(len) {
+                existed
+            } else {
+                let file = super::local::open_regular(spool)?;
+                self.put_object(spool, file, digest, sums)?
+            };
+            // Verified on local disk already: the tier's copy.
+            if let Some(t) = &self.tier {
+                t.adopt_spool(spool, digest, len);
+            }
+            Ok(existed)
+        }))
     }
 }
 
