@@ -105,7 +105,14 @@ impl Service {
             crate::registry::names::check_base_url(u)
                 .map_err(|e| Error::bad_input(format!("--registry-url: {e}")))?;
         }
-        let store = open_store(cfg.store.clone(), cfg.cache_max_size).await?;
+        // A bucket that did not open (it did not answer, or refused us) is
+        // `Unavailable`: `serve` waits for it, not ready, rather than exit.
+        let store = open_store(cfg.store.clone(), cfg.cache_max_size)
+            .await
+            .map_err(|e| match (&cfg.store, e) {
+                (Location::S3(_), e @ Error::Io { .. }) => Error::Unavailable(e.to_string()),
+                (_, e) => e,
+            })?;
         let metrics = Metrics::new();
         let schematics = Arc::new(known_schematics::KnownSchematics::open(
             store.clone(),

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -30,6 +31,7 @@ pub mod ops;
 pub mod registry;
 pub mod schematics;
 pub mod stale;
+pub mod starting;
 pub mod status;
 pub mod tls;
 pub mod token;
@@ -383,7 +385,11 @@ async fn drain(graceful: hyper_util::server::graceful::GracefulShutdown, limit: 
     }
 }
 
-/// Bind, serve until SIGTERM or Ctrl-C, then drain.
+/// Bind, serve until SIGTERM or Ctrl-C, then drain. A bucket that does
+/// not answer at start is waited for (listening, not ready, opened again
+/// every [`STORE_RETRY`]) rather than an exit: under a pod controller a
+/// replica would otherwise crash-loop, with a growing back-off, through a
+/// bucket outage.
 pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let addr = listen_addr(&cfg.listen)?;
     // A certificate that does not load stops here, before anything listens.
@@ -391,68 +397,133 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         Some(files) => Some(tls::Reloading::new(files.clone())?),
         None => None,
     };
-    let state = AppState::new(cfg).await?;
+    let first = match AppState::new(cfg.clone()).await {
+        Err(e) if !matches!(e, Error::Unavailable(_)) => return Err(e),
+        first => first,
+    };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| Error::io(format!("--listen: binding {addr}"), e))?;
     let local = listener
         .local_addr()
         .map_err(|e| Error::io("listener address", e))?;
-    let acceptor = tls.as_ref().map(|t| t.acceptor()).transpose()?;
+    let acc = Accepting {
+        tls: tls.as_ref().map(|t| t.acceptor()).transpose()?,
+        listener,
+        http: http1(&cfg),
+        write_timeout: cfg.write_timeout,
+        handshake_limit: cfg.header_read_timeout,
+        conns: conns::Connections::new(cfg.max_connections),
+        graceful: hyper_util::server::graceful::GracefulShutdown::new(),
+    };
     let _reload = tls.as_ref().map(|t| AbortOnDrop(t.watch(tls::POLL)));
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    let state = match first {
+        Ok(state) => state,
+        Err(e) => {
+            tracing::warn!(%local, store = %cfg.store.describe(), error = %e, "waiting for the store: listening, not ready; opening it again every {}s", STORE_RETRY.as_secs());
+            let why = Arc::new(std::sync::Mutex::new(e.to_string()));
+            tokio::select! {
+                state = open_again(cfg.clone(), why.clone()) => state,
+                () = acc.serve(starting::router(why)) => unreachable!("the accept loop never ends"),
+                _ = &mut stop => {
+                    acc.drain(cfg.shutdown_timeout).await;
+                    return Ok(());
+                }
+            }
+        }
+    };
     tracing::info!(
         %local,
         store = %state.store.describe(),
         upstreams = %status::upstream_summary(&state.cfg),
         offline = state.cfg.offline,
-        tls = acceptor.is_some(),
+        tls = acc.tls.is_some(),
         "listening"
     );
-    let app = router(state.clone());
-    let http = http1(&state.cfg);
-    let write_timeout = state.cfg.write_timeout;
-    let conns = conns::Connections::new(state.cfg.max_connections);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let stop = shutdown_signal();
-    tokio::pin!(stop);
+    tokio::select! {
+        () = acc.serve(router(state.clone())) => {}
+        _ = &mut stop => {}
+    }
+    // Stop accepting; let requests in flight finish, up to the timeout.
+    acc.drain(state.cfg.shutdown_timeout).await;
+    Ok(())
+}
+
+/// How often a store that did not open at start is opened again.
+pub const STORE_RETRY: Duration = Duration::from_secs(5);
+
+/// Open the service again until the store answers; `why` says what the
+/// last try found (the starting answers show it).
+async fn open_again(cfg: ServeConfig, why: Arc<std::sync::Mutex<String>>) -> AppState {
     loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = &mut stop => break,
-        };
-        let (tcp, peer) = match accepted {
-            Ok(a) => a,
+        tokio::time::sleep(STORE_RETRY).await;
+        match AppState::new(cfg.clone()).await {
+            Ok(state) => return state,
             Err(e) => {
-                // Out of file descriptors and the like: back off, keep serving.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
+                tracing::warn!(error = %e, "waiting for the store");
+                *why.lock().unwrap_or_else(|p| p.into_inner()) = e.to_string();
             }
-        };
+        }
+    }
+}
+
+/// The listener and how each connection it accepts is served.
+struct Accepting {
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    http: hyper::server::conn::http1::Builder,
+    write_timeout: Duration,
+    /// A TLS handshake's bound (as a request head's).
+    handshake_limit: Duration,
+    conns: Arc<conns::Connections>,
+    graceful: hyper_util::server::graceful::GracefulShutdown,
+}
+
+impl Accepting {
+    /// Accept connections and serve `app` on each, for ever.
+    async fn serve(&self, app: Router) {
+        loop {
+            let (tcp, peer) = match self.listener.accept().await {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            self.connection(tcp, peer, &app);
+        }
+    }
+
+    /// Serve one accepted connection on its own task.
+    fn connection(&self, tcp: tokio::net::TcpStream, peer: SocketAddr, app: &Router) {
         // Past --max-connections the oldest idle connection closes for
         // this one; with every one busy, this one is closed.
-        let Some(admitted) = conns.admit() else {
+        let Some(admitted) = self.conns.admit() else {
             tracing::warn!(%peer, "connection closed: every open connection has a request in flight (--max-connections)");
-            drop(tcp);
-            continue;
+            return;
         };
         let _ = tcp.set_nodelay(true);
-        let guarded = limits::WriteGuard::new(tcp, write_timeout);
+        let guarded = limits::WriteGuard::new(tcp, self.write_timeout);
         let svc = access::WithPeer::new(
             hyper_util::service::TowerToHyperService::new(app.clone()),
             peer,
             admitted.busy.clone(),
         );
-        let Some(acceptor) = &acceptor else {
+        let http = self.http.clone();
+        let Some(acceptor) = &self.tls else {
             let io = hyper_util::rt::TokioIo::new(guarded);
-            let conn = graceful.watch(http.serve_connection(io, svc));
+            let conn = self.graceful.watch(http.serve_connection(io, svc));
             tokio::spawn(until_closed(conn, admitted, peer));
-            continue;
+            return;
         };
         // The handshake runs in the connection's task, bounded like a
         // request head; the connection is drained on stop like any other.
-        let (acceptor, http, watcher) = (acceptor.clone(), http.clone(), graceful.watcher());
-        let handshake_limit = state.cfg.header_read_timeout;
+        let (acceptor, watcher) = (acceptor.clone(), self.graceful.watcher());
+        let handshake_limit = self.handshake_limit;
         tokio::spawn(async move {
             let tls = match tokio::time::timeout(handshake_limit, acceptor.accept(guarded)).await {
                 Ok(Ok(s)) => s,
@@ -474,10 +545,12 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
             .await;
         });
     }
-    // Stop accepting; let requests in flight finish, up to the timeout.
-    drop(listener);
-    drain(graceful, state.cfg.shutdown_timeout).await;
-    Ok(())
+
+    /// Stop accepting; let requests in flight finish, up to `limit`.
+    async fn drain(self, limit: Duration) {
+        drop(self.listener);
+        drain(self.graceful, limit).await;
+    }
 }
 
 /// Serve one connection until it ends, or until [`conns`] closes it for a

@@ -591,3 +591,46 @@ fn a_mirrored_key_is_never_fetched_again_or_repointed_while_the_bucket_is_frozen
         "the mirror's entry stays pinned with its digest"
     );
 }
+
+/// A replica started while its bucket does not answer waits for it rather
+/// than exit (a pod would crash-loop through the outage): it listens, alive
+/// (`/healthz` 200) and not ready (`/readyz` 503 saying why), every other
+/// route 503 with `Retry-After` in its family's shape, and once the bucket
+/// answers it opens the store and serves, no restart.
+#[test]
+fn a_replica_started_on_a_frozen_bucket_waits_for_it_not_ready() {
+    let Some(bin) = support::garage::binary() else {
+        return;
+    };
+    let g = Garage::cluster(&bin, 1);
+    let f = Factory::new(1, 1, &[A], None);
+    g.freeze(0);
+    let t = Instant::now();
+    let (mut one, _) = replica(&f, &g, "one", &[]);
+    eprintln!("frozen at start: /healthz 200 after {:?}", t.elapsed());
+    let base = one.url();
+    let url = |p: &str| format!("{base}{p}");
+    let r = curl(&["-i", &url("/readyz")]);
+    assert_eq!(r.status, 503);
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    assert!(text.contains("not ready: the store did not open"), "{text}");
+    let r = curl(&["-i", &url(&image_path(A))]);
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after").as_deref(), Some("5"));
+    let r = curl(&[&url("/v2/siderolabs/installer/manifests/v1.13.6")]);
+    assert_eq!(r.status, 503);
+    let oci: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(oci["errors"][0]["code"], "UNAVAILABLE", "{oci}");
+    assert!(one.log_text().contains("waiting for the store"));
+    assert!(one.try_status().is_none(), "the replica exited");
+
+    g.thaw(0);
+    let up = eventually("/readyz 200", Duration::from_secs(30), || {
+        curl(&["--max-time", "2", &url("/readyz")]).status == 200
+    });
+    eprintln!("thawed: /readyz 200 after {up:?}");
+    let (st, body, _) = timed(&url(&image_path(A)));
+    assert_eq!(st, 200, "{}", one.log_text());
+    assert!(body == f.xz);
+    assert!(one.log_text().contains("listening"));
+}

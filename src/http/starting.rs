@@ -1,0 +1,35 @@
+//! What a replica answers while its store does not open (a bucket that did
+//! not answer at start): it is alive (`/healthz` 200, so a liveness probe
+//! does not restart it), not ready (`/readyz` 503 saying why), and every
+//! other route is 503 with `Retry-After`, in its family's shape (OCI on
+//! `/v2/`, JSON on `/api/`). `serve` opens the store again meanwhile and
+//! then answers with the full router.
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::Response;
+use axum::routing::get;
+
+/// The starting answers; `why` is what the last try to open the store found.
+pub fn router(why: Arc<Mutex<String>>) -> Router {
+    let not_ready = move || {
+        let why = why.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        async move { refusal(format!("not ready: the store did not open: {why}")) }
+    };
+    Router::new()
+        .route("/healthz", get(super::ops::healthz))
+        .route("/readyz", get(not_ready))
+        .fallback(|| async { refusal("starting: the store did not open yet; try again".into()) })
+        .layer(axum::middleware::from_fn(super::error::shape))
+        .layer(axum::middleware::from_fn(super::conns::track))
+}
+
+/// 503, `Retry-After: 5`, one line.
+fn refusal(line: String) -> Response {
+    let mut r = super::error::text(StatusCode::SERVICE_UNAVAILABLE, line);
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+    r
+}
