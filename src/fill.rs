@@ -80,10 +80,14 @@ fn head_of(e: &Entry) -> Head {
 /// Opens the upstream (called once, inside the fill task).
 pub type OpenFn = Box<dyn FnOnce() -> BoxFuture<'static, Result<Opened, FetchError>> + Send>;
 
+/// Why a [`Verifier`] refused the bytes: its own error type (the fill's
+/// verdict says it after the key it was fetching).
+pub type VerifyError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Checks bytes as they stream; runs on its own thread, off the fill path.
 pub trait Verifier: Send + 'static {
-    fn update(&mut self, data: &[u8]) -> Result<(), String>;
-    fn finish(&mut self) -> Result<(), String>;
+    fn update(&mut self, data: &[u8]) -> Result<(), VerifyError>;
+    fn finish(&mut self) -> Result<(), VerifyError>;
 }
 
 /// What to fetch and how to check it.
@@ -703,7 +707,7 @@ fn start_verifier(
     verifier: Option<Box<dyn Verifier>>,
 ) -> (
     Option<tokio::sync::mpsc::Sender<Bytes>>,
-    Option<std::thread::JoinHandle<Result<(), String>>>,
+    Option<std::thread::JoinHandle<Result<(), VerifyError>>>,
 ) {
     let Some(mut v) = verifier else {
         return (None, None);

@@ -3,7 +3,7 @@
 //! it. Each verifier keeps none of the output; it runs on the fill's
 //! verifier thread ([`crate::fill::Verifier`]).
 
-use crate::fill::Verifier;
+use crate::fill::{Verifier, VerifyError};
 
 /// Why a compressed stream fails its check (the fill's verdict names the
 /// key it was fetching before it).
@@ -41,9 +41,9 @@ impl StreamError {
     }
 }
 
-/// The fill's [`Verifier`] trait takes its verdict as a line.
-fn said<T>(r: Result<T, StreamError>) -> Result<(), String> {
-    r.map(drop).map_err(|e| e.to_string())
+/// A verdict as the fill's [`Verifier`] trait takes it.
+fn said<T>(r: Result<T, StreamError>) -> Result<(), VerifyError> {
+    r.map(drop).map_err(Into::into)
 }
 
 /// Checks that an `.xz` stream decodes cleanly (all its checks), keeping
@@ -95,11 +95,11 @@ impl XzVerifier {
 }
 
 impl Verifier for XzVerifier {
-    fn update(&mut self, data: &[u8]) -> Result<(), String> {
+    fn update(&mut self, data: &[u8]) -> Result<(), VerifyError> {
         said(self.run(data, xz2::stream::Action::Run))
     }
 
-    fn finish(&mut self) -> Result<(), String> {
+    fn finish(&mut self) -> Result<(), VerifyError> {
         said(self.end())
     }
 }
@@ -138,7 +138,7 @@ impl Default for GzVerifier {
 }
 
 impl Verifier for GzVerifier {
-    fn update(&mut self, data: &[u8]) -> Result<(), String> {
+    fn update(&mut self, data: &[u8]) -> Result<(), VerifyError> {
         use std::io::Write;
         self.seen += data.len() as u64;
         said(
@@ -148,7 +148,7 @@ impl Verifier for GzVerifier {
         )
     }
 
-    fn finish(&mut self) -> Result<(), String> {
+    fn finish(&mut self) -> Result<(), VerifyError> {
         if self.seen == 0 {
             return said::<()>(Err(StreamError::Empty("gzip")));
         }
@@ -201,12 +201,12 @@ impl ZstdVerifier {
 }
 
 impl Verifier for ZstdVerifier {
-    fn update(&mut self, data: &[u8]) -> Result<(), String> {
+    fn update(&mut self, data: &[u8]) -> Result<(), VerifyError> {
         self.seen += data.len() as u64;
         said(self.run(data))
     }
 
-    fn finish(&mut self) -> Result<(), String> {
+    fn finish(&mut self) -> Result<(), VerifyError> {
         said(self.end())
     }
 }
@@ -237,7 +237,7 @@ mod tests {
         e.finish().unwrap()
     }
 
-    fn verify(v: &mut dyn Verifier, data: &[u8], step: usize) -> Result<(), String> {
+    fn verify(v: &mut dyn Verifier, data: &[u8], step: usize) -> Result<(), VerifyError> {
         for c in data.chunks(step) {
             v.update(c)?;
         }

@@ -160,7 +160,7 @@ pub fn s3_region(flag: Option<&str>, env: impl Fn(&str) -> Option<String>) -> St
 }
 
 fn store_flag(s: &str) -> Result<(String, String), String> {
-    crate::store::S3Config::parse_url(s.trim())
+    crate::store::S3Config::parse_url(s.trim()).map_err(|e| e.to_string())
 }
 
 fn endpoint_flag(s: &str) -> Result<String, String> {

@@ -197,16 +197,22 @@ pub(super) enum Write {
 }
 
 /// Parse an entry the backend gave, checking it against its name.
-fn parse_entry(name: &str, body: &[u8]) -> std::result::Result<Entry, String> {
+fn parse_entry(name: &str, body: &[u8]) -> std::result::Result<Entry, BadEntry> {
     let en: Entry =
-        serde_json::from_slice(body).map_err(|_| format!("index entry {name} does not parse"))?;
+        serde_json::from_slice(body).map_err(|_| BadEntry::Unparsable(name.to_string()))?;
     if index_name(en.key.as_str()) != name || !is_hex64(&en.digest) {
-        return Err(format!(
-            "index entry {name} does not match its key {}",
-            en.key
-        ));
+        return Err(BadEntry::Mismatch(name.to_string(), en.key));
     }
     Ok(en)
+}
+
+/// An index entry a scan cannot take (by its name in `index/`).
+#[derive(Debug, thiserror::Error)]
+enum BadEntry {
+    #[error("index entry {0} does not parse")]
+    Unparsable(String),
+    #[error("index entry {0} does not match its key {1}")]
+    Mismatch(String, Key),
 }
 
 /// What a scan of one listed entry found wrong, if anything.
@@ -255,7 +261,7 @@ impl Store {
                 Some((body, _)) => parse_entry(&l.name, &body),
             };
             let problem = match &parsed {
-                Err(p) => Some(p.clone()),
+                Err(p) => Some(p.to_string()),
                 Ok(en) => entry_problem(en, &on_disk),
             };
             match (parsed, problem) {

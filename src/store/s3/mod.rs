@@ -96,27 +96,32 @@ pub struct S3Config {
     pub local_tier: u64,
 }
 
+/// A `--store` URL that is not `s3://BUCKET[/PREFIX]` (the line says how).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadUrl(String);
+
 impl S3Config {
     /// Parse `s3://BUCKET[/PREFIX]`; the rest from defaults.
-    pub fn parse_url(url: &str) -> Result<(String, String), String> {
+    pub fn parse_url(url: &str) -> Result<(String, String), BadUrl> {
         let rest = url
             .strip_prefix("s3://")
-            .ok_or_else(|| format!("{url:?} is not s3://BUCKET[/PREFIX]"))?;
+            .ok_or_else(|| BadUrl(format!("{url:?} is not s3://BUCKET[/PREFIX]")))?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
         if bucket.len() < 3 || bucket.len() > 63 || !bucket.chars().all(ok) {
-            return Err(format!(
+            return Err(BadUrl(format!(
                 "{url:?}: {bucket:?} is not a bucket name (3-63 of a-z, 0-9, '-', '.')"
-            ));
+            )));
         }
         let prefix = prefix.trim_matches('/');
         if prefix
             .split('/')
             .any(|p| p == "." || p == ".." || (p.is_empty() && !prefix.is_empty()))
         {
-            return Err(format!(
+            return Err(BadUrl(format!(
                 "{url:?}: the prefix {prefix:?} has an empty or dot part"
-            ));
+            )));
         }
         Ok((bucket.to_string(), prefix.to_string()))
     }
