@@ -43,24 +43,10 @@ const LEFTOVER_AGE: Duration = Duration::from_secs(60);
 
 /// Write `target` as the module says: `fill` writes the temp file (created
 /// with `mode`, less the umask). The target's directory must exist. What a
-/// killed writer of the same target left goes first.
+/// killed writer of the same target left goes first (a caller writing many
+/// files into a directory it holds locked may sweep it once itself,
+/// [`sweep_leftovers`]; what is left for this name is then nothing).
 pub fn write(
-    target: &Path,
-    mode: u32,
-    replace: Replace,
-    fill: impl FnOnce(&mut File) -> io::Result<()>,
-) -> io::Result<()> {
-    let (dir, name) = split(target)?;
-    if let Some(name) = name.to_str() {
-        sweep_leftovers(dir, |t| t == name, LEFTOVER_AGE);
-    }
-    write_unswept(target, mode, replace, fill)
-}
-
-/// [`write`] without looking for leftovers: for a caller that sweeps the
-/// directory once itself ([`sweep_leftovers`]) before writing many files
-/// into it (a tree export, under its directory's lock).
-pub fn write_unswept(
     target: &Path,
     mode: u32,
     replace: Replace,
@@ -68,6 +54,9 @@ pub fn write_unswept(
 ) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let (dir, name) = split(target)?;
+    if let Some(name) = name.to_str() {
+        sweep_leftovers(dir, |t| t == name, LEFTOVER_AGE);
+    }
     let mut prefix = name.to_os_string();
     prefix.push(format!(".{}-", std::process::id()));
     let mut tmp = tempfile::Builder::new()

@@ -1287,105 +1287,43 @@ mod tests {
     }
 
     /// A backend whose entry reads hang (as a frozen bucket's do) for
-    /// `hold` once `frozen` is set; the rest is the local directory. A
-    /// fake: a real bucket cannot freeze one call and answer the others.
-    /// With `stalling` set, a new spool file is a FIFO whose reader (the
-    /// test) drains it slowly: every write(2) of a fill then blocks, as on
-    /// a volume under writeback pressure (the FIFO shows a blocked write;
-    /// a real slow disk cannot be had here).
-    struct Frozen {
-        inner: crate::store::LocalDir,
-        frozen: Arc<std::sync::atomic::AtomicBool>,
-        entered: Arc<std::sync::atomic::AtomicBool>,
+    /// `hold` once `frozen` is set (`entered` then set); the rest is the
+    /// local directory. A fake: a real bucket cannot freeze one call and
+    /// answer the others.
+    fn frozen_backend(
+        dir: &std::path::Path,
         hold: Duration,
-        stalling: Option<std::path::PathBuf>,
-    }
-
-    impl Frozen {
-        fn new(dir: &std::path::Path, hold: Duration) -> Frozen {
-            Frozen {
-                inner: crate::store::LocalDir::open(dir.to_path_buf()).unwrap(),
-                frozen: Default::default(),
-                entered: Default::default(),
-                hold,
-                stalling: None,
-            }
+        frozen: &Arc<std::sync::atomic::AtomicBool>,
+        entered: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> crate::store::backend::Hooked {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (frozen, entered) = (frozen.clone(), entered.clone());
+        crate::store::backend::Hooked {
+            on_read: Box::new(move |call| {
+                if call == "read_entry" && frozen.load(SeqCst) {
+                    entered.store(true, SeqCst);
+                    std::thread::sleep(hold);
+                }
+            }),
+            ..crate::store::backend::Hooked::new(dir)
         }
     }
 
-    impl crate::store::Backend for Frozen {
-        fn describe(&self) -> String {
-            self.inner.describe()
-        }
-        fn kind(&self) -> crate::store::Kind {
-            self.inner.kind()
-        }
-        fn lock(&self) -> std::io::Result<crate::store::backend::LockGuard<'_>> {
-            self.inner.lock()
-        }
-        fn spool(&self) -> std::io::Result<(std::path::PathBuf, File)> {
-            let Some(fifo) = &self.stalling else {
-                return self.inner.spool();
-            };
-            let st = std::process::Command::new("mkfifo").arg(fifo).status()?;
-            assert!(st.success(), "mkfifo");
-            // Read and write: the open does not wait for a reader.
-            let f = File::options().read(true).write(true).open(fifo)?;
-            Ok((fifo.clone(), f))
-        }
-        fn clean_spool(&self) {
-            self.inner.clean_spool()
-        }
-        fn list_objects(&self) -> std::io::Result<HashMap<String, u64>> {
-            self.inner.list_objects()
-        }
-        fn object_len(&self, digest: &str) -> std::io::Result<Option<u64>> {
-            self.inner.object_len(digest)
-        }
-        fn object_age(&self, digest: &str) -> std::io::Result<Option<Duration>> {
-            self.inner.object_age(digest)
-        }
-        fn open_object(
-            &self,
-            digest: &str,
-            len: u64,
-        ) -> std::io::Result<Box<dyn crate::store::ObjectRead>> {
-            self.inner.open_object(digest, len)
-        }
-        fn put_object(
-            &self,
-            spool: &std::path::Path,
-            file: File,
-            digest: &str,
-            sums: &[u8],
-        ) -> std::io::Result<bool> {
-            self.inner.put_object(spool, file, digest, sums)
-        }
-        fn delete_object(&self, digest: &str) {
-            self.inner.delete_object(digest)
-        }
-        fn list_entries(&self) -> std::io::Result<Vec<crate::store::backend::Listed>> {
-            self.inner.list_entries()
-        }
-        fn read_entry(&self, name: &str) -> std::io::Result<Option<(Vec<u8>, u64)>> {
-            use std::sync::atomic::Ordering::SeqCst;
-            if self.frozen.load(SeqCst) {
-                self.entered.store(true, SeqCst);
-                std::thread::sleep(self.hold);
-            }
-            self.inner.read_entry(name)
-        }
-        fn write_entry(&self, name: &str, body: &[u8]) -> std::io::Result<u64> {
-            self.inner.write_entry(name, body)
-        }
-        fn delete_entry(&self, name: &str) {
-            self.inner.delete_entry(name)
-        }
-        fn read_sums(&self, digest: &str) -> std::io::Result<Option<Vec<u8>>> {
-            self.inner.read_sums(digest)
-        }
-        fn write_sums(&self, digest: &str, body: &[u8]) -> std::io::Result<()> {
-            self.inner.write_sums(digest, body)
+    /// A backend whose new spool file is a FIFO at `fifo`, whose reader (the
+    /// test) drains it slowly: every write(2) of a fill then blocks, as on a
+    /// volume under writeback pressure (the FIFO shows a blocked write; a
+    /// real slow disk cannot be had here).
+    fn stalling(dir: &std::path::Path, fifo: &std::path::Path) -> crate::store::backend::Hooked {
+        let fifo = fifo.to_path_buf();
+        crate::store::backend::Hooked {
+            spool: Some(Box::new(move || {
+                let st = std::process::Command::new("mkfifo").arg(&fifo).status()?;
+                assert!(st.success(), "mkfifo");
+                // Read and write: the open does not wait for a reader.
+                let f = File::options().read(true).write(true).open(&fifo)?;
+                Ok((fifo.clone(), f))
+            })),
+            ..crate::store::backend::Hooked::new(dir)
         }
     }
 
@@ -1410,11 +1348,7 @@ mod tests {
             Arc::new(AtomicBool::new(false)),
         );
         let hold = Duration::from_secs(4);
-        let backend = Frozen {
-            frozen: frozen.clone(),
-            entered: entered.clone(),
-            ..Frozen::new(dir.path(), hold)
-        };
+        let backend = frozen_backend(dir.path(), hold, &frozen, &entered);
         let fills = Fills::new(Store::with_backend(Box::new(backend), None).unwrap());
         frozen.store(true, SeqCst);
         // Several misses hang in the backend (more than the workers).
@@ -1473,10 +1407,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let backend = Frozen {
-            stalling: Some(fifo.clone()),
-            ..Frozen::new(dir.path(), Duration::ZERO)
-        };
+        let backend = stalling(dir.path(), &fifo);
         let fills = Fills::new(Store::with_backend(Box::new(backend), None).unwrap());
         let (tx, spec) = channel_spec(Some(4 << 20));
         let Joined::Filling(h) = fills.join("slow", || spec).await.unwrap() else {

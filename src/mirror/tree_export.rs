@@ -532,7 +532,7 @@ fn write_file(
         if let Some(p) = path.parent() {
             std::fs::create_dir_all(p)?;
         }
-        crate::atomic::write_unswept(path, 0o666, crate::atomic::Replace::Yes, fill)
+        crate::atomic::write(path, 0o666, crate::atomic::Replace::Yes, fill)
     })();
     res.map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }

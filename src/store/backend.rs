@@ -255,3 +255,105 @@ pub trait Backend: Send + Sync + 'static {
         Ok(())
     }
 }
+
+/// A local directory with hooks, for tests that need a backend call to
+/// stall, be counted or do nothing (a fake: a real backend cannot be made
+/// to misbehave one call at a time).
+#[cfg(test)]
+pub(crate) struct Hooked {
+    pub inner: super::LocalDir,
+    /// The kind the store is told (a bucket's paths, on a directory).
+    pub kind: Kind,
+    /// Called with the call's name before every read of metadata: lengths,
+    /// ages, listings, entries, checksums, the check.
+    pub on_read: Box<dyn Fn(&'static str) + Send + Sync>,
+    /// Answers `spool` in place of the directory's.
+    #[allow(clippy::type_complexity)]
+    pub spool: Option<Box<dyn Fn() -> io::Result<(PathBuf, File)> + Send + Sync>>,
+    /// Deletes of objects do nothing (as an S3 delete that failed: the
+    /// backend only logs it).
+    pub refuse_deletes: bool,
+}
+
+#[cfg(test)]
+impl Hooked {
+    pub fn new(dir: &Path) -> Hooked {
+        Hooked {
+            inner: super::LocalDir::open(dir.to_path_buf()).unwrap(),
+            kind: Kind::Dir,
+            on_read: Box::new(|_| {}),
+            spool: None,
+            refuse_deletes: false,
+        }
+    }
+}
+
+#[cfg(test)]
+impl Backend for Hooked {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn kind(&self) -> Kind {
+        self.kind
+    }
+    fn lock(&self) -> io::Result<LockGuard<'_>> {
+        self.inner.lock()
+    }
+    fn spool(&self) -> io::Result<(PathBuf, File)> {
+        match &self.spool {
+            Some(f) => f(),
+            None => self.inner.spool(),
+        }
+    }
+    fn clean_spool(&self) {
+        self.inner.clean_spool()
+    }
+    fn list_objects(&self) -> io::Result<HashMap<String, u64>> {
+        (self.on_read)("list_objects");
+        self.inner.list_objects()
+    }
+    fn object_len(&self, digest: &str) -> io::Result<Option<u64>> {
+        (self.on_read)("object_len");
+        self.inner.object_len(digest)
+    }
+    fn object_age(&self, digest: &str) -> io::Result<Option<Duration>> {
+        (self.on_read)("object_age");
+        self.inner.object_age(digest)
+    }
+    fn open_object(&self, digest: &str, len: u64) -> io::Result<Box<dyn ObjectRead>> {
+        self.inner.open_object(digest, len)
+    }
+    fn put_object(&self, spool: &Path, file: File, digest: &str, sums: &[u8]) -> io::Result<bool> {
+        self.inner.put_object(spool, file, digest, sums)
+    }
+    fn delete_object(&self, digest: &str) {
+        if !self.refuse_deletes {
+            self.inner.delete_object(digest)
+        }
+    }
+    fn list_entries(&self) -> io::Result<Vec<Listed>> {
+        (self.on_read)("list_entries");
+        self.inner.list_entries()
+    }
+    fn read_entry(&self, name: &str) -> io::Result<Option<(Vec<u8>, u64)>> {
+        (self.on_read)("read_entry");
+        self.inner.read_entry(name)
+    }
+    fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64> {
+        self.inner.write_entry(name, body)
+    }
+    fn delete_entry(&self, name: &str) {
+        self.inner.delete_entry(name)
+    }
+    fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>> {
+        (self.on_read)("read_sums");
+        self.inner.read_sums(digest)
+    }
+    fn write_sums(&self, digest: &str, body: &[u8]) -> io::Result<()> {
+        self.inner.write_sums(digest, body)
+    }
+    fn check(&self, limit: Duration) -> io::Result<()> {
+        (self.on_read)("check");
+        self.inner.check(limit)
+    }
+}

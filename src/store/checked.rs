@@ -389,10 +389,41 @@ impl CheckedRead {
     }
 }
 
+/// What the store's checked-read tests share.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
     use std::sync::Mutex;
+
+    /// A verdict that records what it was asked, and vouches with
+    /// `fresh` (the checksums computed afresh, when the bytes proved right:
+    /// the checksums rotted) when it has them.
+    #[derive(Default)]
+    pub(crate) struct Seen {
+        pub fresh: Option<Arc<Sums>>,
+        pub mismatches: Mutex<Vec<(u64, u64)>>,
+        pub failures: Mutex<Vec<String>>,
+    }
+
+    impl Verdict for Seen {
+        fn mismatch(&self, from: u64, to: u64, b: &[u8]) -> io::Result<Arc<Sums>> {
+            self.mismatches.lock().unwrap().push((from, to));
+            assert_eq!(b.len() as u64, to - from, "the whole block");
+            self.fresh
+                .clone()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "corrupt"))
+        }
+
+        fn failed(&self, e: &io::Error) {
+            self.failures.lock().unwrap().push(e.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::Seen;
+    use super::*;
 
     #[test]
     fn pieces_grow_for_a_fast_client_and_shrink_for_a_slow_one() {
@@ -423,28 +454,6 @@ mod tests {
                 .get(pos..pos + len)
                 .map(Bytes::copy_from_slice)
                 .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "short"))
-        }
-    }
-
-    /// A verdict that records what it was asked, and vouches with
-    /// `fresh` (the checksums computed afresh) when it has them.
-    #[derive(Default)]
-    struct Seen {
-        fresh: Option<Arc<Sums>>,
-        mismatches: Mutex<Vec<(u64, u64)>>,
-        failures: Mutex<Vec<String>>,
-    }
-
-    impl Verdict for Seen {
-        fn mismatch(&self, from: u64, to: u64, b: &[u8]) -> io::Result<Arc<Sums>> {
-            self.mismatches.lock().unwrap().push((from, to));
-            assert_eq!(b.len() as u64, to - from, "the whole block");
-            self.fresh
-                .clone()
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "corrupt"))
-        }
-        fn failed(&self, e: &io::Error) {
-            self.failures.lock().unwrap().push(e.to_string());
         }
     }
 

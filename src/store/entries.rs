@@ -528,16 +528,7 @@ impl Store {
         if let Some(e) = same {
             return Ok(e);
         }
-        let entry = Entry {
-            key: key.clone(),
-            digest: digest.to_string(),
-            size,
-            content_type: meta.content_type,
-            fetched: now_secs(),
-            fresh_until: super::fresh_until(now_secs(), meta.fresh_for),
-            pinned: meta.pinned,
-            meta: meta.meta,
-        };
+        let entry = Entry::fetched_now(key.clone(), digest.to_string(), size, meta);
         self.put_entry(entry, Write::Cache).await
     }
 

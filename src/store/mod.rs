@@ -141,6 +141,22 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The record of `key`, its object `digest` of `size` bytes, fetched
+    /// now, as `meta` says.
+    pub(crate) fn fetched_now(key: Key, digest: String, size: u64, meta: Meta) -> Entry {
+        let now = now_secs();
+        Entry {
+            key,
+            digest,
+            size,
+            content_type: meta.content_type,
+            fetched: now,
+            fresh_until: fresh_until(now, meta.fresh_for),
+            pinned: meta.pinned,
+            meta: meta.meta,
+        }
+    }
+
     pub fn fetched_time(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(self.fetched)
     }

@@ -17,7 +17,7 @@ use super::backend::ObjectRead;
 use super::entries::Write;
 use super::read::{Lease, StoredObject};
 use super::sums::{self, Sums};
-use super::{AsKey, Entry, Key, Meta, STREAM_CHUNK, Store, TempObject, now_secs};
+use super::{AsKey, Entry, Key, Meta, STREAM_CHUNK, Store, TempObject};
 use crate::error::{Error, Result};
 
 /// The store holds the object but could not reach it (a bucket that does
@@ -497,16 +497,7 @@ impl Store {
     /// [`Store::commit`] on the caller's (blocking) thread.
     pub(super) fn commit_now(&self, tmp: TempObject, key: &Key, meta: Meta) -> Result<Entry> {
         let (file, src, digest, size, sums) = tmp.into_parts();
-        let entry = Entry {
-            key: key.clone(),
-            digest,
-            size,
-            content_type: meta.content_type,
-            fetched: now_secs(),
-            fresh_until: super::fresh_until(now_secs(), meta.fresh_for),
-            pinned: meta.pinned,
-            meta: meta.meta,
-        };
+        let entry = Entry::fetched_now(key.clone(), digest, size, meta);
         let digest = entry.digest.clone();
         let res = self.commit_blocking(file, &src, entry, sums);
         // The spool file is gone on success; on failure it must go too.

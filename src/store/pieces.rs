@@ -195,35 +195,11 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     use super::*;
-    use crate::store::checked::Verdict;
+    use crate::store::checked::testing::Seen;
     use crate::store::sums::{CHUNK, Sums};
-
-    /// Records what the stream asked of the store.
-    #[derive(Default)]
-    struct Seen {
-        /// The checksums computed afresh, when the bytes proved right (the
-        /// checksums rotted).
-        fresh: Option<Arc<Sums>>,
-        mismatches: Mutex<Vec<(u64, u64)>>,
-        failures: Mutex<Vec<String>>,
-    }
-
-    impl Verdict for Seen {
-        fn mismatch(&self, from: u64, to: u64, b: &[u8]) -> io::Result<Arc<Sums>> {
-            self.mismatches.lock().unwrap().push((from, to));
-            assert_eq!(b.len() as u64, to - from, "the whole block");
-            self.fresh
-                .clone()
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "corrupt"))
-        }
-
-        fn failed(&self, e: &io::Error) {
-            self.failures.lock().unwrap().push(e.to_string());
-        }
-    }
 
     fn data(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 7 + i / 251) as u8).collect()

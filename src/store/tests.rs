@@ -488,91 +488,18 @@ fn an_empty_cache_dir_is_refused() {
     assert_eq!(err.exit_code(), 2);
 }
 
-/// A local directory that counts the calls a read could make for an
-/// object's metadata (its length, entry, checksums, a listing).
-struct Counting {
-    inner: LocalDir,
-    meta_calls: Arc<AtomicU64>,
-    /// Deletes of objects do nothing (as an S3 delete that failed: the
-    /// backend only logs it).
-    refuse_deletes: bool,
-}
-
-impl Counting {
-    fn count(&self) {
-        self.meta_calls.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl Backend for Counting {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn kind(&self) -> backend::Kind {
-        backend::Kind::Bucket
-    }
-    fn lock(&self) -> std::io::Result<backend::LockGuard<'_>> {
-        self.inner.lock()
-    }
-    fn spool(&self) -> std::io::Result<(PathBuf, std::fs::File)> {
-        self.inner.spool()
-    }
-    fn clean_spool(&self) {
-        self.inner.clean_spool()
-    }
-    fn list_objects(&self) -> std::io::Result<std::collections::HashMap<String, u64>> {
-        self.count();
-        self.inner.list_objects()
-    }
-    fn object_len(&self, digest: &str) -> std::io::Result<Option<u64>> {
-        self.count();
-        self.inner.object_len(digest)
-    }
-    fn object_age(&self, digest: &str) -> std::io::Result<Option<Duration>> {
-        self.count();
-        self.inner.object_age(digest)
-    }
-    fn open_object(&self, digest: &str, len: u64) -> std::io::Result<Box<dyn ObjectRead>> {
-        self.inner.open_object(digest, len)
-    }
-    fn put_object(
-        &self,
-        spool: &Path,
-        file: std::fs::File,
-        digest: &str,
-        sums: &[u8],
-    ) -> std::io::Result<bool> {
-        self.inner.put_object(spool, file, digest, sums)
-    }
-    fn delete_object(&self, digest: &str) {
-        if !self.refuse_deletes {
-            self.inner.delete_object(digest)
-        }
-    }
-    fn list_entries(&self) -> std::io::Result<Vec<backend::Listed>> {
-        self.count();
-        self.inner.list_entries()
-    }
-    fn read_entry(&self, name: &str) -> std::io::Result<Option<(Vec<u8>, u64)>> {
-        self.count();
-        self.inner.read_entry(name)
-    }
-    fn write_entry(&self, name: &str, body: &[u8]) -> std::io::Result<u64> {
-        self.inner.write_entry(name, body)
-    }
-    fn delete_entry(&self, name: &str) {
-        self.inner.delete_entry(name)
-    }
-    fn read_sums(&self, digest: &str) -> std::io::Result<Option<Vec<u8>>> {
-        self.count();
-        self.inner.read_sums(digest)
-    }
-    fn write_sums(&self, digest: &str, body: &[u8]) -> std::io::Result<()> {
-        self.inner.write_sums(digest, body)
-    }
-    fn check(&self, limit: Duration) -> std::io::Result<()> {
-        self.count();
-        self.inner.check(limit)
+/// A local directory, told to the store as a bucket, that counts the
+/// calls a read could make for an object's metadata (its length, entry,
+/// checksums, a listing).
+fn counting(dir: &Path, calls: &Arc<AtomicU64>, refuse_deletes: bool) -> backend::Hooked {
+    let calls = calls.clone();
+    backend::Hooked {
+        kind: backend::Kind::Bucket,
+        on_read: Box::new(move |_| {
+            calls.fetch_add(1, Ordering::Relaxed);
+        }),
+        refuse_deletes,
+        ..backend::Hooked::new(dir)
     }
 }
 
@@ -592,11 +519,7 @@ async fn a_warm_read_asks_the_backend_for_no_metadata() {
     )
     .await;
     let meta_calls = Arc::new(AtomicU64::new(0));
-    let backend = Counting {
-        inner: LocalDir::open(dir.path().to_path_buf()).unwrap(),
-        meta_calls: meta_calls.clone(),
-        refuse_deletes: false,
-    };
+    let backend = counting(dir.path(), &meta_calls, false);
     let store = Store::with_backend(Box::new(backend), None).unwrap();
     put(&store, "ours", b"a small one", false).await;
     let before = meta_calls.load(Ordering::Relaxed);
@@ -920,11 +843,7 @@ async fn an_object_without_checksums_is_hashed_before_it_is_served() {
 async fn a_drop_that_did_not_take_is_told() {
     for refuse in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        let backend = Counting {
-            inner: LocalDir::open(dir.path().to_path_buf()).unwrap(),
-            meta_calls: Arc::new(AtomicU64::new(0)),
-            refuse_deletes: refuse,
-        };
+        let backend = counting(dir.path(), &Arc::new(AtomicU64::new(0)), refuse);
         let store = Store::with_backend(Box::new(backend), None).unwrap();
         let e = put(&store, "k", b"some bytes", false).await;
         let gone = store.drop_object(&e.digest, "a test");
