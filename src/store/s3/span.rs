@@ -73,6 +73,9 @@ impl ObjectRead for S3Object {
             // Chunk by chunk: `read_chunk` says what is wrong.
             return None;
         }
+        if *PLAIN_GET {
+            return Some(self.plain_pieces(from, to));
+        }
         let get = SpanGet {
             obj: self.clone(),
             pos: from,
@@ -128,6 +131,36 @@ impl ObjectRead for S3Object {
             ));
         }
         Ok(b)
+    }
+}
+
+/// `TALOS_GEN_S3_GET=object_store`, for `bench/s3.sh`'s comparison only:
+/// a stream's span read through `object_store`'s own streaming GET in
+/// place of [`SpanGet`] (the span client, `conn` and this file, earns its
+/// lines only against it). Not for production: a GET that stalls after
+/// its head waits on `object_store`'s own client timeout, with no floor.
+static PLAIN_GET: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+    std::env::var("TALOS_GEN_S3_GET").is_ok_and(|v| v == "object_store")
+});
+
+impl S3Object {
+    /// The span through one `object_store` GET (see [`PLAIN_GET`]), its
+    /// head bounded by the timeout.
+    fn plain_pieces(&self, from: u64, to: u64) -> Pieces {
+        let (s3, path, limit) = (self.streams.clone(), self.path.clone(), self.timeout);
+        let opened = async move {
+            let opts = object_store::GetOptions::new().with_range(Some(from..to));
+            match tokio::time::timeout(limit, s3.get_opts(&path, opts)).await {
+                Ok(Ok(r)) => r.into_stream().map(|b| b.map_err(io_err)).boxed(),
+                Ok(Err(e)) => futures::stream::iter([Err(io_err(e))]).boxed(),
+                Err(_) => futures::stream::iter([Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("a GET did not answer within {limit:?}"),
+                ))])
+                .boxed(),
+            }
+        };
+        Box::pin(futures::stream::once(opened).flatten())
     }
 }
 
