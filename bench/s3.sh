@@ -29,6 +29,9 @@
 # Prints ratios. Needs: garage (cargo install garage), nginx, curl, xz (and
 # haproxy for the fourth way, skipped without it); a
 # release build (cargo build --release; TALOS_GEN_BIN for another binary).
+# TALOS_GEN_S3_GET=object_store (exported): the replicas read the bucket
+# through object_store's own streaming GET instead of the span client, the
+# comparison that client has to win (run both, alternated).
 # Usage: bench/s3.sh [SIZE_MIB] [RATE]   (defaults 64, 25m)
 # Stops everything it started on every exit path (success, failure, Ctrl-C,
 # SIGTERM): each background process is tracked by PID and stopped by
