@@ -339,14 +339,16 @@ freeze_loop() {
     kill -STOP "$GPID"; t0=$(now)
     # Per bucket replica: when its /readyz first answered non-200 (seconds
     # since the stop, and how long that answer took).
-    declare -A turned=()
+    # (a replica killed and restarted during the freeze is marked: its
+    # answer then times its restart, not how fast a running one turns)
+    declare -A turned=() pid0=([s3a]="$(pid_of s3a)" [s3b]="$(pid_of s3b)")
     while [ "$(secs "$t0" "$(now)" | cut -d. -f1)" -lt "$d" ]; do
       for n in s3a s3b; do
         [ -n "${turned[$n]:-}" ] && continue
         read -r code took <<< "$(readyz "$n")"
         # (000 at once: not listening, a replica starting after a kill)
         [ "$code" = 000 ] && [ "${took%%.*}" -lt 9 ] && continue
-        [ "$code" != 200 ] && turned[$n]="$(secs "$t0" "$(now)")s(${code},took${took%???}s)"
+        [ "$code" != 200 ] && turned[$n]="$(secs "$t0" "$(now)")s(${code},took${took%???}s$([ "$(pid_of "$n")" = "${pid0[$n]}" ] || echo ',restarted'))"
       done
       sleep 0.25
     done
