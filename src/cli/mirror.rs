@@ -590,14 +590,20 @@ fn after_sync(
     Ok(if failed.is_empty() { 0 } else { 1 })
 }
 
-/// `mirror verify`'s lines; the exit code (1 when anything was dropped).
+/// `mirror verify`'s lines; the exit code (1 when anything was dropped or
+/// could not be read whole).
 fn print_verify(r: &crate::mirror::VerifyReport) -> i32 {
     let _ = outln!(
-        "mirror verify: {} objects ({}) checked, {} bad, {} entries dropped on open{}",
+        "mirror verify: {} objects ({}) checked, {} bad, {} entries dropped on open{}{}",
         r.objects,
         crate::text::human_size(r.bytes),
         r.bad.len(),
         r.dropped_at_open.len(),
+        if r.unread.is_empty() {
+            String::new()
+        } else {
+            format!(", {} not read (kept)", r.unread.len())
+        },
         if r.sums_written > 0 {
             format!(", chunk checksums written for {}", r.sums_written)
         } else {
@@ -622,7 +628,15 @@ fn print_verify(r: &crate::mirror::VerifyReport) -> i32 {
             b.reason
         );
     }
-    if r.dropped_anything() { 1 } else { 0 }
+    for u in &r.unread {
+        eprintln!(
+            "talos-gen: mirror verify: object sha256:{} ({}) could not be read whole: {}; NOT removed (nothing is known of its bytes): run mirror verify again",
+            u.digest,
+            u.keys.join(", "),
+            u.reason
+        );
+    }
+    if r.all_checked_whole() { 0 } else { 1 }
 }
 
 /// `mirror export --format http|oci`'s lines.

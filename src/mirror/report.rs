@@ -167,7 +167,12 @@ const MAX_STATUS: u64 = 1 << 20;
 
 /// The last sync result in `store`, if any (and readable).
 pub fn read(store: &Store) -> Option<SyncStatus> {
-    let b = store.get(&status_key())?.read_small(MAX_STATUS).ok()?;
+    // (a store that did not answer: no last result to carry on)
+    let b = store
+        .lookup(&status_key())
+        .ok()??
+        .read_small(MAX_STATUS)
+        .ok()?;
     serde_json::from_slice(&b).ok()
 }
 

@@ -397,8 +397,10 @@ fn media_type(store: &Store, e: &Entry) -> Option<String> {
     {
         return Some(ct.clone());
     }
+    // (not read, the store silent included: left out, and said so)
     let body = store
-        .get(&e.key)?
+        .lookup(&e.key)
+        .ok()??
         .read_small(crate::registry::MAX_MANIFEST as u64)
         .ok()?;
     Some(crate::registry::media_type_field(&body).unwrap_or_else(|| OCI_MANIFEST.to_string()))

@@ -161,7 +161,14 @@ impl Registry {
             .into_iter()
             .filter_map(|e| prefix.rest(&e.key).map(str::to_string))
             .collect();
+        // The tags in memory are what this process has read of the index:
+        // while the store does not answer, none known is 503 (the store
+        // may hold some), never "not known".
+        let down = self.store_answers().err();
         if all.is_empty() {
+            if let Some(e) = down {
+                return Err(e);
+            }
             return Err(OciError::new(
                 OciKind::NameUnknown,
                 format!("repository {repo} is not known (no tag of it is stored)"),
@@ -287,7 +294,7 @@ impl Registry {
             None => (empty_index(), ReferrersSource::Empty),
         };
         if self.store_only(up) {
-            return Ok(fallback(self.stored_index(&key).await));
+            return Ok(fallback(self.stored_index(&key).await?));
         }
         // Always asked (no freshness: ttl zero), one request per index at
         // a time, the stored one when the upstream fails: the one path.
@@ -299,7 +306,7 @@ impl Registry {
             may_use_stale: |_: &OciError| true,
         };
         let read = || async {
-            Ok(self.stored_index(&key).await.map(|b| Stored {
+            Ok(self.stored_index(&key).await?.map(|b| Stored {
                 value: (b, ReferrersSource::Stored),
                 entry: None,
             }))
@@ -425,10 +432,17 @@ impl Registry {
         }
     }
 
-    /// The stored referrers index (read off the async threads).
-    async fn stored_index(&self, key: &Key) -> Option<Bytes> {
-        let (_, b) = self.store.read_small_key(key, MAX_LIST as u64).await?;
-        Some(b)
+    /// The stored referrers index (read off the async threads); `Err`
+    /// (503) when the store may hold it and does not answer: never taken
+    /// for "none stored" (an empty index answered 200 would be a clean
+    /// wrong answer).
+    async fn stored_index(&self, key: &Key) -> Result<Option<Bytes>, OciError> {
+        Ok(self
+            .store
+            .read_small_at(key, MAX_LIST as u64)
+            .await
+            .map_err(|e| OciError::new(OciKind::Unavailable, e.0))?
+            .map(|(_, b)| b))
     }
 
     /// Store `body` under `key` unless it holds those bytes already; a

@@ -170,10 +170,14 @@ impl Registry {
         let key = tag_key(up, repo, tag);
         let read = || async {
             // A mapping another process stored (the mirror job, a replica)
-            // is read in first; a store that does not answer is known down
-            // here.
-            let _ = self.store.entry_at(&key).await;
-            let Some(e) = self.store.entry(&key) else {
+            // is read in first; a store that does not answer is 503, never
+            // "no such tag".
+            let Some(e) = self
+                .store
+                .entry_at(&key)
+                .await
+                .map_err(|e| OciError::new(OciKind::Unavailable, e.0))?
+            else {
                 return Ok(None);
             };
             let Some(d) = Digest::from_hex(&e.digest) else {

@@ -110,12 +110,6 @@ pub trait ObjectRead: Send + Sync {
         false
     }
 
-    /// Do reads of it cross a network (for metrics and `Cache-Status`
-    /// only, never for a decision of the store)?
-    fn remote(&self) -> bool {
-        false
-    }
-
     /// Is it a local copy the backend keeps beside the object (a bucket's
     /// local tier), readable while the backend does not answer? A fault in
     /// a copy drops only the copy ([`Backend::drop_copy`]); the object is
@@ -273,6 +267,9 @@ pub(crate) struct Hooked {
     /// Deletes of objects do nothing (as an S3 delete that failed: the
     /// backend only logs it).
     pub refuse_deletes: bool,
+    /// Opening an object's bytes fails as a bucket that did not answer
+    /// (a timeout): the store holds it, nothing can be read of it.
+    pub unanswered_opens: bool,
 }
 
 #[cfg(test)]
@@ -284,6 +281,7 @@ impl Hooked {
             on_read: Box::new(|_| {}),
             spool: None,
             refuse_deletes: false,
+            unanswered_opens: false,
         }
     }
 }
@@ -321,6 +319,12 @@ impl Backend for Hooked {
         self.inner.object_age(digest)
     }
     fn open_object(&self, digest: &str, len: u64) -> io::Result<Box<dyn ObjectRead>> {
+        if self.unanswered_opens {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the bucket did not answer (a test's backend)",
+            ));
+        }
         self.inner.open_object(digest, len)
     }
     fn put_object(&self, spool: &Path, file: File, digest: &str, sums: &[u8]) -> io::Result<bool> {

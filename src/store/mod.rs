@@ -62,7 +62,8 @@
 //!     .await?;
 //! assert_eq!(entry.size, 5);
 //! // read (the lease keeps the object from eviction while held)
-//! if let Some(obj) = store.get(&key) {
+//! // (held, absent, or the store did not answer: never taken for absent)
+//! if let Ok(Some(obj)) = store.lookup(&key) {
 //!     let _body = obj.stream(0, 5); // Stream<Item = io::Result<Bytes>>, chunk-checked
 //! }
 //! # Ok(()) }
@@ -246,6 +247,17 @@ pub(super) enum Touch {
 pub struct Reservation {
     held: Arc<AtomicU64>,
     len: u64,
+}
+
+impl Reservation {
+    /// The bytes it holds.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 impl Drop for Reservation {
@@ -509,7 +521,7 @@ impl Store {
     }
 
     /// Bytes held for fills in progress.
-    pub(super) fn in_flight(&self) -> u64 {
+    pub(crate) fn in_flight(&self) -> u64 {
         self.inner.in_flight.load(Ordering::Acquire)
     }
 
@@ -518,7 +530,20 @@ impl Store {
     /// is dropped (the fill committed or failed); least recently used
     /// objects are evicted to make room first, on a blocking thread.
     pub fn reserve(&self, len: u64) -> Reservation {
-        self.inner.in_flight.fetch_add(len, Ordering::AcqRel);
+        let mut r = Reservation {
+            held: self.inner.in_flight.clone(),
+            len: 0,
+        };
+        self.grow(&mut r, len);
+        r
+    }
+
+    /// Hold `more` bytes on top of `r`: a fill of unknown length as its
+    /// bytes arrive ([`Reservation::len`] is what it holds), evicting as
+    /// [`Store::reserve`] does.
+    pub fn grow(&self, r: &mut Reservation, more: u64) {
+        self.inner.in_flight.fetch_add(more, Ordering::AcqRel);
+        r.len += more;
         let over = self
             .inner
             .max_size
@@ -529,10 +554,6 @@ impl Store {
                 Ok(h) => drop(h.spawn_blocking(move || store.evict(None))),
                 Err(_) => store.evict(None),
             }
-        }
-        Reservation {
-            held: self.inner.in_flight.clone(),
-            len,
         }
     }
 

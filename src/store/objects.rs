@@ -61,15 +61,6 @@ impl Store {
         ))
     }
 
-    /// Open the object for `key` for reading (blocking); the returned
-    /// lease keeps it from eviction until dropped. `None` when absent or
-    /// unreachable (see [`Store::lookup`] to tell them apart).
-    pub fn get(&self, key: &(impl AsKey + ?Sized)) -> Option<StoredObject> {
-        let key = key.as_key();
-        let key: &Key = &key;
-        self.lookup(key).ok().flatten()
-    }
-
     /// [`Store::lookup`] on a blocking thread: what the async paths call.
     pub async fn open_key(
         &self,
@@ -188,19 +179,7 @@ impl Store {
 
     /// A small stored object whole (at most `max` bytes, its sha256
     /// checked: a rotten one is dropped), opened and read on a blocking
-    /// thread; `None` when absent, unreachable or unreadable (logged).
-    pub async fn read_small_key(
-        &self,
-        key: &(impl AsKey + ?Sized),
-        max: u64,
-    ) -> Option<(Entry, bytes::Bytes)> {
-        let key = key.as_key();
-        let key: &Key = &key;
-        self.read_small_at(key, max).await.ok().flatten()
-    }
-
-    /// [`Store::read_small_key`] telling the store's silence apart: `Err`
-    /// when the store holds the key but cannot read it now (a bucket that
+    /// thread. `Err` when the store holds the key but cannot read it now (a bucket that
     /// does not answer, and no copy in the local tier), so the caller
     /// answers 503 rather than fetching it again; `Ok(None)` when absent,
     /// too large, or rotten (dropped).
@@ -729,9 +708,13 @@ impl Store {
         true
     }
 
-    /// The object's checksums as stored (`None`: none, or unreadable).
-    pub fn stored_sums(&self, digest: &str) -> Option<Sums> {
-        Sums::decode(&self.backend().read_sums(digest).ok()??).ok()
+    /// The object's checksums as stored: `Ok(None)` when none are stored
+    /// or they do not decode, `Err` when the store did not answer.
+    pub fn stored_sums(&self, digest: &str) -> std::io::Result<Option<Sums>> {
+        Ok(self
+            .backend()
+            .read_sums(digest)?
+            .and_then(|b| Sums::decode(&b).ok()))
     }
 
     /// Write (replace) an object's checksums (for `mirror verify`, after it

@@ -26,7 +26,7 @@ async fn commit_get_reopen() {
     let store = Store::open(dir.path(), None).unwrap();
     let e = put(&store, "../../etc/passwd", b"hello", false).await;
     assert_eq!(e.digest, hex::encode(Sha256::digest(b"hello")));
-    let o = store.get("../../etc/passwd").unwrap();
+    let o = store.lookup("../../etc/passwd").unwrap().unwrap();
     assert_eq!(&o.read_small(64).unwrap()[..], b"hello");
     // keys never become paths: the object is under the store's own dir
     let p = store.object_path(&e.digest).unwrap();
@@ -66,7 +66,7 @@ async fn commit_get_reopen() {
     std::fs::write(&p, b"hel").unwrap();
     drop(store);
     let store = Store::open(dir.path(), None).unwrap();
-    assert!(store.get("../../etc/passwd").is_none());
+    assert!(store.lookup("../../etc/passwd").unwrap().is_none());
 }
 
 #[tokio::test]
@@ -82,7 +82,7 @@ async fn link_replace_remove() {
             .is_err()
     );
     store.remove("a");
-    assert!(store.get("b").is_some());
+    assert!(store.lookup("b").unwrap().is_some());
     put(&store, "b", b"two", false).await;
     assert!(!store.object_path(&a.digest).unwrap().exists());
     assert_eq!(store.total_size(), 3);
@@ -94,16 +94,16 @@ async fn eviction_lru_leases_pins() {
     let store = Store::open(dir.path(), Some(25)).unwrap();
     put(&store, "pinned", &[1; 10], true).await;
     put(&store, "old", &[2; 10], false).await;
-    let held = store.get("old").unwrap();
+    let held = store.lookup("old").unwrap().unwrap();
     put(&store, "new", &[3; 10], false).await; // 30 > 25: "old" is held, "pinned" pinned
-    assert!(store.get("old").is_some());
+    assert!(store.lookup("old").unwrap().is_some());
     drop(held);
     put(&store, "newer", &[4; 10], false).await;
     // now "old" (least recently used, unheld) and then "new" may go
-    assert!(store.get("pinned").is_some());
-    assert!(store.get("newer").is_some());
+    assert!(store.lookup("pinned").unwrap().is_some());
+    assert!(store.lookup("newer").unwrap().is_some());
     assert!(store.total_size() <= 25);
-    assert!(store.get("old").is_none());
+    assert!(store.lookup("old").unwrap().is_none());
 }
 
 #[tokio::test]
@@ -114,12 +114,12 @@ async fn pinning_an_only_key_keeps_its_object() {
     let digest = store.entry("only").unwrap().digest;
     store.set_pinned("only", true).await.unwrap();
     assert!(store.entry("only").unwrap().pinned);
-    assert!(store.get("only").is_some());
+    assert!(store.lookup("only").unwrap().is_some());
     assert!(store.object_path(&digest).is_some_and(|p| p.exists()));
     assert_eq!(store.total_size(), 10);
     drop(store);
     let store = Store::open(dir.path(), None).unwrap();
-    assert!(store.get("only").is_some(), "survives a reopen");
+    assert!(store.lookup("only").unwrap().is_some(), "survives a reopen");
 }
 
 #[tokio::test]
@@ -144,7 +144,7 @@ async fn pinning_or_relinking_keeps_the_object() {
     assert_eq!(store.total_size(), 5);
     drop(store);
     let store = Store::open(dir.path(), Some(1)).unwrap();
-    assert!(store.get("k").is_some_and(|o| o.entry.pinned));
+    assert!(store.lookup("k").unwrap().is_some_and(|o| o.entry.pinned));
 }
 
 #[tokio::test]
@@ -153,7 +153,7 @@ async fn sees_entries_written_by_another_process() {
     let serve = Store::open(dir.path(), None).unwrap();
     let mirror = Store::open(dir.path(), None).unwrap();
     put(&mirror, "k", b"mirrored", true).await;
-    let o = serve.get("k").expect("adopted from disk");
+    let o = serve.lookup("k").unwrap().expect("adopted from disk");
     assert_eq!(o.entry.size, 8);
     assert!(o.entry.pinned);
     assert_eq!(serve.total_size(), 8);
@@ -182,7 +182,7 @@ async fn streams_ranges() {
         (4095, STREAM_CHUNK + 3),
         (10, 10),
     ] {
-        let o = store.get("k").unwrap();
+        let o = store.lookup("k").unwrap().unwrap();
         let mut s = Box::pin(o.stream(a as u64, b as u64));
         let mut got = Vec::new();
         while let Some(c) = s.next().await {
@@ -255,11 +255,14 @@ async fn a_reader_of_a_copy_another_process_replaced_leaves_the_fresh_one() {
         .map(|i| (i % 251) as u8)
         .collect();
     let e = put(&a, "k", &body, false).await;
-    assert_eq!(read_whole(a.get("k").unwrap()).await.unwrap(), body);
+    assert_eq!(
+        read_whole(a.lookup("k").unwrap().unwrap()).await.unwrap(),
+        body
+    );
     let path = a.object_path(&e.digest).unwrap();
-    let stale = a.get("k").unwrap();
+    let stale = a.lookup("k").unwrap().unwrap();
     flip_byte(&path, STREAM_CHUNK as u64 * 2 + 3);
-    assert!(read_whole(b.get("k").unwrap()).await.is_err());
+    assert!(read_whole(b.lookup("k").unwrap().unwrap()).await.is_err());
     assert_eq!(b.corrupt_dropped(), 1);
     put(&b, "k", &body, false).await;
     let err = read_whole(stale).await.unwrap_err();
@@ -270,8 +273,14 @@ async fn a_reader_of_a_copy_another_process_replaced_leaves_the_fresh_one() {
         0,
         "nothing dropped by the stale reader"
     );
-    assert_eq!(read_whole(a.get("k").unwrap()).await.unwrap(), body);
-    assert_eq!(read_whole(b.get("k").unwrap()).await.unwrap(), body);
+    assert_eq!(
+        read_whole(a.lookup("k").unwrap().unwrap()).await.unwrap(),
+        body
+    );
+    assert_eq!(
+        read_whole(b.lookup("k").unwrap().unwrap()).await.unwrap(),
+        body
+    );
 }
 
 #[tokio::test]
@@ -286,7 +295,12 @@ async fn a_rotten_chunk_cuts_the_read_and_drops_the_object() {
         .link("alias", &e.digest, Meta::default())
         .await
         .unwrap();
-    assert_eq!(read_whole(store.get("k").unwrap()).await.unwrap(), body);
+    assert_eq!(
+        read_whole(store.lookup("k").unwrap().unwrap())
+            .await
+            .unwrap(),
+        body
+    );
     flip_byte(
         &store.object_path(&e.digest).unwrap(),
         STREAM_CHUNK as u64 + 17,
@@ -297,20 +311,30 @@ async fn a_rotten_chunk_cuts_the_read_and_drops_the_object() {
     // a range inside the intact first chunk is still served
     {
         use futures::StreamExt;
-        let o = store.get("k").unwrap();
+        let o = store.lookup("k").unwrap().unwrap();
         let mut s = Box::pin(o.stream(10, 20));
         assert_eq!(&s.next().await.unwrap().unwrap()[..], &body[10..20]);
     }
-    let err = read_whole(store.get("k").unwrap()).await.unwrap_err();
+    let err = read_whole(store.lookup("k").unwrap().unwrap())
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("corrupt"), "{err}");
     assert_eq!(store.corrupt_dropped(), 1);
-    assert!(store.get("k").is_none(), "dropped");
-    assert!(store.get("alias").is_none(), "with every key naming it");
+    assert!(store.lookup("k").unwrap().is_none(), "dropped");
+    assert!(
+        store.lookup("alias").unwrap().is_none(),
+        "with every key naming it"
+    );
     assert!(!store.object_path(&e.digest).unwrap().exists());
     assert!(!dir.path().join("sums").join(&e.digest).exists());
     // the next fill stores it again
     put(&store, "k", &body, false).await;
-    assert_eq!(read_whole(store.get("k").unwrap()).await.unwrap(), body);
+    assert_eq!(
+        read_whole(store.lookup("k").unwrap().unwrap())
+            .await
+            .unwrap(),
+        body
+    );
 }
 
 #[tokio::test]
@@ -318,10 +342,17 @@ async fn a_rotten_small_object_is_dropped_by_read_small() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), None).unwrap();
     let e = put(&store, "m", b"{\"schemaVersion\":2}", false).await;
-    assert!(store.get("m").unwrap().read_small(1024).is_ok());
+    assert!(store.lookup("m").unwrap().unwrap().read_small(1024).is_ok());
     flip_byte(&store.object_path(&e.digest).unwrap(), 3);
-    assert!(store.get("m").unwrap().read_small(1024).is_err());
-    assert!(store.get("m").is_none());
+    assert!(
+        store
+            .lookup("m")
+            .unwrap()
+            .unwrap()
+            .read_small(1024)
+            .is_err()
+    );
+    assert!(store.lookup("m").unwrap().is_none());
     assert_eq!(store.corrupt_dropped(), 1);
 }
 
@@ -335,9 +366,17 @@ async fn a_rotten_checksum_file_is_rewritten_not_the_object_dropped() {
     flip_byte(&sums, 9);
     drop(store);
     let store = Store::open(dir.path(), None).unwrap();
-    assert_eq!(read_whole(store.get("k").unwrap()).await.unwrap(), body);
+    assert_eq!(
+        read_whole(store.lookup("k").unwrap().unwrap())
+            .await
+            .unwrap(),
+        body
+    );
     assert_eq!(store.corrupt_dropped(), 0);
-    assert_eq!(store.stored_sums(&e.digest).unwrap(), Sums::of(&body));
+    assert_eq!(
+        store.stored_sums(&e.digest).unwrap().unwrap(),
+        Sums::of(&body)
+    );
 }
 
 #[tokio::test]
@@ -346,7 +385,7 @@ async fn a_pin_written_by_another_process_holds_against_eviction() {
     // "serve": a size limit, the object in memory unpinned
     let serve = Store::open(dir.path(), Some(25)).unwrap();
     let e = put(&serve, "boot", &[1; 10], false).await;
-    drop(serve.get("boot"));
+    drop(serve.lookup("boot").unwrap());
     // "mirror sync", another process on the same directory, pins it
     let mirror = Store::open(dir.path(), None).unwrap();
     mirror.set_pinned("boot", true).await.unwrap();
@@ -358,7 +397,7 @@ async fn a_pin_written_by_another_process_holds_against_eviction() {
         serve.object_path(&e.digest).unwrap().exists(),
         "pinned on disk: kept"
     );
-    let o = serve.get("boot").expect("still served");
+    let o = serve.lookup("boot").unwrap().expect("still served");
     assert!(o.entry.pinned, "serve learnt the pin");
     assert!(serve.total_size() <= 25 + 10);
 }
@@ -381,7 +420,7 @@ async fn another_process_pinning_past_the_bound_makes_room_at_the_next_read() {
     // serve only reads what it holds (hits, no commit of its own): within
     // a few of its refresh periods the least recently used goes.
     for _ in 0..400 {
-        drop(serve.get("b"));
+        drop(serve.lookup("b").unwrap());
         if !on_disk(&a) {
             break;
         }
@@ -402,7 +441,7 @@ async fn objects_read_in_a_burst_are_evicted_when_their_readers_leave() {
     let mut held = Vec::new();
     for (i, k) in ["a", "b", "c", "d"].iter().enumerate() {
         put(&store, k, &[i as u8; 6], false).await;
-        held.push(store.get(k).unwrap());
+        held.push(store.lookup(k).unwrap().unwrap());
     }
     assert_eq!(store.total_size(), 24, "every object has a reader");
     drop(held);
@@ -443,7 +482,7 @@ async fn a_failed_index_write_leaves_no_orphaned_object() {
     );
     assert_eq!(fs::read_dir(dir.path().join("sums")).unwrap().count(), 0);
     assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
-    assert!(store.get("k").is_none());
+    assert!(store.lookup("k").unwrap().is_none());
     assert_eq!(store.total_size(), 0);
 }
 
@@ -556,7 +595,12 @@ async fn a_held_object_is_reopened_from_memory_and_rot_under_its_file_is_caught(
         .collect();
     let e = put(&store, "k", &body, false).await;
     assert!(store.open_held("k").is_none(), "not opened yet");
-    assert_eq!(read_whole(store.get("k").unwrap()).await.unwrap(), body);
+    assert_eq!(
+        read_whole(store.lookup("k").unwrap().unwrap())
+            .await
+            .unwrap(),
+        body
+    );
     assert!(store.lock().objects[&e.digest].open.is_some(), "kept open");
     let o = store.open_held("k").expect("opened from memory");
     assert_eq!(read_whole(o).await.unwrap(), body);
@@ -581,7 +625,7 @@ async fn a_held_object_is_reopened_from_memory_and_rot_under_its_file_is_caught(
     let err = read_whole(o).await.unwrap_err();
     assert!(err.to_string().contains("corrupt"), "{err}");
     assert_eq!(store.corrupt_dropped(), 1);
-    assert!(store.open_held("k").is_none() && store.get("k").is_none());
+    assert!(store.open_held("k").is_none() && store.lookup("k").unwrap().is_none());
 }
 
 /// Open files of objects no reader holds are capped; the least recently
@@ -603,9 +647,9 @@ async fn idle_files_are_capped() {
         .await;
         digests.push(e.digest);
     }
-    let held = store.get("k0").unwrap();
+    let held = store.lookup("k0").unwrap().unwrap();
     for i in 1..n {
-        drop(store.get(&format!("k{i}")).unwrap());
+        drop(store.lookup(&format!("k{i}")).unwrap().unwrap());
     }
     let st = store.lock();
     let open = |d: &String| st.objects[d].open.is_some();
@@ -753,7 +797,7 @@ async fn a_file_truncated_under_a_read_cuts_it_and_drops_the_object() {
     let err = err.expect("the stream must end with an error");
     assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof, "{err}");
     assert_eq!(store.corrupt_dropped(), 1);
-    assert!(store.get("k").is_none(), "dropped");
+    assert!(store.lookup("k").unwrap().is_none(), "dropped");
     assert!(!path.exists(), "its file removed");
 }
 

@@ -634,3 +634,82 @@ fn a_replica_started_on_a_frozen_bucket_waits_for_it_not_ready() {
     assert!(body == f.xz);
     assert!(one.log_text().contains("listening"));
 }
+
+/// A store-only registry (`--offline`) reads the bucket as every other
+/// path does: while it does not answer, a tag this replica never read, the
+/// tag list of a repository it knows no tag of, and a referrers index are
+/// 503 (the store may hold them), never 404 or an empty index answered 200;
+/// once it answers, the tag another replica stored is served.
+#[test]
+fn a_store_only_registry_answers_503_not_absent_while_the_bucket_is_frozen() {
+    let Some(bin) = support::garage::binary() else {
+        return;
+    };
+    let g = Garage::cluster(&bin, 1);
+    let f = Factory::new(1, 0, &[], None);
+    let up = Registry::start();
+    let repo = format!("installer/{S}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let img = rt.block_on(push_factory_image(
+        &up.url(),
+        &repo,
+        "v1.13.6",
+        &[64 << 10],
+        21,
+    ));
+    // The offline replica starts first: what `two` stores next it has
+    // never read.
+    let (off, _) = replica(&f, &g, "off", &["--offline", "--registry-url", &up.url()]);
+    let (two, _) = replica(
+        &f,
+        &g,
+        "two",
+        &["--local-cache-max-size", "0", "--registry-url", &up.url()],
+    );
+    let out = tempfile::tempdir().unwrap();
+    let files = skopeo_copy_ok(
+        &two.host(),
+        &repo,
+        "v1.13.6",
+        &out.path().join("two"),
+        "via two",
+    );
+    img.assert_copied(&files, "via two");
+    drop(two);
+    let digest = img.index_digest.clone();
+    let base = format!("{}/v2/{repo}", off.url());
+    let accept = "Accept: application/vnd.oci.image.index.v1+json";
+
+    g.freeze(0);
+    let asks = [
+        format!("{base}/manifests/v1.13.6"),
+        format!("{base}/tags/list"),
+        format!("{base}/referrers/{digest}"),
+    ];
+    for url in &asks {
+        let t = Instant::now();
+        let r = curl(&["--max-time", "30", "-H", accept, url]);
+        eprintln!(
+            "frozen, store-only: {url}: {} in {:?}",
+            r.status,
+            t.elapsed()
+        );
+        assert_eq!(
+            r.status,
+            503,
+            "{url}: {}\n{}",
+            String::from_utf8_lossy(&r.body),
+            off.log_text()
+        );
+        assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    }
+
+    g.thaw(0);
+    eventually(
+        "the tag served after the thaw",
+        Duration::from_secs(15),
+        || curl(&["--max-time", "10", "-H", accept, &asks[0]]).status == 200,
+    );
+    let r = curl(&["--max-time", "10", "-H", accept, &asks[0]]);
+    assert_eq!(sha256_hex(&r.body), digest.trim_start_matches("sha256:"));
+}

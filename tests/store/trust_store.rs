@@ -764,7 +764,7 @@ async fn a_full_disk_at_the_index_write_leaves_no_orphan() {
     assert_eq!(count("sums"), 0, "no orphaned checksums");
     assert_eq!(count("tmp"), 0);
     assert_eq!(count("index"), 0);
-    assert!(store.get(&k).is_none());
+    assert!(store.lookup(&k).unwrap().is_none());
     // room again: the same commit goes through
     std::fs::remove_file(&filler).unwrap();
     store
@@ -775,7 +775,16 @@ async fn a_full_disk_at_the_index_write_leaves_no_orphan() {
         )
         .await
         .unwrap();
-    assert_eq!(store.get(&k).unwrap().read_small(8192).unwrap().len(), 4000);
+    assert_eq!(
+        store
+            .lookup(&k)
+            .unwrap()
+            .unwrap()
+            .read_small(8192)
+            .unwrap()
+            .len(),
+        4000
+    );
     drop(store);
 }
 
