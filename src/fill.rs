@@ -239,7 +239,7 @@ pub struct Fills {
 /// One fill in progress, for the status page.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FillStatus {
-    pub key: String,
+    pub key: Key,
     /// Bytes written so far.
     pub written: u64,
     /// The length the upstream announced, when it did.
@@ -309,11 +309,6 @@ impl Object {
             Object::Stored(o) => head_of(&o.entry),
             Object::Growing(g) => g.head.clone(),
         }
-    }
-
-    /// Are its bytes read from a bucket (not its local tier, not a fill)?
-    pub fn reads_remote(&self) -> bool {
-        matches!(self, Object::Stored(o) if o.reads_remote())
     }
 
     /// The store's entry (digest, fetch time), once stored.
@@ -393,7 +388,7 @@ impl Fills {
             .map(|(k, sh)| {
                 let p = sh.tx.borrow();
                 FillStatus {
-                    key: k.to_string(),
+                    key: k.clone(),
                     written: p.written,
                     started: sh.started,
                     len: sh.head.get().and_then(|h| h.len),
@@ -618,8 +613,9 @@ impl Fills {
             )));
         }
         let want_len = head.len.or(spec.expected_len);
-        // Room made for it before its bytes land (`--cache-max-size`).
-        let room = want_len.map(|n| self.store.reserve(n));
+        // Room made for it before its bytes land (`--cache-max-size`); of
+        // unknown length, as they land, a step ahead.
+        let mut room = self.store.reserve(want_len.unwrap_or(UNKNOWN_LEN_STEP));
         let mut tmp = self.spool_for_readers(sh).await?;
         let _ = sh.head.set(head.clone());
         sh.tx.send_modify(|p| p.phase = Phase::Streaming);
@@ -649,6 +645,10 @@ impl Fills {
                 )));
             }
             written += chunk.len() as u64;
+            if written > room.len() {
+                let more = (written - room.len()).max(UNKNOWN_LEN_STEP);
+                self.store.grow(&mut room, more);
+            }
             tmp.write(chunk.clone()).await.map_err(local)?;
             if let Some(v) = &vtx {
                 // A closed channel means the verifier thread ended; its result says why.
@@ -699,6 +699,10 @@ impl Fills {
         self.store.commit(tmp, key, meta).await.map_err(local)
     }
 }
+
+/// What a fill of unknown length reserves against `--cache-max-size`
+/// ahead of its bytes, step by step.
+const UNKNOWN_LEN_STEP: u64 = 8 << 20;
 
 /// The verifier of a fill on its own thread, fed through a bounded
 /// channel: its sender, and the thread whose result is the verdict.
@@ -1087,7 +1091,7 @@ mod tests {
         let end = r.next().await.unwrap();
         assert!(end.is_err(), "the failed fill cuts the range");
         assert!(h.wait().await.is_err());
-        assert!(fills.store().get("k").is_none());
+        assert!(fills.store().lookup("k").unwrap().is_none());
         // with a right digest the same range completes, after the verdict
         let (tx, mut spec) = channel_spec(Some(8));
         spec.expected_digest = Some(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
@@ -1139,6 +1143,44 @@ mod tests {
             Joined::Stored(_)
         ));
         assert_eq!(fills.running(), 0);
+    }
+
+    /// `--cache-max-size` counts a fill of unknown length too: room is
+    /// held a step ahead of its bytes as they land, and the least recently
+    /// used objects are evicted for it before it commits (before, nothing
+    /// was held until the commit, and the store ran past its bound by the
+    /// fill's whole length meanwhile).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fill_of_unknown_length_counts_against_the_size_bound_as_it_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Some(20 << 20)).unwrap();
+        for k in ["a", "b"] {
+            let body = Bytes::from(vec![k.as_bytes()[0]; 6 << 20]);
+            store.commit_bytes(k, body, Meta::default()).await.unwrap();
+        }
+        let fills = Fills::new(store.clone());
+        let (tx, spec) = channel_spec(None);
+        let Joined::Filling(h) = fills.join("u", || spec).await.unwrap() else {
+            panic!("expected a fill")
+        };
+        for _ in 0..12 {
+            tx.send(Ok(Bytes::from(vec![1u8; 1 << 20]))).await.unwrap();
+        }
+        let t = Instant::now();
+        while store.entry("a").is_some() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "nothing evicted for a growing fill (in flight: {})",
+                store.in_flight()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(store.entry("u").is_none(), "evicted before the commit");
+        assert!(store.in_flight() >= 12 << 20, "{}", store.in_flight());
+        drop(tx);
+        assert_eq!(h.wait().await.unwrap().entry.size, 12 << 20);
+        assert_eq!(store.in_flight(), 0, "let go once committed");
+        assert!(store.total_size() <= 20 << 20, "{}", store.total_size());
     }
 
     /// Readers following a fill written in small pieces (its last block's
@@ -1215,7 +1257,7 @@ mod tests {
             "reader must see an error, not a complete body"
         );
         assert!(matches!(h.clone().wait().await, Err(FetchError::Failed(_))));
-        assert!(fills.store().get("k").is_none());
+        assert!(fills.store().lookup("k").unwrap().is_none());
         assert_eq!(
             std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
             0
@@ -1317,6 +1359,8 @@ mod tests {
         let fifo = fifo.to_path_buf();
         crate::store::backend::Hooked {
             spool: Some(Box::new(move || {
+                // The slow volume's create (and lock) too: 2 s.
+                std::thread::sleep(Duration::from_secs(2));
                 let st = std::process::Command::new("mkfifo").arg(&fifo).status()?;
                 assert!(st.success(), "mkfifo");
                 // Read and write: the open does not wait for a reader.
@@ -1389,10 +1433,13 @@ mod tests {
     }
 
     /// The invariant "no write, hash or checksum of a fill on an async
-    /// worker": on one async worker, while a fill's every write(2) stalls
-    /// (2 s each), a stored key is served whole and the fills' status
-    /// answers within 100 ms, again and again. (Before, the fill's write
-    /// ran inline on the worker: each blocked it for the whole stall.)
+    /// worker": on one async worker, while a fill's spool file takes 2 s to
+    /// create and then its every write(2) stalls (2 s each), a stored key
+    /// is served whole and the fills' status answers within 100 ms, again
+    /// and again, and a task ticking every 10 ms on that worker (as
+    /// `/healthz`'s handler would run there) is never late by 100 ms.
+    /// (Before, the fill's write ran inline on the worker: each blocked it
+    /// for the whole stall.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_stalling_volume_stalls_only_the_fill_that_writes_to_it() {
         use std::io::Read;
@@ -1409,6 +1456,19 @@ mod tests {
         }
         let backend = stalling(dir.path(), &fifo);
         let fills = Fills::new(Store::with_backend(Box::new(backend), None).unwrap());
+        // The worker's lateness, from before the fill starts to its end.
+        let late = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let ticker = {
+            let late = late.clone();
+            tokio::spawn(async move {
+                loop {
+                    let t = Instant::now();
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    let over = t.elapsed().saturating_sub(Duration::from_millis(10));
+                    late.fetch_max(over.as_millis() as u64, SeqCst);
+                }
+            })
+        };
         let (tx, spec) = channel_spec(Some(4 << 20));
         let Joined::Filling(h) = fills.join("slow", || spec).await.unwrap() else {
             panic!("expected a fill")
@@ -1482,6 +1542,13 @@ mod tests {
             "a warm read took {worst:?}"
         );
         assert!(h.written() < 4 << 20, "the fill is still stalled");
+        ticker.abort();
+        let late = Duration::from_millis(late.load(SeqCst));
+        eprintln!("the worker's worst lateness through the stalls: {late:?}");
+        assert!(
+            late < Duration::from_millis(100),
+            "the worker was late by {late:?}"
+        );
         stop.store(true, SeqCst);
         feeder.abort();
         drop(h);

@@ -114,9 +114,11 @@ struct ReleaseRow {
     what: String,
 }
 
-/// The names of known schematics for any 64-hex segment of `key`.
-fn schematic_label(key: &str, names: &std::collections::HashMap<&str, &str>) -> String {
-    key.split(['/', ':'])
+/// The name of a known schematic among a key's names (as the store
+/// parses them), if any.
+fn schematic_label(key_names: Vec<&str>, names: &std::collections::HashMap<&str, &str>) -> String {
+    key_names
+        .into_iter()
         .find_map(|seg| names.get(seg).copied())
         .unwrap_or_default()
         .to_string()
@@ -298,7 +300,7 @@ fn store_rows(
     let entries = st.store.keys();
     let totals = st.store.totals();
     let row = |name: String, e: &crate::inventory::StoredKey| ObjectRow {
-        schematic: schematic_label(&name, names),
+        schematic: schematic_label(e.key.names(), names),
         name,
         size: human_size(e.size),
         bytes: e.size,
@@ -353,8 +355,8 @@ fn fill_rows(st: &AppState, names: &std::collections::HashMap<&str, &str>) -> Ve
                 "-".into()
             };
             FillRow {
-                schematic: schematic_label(&f.key, names),
-                key: f.key,
+                schematic: schematic_label(f.key.names(), names),
+                key: f.key.to_string(),
                 phase: f.phase,
                 written: human_size(f.written),
                 len: f.len.map(human_size).unwrap_or_else(|| "?".into()),

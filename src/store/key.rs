@@ -281,6 +281,35 @@ impl Key {
             _ => None,
         }
     }
+
+    /// The names this key is made of (a schematic, a version, an asset, a
+    /// registry host, each segment of a repository, a tag), for a reader
+    /// looking for one it knows (the status page's schematic labels); a
+    /// content-addressed or unknown key has none.
+    pub fn names(&self) -> Vec<&str> {
+        match self.kind() {
+            KeyKind::Image {
+                schematic,
+                version,
+                asset,
+            } => vec![schematic, version, asset],
+            KeyKind::Talosctl { version, file } => vec![version, file],
+            KeyKind::Schematic { id } => vec![id],
+            KeyKind::OciTag {
+                upstream,
+                repo,
+                tag,
+            } => [upstream]
+                .into_iter()
+                .chain(repo.split('/'))
+                .chain([tag])
+                .collect(),
+            KeyKind::OciReferrers { upstream, repo, .. } => {
+                [upstream].into_iter().chain(repo.split('/')).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
 }
 
 impl KeyKind<'_> {
