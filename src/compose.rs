@@ -95,6 +95,12 @@ pub struct Service {
 }
 
 impl Service {
+    /// The operator's view of the store (listing, totals, documents, the
+    /// check): what the HTTP edge holds, never the store handle itself.
+    pub fn inventory(&self) -> crate::inventory::Inventory {
+        crate::inventory::Inventory::new(self.store.clone())
+    }
+
     /// Open the store (off the async threads) and build everything on it.
     pub async fn build(cfg: &ServiceConfig) -> Result<Service> {
         // Every URL is checked before anything is created, each under the

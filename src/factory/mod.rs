@@ -111,10 +111,6 @@ impl ImageCache {
         self
     }
 
-    pub fn fills(&self) -> &Fills {
-        &self.fills
-    }
-
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }

@@ -128,16 +128,13 @@ async fn sha256_answer(obj: Object, name: &str, head_only: bool, req: &HeaderMap
         Err(e) => return e.into_response(),
     };
     let body = format!("{}  {name}\n", stored.entry.digest);
-    let etag = format!("\"{}.sha256\"", stored.entry.digest);
     let validators = super::ranges::Validators {
-        etag: Some(etag.clone()),
+        etag: Some(format!("\"{}.sha256\"", stored.entry.digest)),
         last_modified: None,
     };
     if let Some(status) = validators.precondition(req) {
         let mut h = HeaderMap::new();
-        if let Ok(v) = HeaderValue::from_str(&etag) {
-            h.insert(header::ETAG, v);
-        }
+        validators.insert(&mut h);
         cache.insert(&mut h);
         return super::ranges::bodiless(status, h);
     }
@@ -148,9 +145,7 @@ async fn sha256_answer(obj: Object, name: &str, head_only: bool, req: &HeaderMap
     let h = r.headers_mut();
     cache.insert(h);
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-    if let Ok(v) = HeaderValue::from_str(&etag) {
-        h.insert(header::ETAG, v);
-    }
+    validators.insert(h);
     r
 }
 

@@ -351,12 +351,12 @@ pub async fn respond(obj: Object, req: &HeaderMap, a: Answer) -> Response {
         Body::empty()
     } else {
         let count = a.on_bytes;
-        // A stored object's first bytes come before the head: a bucket
-        // that does not answer is a 503, not a cut 200; a first block that
-        // fails its check (the copy dropped by the store) is a 503 marked
+        // A stored object's first bytes come before the head: a store
+        // that could not read them (a bucket that does not answer, a
+        // failed read) is a 503, not a cut 200; a first block that fails
+        // its check (the copy dropped by the store) is a 503 marked
         // [`Dropped`], which the handler answers by opening the object
         // once more (fetched again), not a head and no bytes.
-        let remote = obj.reads_remote();
         let stored = matches!(obj, Object::Stored(_));
         let mut s = obj.stream(range.start, Some(range.end));
         let first = if stored {
@@ -369,9 +369,9 @@ pub async fn respond(obj: Object, req: &HeaderMap, a: Answer) -> Response {
                     r.extensions_mut().insert(Dropped);
                     return r;
                 }
-                Some(Err(e)) if remote => {
+                Some(Err(e)) => {
                     return crate::fill::FetchError::Unavailable(format!(
-                        "the store does not answer: {e}"
+                        "the store could not read it: {e}"
                     ))
                     .into_response();
                 }

@@ -66,9 +66,9 @@ impl AppState {
             .map(token::ApiToken::from_file)
             .transpose()?;
         let svc = crate::compose::Service::build(&cfg.service).await?;
+        let store = svc.inventory();
         let crate::compose::Service {
             metrics,
-            store,
             fills,
             upstream,
             schematics,
@@ -76,7 +76,6 @@ impl AppState {
             registry,
             ..
         } = svc;
-        let store = crate::inventory::Inventory::new(store);
         let probes = super::ops::Probes::start(
             store.clone(),
             upstream.clone(),

@@ -115,12 +115,6 @@ impl StoredObject {
         self.entry.size == 0
     }
 
-    /// Are its bytes read over a network (a bucket, not its local tier)?
-    /// For metrics and `Cache-Status` only.
-    pub fn reads_remote(&self) -> bool {
-        self.object.remote()
-    }
-
     /// Stream bytes `start..end` (end exclusive, within the object),
     /// holding the lease until the end, every checksum block of it checked
     /// before a byte of it is handed out ([`Checker`], the one check of

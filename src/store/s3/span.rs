@@ -35,10 +35,6 @@ impl ObjectRead for S3Object {
         self.len
     }
 
-    fn remote(&self) -> bool {
-        true
-    }
-
     /// The span's pieces ([`S3Object::pieces`]) read on a blocking thread
     /// (the local tier's copy from the bucket).
     fn span(&self, from: u64, to: u64) -> Option<Box<dyn Span>> {
