@@ -100,11 +100,16 @@ pub struct Limits {
     pub min_rate: u64,
 }
 
+/// `--upstream-timeout`'s default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// `--upstream-min-rate`'s default (bytes per second).
+pub const DEFAULT_MIN_RATE: u64 = 1024;
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            timeout: Duration::from_secs(30),
-            min_rate: 1024,
+            timeout: DEFAULT_TIMEOUT,
+            min_rate: DEFAULT_MIN_RATE,
         }
     }
 }

@@ -79,13 +79,12 @@ pub const MAX_NODES: usize = 100_000;
 /// module runs it first; the HTTP edge and the CLI call it too, naming the
 /// body or the file.
 pub fn check_structure(text: &str, what: &str) -> Result<()> {
-    Scan::new(text.as_bytes())
-        .run()
-        .map_err(|(msg, line, col)| {
-            Error::bad_input(format!(
-                "{what}: {msg} at line {line}, column {col}; refused before parsing"
-            ))
-        })
+    Scan::new(text.as_bytes()).run().map_err(|e| {
+        Error::bad_input(format!(
+            "{what}: {} at line {}, column {}; refused before parsing",
+            e.why, e.line, e.column
+        ))
+    })
 }
 
 /// The state of [`check_structure`]'s pass.
@@ -101,7 +100,12 @@ struct Scan<'a> {
     nodes: usize,
 }
 
-type ScanError = (String, usize, usize);
+/// Why [`check_structure`]'s pass refused, and where (1-based).
+struct ScanError {
+    why: String,
+    line: usize,
+    column: usize,
+}
 
 impl<'a> Scan<'a> {
     fn new(b: &'a [u8]) -> Scan<'a> {
@@ -116,8 +120,12 @@ impl<'a> Scan<'a> {
         }
     }
 
-    fn err(&self, msg: String) -> ScanError {
-        (msg, self.line, self.i - self.line_start + 1)
+    fn err(&self, why: String) -> ScanError {
+        ScanError {
+            why,
+            line: self.line,
+            column: self.i - self.line_start + 1,
+        }
     }
 
     /// The depth so far is `flow + block`, where the innermost block level

@@ -17,7 +17,7 @@ pub struct UpstreamArgs {
     #[arg(
         long,
         env = "TALOS_GEN_UPSTREAM_TIMEOUT",
-        default_value = "30s",
+        default_value = duration_text(crate::upstream::DEFAULT_TIMEOUT),
         value_name = "DURATION",
         value_parser = duration_flag
     )]
@@ -28,7 +28,7 @@ pub struct UpstreamArgs {
     #[arg(
         long,
         env = "TALOS_GEN_UPSTREAM_MIN_RATE",
-        default_value = "1Ki",
+        default_value = size_text(crate::upstream::DEFAULT_MIN_RATE),
         value_name = "BYTES",
         value_parser = rate_flag
     )]
@@ -261,6 +261,17 @@ pub fn duration_text(d: Duration) -> String {
     }
 }
 
+/// A default size as a flag takes it (`1Ki`, `64Mi`, `4096`), for clap's
+/// `default_value` from the core's named const.
+pub fn size_text(n: u64) -> String {
+    for (unit, shift) in [("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+        if n > 0 && n.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
 /// A duration flag ([`parse_duration`]) where zero has a meaning (asks
 /// every time, the shortest bound).
 pub fn duration_or_zero_flag(s: &str) -> Result<Duration, String> {
@@ -416,6 +427,10 @@ mod tests {
         assert!(duration_flag("").is_err());
         assert!(duration_flag("99999999999999999999999").is_err());
         assert_eq!(rate_flag("1Ki"), Ok(1024));
+        for n in [0, 1, 1000, 1024, 1536, 64 << 20, 3 << 30] {
+            assert_eq!(parse_size(&size_text(n)), Ok(n), "{}", size_text(n));
+        }
+        assert_eq!(size_text(1024), "1Ki");
         assert_eq!(rate_flag("0"), Ok(0));
         assert!(rate_flag("fast").is_err());
         assert!(cache_dir_flag("").is_err());
