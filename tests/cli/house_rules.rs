@@ -60,7 +60,7 @@ fn sources() -> Vec<(PathBuf, String, String)> {
                 return None;
             }
             let text = std::fs::read_to_string(&p).unwrap();
-            let code = text.split("#[cfg(test)]").next().unwrap();
+            let code = without_test_items(&text);
             let code: String = code
                 .lines()
                 .map(|l| l.split("//").next().unwrap())
@@ -69,6 +69,68 @@ fn sources() -> Vec<(PathBuf, String, String)> {
             Some((p, top, code))
         })
         .collect()
+}
+
+/// `text` without its `#[cfg(test)]` items (a test module, a helper for
+/// tests): each from its attribute to the end of the item (its `;`, or the
+/// brace that closes its first `{`). The rest of the file, before and
+/// after them, is kept: every rule sees all of a module's own code.
+fn without_test_items(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..i]);
+        let item = &rest[i..];
+        let end = match (item.find('{'), item.find(';')) {
+            (Some(b), Some(s)) if s < b => s + 1,
+            (None, Some(s)) => s + 1,
+            (Some(b), _) => {
+                // Braces counted outside string literals and `'{'`, `'}'`
+                // and `'"'`.
+                let (mut depth, mut end) = (0usize, item.len());
+                let mut it = item[b..].char_indices().peekable();
+                while let Some((j, c)) = it.next() {
+                    match c {
+                        '"' => {
+                            while let Some((_, c)) = it.next() {
+                                match c {
+                                    '\\' => {
+                                        it.next();
+                                    }
+                                    '"' => break,
+                                    _ => {}
+                                }
+                            }
+                        }
+                        '\'' if matches!(it.peek(), Some((_, '{' | '}' | '"'))) => {
+                            it.next();
+                        }
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = b + j + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                end
+            }
+            (None, None) => item.len(),
+        };
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn test_items_are_left_out_and_the_rest_kept() {
+    let src = "fn a() {}\n#[cfg(test)]\nmod t { fn x() { if y { let _ = (\"{\", '{', '\"'); } } }\nfn b() {}\n#[cfg(test)]\nmod u;\n#[cfg(test)]\nimpl X for Y {\n fn z() {}\n}\nfn c() {}\n";
+    let kept = without_test_items(src);
+    assert_eq!(kept, "fn a() {}\n\nfn b() {}\n\n\nfn c() {}\n");
 }
 
 /// The `crate::<module>` paths a text names.
