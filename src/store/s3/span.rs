@@ -131,11 +131,12 @@ impl ObjectRead for S3Object {
 }
 
 /// `TALOS_GEN_S3_GET=object_store`, for `bench/s3.sh`'s comparison only:
-/// a stream's span read through `object_store`'s own streaming GET in
-/// place of [`SpanGet`] (the span client, `conn` and this file, earns its
-/// lines only against it). Not for production: a GET that stalls after
-/// its head waits on `object_store`'s own client timeout, with no floor.
-static PLAIN_GET: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+/// a stream's span read through `object_store`'s own streaming GET, on its
+/// own HTTP client (reqwest), in place of [`SpanGet`] over [`super::conn`]
+/// (the span client earns its lines only against it). Not for
+/// production: a GET that stalls after its head waits on `object_store`'s
+/// own client timeout, with no floor.
+pub(super) static PLAIN_GET: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
     std::env::var("TALOS_GEN_S3_GET").is_ok_and(|v| v == "object_store")
 });
 
