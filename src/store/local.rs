@@ -23,7 +23,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use super::backend::{Backend, Kind, Listed, LockGuard, ObjectRead};
+use super::backend::{Backend, Kind, Listed, LockGuard, ObjectRead, ReadBuf};
 
 /// The directory layout of one store.
 #[derive(Debug, Clone)]
@@ -132,11 +132,11 @@ impl ObjectRead for LocalObject {
         read_at(&self.file, pos, len)
     }
 
-    fn read_ready(&self, buf: &mut Vec<u8>, pos: u64, want: usize) -> io::Result<bool> {
+    fn read_ready(&self, buf: &mut ReadBuf, pos: u64, want: usize) -> io::Result<bool> {
         read_cached_at(&self.file, buf, pos, want)
     }
 
-    fn read_rest(&self, buf: &mut Vec<u8>, pos: u64, want: usize) -> io::Result<()> {
+    fn read_rest(&self, buf: &mut ReadBuf, pos: u64, want: usize) -> io::Result<()> {
         read_exact_at(&self.file, buf, pos, want)
     }
 
@@ -164,7 +164,7 @@ fn short() -> io::Error {
 /// of the file).
 fn pread_once(
     file: &File,
-    buf: &mut Vec<u8>,
+    buf: &mut ReadBuf,
     pos: u64,
     want: usize,
     flags: rustix::io::ReadWriteFlags,
@@ -174,26 +174,17 @@ fn pread_once(
         return Ok(0);
     }
     let off = i64::try_from(pos + have as u64).map_err(|_| short())? as u64;
-    // The safe call reads into initialized bytes: zeroed, then cut back to
-    // what the kernel wrote.
-    buf.resize(want, 0);
+    // The safe call reads into initialized memory: the buffer's own
+    // (zeroed only the first time it is used, [`ReadBuf::room`]).
     loop {
-        let r = rustix::io::preadv2(
-            file,
-            &mut [io::IoSliceMut::new(&mut buf[have..])],
-            off,
-            flags,
-        );
+        let r = rustix::io::preadv2(file, &mut [io::IoSliceMut::new(buf.room(want))], off, flags);
         match r {
             Ok(n) => {
-                buf.truncate(have + n);
+                buf.advance(n);
                 return Ok(n);
             }
             Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => {
-                buf.truncate(have);
-                return Err(e.into());
-            }
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -203,7 +194,7 @@ fn pread_once(
 /// first is `UnexpectedEof`.
 pub(super) fn read_exact_at(
     file: &File,
-    buf: &mut Vec<u8>,
+    buf: &mut ReadBuf,
     pos: u64,
     want: usize,
 ) -> io::Result<()> {
@@ -218,9 +209,9 @@ pub(super) fn read_exact_at(
 /// `len` bytes of `file` at `pos` (blocking); a file ending first is
 /// `UnexpectedEof`. (A fill's readers read its spool file with it too.)
 pub fn read_at(file: &File, pos: u64, len: usize) -> io::Result<Bytes> {
-    let mut buf = Vec::with_capacity(len);
+    let mut buf = ReadBuf::default();
     read_exact_at(file, &mut buf, pos, len)?;
-    Ok(Bytes::from(buf))
+    Ok(Bytes::from(buf.into_filled()))
 }
 
 /// Fill `buf` toward `want` bytes from `pos` with what the page cache
@@ -230,7 +221,7 @@ pub fn read_at(file: &File, pos: u64, len: usize) -> io::Result<Bytes> {
 /// file's end, or a kernel or filesystem without `RWF_NOWAIT`).
 pub(super) fn read_cached_at(
     file: &File,
-    buf: &mut Vec<u8>,
+    buf: &mut ReadBuf,
     pos: u64,
     want: usize,
 ) -> io::Result<bool> {
@@ -641,16 +632,21 @@ mod tests {
         // Drop the file's clean pages from the cache.
         rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
         let o = open_object_file(&path).unwrap();
-        let mut buf = Vec::new();
+        // (a buffer used before: what it held is never read back)
+        let mut buf = ReadBuf::reuse(vec![0xee; 2 << 20]);
         // (a filesystem that keeps every page in memory fills it at once)
         if !o.read_ready(&mut buf, 4096, len - 4096).unwrap() {
             o.read_rest(&mut buf, 4096, len - 4096).unwrap();
         }
-        assert_eq!(&buf[..], &body[4096..]);
+        assert_eq!(buf.filled(), &body[4096..]);
+        let mut again = ReadBuf::reuse(buf.into_storage());
+        assert!(again.is_empty());
+        o.read_rest(&mut again, 0, 100).unwrap();
+        assert_eq!(again.filled(), &body[..100]);
         assert_eq!(&o.read_chunk(10, 100).unwrap()[..], &body[10..110]);
         // truncated under the open object: the tail is a short read
         f.set_len(100 << 10).unwrap();
-        let mut buf = Vec::new();
+        let mut buf = ReadBuf::default();
         assert!(!o.read_ready(&mut buf, 64 << 10, 512 << 10).unwrap());
         let e = o.read_rest(&mut buf, 64 << 10, 512 << 10).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::STREAM_CHUNK;
-use super::backend::ObjectRead;
+use super::backend::{ObjectRead, ReadBuf};
 use super::checked::{Checker, Verdict};
 use super::local::{is_hex64, open_object_file};
 use super::sums::Sums;
@@ -55,10 +55,10 @@ impl ObjectRead for Copy {
     fn read_chunk(&self, pos: u64, len: usize) -> std::io::Result<bytes::Bytes> {
         self.0.read_chunk(pos, len)
     }
-    fn read_ready(&self, buf: &mut Vec<u8>, pos: u64, want: usize) -> std::io::Result<bool> {
+    fn read_ready(&self, buf: &mut ReadBuf, pos: u64, want: usize) -> std::io::Result<bool> {
         self.0.read_ready(buf, pos, want)
     }
-    fn read_rest(&self, buf: &mut Vec<u8>, pos: u64, want: usize) -> std::io::Result<()> {
+    fn read_rest(&self, buf: &mut ReadBuf, pos: u64, want: usize) -> std::io::Result<()> {
         self.0.read_rest(buf, pos, want)
     }
     fn is_copy(&self) -> bool {
