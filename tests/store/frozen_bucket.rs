@@ -629,6 +629,8 @@ fn a_replica_started_on_a_frozen_bucket_waits_for_it_not_ready() {
         curl(&["--max-time", "2", &url("/readyz")]).status == 200
     });
     eprintln!("thawed: /readyz 200 after {up:?}");
+    // Ready within 5 s of the bucket's return (it opens it every 2 s).
+    assert!(up < Duration::from_secs(5), "{up:?}");
     let (st, body, _) = timed(&url(&image_path(A)));
     assert_eq!(st, 200, "{}", one.log_text());
     assert!(body == f.xz);
