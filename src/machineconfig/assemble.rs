@@ -30,8 +30,13 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
     };
     let mut warnings = Vec::new();
     let cozy = profile(req)?;
-    let v = Versions::resolve(req, cozy.as_ref(), matrix, &mut warnings)?;
-    check_support(req, cozy.as_ref(), matrix, &v, &mut warnings)?;
+    let inputs = Inputs {
+        req,
+        cozy: cozy.as_ref(),
+        matrix,
+    };
+    let v = Versions::resolve(inputs, &mut warnings)?;
+    check_support(inputs, &v, &mut warnings)?;
     check_references(req, cozy.as_ref())?;
     let bundle = secrets_bundle(req)?;
 
@@ -46,8 +51,8 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
     inp.kubernetes_version = v.k8s_plain.clone();
     inp.additional_sans = req.additional_sans.clone();
     match &cozy {
-        Some(c) => profile_input(req, c, &v, matrix, &mut inp, &mut warnings)?,
-        None => plain_input(req, &v, matrix, &mut inp, &mut warnings)?,
+        Some(c) => profile_input(inputs, c, &v, &mut inp, &mut warnings)?,
+        None => plain_input(inputs, &v, &mut inp, &mut warnings)?,
     }
     // An explicit --install-image (even '') replaces any default image.
     if req.install_image.is_none() {
@@ -127,13 +132,18 @@ struct Versions {
     values_release: Option<String>,
 }
 
+/// What a config's versions are decided from: the request, the chart's
+/// profile (with `--values`), the matrix.
+#[derive(Clone, Copy)]
+struct Inputs<'a> {
+    req: &'a Request,
+    cozy: Option<&'a cozystack::Values>,
+    matrix: &'a crate::matrix::Matrix,
+}
+
 impl Versions {
-    fn resolve(
-        req: &Request,
-        cozy: Option<&cozystack::Values>,
-        matrix: &crate::matrix::Matrix,
-        warnings: &mut Vec<String>,
-    ) -> Result<Versions> {
+    fn resolve(inputs: Inputs<'_>, warnings: &mut Vec<String>) -> Result<Versions> {
+        let Inputs { req, cozy, .. } = inputs;
         let (talos_text, talos_what) = match (nonempty(&req.talos_version), cozy) {
             (Some(t), _) => (t.to_string(), "--talos-version"),
             (None, Some(c)) => (c.talos_version.clone(), "--values: talos.version"),
@@ -144,7 +154,7 @@ impl Versions {
         };
         let talos = Version::parse_named(&talos_text, talos_what)?;
         let contract = contract::Contract::from_version(&talos)?;
-        let k8s_text = kubernetes_version(req, cozy, matrix, &talos, warnings)?;
+        let k8s_text = kubernetes_version(inputs, &talos, warnings)?;
         let k8s = Version::parse_named(&k8s_text, "--kubernetes-version")?;
         let k8s_plain = k8s_text.trim().trim_start_matches('v').to_string();
         Ok(Versions {
@@ -204,12 +214,11 @@ impl Versions {
 /// patch the data knows, never written as a tag), else the values' (the
 /// Cozystack kubelet table's patch), else the release's default.
 fn kubernetes_version(
-    req: &Request,
-    cozy: Option<&cozystack::Values>,
-    matrix: &crate::matrix::Matrix,
+    inputs: Inputs<'_>,
     talos: &Version,
     warnings: &mut Vec<String>,
 ) -> Result<String> {
+    let Inputs { req, cozy, matrix } = inputs;
     Ok(match (nonempty(&req.kubernetes_version), cozy) {
         (Some(k), Some(_))
             if Version::parse_named(k, "--kubernetes-version")?
@@ -260,13 +269,8 @@ fn kubernetes_version(
 
 /// The support matrix (and the chart's own guard for the profile): a pair
 /// it refuses is refused, or written with a warning under `--force`.
-fn check_support(
-    req: &Request,
-    cozy: Option<&cozystack::Values>,
-    matrix: &crate::matrix::Matrix,
-    v: &Versions,
-    warnings: &mut Vec<String>,
-) -> Result<()> {
+fn check_support(inputs: Inputs<'_>, v: &Versions, warnings: &mut Vec<String>) -> Result<()> {
+    let Inputs { req, cozy, matrix } = inputs;
     let (talos, k8s) = (&v.talos, &v.k8s);
     let mut refusal = support::check_pair(matrix, talos, k8s)
         .err()
@@ -338,13 +342,13 @@ fn secrets_bundle(req: &Request) -> Result<secrets::Bundle> {
 /// mirrors and labels, and its kubelet reservations (a flag wins over the
 /// values, and is named as typed).
 fn profile_input(
-    req: &Request,
+    inputs: Inputs<'_>,
     c: &cozystack::Values,
     v: &Versions,
-    matrix: &crate::matrix::Matrix,
     inp: &mut generate::Input,
     warnings: &mut Vec<String>,
 ) -> Result<()> {
+    let Inputs { req, matrix, .. } = inputs;
     let needs_image = req.install_image.is_none();
     inp.install_disk = cozystack::INSTALL_DISK.to_string();
     let mut values = c.clone();
@@ -409,12 +413,12 @@ fn profile_input(
 /// release's default installer (or `<repository>/<schematic>:<release>`),
 /// kubelet reservations only when a sizing flag is given.
 fn plain_input(
-    req: &Request,
+    inputs: Inputs<'_>,
     v: &Versions,
-    matrix: &crate::matrix::Matrix,
     inp: &mut generate::Input,
     warnings: &mut Vec<String>,
 ) -> Result<()> {
+    let Inputs { req, matrix, .. } = inputs;
     let needs_image = req.install_image.is_none();
     inp.install_disk = TALOSCTL_INSTALL_DISK.to_string();
     let any_reservation = req.sizing.fields().iter().any(|v| nonempty(v).is_some());

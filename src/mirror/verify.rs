@@ -211,6 +211,19 @@ mod tests {
     use super::*;
     use crate::store::Store;
 
+    /// A store at `dir` holding each `(key, body)`.
+    async fn stored(dir: &std::path::Path, items: &[(&str, &[u8])]) -> Store {
+        let store = Store::open(dir, None).unwrap();
+        for (k, body) in items {
+            let body = bytes::Bytes::copy_from_slice(body);
+            store
+                .commit_bytes(*k, body, Default::default())
+                .await
+                .unwrap();
+        }
+        store
+    }
+
     /// An object that cannot be read (the bucket did not answer: a test
     /// backend whose opens time out, as a frozen bucket's would at that
     /// moment, which a real one cannot be made to do at a chosen step of
@@ -219,13 +232,7 @@ mod tests {
     #[tokio::test]
     async fn an_object_that_cannot_be_read_is_never_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), None).unwrap();
-        for (k, body) in [("a", &b"hello"[..]), ("b", &b"world"[..])] {
-            store
-                .commit_bytes(k, bytes::Bytes::copy_from_slice(body), Default::default())
-                .await
-                .unwrap();
-        }
+        let store = stored(dir.path(), &[("a", b"hello"), ("b", b"world")]).await;
         drop(store);
         let hooked = crate::store::backend::Hooked {
             unanswered_opens: true,
@@ -254,13 +261,7 @@ mod tests {
     #[tokio::test]
     async fn flipped_byte_is_found_and_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), None).unwrap();
-        for (k, body) in [("a", &b"hello"[..]), ("b", &b"world"[..])] {
-            store
-                .commit_bytes(k, bytes::Bytes::copy_from_slice(body), Default::default())
-                .await
-                .unwrap();
-        }
+        let store = stored(dir.path(), &[("a", b"hello"), ("b", b"world")]).await;
         let e = store.entry("a").unwrap();
         drop(store);
         let r = verify(dir.path()).unwrap();
@@ -282,17 +283,8 @@ mod tests {
     async fn appended_and_truncated_objects_are_named() {
         use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), None).unwrap();
-        for (k, body) in [
-            ("grown", &b"hello"[..]),
-            ("cut", &b"world!"[..]),
-            ("ok", &b"fine"[..]),
-        ] {
-            store
-                .commit_bytes(k, bytes::Bytes::copy_from_slice(body), Default::default())
-                .await
-                .unwrap();
-        }
+        let items: [(&str, &[u8]); 3] = [("grown", b"hello"), ("cut", b"world!"), ("ok", b"fine")];
+        let store = stored(dir.path(), &items).await;
         let grown = store.entry("grown").unwrap().digest;
         let cut = store.entry("cut").unwrap().digest;
         drop(store);
