@@ -50,9 +50,15 @@ pub fn generate_with(req: &Request, matrix: &crate::matrix::Matrix) -> Result<Ou
     inp.endpoint = endpoint.to_string();
     inp.kubernetes_version = v.k8s_plain.clone();
     inp.additional_sans = req.additional_sans.clone();
+    let w = Worker {
+        inputs,
+        v: &v,
+        inp: &mut inp,
+        warnings: &mut warnings,
+    };
     match &cozy {
-        Some(c) => profile_input(inputs, c, &v, &mut inp, &mut warnings)?,
-        None => plain_input(inputs, &v, &mut inp, &mut warnings)?,
+        Some(c) => profile_input(w, c)?,
+        None => plain_input(w)?,
     }
     // An explicit --install-image (even '') replaces any default image.
     if req.install_image.is_none() {
@@ -130,6 +136,31 @@ struct Versions {
     k8s_plain: String,
     /// The values' Talos release (for a bare `--talos-version` minor).
     values_release: Option<String>,
+}
+
+/// The worker being written: from its inputs and versions, into `inp`,
+/// with the warnings said so far.
+struct Worker<'a> {
+    inputs: Inputs<'a>,
+    v: &'a Versions,
+    inp: &'a mut generate::Input,
+    warnings: &'a mut Vec<String>,
+}
+
+type Parts<'a> = (
+    &'a Request,
+    &'a crate::matrix::Matrix,
+    &'a Versions,
+    &'a mut generate::Input,
+    &'a mut Vec<String>,
+);
+
+impl<'a> Worker<'a> {
+    /// The request, the matrix, the versions, the input, the warnings.
+    fn parts(self) -> Parts<'a> {
+        let Inputs { req, matrix, .. } = self.inputs;
+        (req, matrix, self.v, self.inp, self.warnings)
+    }
 }
 
 /// What a config's versions are decided from: the request, the chart's
@@ -341,14 +372,8 @@ fn secrets_bundle(req: &Request) -> Result<secrets::Bundle> {
 /// The profile's worker: the chart's disk, installer, kubelet, networks,
 /// mirrors and labels, and its kubelet reservations (a flag wins over the
 /// values, and is named as typed).
-fn profile_input(
-    inputs: Inputs<'_>,
-    c: &cozystack::Values,
-    v: &Versions,
-    inp: &mut generate::Input,
-    warnings: &mut Vec<String>,
-) -> Result<()> {
-    let Inputs { req, matrix, .. } = inputs;
+fn profile_input(w: Worker<'_>, c: &cozystack::Values) -> Result<()> {
+    let (req, matrix, v, inp, warnings) = w.parts();
     let needs_image = req.install_image.is_none();
     inp.install_disk = cozystack::INSTALL_DISK.to_string();
     let mut values = c.clone();
@@ -412,13 +437,8 @@ fn profile_input(
 /// A plain worker, as `talosctl gen config` writes it: `/dev/sda`, the
 /// release's default installer (or `<repository>/<schematic>:<release>`),
 /// kubelet reservations only when a sizing flag is given.
-fn plain_input(
-    inputs: Inputs<'_>,
-    v: &Versions,
-    inp: &mut generate::Input,
-    warnings: &mut Vec<String>,
-) -> Result<()> {
-    let Inputs { req, matrix, .. } = inputs;
+fn plain_input(w: Worker<'_>) -> Result<()> {
+    let (req, matrix, v, inp, warnings) = w.parts();
     let needs_image = req.install_image.is_none();
     inp.install_disk = TALOSCTL_INSTALL_DISK.to_string();
     let any_reservation = req.sizing.fields().iter().any(|v| nonempty(v).is_some());
