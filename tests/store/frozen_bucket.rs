@@ -14,7 +14,7 @@ use crate::support;
 use crate::support::containerd::{Containerd, hosts_toml};
 use crate::support::factory::{A, A2, Factory, S, image_path};
 use crate::support::garage::Garage;
-use crate::support::registry::{Registry, push_factory_image, skopeo_copy, skopeo_copy_ok};
+use crate::support::registry::{Registry, push_factory_image, skopeo_copy};
 use crate::support::{Service, curl, sha256_hex};
 
 const PREFIX: &str = "frozen";
@@ -265,8 +265,7 @@ fn an_image_pulled_once_pulls_again_while_the_bucket_is_frozen() {
         &[&["--local-cache-max-size", "0"][..], &reg].concat(),
     );
     for (tag, im) in [("v1.13.6", &img), ("v1.13.5", &other)] {
-        let files = skopeo_copy_ok(&two.host(), &repo, tag, &out.path().join(tag), "via two");
-        im.assert_copied(&files, "via two");
+        im.pulled_through(&two.host(), &out.path().join(tag), "via two");
     }
     for doc in ["/versions", "/version/v1.13.6/extensions/official"] {
         let r = curl(&[&format!("{}{doc}", two.url())]);
@@ -285,14 +284,7 @@ fn an_image_pulled_once_pulls_again_while_the_bucket_is_frozen() {
     // Replica `one` pulls the image once (skopeo) and reads /versions and
     // the schematic: each object it read is copied into its local tier.
     let (one, spool) = replica(&f, &g, "one", &reg);
-    let files = skopeo_copy_ok(
-        &one.host(),
-        &repo,
-        "v1.13.6",
-        &out.path().join("one"),
-        "via one",
-    );
-    img.assert_copied(&files, "via one");
+    img.pulled_through(&one.host(), &out.path().join("one"), "via one");
     let versions = curl(&[&format!("{}/versions", one.url())]);
     assert_eq!(versions.status, 200);
     let schematic_url = format!("{}/schematics/{id}", one.url());
@@ -324,15 +316,12 @@ fn an_image_pulled_once_pulls_again_while_the_bucket_is_frozen() {
 
     // skopeo pulls the whole image from the local tier.
     let t = Instant::now();
-    let files = skopeo_copy_ok(
+    img.pulled_through(
         &one.host(),
-        &repo,
-        "v1.13.6",
         &out.path().join("frozen"),
         "via one, the bucket frozen",
     );
     eprintln!("frozen: skopeo pulled the image in {:?}", t.elapsed());
-    img.assert_copied(&files, "via one, the bucket frozen");
     // containerd too, through the mirror path a Talos worker uses.
     let cd_dir = tempfile::tempdir().unwrap();
     if let Some(cd) = Containerd::start(cd_dir.path()) {
@@ -412,14 +401,7 @@ fn an_image_pulled_once_pulls_again_while_the_bucket_is_frozen() {
         },
     );
     eprintln!("thawed: the other image's index served again after {back:?}");
-    let files = skopeo_copy_ok(
-        &one.host(),
-        &repo,
-        "v1.13.5",
-        &out.path().join("thawed"),
-        "thawed",
-    );
-    other.assert_copied(&files, "thawed");
+    other.pulled_through(&one.host(), &out.path().join("thawed"), "thawed");
 }
 
 /// curl's own `time_total` of one GET: (status, seconds).
@@ -669,14 +651,7 @@ fn a_store_only_registry_answers_503_not_absent_while_the_bucket_is_frozen() {
         &["--local-cache-max-size", "0", "--registry-url", &up.url()],
     );
     let out = tempfile::tempdir().unwrap();
-    let files = skopeo_copy_ok(
-        &two.host(),
-        &repo,
-        "v1.13.6",
-        &out.path().join("two"),
-        "via two",
-    );
-    img.assert_copied(&files, "via two");
+    img.pulled_through(&two.host(), &out.path().join("two"), "via two");
     drop(two);
     let digest = img.index_digest.clone();
     let base = format!("{}/v2/{repo}", off.url());

@@ -138,6 +138,14 @@ impl PushedImage {
         all
     }
 
+    /// `skopeo copy --all` of this image through `host` (its repository and
+    /// tag) into `dest`, copied byte for byte (`what` names the copy in a
+    /// failure).
+    pub fn pulled_through(&self, host: &str, dest: &Path, what: &str) {
+        let files = skopeo_copy_ok(host, &self.repo, &self.tag, dest, what);
+        self.assert_copied(&files, what);
+    }
+
     /// `files` (a `skopeo copy --all ... dir:` directory read with
     /// [`dir_contents`]) hold the image byte for byte: the index as
     /// `manifest.json`, each platform's manifest as `<hex>.manifest.json`,
