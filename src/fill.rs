@@ -1355,12 +1355,22 @@ mod tests {
     /// test) drains it slowly: every write(2) of a fill then blocks, as on a
     /// volume under writeback pressure (the FIFO shows a blocked write; a
     /// real slow disk cannot be had here).
-    fn stalling(dir: &std::path::Path, fifo: &std::path::Path) -> crate::store::backend::Hooked {
+    /// The spool's creation (and lock) is held too, from when it begins
+    /// (`gate.0` set) until the test opens `gate.1`.
+    fn stalling(
+        dir: &std::path::Path,
+        fifo: &std::path::Path,
+        gate: Arc<(std::sync::atomic::AtomicBool, std::sync::atomic::AtomicBool)>,
+    ) -> crate::store::backend::Hooked {
+        use std::sync::atomic::Ordering::SeqCst;
         let fifo = fifo.to_path_buf();
         crate::store::backend::Hooked {
             spool: Some(Box::new(move || {
-                // The slow volume's create (and lock) too: 2 s.
-                std::thread::sleep(Duration::from_secs(2));
+                gate.0.store(true, SeqCst);
+                let t = Instant::now();
+                while !gate.1.load(SeqCst) && t.elapsed() < Duration::from_secs(30) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 let st = std::process::Command::new("mkfifo").arg(&fifo).status()?;
                 assert!(st.success(), "mkfifo");
                 // Read and write: the open does not wait for a reader.
@@ -1433,8 +1443,8 @@ mod tests {
     }
 
     /// The invariant "no write, hash or checksum of a fill on an async
-    /// worker": on one async worker, while a fill's spool file takes 2 s to
-    /// create and then its every write(2) stalls (2 s each), a stored key
+    /// worker": on one async worker, while a fill's spool file's creation is
+    /// held and then its every write(2) stalls (2 s each), a stored key
     /// is served whole and the fills' status answers within 100 ms, again
     /// and again, and a task ticking every 10 ms on that worker (as
     /// `/healthz`'s handler would run there) is never late by 100 ms.
@@ -1454,7 +1464,8 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let backend = stalling(dir.path(), &fifo);
+        let gate = Arc::new((AtomicBool::new(false), AtomicBool::new(false)));
+        let backend = stalling(dir.path(), &fifo, gate.clone());
         let fills = Fills::new(Store::with_backend(Box::new(backend), None).unwrap());
         // The worker's lateness, from before the fill starts to its end.
         let late = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -1473,6 +1484,31 @@ mod tests {
         let Joined::Filling(h) = fills.join("slow", || spec).await.unwrap() else {
             panic!("expected a fill")
         };
+        // A warm read of another key, whole, and how long it took.
+        let warm_read = || async {
+            let t = Instant::now();
+            let Joined::Stored(o) = fills
+                .join("warm", || panic!("warm is stored"))
+                .await
+                .unwrap()
+            else {
+                panic!("warm is stored")
+            };
+            let _ = fills.in_progress();
+            assert!(collect(o.stream(0, warm.len() as u64)).await.unwrap() == warm);
+            t.elapsed()
+        };
+        // While the spool's creation is held: warm reads go on.
+        let t = Instant::now();
+        while !gate.0.load(SeqCst) {
+            assert!(t.elapsed() < Duration::from_secs(10), "no spool asked for");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut worst = Duration::ZERO;
+        for _ in 0..5 {
+            worst = worst.max(warm_read().await);
+        }
+        gate.1.store(true, SeqCst);
         // The slow volume: 64 KiB taken every 2 s.
         let (stop, started) = (
             Arc::new(AtomicBool::new(false)),
@@ -1521,22 +1557,13 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         // Writes are stalling now (the pipe holds 64 KiB; the rest waits).
-        let mut worst = Duration::ZERO;
         for _ in 0..10 {
-            let t = Instant::now();
-            let Joined::Stored(o) = fills
-                .join("warm", || panic!("warm is stored"))
-                .await
-                .unwrap()
-            else {
-                panic!("warm is stored")
-            };
-            let _ = fills.in_progress();
-            assert!(collect(o.stream(0, warm.len() as u64)).await.unwrap() == warm);
-            worst = worst.max(t.elapsed());
+            worst = worst.max(warm_read().await);
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        eprintln!("warm reads while the fill's writes stall: at most {worst:?}");
+        eprintln!(
+            "warm reads while the spool's creation and the fill's writes stall: at most {worst:?}"
+        );
         assert!(
             worst < Duration::from_millis(100),
             "a warm read took {worst:?}"
