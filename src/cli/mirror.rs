@@ -486,11 +486,20 @@ fn run_prune(
     let r = rt.block_on(mirror::prune(&store, &cfg, dry_run))?;
     print_prune(&r);
     // The status page's per-release holdings follow.
-    if !dry_run && let Some(mut status) = mirror::report::read(&store) {
-        status.releases = mirror::holdings(&store, &cfg);
-        if let Err(e) = rt.block_on(mirror::report::write(&store, &status)) {
-            eprintln!("talos-gen: mirror prune: updating the status page's holdings: {e}");
+    let last = if dry_run {
+        Ok(None)
+    } else {
+        mirror::report::read(&store)
+    };
+    match last {
+        Ok(Some(mut status)) => {
+            status.releases = mirror::holdings(&store, &cfg);
+            if let Err(e) = rt.block_on(mirror::report::write(&store, &status)) {
+                eprintln!("talos-gen: mirror prune: updating the status page's holdings: {e}");
+            }
         }
+        Err(e) => eprintln!("talos-gen: mirror prune: the status page's holdings not updated: {e}"),
+        Ok(None) => {}
     }
     Ok(0)
 }

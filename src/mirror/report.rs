@@ -143,7 +143,10 @@ pub async fn write_import(
 ) -> Result<SyncStatus> {
     let loc = loc.into();
     let store = crate::compose::open_store(loc, None).await?;
-    let carried = read(&store).filter(|c| c.kind == "sync");
+    // (a store that did not answer is said so, never taken for "no record")
+    let carried = read(&store)
+        .map_err(|e| crate::Error::Unavailable(e.0))?
+        .filter(|c| c.kind == "sync");
     let status = SyncStatus::from_import(r, bundle, elapsed, carried.as_ref());
     write(&store, &status).await?;
     Ok(status)
@@ -165,15 +168,15 @@ pub async fn write(store: &Store, status: &SyncStatus) -> Result<()> {
 /// Largest sync result read back.
 const MAX_STATUS: u64 = 1 << 20;
 
-/// The last sync result in `store`, if any (and readable).
-pub fn read(store: &Store) -> Option<SyncStatus> {
-    // (a store that did not answer: no last result to carry on)
-    let b = store
-        .lookup(&status_key())
-        .ok()??
-        .read_small(MAX_STATUS)
-        .ok()?;
-    serde_json::from_slice(&b).ok()
+/// The last sync result in `store`: `Ok(None)` when none is stored (or it
+/// does not parse), `Err` when the store did not answer.
+pub fn read(store: &Store) -> Result<Option<SyncStatus>, crate::store::Unavailable> {
+    let Some(o) = store.lookup(&status_key())? else {
+        return Ok(None);
+    };
+    Ok(o.read_small(MAX_STATUS)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok()))
 }
 
 /// The same, read through the operator's [`Inventory`] (the status page).
