@@ -46,6 +46,20 @@ fn said<T>(r: Result<T, StreamError>) -> Result<(), VerifyError> {
     r.map(drop).map_err(Into::into)
 }
 
+/// The check of a stream whose decoder could not be set up: the fill it
+/// guards fails, saying why, rather than going unchecked.
+pub struct NoDecoder(pub StreamError);
+
+impl Verifier for NoDecoder {
+    fn update(&mut self, _data: &[u8]) -> Result<(), VerifyError> {
+        Err(self.0.to_string().into())
+    }
+
+    fn finish(&mut self) -> Result<(), VerifyError> {
+        Err(self.0.to_string().into())
+    }
+}
+
 /// Checks that an `.xz` stream decodes cleanly (all its checks), keeping
 /// none of the output.
 pub struct XzVerifier {
@@ -229,6 +243,22 @@ impl ZstdVerifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A decoder that could not be set up fails every fill it guards.
+    #[test]
+    fn a_check_without_its_decoder_fails_the_fill() {
+        let mut v = NoDecoder(StreamError::Decoder {
+            format: "xz",
+            reason: "out of memory".into(),
+        });
+        assert!(
+            v.update(b"bytes")
+                .unwrap_err()
+                .to_string()
+                .contains("out of memory")
+        );
+        assert!(v.finish().is_err());
+    }
     use std::io::Write;
 
     fn xz(data: &[u8]) -> Vec<u8> {

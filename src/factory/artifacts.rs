@@ -362,17 +362,25 @@ async fn open_image(
 /// The integrity check an artifact's name calls for: `.xz`, `.gz` and
 /// `.zst` streams must decode (CDI decompresses them); others have none
 /// beyond length and sha256.
+/// A decoder that could not be set up fails the fill it guards
+/// ([`crate::verifiers::NoDecoder`]), never leaves it unchecked.
 pub fn verifier_for(name: &str) -> Option<Box<dyn crate::fill::Verifier>> {
+    use crate::fill::Verifier;
+    use crate::verifiers::{NoDecoder, XzVerifier, ZstdVerifier};
+    fn boxed<V: Verifier + 'static>(
+        v: Result<V, crate::verifiers::StreamError>,
+    ) -> Box<dyn Verifier> {
+        match v {
+            Ok(v) => Box::new(v),
+            Err(e) => Box::new(NoDecoder(e)),
+        }
+    }
     if name.ends_with(".xz") {
-        crate::verifiers::XzVerifier::new()
-            .ok()
-            .map(|v| Box::new(v) as Box<dyn crate::fill::Verifier>)
+        Some(boxed(XzVerifier::new()))
     } else if name.ends_with(".gz") {
         Some(Box::new(crate::verifiers::GzVerifier::new()))
     } else if name.ends_with(".zst") {
-        crate::verifiers::ZstdVerifier::new()
-            .ok()
-            .map(|v| Box::new(v) as Box<dyn crate::fill::Verifier>)
+        Some(boxed(ZstdVerifier::new()))
     } else {
         None
     }
