@@ -311,6 +311,7 @@ pub fn plan(matrix: &Matrix, req: &PullRequest) -> Result<PullList> {
     let lookup = matrix.images().lookup(&asked)?;
     let release = lookup.release;
     let mut notes: Vec<String> = lookup.note.into_iter().collect();
+    notes.extend(matrix.pending_note(&asked));
     let talos = if asked.patch.is_some() {
         asked.clone()
     } else {

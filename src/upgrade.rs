@@ -408,6 +408,13 @@ pub fn plan(matrix: &Matrix, q: &Question) -> Result<Plan> {
             pair_text(&to)
         )));
     }
+    for t in [&from.talos, &to.talos] {
+        if let Some(n) = matrix.pending_note(t)
+            && !notes.contains(&n)
+        {
+            notes.push(n);
+        }
+    }
     let mut plan = Plan {
         from: from.clone(),
         to: to.clone(),

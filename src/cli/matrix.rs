@@ -57,6 +57,9 @@ pub fn run(args: MatrixArgs) -> crate::Result<i32> {
             let talos = Version::parse_named(&talos, "--talos")?;
             let k8s = Version::parse_named(&kubernetes, "--kubernetes")?;
             let answer = matrix.check(&talos, &k8s);
+            if let Some(n) = matrix.pending_note(&talos) {
+                eprintln!("talos-gen: matrix check: {n}");
+            }
             if json || args.json {
                 let (supported, message) = match &answer {
                     Ok(s) => (true, s.message.clone()),

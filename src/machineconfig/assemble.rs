@@ -303,6 +303,7 @@ fn kubernetes_version(
 fn check_support(inputs: Inputs<'_>, v: &Versions, warnings: &mut Vec<String>) -> Result<()> {
     let Inputs { req, cozy, matrix } = inputs;
     let (talos, k8s) = (&v.talos, &v.k8s);
+    warnings.extend(matrix.pending_note(talos));
     let mut refusal = support::check_pair(matrix, talos, k8s)
         .err()
         .map(|e| e.to_string());

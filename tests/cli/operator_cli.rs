@@ -712,7 +712,8 @@ fn named_schematics_version_and_defaults() {
         let (code, out, err) = run(args);
         assert_eq!(code, 0, "{err}");
         assert!(
-            out.contains("Talos: v1.0 to v1.14") && out.contains("Kubernetes: v1.21 to v1.37"),
+            out.contains("Talos: v1.0 to v1.15 (newest release v1.14.6), v1.15 unreleased")
+                && out.contains("Kubernetes: v1.21 to v1.38"),
             "{out}"
         );
     }
