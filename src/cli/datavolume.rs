@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::datavolume::{self, CloneRequest, Names, Request};
+use crate::datavolume::{self, CloneRequest, Names, Profile, Request};
 use crate::error::Error;
 
 #[derive(Debug, Args)]
@@ -24,18 +24,18 @@ pub struct DatavolumeArgs {
     /// Talos release of the disk image (v1.13.6); (required) unless --clone-from.
     #[arg(long, value_name = "VERSION", required_unless_present = "clone_from")]
     pub talos_version: Option<String>,
-    /// Platform of the disk image.
-    #[arg(long, value_name = "P", default_value = datavolume::DEFAULT_PLATFORM)]
-    pub platform: String,
-    /// Architecture of the disk image (amd64, arm64).
-    #[arg(long, value_name = "ARCH", default_value = datavolume::DEFAULT_ARCH)]
-    pub arch: String,
-    /// Name of the DataVolume (and of the PVC CDI makes).
+    /// Platform of the disk image (default: openstack).
+    #[arg(long, value_name = "P")]
+    pub platform: Option<String>,
+    /// Architecture of the disk image, amd64 or arm64 (default: amd64).
+    #[arg(long, value_name = "ARCH")]
+    pub arch: Option<String>,
+    /// Name of the DataVolume (and of the PVC CDI makes); (required) but with --golden --profile cozystack (the catalog's name).
     #[arg(long, value_name = "NAME")]
-    pub name: String,
-    /// Storage request, a Kubernetes quantity (20Gi).
+    pub name: Option<String>,
+    /// Storage request, a Kubernetes quantity (20Gi); (required) but with --profile cozystack (default: the catalog's 6Gi for a golden, the chart's 20Gi for a worker disk).
     #[arg(long, value_name = "SIZE")]
-    pub size: String,
+    pub size: Option<String>,
     /// StorageClass of the volume (default: the cluster's default class).
     #[arg(long, value_name = "SC")]
     pub storage_class: Option<String>,
@@ -45,9 +45,15 @@ pub struct DatavolumeArgs {
     /// metadata.namespace of the documents (default: none, the namespace they are applied in); --golden needs it.
     #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,
-    /// The golden image: the import in --namespace and a CDI DataSource there naming its PVC, for worker disks to clone.
-    #[arg(long, requires = "namespace")]
+    /// The golden image: the import in --namespace and a CDI DataSource there naming its PVC, for worker disks to clone; with --profile cozystack, the catalog's golden talos-worker-<schematic>-<version> in cozy-public.
+    #[arg(long)]
     pub golden: bool,
+    /// Whose layout: cozystack (Cozystack's worker image catalog: its golden DataVolume, worker disks cloning it with spec.source.pvc) (default: talos-gen's own, a DataSource).
+    #[arg(long, value_name = "PROFILE")]
+    pub profile: Option<String>,
+    /// The CDI release the cluster runs: fields only where it has them (spec.source.http.checksum from v1.65.0).
+    #[arg(long, value_name = "VERSION", default_value = datavolume::cdi::DEFAULT)]
+    pub cdi_version: String,
     /// A worker disk cloned from the golden image's DataSource NS/NAME: spec.sourceRef, no download, no checksum (default: none, an import).
     #[arg(long, value_name = "NS/NAME", conflicts_with_all = ["base_url", "schematic", "talos_version", "cert_configmap", "golden"])]
     pub clone_from: Option<String>,
@@ -61,14 +67,19 @@ pub struct DatavolumeArgs {
 }
 
 pub fn run(args: DatavolumeArgs) -> crate::Result<i32> {
+    let profile = match args.profile.as_deref() {
+        Some(p) => Profile::parse(p, "--profile")?,
+        None => Profile::Plain,
+    };
     if let Some(clone_from) = args.clone_from {
         let plan = datavolume::clone_plan(
             &CloneRequest {
                 clone_from,
-                name: args.name,
-                size: args.size,
+                name: args.name.unwrap_or_default(),
+                size: args.size.unwrap_or_default(),
                 storage_class: args.storage_class,
                 namespace: args.namespace,
+                profile,
             },
             Names::Flags,
         )?;
@@ -78,14 +89,16 @@ pub fn run(args: DatavolumeArgs) -> crate::Result<i32> {
         base_url: args.base_url.unwrap_or_default(),
         schematic: args.schematic.unwrap_or_default(),
         talos_version: args.talos_version.unwrap_or_default(),
-        platform: Some(args.platform),
-        arch: Some(args.arch),
-        name: args.name,
-        size: args.size,
+        platform: args.platform,
+        arch: args.arch,
+        name: args.name.unwrap_or_default(),
+        size: args.size.unwrap_or_default(),
         storage_class: args.storage_class,
         cert_configmap: args.cert_configmap,
         namespace: args.namespace,
         golden: args.golden,
+        profile,
+        cdi_version: Some(args.cdi_version),
     };
     let plan = datavolume::plan(&req, Names::Flags, &embedded_id)?;
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -34,6 +34,8 @@ const KEYS: &[&str] = &[
     "namespace",
     "golden",
     "cloneFrom",
+    "profile",
+    "cdiVersion",
     "format",
 ];
 
@@ -102,21 +104,25 @@ fn clone(q: &HashMap<String, String>, from: &str) -> crate::Result<datavolume::C
             "{k}: not with cloneFrom (a clone reads the golden image's DataSource, not an import)"
         )));
     }
-    let need = |k: &str| {
-        q.get(k)
-            .cloned()
-            .ok_or_else(|| Error::bad_input(format!("{k}: missing query parameter")))
-    };
     datavolume::clone_plan(
         &datavolume::CloneRequest {
             clone_from: from.to_string(),
-            name: need("name")?,
-            size: need("size")?,
+            name: q.get("name").cloned().unwrap_or_default(),
+            size: q.get("size").cloned().unwrap_or_default(),
             storage_class: q.get("storageClass").cloned(),
             namespace: q.get("namespace").cloned(),
+            profile: profile(q)?,
         },
         Names::Query,
     )
+}
+
+/// `profile=cozystack`, else talos-gen's own layout.
+fn profile(q: &HashMap<String, String>) -> crate::Result<datavolume::Profile> {
+    match q.get("profile") {
+        Some(p) => datavolume::Profile::parse(p, "profile"),
+        None => Ok(datavolume::Profile::Plain),
+    }
 }
 
 fn check_keys(q: &HashMap<String, String>) -> crate::Result<()> {
@@ -165,12 +171,14 @@ fn plan(
         talos_version: need("talosVersion")?,
         platform: q.get("platform").cloned(),
         arch: q.get("arch").cloned(),
-        name: need("name")?,
-        size: need("size")?,
+        name: q.get("name").cloned().unwrap_or_default(),
+        size: q.get("size").cloned().unwrap_or_default(),
         storage_class: q.get("storageClass").cloned(),
         cert_configmap: q.get("certConfigMap").cloned(),
         namespace: q.get("namespace").cloned(),
         golden,
+        profile: profile(q)?,
+        cdi_version: q.get("cdiVersion").cloned(),
     };
     datavolume::plan(&req, Names::Query, &|n| {
         st.schematics.id_by_name(n).map(str::to_string)
