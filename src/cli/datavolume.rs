@@ -33,7 +33,7 @@ pub struct DatavolumeArgs {
     /// Name of the DataVolume (and of the PVC CDI makes); (required) but with --golden --profile cozystack (the catalog's name).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
-    /// Storage request, a Kubernetes quantity (20Gi); (required) but with --profile cozystack (default: the catalog's 6Gi for a golden, the chart's 20Gi for a worker disk).
+    /// Storage request, a Kubernetes quantity (20Gi), at least the raw disk's uncompressed size (default: that size plus a tenth, at least 256Mi, rounded up to a whole Gi; for a --clone-from worker disk: required, or the chart's 20Gi with --profile cozystack).
     #[arg(long, value_name = "SIZE")]
     pub size: Option<String>,
     /// StorageClass of the volume (default: the cluster's default class).
@@ -105,7 +105,14 @@ pub fn run(args: DatavolumeArgs) -> crate::Result<i32> {
         .enable_all()
         .build()
         .map_err(|e| Error::io("starting the runtime", e))?;
-    let sha = rt.block_on(datavolume::fetch_checksum(&plan, args.timeout))?;
+    // The checksum (the artifact whole on the service), then the raw disk's
+    // size from its xz index (ranged reads of the tail).
+    let (sha, raw) = rt.block_on(async {
+        let sha = datavolume::fetch_checksum(&plan, args.timeout).await?;
+        let raw = datavolume::size::fetch_raw_size(&plan.url, args.timeout).await?;
+        Ok::<_, Error>((sha, raw))
+    })?;
+    let plan = plan.with_raw_size(raw, Names::Flags)?;
     write(args.output.as_deref(), &plan.to_yaml(&sha))
 }
 

@@ -25,6 +25,7 @@
 
 pub mod cdi;
 pub mod cozystack;
+pub mod size;
 pub mod xz_index;
 
 use crate::error::{Error, Result};
@@ -158,6 +159,8 @@ pub struct Plan {
     pub cdi: cdi::Cdi,
     /// With [`Profile::Cozystack`] and `golden`: the catalog entry rendered.
     pub catalog: Option<cozystack::Golden>,
+    /// The raw disk's uncompressed size, once read ([`Plan::with_raw_size`]).
+    pub raw_size: Option<u64>,
 }
 
 /// A `DataVolume` (`cdi.kubevirt.io/v1beta1`) named `name` with `spec`.
@@ -205,6 +208,19 @@ fn json_docs(docs: &[Node]) -> serde_json::Value {
 }
 
 impl Plan {
+    /// The storage from the raw disk's size (`raw` bytes): the size asked
+    /// when it holds the disk (refused, exit 1, naming both, when it does
+    /// not), else that size plus [`size::headroom`].
+    pub fn with_raw_size(mut self, raw: u64, names: Names) -> Result<Plan> {
+        let storage = size::storage_for(&self.req.size, raw, names.of(Field::Size))?;
+        if let Some(g) = &mut self.catalog {
+            g.storage = storage.clone();
+        }
+        self.req.size = storage;
+        self.raw_size = Some(raw);
+        Ok(self)
+    }
+
     /// Where the artifact's sha256 is published (`<url>.sha256`).
     pub fn checksum_url(&self) -> String {
         format!("{}.sha256", self.url)
@@ -471,12 +487,15 @@ pub fn plan(req: &Request, names: Names, resolve: &dyn Fn(&str) -> Option<String
             req: req.clone(),
             cdi,
             catalog: Some(catalog),
+            raw_size: None,
         });
     }
     need(&req.name, n(Field::Name))?;
     check_subdomain(&req.name, n(Field::Name), "DataVolume")?;
-    need(&req.size, n(Field::Size))?;
-    check_size(&req.size, n(Field::Size))?;
+    // Left out: the raw disk's size and headroom ([`Plan::with_raw_size`]).
+    if !req.size.is_empty() {
+        check_size(&req.size, n(Field::Size))?;
+    }
     match (&req.namespace, req.golden) {
         (Some(ns), _) => check_label(ns, n(Field::Namespace), "namespace")?,
         (None, true) => {
@@ -500,6 +519,7 @@ pub fn plan(req: &Request, names: Names, resolve: &dyn Fn(&str) -> Option<String
         req: req.clone(),
         cdi,
         catalog: None,
+        raw_size: None,
     })
 }
 

@@ -75,15 +75,40 @@ pub async fn get(
         Ok(p) => p,
         Err(e) => return fail(&e),
     };
-    let sha = match st.images.open(&plan.key).await {
+    let stored = match st.images.open(&plan.key).await {
         Ok(obj) => match obj.complete().await {
-            Ok(stored) => stored.entry.digest.clone(),
+            Ok(stored) => stored,
             Err(e) => return fail(&e),
         },
         Err(e) => return fail(&e),
     };
-    answer(json, plan.to_json(&sha), plan.to_yaml(&sha))
+    let sha = stored.entry.digest.clone();
+    let reopen = || async {
+        let obj = st.images.open(&plan.key).await;
+        match obj {
+            Ok(o) => o
+                .complete()
+                .await
+                .map_err(|e| Error::Upstream(e.to_string())),
+            Err(crate::factory::ImageError::Fetch(e)) => Err(Error::Upstream(e.to_string())),
+            Err(crate::factory::ImageError::NotCached(m)) => Err(Error::Upstream(m)),
+        }
+    };
+    let raw = datavolume::size::stored_raw_size(stored, reopen, &plan.url).await;
+    let plan = match raw.and_then(|r| plan.clone().with_raw_size(r, Names::Query)) {
+        Ok(p) => p,
+        Err(e) => return fail(&e),
+    };
+    let mut resp = answer(json, plan.to_json(&sha), plan.to_yaml(&sha));
+    if let Some(raw) = plan.raw_size {
+        resp.headers_mut().insert(RAW_SIZE, raw.into());
+    }
+    resp
 }
+
+/// The raw disk's uncompressed size in bytes (read from the image's xz
+/// index), on every import answer.
+pub const RAW_SIZE: &str = "x-talos-gen-raw-disk-size";
 
 fn answer(json: bool, j: serde_json::Value, yaml: String) -> Response {
     if json {

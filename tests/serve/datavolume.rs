@@ -619,3 +619,144 @@ fn golden_image_and_its_clones_are_cdis_shape() {
         assert!(body.contains(want), "{query}: {body}");
     }
 }
+
+/// Issue 49: `datavolume --golden --profile cozystack` from the CLI and
+/// the API: the catalog's golden (`talos-worker-<schematic>-<version>` in
+/// cozy-public, as dv.yaml renders it, its URL on talos-gen), no checksum
+/// for the CDI Cozystack runs (v1.64.0) and one for v1.66.0; its storage
+/// the raw disk's size (from the xz index, as the service answers it in
+/// `x-talos-gen-raw-disk-size`) plus the stated headroom, a `--size` below
+/// it refused naming both; a worker disk cloning it with `source.pvc`.
+#[test]
+fn the_cozystack_golden_its_size_and_its_worker_clone() {
+    let fx = Factory::new(2, 4, &[A], None);
+    let svc = fx.serve(&[]);
+    let golden = format!("talos-worker-{S}-{V}");
+    let base = svc.url();
+    let cli = |extra: &[&str]| {
+        let mut a = vec![
+            "datavolume",
+            "--golden",
+            "--profile",
+            "cozystack",
+            "--base-url",
+            &base,
+            "--schematic",
+            S,
+            "--talos-version",
+            V,
+        ];
+        a.extend(extra);
+        run_text(&a, None)
+    };
+    let (code, text, err) = cli(&[]);
+    assert_eq!(code, 0, "{err}");
+    let doc = yaml(&text);
+    check_shape(&doc);
+    assert_eq!(doc["metadata"]["name"], golden.as_str());
+    assert_eq!(doc["metadata"]["namespace"], "cozy-public");
+    assert_eq!(
+        doc["metadata"]["annotations"]["kubernetes-worker-image.cozystack.io/schematic-id"],
+        S
+    );
+    assert_eq!(
+        doc["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    assert_eq!(
+        doc["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "cozystack"
+    );
+    assert_eq!(doc["spec"]["contentType"], "kubevirt");
+    assert_eq!(
+        doc["spec"]["source"]["http"],
+        serde_json::json!({"url": format!("{}{}", svc.url(), image_path(A))})
+    );
+    // 6 MiB of raw disk: its size plus 256 MiB, rounded up to 1Gi.
+    assert_eq!(fx.raw.len(), 6 << 20);
+    assert_eq!(
+        doc["spec"]["storage"]["resources"]["requests"]["storage"],
+        "1Gi"
+    );
+    assert_eq!(doc["spec"]["storage"]["storageClassName"], "replicated");
+
+    // The API: the same bytes, and the raw size in a header.
+    let api = |query: &str| curl(&[&format!("{}/api/v1/datavolume?{query}", svc.url())]);
+    let q = format!("golden=true&profile=cozystack&schematic={S}&talosVersion={V}");
+    let r = api(&q);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(String::from_utf8(r.body.clone()).unwrap(), text);
+    assert_eq!(
+        r.header("x-talos-gen-raw-disk-size"),
+        Some(fx.raw.len().to_string())
+    );
+
+    // CDI v1.66.0 has the checksum field.
+    let (code, text, err) = cli(&["--cdi-version", "v1.66.0", "--size", "8Gi"]);
+    assert_eq!(code, 0, "{err}");
+    let doc = yaml(&text);
+    check_shape(&doc);
+    assert_eq!(
+        doc["spec"]["source"]["http"]["checksum"],
+        format!("sha256:{}", sha256_hex(&fx.xz)).as_str()
+    );
+    assert_eq!(
+        doc["spec"]["storage"]["resources"]["requests"]["storage"],
+        "8Gi"
+    );
+
+    // A size below the raw disk: refused (exit 1 / 4xx) naming both sizes.
+    let (code, _, err) = cli(&["--size", "5Mi"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("--size: 5Mi (5242880 bytes) is smaller than the raw disk inside the image, 6291456 bytes"),
+        "{err}"
+    );
+    let r = api(&format!("{q}&size=5Mi"));
+    let body = String::from_utf8_lossy(&r.body);
+    assert!(
+        r.status >= 400 && body.contains("size: 5Mi"),
+        "{}: {body}",
+        r.status
+    );
+    // What the catalog has no place for: exit 2 naming the flag.
+    let (code, _, err) = cli(&["--name", "mine"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--name: \"mine\""), "{err}");
+
+    // The worker disk cloning it, from the CLI and the API: the same bytes.
+    let (code, clone, err) = run_text(
+        &[
+            "datavolume",
+            "--clone-from",
+            &format!("cozy-public/{golden}"),
+            "--profile",
+            "cozystack",
+            "--name",
+            "md0-disk-0",
+            "--storage-class",
+            "replicated",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let doc = yaml(&clone);
+    check_shape(&doc);
+    assert_eq!(
+        doc["spec"]["source"]["pvc"],
+        serde_json::json!({"namespace": "cozy-public", "name": golden})
+    );
+    assert_eq!(
+        doc["metadata"]["annotations"]["kubernetes-worker-image.cozystack.io/golden"],
+        golden.as_str()
+    );
+    assert_eq!(
+        doc["spec"]["storage"]["resources"]["requests"]["storage"],
+        "20Gi"
+    );
+    let r = api(&format!(
+        "cloneFrom=cozy-public/{golden}&profile=cozystack&name=md0-disk-0&storageClass=replicated"
+    ));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(String::from_utf8(r.body).unwrap(), clone);
+}
