@@ -472,6 +472,12 @@ fn on_the_way(matrix: &Matrix, steps: &[Step], to: &Pair) -> Vec<String> {
 
 /// Why no plan goes from `from` to `to` (in place, and with `--replace`).
 fn no_path(graph: &Graph<'_>, replace: bool, from: &str, to: &str) -> Error {
+    if !graph.unknown_minors.is_empty() {
+        let list = graph.unknown_minors.join(", ");
+        return Error::refused(format!(
+            "no path from {from} to {to}: the data knows no patch of Kubernetes {list}, and Kubernetes moves one minor at a time (give --matrix a file whose rows name one, e.g. as defaultKubernetes)"
+        ));
+    }
     let reach = graph.furthest_talos(replace);
     if !replace && let Some(steps) = graph.shortest(true) {
         return Error::refused(format!(
@@ -497,6 +503,9 @@ struct Graph<'m> {
     valid: Vec<Vec<bool>>,
     start: (usize, usize),
     target: (usize, usize),
+    /// Kubernetes minors on the way of which the data knows no patch: no
+    /// step can stop there.
+    unknown_minors: Vec<String>,
 }
 
 fn push_unique(list: &mut Vec<Version>, v: Version) {
@@ -516,6 +525,7 @@ impl<'m> Graph<'m> {
         talos.sort_by(release_cmp);
         talos.dedup();
         let mut kubernetes = vec![from.kubernetes.clone(), to.kubernetes.clone()];
+        let mut unknown_minors = Vec::new();
         for minor in from.kubernetes.minor..=to.kubernetes.minor {
             let m = Version {
                 major: from.kubernetes.major,
@@ -524,11 +534,18 @@ impl<'m> Graph<'m> {
                 pre: None,
                 build: false,
             };
-            if let Some((v, _)) = matrix.kubernetes_patch(&m, None)
-                && release_cmp(&v, &from.kubernetes) == Ordering::Greater
-                && release_cmp(&v, &to.kubernetes) == Ordering::Less
-            {
-                push_unique(&mut kubernetes, v);
+            let between = minor > from.kubernetes.minor && minor < to.kubernetes.minor;
+            match matrix.kubernetes_patch(&m, None) {
+                Some((v, _))
+                    if release_cmp(&v, &from.kubernetes) == Ordering::Greater
+                        && release_cmp(&v, &to.kubernetes) == Ordering::Less =>
+                {
+                    push_unique(&mut kubernetes, v);
+                }
+                None if between => {
+                    unknown_minors.push(format!("{}.{minor}", from.kubernetes.major));
+                }
+                _ => {}
             }
         }
         kubernetes.sort_by(release_cmp);
@@ -557,6 +574,7 @@ impl<'m> Graph<'m> {
             talos,
             kubernetes,
             valid,
+            unknown_minors,
         }
     }
 
@@ -670,16 +688,37 @@ pub struct ImageOptions<'a> {
     pub names: crate::pull_list::Names<'a>,
 }
 
+/// The pairs of `plan` whose Talos release the image data knows, and a
+/// note naming each it does not (a release before the data's first, 1.8.0:
+/// its images are not listed, the plan stands).
+pub fn imaged_pairs<'p>(matrix: &Matrix, plan: &'p Plan) -> (Vec<&'p Pair>, Vec<String>) {
+    let mut known = Vec::new();
+    let mut unknown = Vec::new();
+    for pair in plan.pairs() {
+        match matrix.images().lookup(&pair.talos) {
+            Ok(_) => known.push(pair),
+            Err(e) => unknown.push(format!(
+                "pair (talos {}, kubernetes {}): its images are not listed: {e}",
+                pair.talos,
+                k8s_text(&pair.kubernetes)
+            )),
+        }
+    }
+    (known, unknown)
+}
+
 /// Every image any pair of `plan` pulls (the starting pair's too), once
-/// each, in the order first met; with the notes of the pull lists.
+/// each, in the order first met; with the notes of the pull lists, and one
+/// naming each pair whose release the image data does not know (skipped,
+/// not fatal: [`imaged_pairs`]).
 pub fn images(
     matrix: &Matrix,
     plan: &Plan,
     opts: &ImageOptions,
 ) -> Result<(Vec<Pull>, Vec<String>)> {
     let mut out: Vec<Pull> = Vec::new();
-    let mut notes = Vec::new();
-    for pair in plan.pairs() {
+    let (pairs, mut notes) = imaged_pairs(matrix, plan);
+    for pair in pairs {
         let talos = pair.talos.to_string();
         let kubernetes = pair.kubernetes.to_string();
         let list = crate::pull_list::plan(

@@ -493,7 +493,12 @@ impl Config {
         for n in &plan.notes {
             self.notes.push(format!("{key}: {n}"));
         }
-        let pairs = plan.pairs();
+        // The pairs whose release the image data knows; the others named.
+        let all = plan.pairs().len();
+        let (pairs, unknown) = crate::upgrade::imaged_pairs(matrix, &plan);
+        for n in unknown {
+            self.notes.push(format!("{key}: {n}"));
+        }
         for (n, pair) in pairs.iter().enumerate() {
             let w = RawWorker {
                 talos: pair.talos.to_string(),
@@ -505,7 +510,7 @@ impl Config {
                 optional_images: u.optional_images,
             };
             let mut worker = Config::worker(w, base, &at, &key, matrix)?;
-            worker.upgrade = Some(format!("{key} pair {} of {}", n + 1, pairs.len()));
+            worker.upgrade = Some(format!("{key} pair {} of {all}", n + 1));
             self.workers.push(worker);
         }
         Ok(())
