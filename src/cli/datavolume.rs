@@ -12,9 +12,13 @@ use crate::error::Error;
 
 #[derive(Debug, Args)]
 #[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
     after_help = "Examples:\n  talos-gen datavolume --base-url http://talos-gen.example:8080 --schematic cozystack \\\n    --talos-version v1.13.6 --name md0-disk --size 20Gi -o md0-disk.yaml\n  talos-gen datavolume --base-url https://talos-gen.example:8443 --cert-configmap talos-gen-ca \\\n    --schematic ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515 \\\n    --talos-version v1.13.6 --platform nocloud --arch arm64 --name md1-disk --size 10Gi \\\n    --storage-class replicated | kubectl apply -f -\n\n  # the golden layout: one import per schematic and release into a shared namespace ...\n  talos-gen datavolume --golden --namespace cozy-public --base-url http://talos-gen.example:8080 \\\n    --schematic cozystack --talos-version v1.13.6 --name talos-v1.13.6-cozystack --size 20Gi\n  # ... and each worker disk a clone of it (no download)\n  talos-gen datavolume --clone-from cozy-public/talos-v1.13.6-cozystack --name md0-disk-0 --size 20Gi"
 )]
 pub struct DatavolumeArgs {
+    #[command(subcommand)]
+    pub command: Option<super::datavolume_catalog::DatavolumeCommand>,
     /// The talos-gen service's base URL, as the cluster reaches it (e.g. https://talos-gen.example:8443); (required) unless --clone-from.
     #[arg(long, value_name = "URL", required_unless_present = "clone_from")]
     pub base_url: Option<String>,
@@ -67,6 +71,9 @@ pub struct DatavolumeArgs {
 }
 
 pub fn run(args: DatavolumeArgs) -> crate::Result<i32> {
+    if let Some(cmd) = args.command {
+        return super::datavolume_catalog::run(cmd);
+    }
     let profile = match args.profile.as_deref() {
         Some(p) => Profile::parse(p, "--profile")?,
         None => Profile::Plain,

@@ -23,6 +23,7 @@ macro_rules! out {
 
 pub mod common;
 pub mod datavolume;
+pub mod datavolume_catalog;
 pub mod images;
 pub mod machineconfig;
 pub mod matrix;

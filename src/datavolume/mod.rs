@@ -23,7 +23,9 @@
 //! in `cozy-public`, and worker disks cloning it with `spec.source.pvc`.
 //! Every document carries only the fields of the CDI named ([`cdi`]).
 
+pub mod catalog;
 pub mod cdi;
+pub mod check;
 pub mod cozystack;
 pub mod size;
 pub mod xz_index;

@@ -196,7 +196,9 @@ mod tests {
         assert_eq!(e.exit_code(), 1);
         let m = e.to_string();
         assert!(
-            m.starts_with("--size: 4Gi (4294967296 bytes) is smaller than the raw disk inside the image, 4455972044 bytes (4.15 GiB)"),
+            m == format!(
+                "--size: 4Gi (4294967296 bytes) is smaller than the raw disk inside the image, {raw} bytes (4.15 GiB); give at least 5Gi"
+            ),
             "{m}"
         );
     }

@@ -16,6 +16,7 @@
 pub mod bundle;
 pub mod cert;
 pub mod config;
+pub mod golden;
 pub mod progress;
 pub mod prune;
 pub mod report;
