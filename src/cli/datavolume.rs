@@ -18,7 +18,7 @@ use crate::error::Error;
 )]
 pub struct DatavolumeArgs {
     #[command(subcommand)]
-    pub command: Option<super::datavolume_catalog::DatavolumeCommand>,
+    pub command: Option<Box<super::datavolume_catalog::DatavolumeCommand>>,
     /// The talos-gen service's base URL, as the cluster reaches it (e.g. https://talos-gen.example:8443); (required) unless --clone-from.
     #[arg(long, value_name = "URL", required_unless_present = "clone_from")]
     pub base_url: Option<String>,
@@ -72,7 +72,7 @@ pub struct DatavolumeArgs {
 
 pub fn run(args: DatavolumeArgs) -> crate::Result<i32> {
     if let Some(cmd) = args.command {
-        return super::datavolume_catalog::run(cmd);
+        return super::datavolume_catalog::run(*cmd);
     }
     let profile = match args.profile.as_deref() {
         Some(p) => Profile::parse(p, "--profile")?,

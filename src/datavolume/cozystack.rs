@@ -13,6 +13,8 @@
 use crate::error::{Error, Result};
 use crate::goyaml::{Map, Node};
 
+use super::{Field, Names, Request};
+
 /// Where every golden lives.
 pub const NAMESPACE: &str = "cozy-public";
 /// The catalog's default `storage` (values.yaml).
@@ -206,6 +208,96 @@ pub fn render(
         out.push(g);
     }
     Ok(out)
+}
+
+/// The Cozystack catalog's golden for a checked request: the catalog's
+/// name, namespace and asset; what the catalog has no field for refused.
+pub(super) fn golden_of_request(
+    req: &Request,
+    names: Names,
+    base: &str,
+    schematic: &str,
+    version: &str,
+) -> Result<Golden> {
+    let n = |f| names.of(f);
+    let refuse = |what: &str, why: &str| Err(Error::bad_input(format!("{what}: {why}")));
+    if !req.golden {
+        return refuse(
+            n(Field::Profile),
+            &format!(
+                "cozystack writes the catalog's golden ({}) or a worker disk cloning one ({})",
+                n(Field::Golden),
+                n(Field::CloneFrom)
+            ),
+        );
+    }
+    let golden = golden_name(schematic, version);
+    if !req.name.is_empty() && req.name != golden {
+        return refuse(
+            n(Field::Name),
+            &format!(
+                "{:?}: the catalog names its golden {golden} (leave {} out)",
+                super::shown(&req.name),
+                n(Field::Name)
+            ),
+        );
+    }
+    if let Some(ns) = req.namespace.as_deref().filter(|ns| *ns != NAMESPACE) {
+        return refuse(
+            n(Field::Namespace),
+            &format!(
+                "{:?}: the catalog's goldens are in {}",
+                super::shown(ns),
+                NAMESPACE
+            ),
+        );
+    }
+    for (field, value, want) in [
+        (Field::Platform, req.platform.as_deref(), PLATFORM),
+        (Field::Arch, req.arch.as_deref(), ARCH),
+    ] {
+        if let Some(v) = value.filter(|v| *v != want) {
+            return refuse(
+                n(field),
+                &format!(
+                    "{:?}: the catalog imports {}-{}.raw.xz only",
+                    super::shown(v),
+                    PLATFORM,
+                    ARCH
+                ),
+            );
+        }
+    }
+    if req.cert_configmap.is_some() {
+        return refuse(
+            n(Field::CertConfigMap),
+            "the catalog has no certConfigMap (its template writes none)",
+        );
+    }
+    if !req.size.is_empty() {
+        super::check_size(&req.size, n(Field::Size))?;
+    }
+    if let Some(sc) = &req.storage_class {
+        super::check_subdomain(sc, n(Field::StorageClass), "StorageClass")?;
+    }
+    let defaults = Defaults {
+        image_factory_url: base.trim_end_matches('/').to_string(),
+        ..Default::default()
+    };
+    let entry = Entry {
+        schematic_id: schematic.to_string(),
+        version: version.to_string(),
+        image_factory_url: None,
+        storage: (!req.size.is_empty()).then(|| req.size.clone()),
+        storage_class: req.storage_class.clone(),
+    };
+    let mut rendered = render(&defaults, &[entry], &|_, field| match field {
+        "schematicID" => n(Field::Schematic).to_string(),
+        "version" => n(Field::TalosVersion).to_string(),
+        "storage" => n(Field::Size).to_string(),
+        _ => n(Field::BaseUrl).to_string(),
+    })?;
+    Ok(rendered.remove(0))
 }
 
 /// The golden `DataVolume`, as `templates/dv.yaml` renders it;

@@ -482,7 +482,8 @@ pub fn plan(req: &Request, names: Names, resolve: &dyn Fn(&str) -> Option<String
     )?;
     let cdi = cdi::Cdi::parse(req.cdi_version.as_deref(), n(Field::CdiVersion))?;
     if req.profile == Profile::Cozystack {
-        let catalog = cozystack_golden(req, names, &base, &schematic, &version.to_string())?;
+        let catalog =
+            cozystack::golden_of_request(req, names, &base, &schematic, &version.to_string())?;
         return Ok(Plan {
             url: catalog.url.clone(),
             key,
@@ -523,104 +524,6 @@ pub fn plan(req: &Request, names: Names, resolve: &dyn Fn(&str) -> Option<String
         catalog: None,
         raw_size: None,
     })
-}
-
-/// The Cozystack catalog's golden for a checked request: the catalog's
-/// name, namespace and asset; what the catalog has no field for refused.
-fn cozystack_golden(
-    req: &Request,
-    names: Names,
-    base: &str,
-    schematic: &str,
-    version: &str,
-) -> Result<cozystack::Golden> {
-    let n = |f| names.of(f);
-    let refuse = |what: &str, why: &str| Err(Error::bad_input(format!("{what}: {why}")));
-    if !req.golden {
-        return refuse(
-            n(Field::Profile),
-            &format!(
-                "cozystack writes the catalog's golden ({}) or a worker disk cloning one ({})",
-                n(Field::Golden),
-                n(Field::CloneFrom)
-            ),
-        );
-    }
-    let golden = cozystack::golden_name(schematic, version);
-    if !req.name.is_empty() && req.name != golden {
-        return refuse(
-            n(Field::Name),
-            &format!(
-                "{:?}: the catalog names its golden {golden} (leave {} out)",
-                shown(&req.name),
-                n(Field::Name)
-            ),
-        );
-    }
-    if let Some(ns) = req
-        .namespace
-        .as_deref()
-        .filter(|ns| *ns != cozystack::NAMESPACE)
-    {
-        return refuse(
-            n(Field::Namespace),
-            &format!(
-                "{:?}: the catalog's goldens are in {}",
-                shown(ns),
-                cozystack::NAMESPACE
-            ),
-        );
-    }
-    for (field, value, want) in [
-        (
-            Field::Platform,
-            req.platform.as_deref(),
-            cozystack::PLATFORM,
-        ),
-        (Field::Arch, req.arch.as_deref(), cozystack::ARCH),
-    ] {
-        if let Some(v) = value.filter(|v| *v != want) {
-            return refuse(
-                n(field),
-                &format!(
-                    "{:?}: the catalog imports {}-{}.raw.xz only",
-                    shown(v),
-                    cozystack::PLATFORM,
-                    cozystack::ARCH
-                ),
-            );
-        }
-    }
-    if req.cert_configmap.is_some() {
-        return refuse(
-            n(Field::CertConfigMap),
-            "the catalog has no certConfigMap (its template writes none)",
-        );
-    }
-    if !req.size.is_empty() {
-        check_size(&req.size, n(Field::Size))?;
-    }
-    if let Some(sc) = &req.storage_class {
-        check_subdomain(sc, n(Field::StorageClass), "StorageClass")?;
-    }
-    let defaults = cozystack::Defaults {
-        image_factory_url: base.trim_end_matches('/').to_string(),
-        ..Default::default()
-    };
-    let entry = cozystack::Entry {
-        schematic_id: schematic.to_string(),
-        version: version.to_string(),
-        image_factory_url: None,
-        storage: (!req.size.is_empty()).then(|| req.size.clone()),
-        storage_class: req.storage_class.clone(),
-    };
-    let mut rendered = cozystack::render(&defaults, &[entry], &|_, field| match field {
-        "schematicID" => n(Field::Schematic).to_string(),
-        "version" => n(Field::TalosVersion).to_string(),
-        "storage" => n(Field::Size).to_string(),
-        _ => n(Field::BaseUrl).to_string(),
-    })?;
-    Ok(rendered.remove(0))
 }
 
 /// Why a `.sha256` answer gives no checksum for the asset.
