@@ -60,6 +60,12 @@ pub struct CatalogArgs {
     /// Use this data file (default: the embedded matrix).
     #[arg(long, value_name = "FILE")]
     pub matrix: Option<String>,
+    /// Give each entry its storage: the raw disk's size read from --base-url (ranged reads of the image's xz index) plus a tenth, at least 256Mi, rounded up to a whole Gi (default: no storage, the catalog's own default).
+    #[arg(long)]
+    pub sizes: bool,
+    /// With --sizes: the longest wait for each image's answer (a cold cache downloads it first).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = super::common::duration_flag)]
+    pub timeout: std::time::Duration,
     /// Write the values here, atomically (default: standard output).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<String>,
@@ -129,13 +135,44 @@ fn run_catalog(a: CatalogArgs) -> crate::Result<i32> {
             )
         }
     };
-    let values = catalog::values(&a.base_url, &pairs, &from)?;
+    let storage = if a.sizes {
+        sizes(&a.base_url, &pairs, a.timeout)?
+    } else {
+        Vec::new()
+    };
+    let values = catalog::values_with_storage(&a.base_url, &pairs, &storage, &from)?;
     let text = crate::goyaml::to_string(&values);
     match a.output.as_deref() {
         Some(path) => super::machineconfig::write_file(path, &text, "-o")?,
         None => out!("{text}")?,
     }
     Ok(0)
+}
+
+/// Each pair's storage: its raw disk's size on the service plus headroom.
+fn sizes(
+    base_url: &str,
+    pairs: &[(String, String)],
+    timeout: std::time::Duration,
+) -> crate::Result<Vec<String>> {
+    let base = crate::registry::names::check_base_url(base_url)
+        .map_err(|e| Error::bad_input(format!("--base-url: {e}")))?;
+    let base = base.trim_end_matches('/').to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("starting the runtime", e))?;
+    let mut out = Vec::with_capacity(pairs.len());
+    for (s, v) in pairs {
+        let url = format!(
+            "{base}/image/{s}/{v}/{}-{}.raw.xz",
+            crate::datavolume::cozystack::PLATFORM,
+            crate::datavolume::cozystack::ARCH
+        );
+        let raw = rt.block_on(crate::datavolume::size::fetch_raw_size(&url, timeout))?;
+        out.push(crate::datavolume::size::headroom(raw));
+    }
+    Ok(out)
 }
 
 fn run_check(a: CheckArgs) -> crate::Result<i32> {

@@ -28,6 +28,17 @@ pub fn pairs_of_plan(plan: &Plan, schematic: &str) -> Vec<(String, String)> {
 /// `base_url` their image factory; `from` names where the pairs came from
 /// in messages (`--config mirror.yaml`, `the plan`).
 pub fn values(base_url: &str, pairs: &[(String, String)], from: &str) -> Result<Node> {
+    values_with_storage(base_url, pairs, &[], from)
+}
+
+/// [`values`], each entry's `storage` the one at its index in `storage`
+/// when given (the raw disk's size plus headroom, [`super::size`]).
+pub fn values_with_storage(
+    base_url: &str,
+    pairs: &[(String, String)],
+    storage: &[String],
+    from: &str,
+) -> Result<Node> {
     let base = crate::registry::names::check_base_url(base_url)
         .map_err(|e| Error::bad_input(format!("--base-url: {e}")))?;
     let base = base.trim_end_matches('/').to_string();
@@ -40,9 +51,11 @@ pub fn values(base_url: &str, pairs: &[(String, String)], from: &str) -> Result<
     }
     let entries: Vec<Entry> = pairs
         .iter()
-        .map(|(s, v)| Entry {
+        .enumerate()
+        .map(|(i, (s, v))| Entry {
             schematic_id: s.clone(),
             version: v.clone(),
+            storage: storage.get(i).cloned(),
             ..Default::default()
         })
         .collect();

@@ -724,6 +724,34 @@ fn the_cozystack_golden_its_size_and_its_worker_clone() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--name: \"mine\""), "{err}");
 
+    // The catalog with each entry's storage from the image (ranged reads
+    // of its tail on the service, the artifact stored by now).
+    let (_cfgdir, cfg) = crate::support::temp_file(
+        "mirror.yaml",
+        &format!("schematics: [{S}]\ntalosVersions: [{V}]\nimages: [{A}]\n"),
+    );
+    let (code, out, err) = run_text(
+        &[
+            "datavolume",
+            "catalog",
+            "--config",
+            &cfg,
+            "--base-url",
+            &base,
+            "--sizes",
+            "--timeout",
+            "1m",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "imageFactoryURL: {base}\nimages:\n    - schematicID: {S}\n      version: {V}\n      storage: 1Gi\n"
+        )
+    );
+
     // The worker disk cloning it, from the CLI and the API: the same bytes.
     let (code, clone, err) = run_text(
         &[
