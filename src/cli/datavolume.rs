@@ -1,7 +1,11 @@
 //! `talos-gen datavolume`: the CDI `DataVolume` of one pool's disk image,
 //! its checksum read from the artifact's `.sha256` on the service; with
 //! `--golden` also the `DataSource` naming it; with `--clone-from` a worker
-//! disk cloned from such a DataSource.
+//! disk cloned from such a DataSource. With `--profile cozystack`,
+//! Cozystack's catalog golden and a worker disk cloning it; `--cdi-version`
+//! the CDI whose fields are written; the storage, when left out, from the
+//! raw disk's size (read from the image's xz index on the service). The
+//! `catalog` and `check` subcommands are [`super::datavolume_catalog`]'s.
 
 use std::time::Duration;
 
@@ -14,7 +18,7 @@ use crate::error::Error;
 #[command(
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    after_help = "Examples:\n  talos-gen datavolume --base-url http://talos-gen.example:8080 --schematic cozystack \\\n    --talos-version v1.13.6 --name md0-disk --size 20Gi -o md0-disk.yaml\n  talos-gen datavolume --base-url https://talos-gen.example:8443 --cert-configmap talos-gen-ca \\\n    --schematic ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515 \\\n    --talos-version v1.13.6 --platform nocloud --arch arm64 --name md1-disk --size 10Gi \\\n    --storage-class replicated | kubectl apply -f -\n\n  # the golden layout: one import per schematic and release into a shared namespace ...\n  talos-gen datavolume --golden --namespace cozy-public --base-url http://talos-gen.example:8080 \\\n    --schematic cozystack --talos-version v1.13.6 --name talos-v1.13.6-cozystack --size 20Gi\n  # ... and each worker disk a clone of it (no download)\n  talos-gen datavolume --clone-from cozy-public/talos-v1.13.6-cozystack --name md0-disk-0 --size 20Gi"
+    after_help = "Examples:\n  talos-gen datavolume --base-url http://talos-gen.example:8080 --schematic cozystack \\\n    --talos-version v1.13.6 --name md0-disk --size 20Gi -o md0-disk.yaml\n  talos-gen datavolume --base-url https://talos-gen.example:8443 --cert-configmap talos-gen-ca \\\n    --schematic ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515 \\\n    --talos-version v1.13.6 --platform nocloud --arch arm64 --name md1-disk --size 10Gi \\\n    --storage-class replicated | kubectl apply -f -\n\n  # the golden layout: one import per schematic and release into a shared namespace ...\n  talos-gen datavolume --golden --namespace cozy-public --base-url http://talos-gen.example:8080 \\\n    --schematic cozystack --talos-version v1.13.6 --name talos-v1.13.6-cozystack --size 20Gi\n  # ... and each worker disk a clone of it (no download)\n  talos-gen datavolume --clone-from cozy-public/talos-v1.13.6-cozystack --name md0-disk-0 --size 20Gi\n\n  # Cozystack's catalog: its golden talos-worker-<schematic>-<version> in cozy-public (size from the image) ...\n  talos-gen datavolume --golden --profile cozystack --base-url http://talos-gen.example:8080 \\\n    --schematic cozystack --talos-version v1.13.6\n  # ... a worker disk cloning it (spec.source.pvc), and the catalog's values for an upgrade\n  talos-gen datavolume --clone-from cozy-public/talos-worker-<schematic>-v1.13.6 --profile cozystack --name md0-disk-0\n  talos-gen datavolume catalog --from-talos v1.11.6 --from-kubernetes 1.31.4 --to-talos v1.14.6 \\\n    --to-kubernetes 1.36.3 --base-url http://talos-gen.example:8080"
 )]
 pub struct DatavolumeArgs {
     #[command(subcommand)]

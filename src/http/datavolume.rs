@@ -10,6 +10,12 @@
 //! it (two YAML documents; JSON a `List`). `cloneFrom=NS/NAME&name=&size=
 //! [&storageClass=&namespace=]`: a worker's DataVolume cloned from that
 //! DataSource; it reads nothing from the store.
+//!
+//! `profile=cozystack` (with `golden=true` or `cloneFrom`): Cozystack's
+//! catalog layout; `cdiVersion=` the CDI whose fields are written. An
+//! import answer's storage, when `size` is left out, is the raw disk's size
+//! (the stored artifact's xz index) plus headroom, and the answer carries
+//! that size in `x-talos-gen-raw-disk-size`.
 
 use std::collections::HashMap;
 
