@@ -2,14 +2,16 @@
 //! one worker pool's disk image from this service: `spec.source.http.url`
 //! on `/image/<schematic>/<version>/<platform>-<arch>.raw.xz`, `checksum:
 //! sha256:<hex>` (CDI 1.65 and later check it against the bytes they
-//! download) from that artifact's `.sha256`, an optional `certConfigMap`
-//! (the CA of an HTTPS mirror), and a `storage` request.
+//! download; written only for such a CDI, [`cdi`]) from that artifact's
+//! `.sha256`, an optional `certConfigMap` (the CA of an HTTPS mirror), and
+//! a `storage` request (left out: the raw disk's size plus headroom,
+//! [`size`], read from the image's xz index, [`xz_index`]).
 //!
 //! The shape follows CDI's v1beta1 types (`DataVolumeSourceHTTP`: `url`,
 //! `certConfigMap`, `checksum`; `StorageSpec`: `resources.requests.storage`,
-//! `storageClassName`). Pure: the caller reads the checksum (the CLI over
-//! HTTP, the service from its own store) and hands it in; written with the
-//! one YAML emitter.
+//! `storageClassName`). Pure: the caller reads the checksum and the raw
+//! size (the CLI over HTTP, the service from its own store) and hands them
+//! in; written with the one YAML emitter.
 //!
 //! The golden layout (Cozystack's shared worker image: one import per
 //! schematic and release into a shared namespace, every worker disk a
