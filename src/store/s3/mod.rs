@@ -232,8 +232,8 @@ fn client(cfg: &S3Config, key: &str, secret: &str, streams: bool) -> io::Result<
         // Span GETs through the client that marks its sockets ([`conn`]),
         // unless a proxy is configured for the endpoint's scheme (reqwest
         // honours it; that client does not), or `bench/s3.sh` compares
-        // `object_store`'s own GET ([`span::PLAIN_GET`]).
-        if streams && (http || https) && !proxied(https) && !*span::PLAIN_GET {
+        // `object_store`'s own GET ([`span::plain_get`], a bench-only build).
+        if streams && (http || https) && !proxied(https) && !span::plain_get() {
             let tls = if https {
                 Some(conn::tls_connector()?)
             } else {
