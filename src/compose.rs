@@ -4,7 +4,7 @@
 //! the mirror job ([`crate::mirror::sync()`]) both start here, so they make
 //! the same calls with the same bounds and the same validation.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use crate::factory::ImageCache;
 pub use crate::factory::{DEFAULT_FACTORY_URL, DEFAULT_METADATA_TTL};
 use crate::fill::Fills;
 use crate::known_schematics;
+use crate::matrix::Matrix;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 pub use crate::registry::TAG_REVALIDATE;
@@ -169,4 +170,21 @@ impl Service {
             registry,
         })
     }
+}
+
+/// `--matrix FILE` when given (read as every input is, [`crate::input`];
+/// any problem is bad input, exit 2), else the embedded matrix. Here, not
+/// in `matrix`, which is pure: the CLI and the service both load it so.
+pub fn load_matrix(path: Option<&Path>) -> Result<Matrix> {
+    let Some(path) = path else {
+        return Ok(Matrix::embedded().clone());
+    };
+    let what = format!("--matrix {}", path.display());
+    let text = crate::input::read_string(
+        path,
+        crate::input::MAX_INPUT,
+        crate::input::Kind::FileOrPipe,
+    )
+    .map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
+    Matrix::parse(&text, &what, Some(Matrix::embedded()))
 }

@@ -21,7 +21,6 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::OnceLock;
 
 use serde::Deserialize;
@@ -295,32 +294,12 @@ impl Matrix {
         })
     }
 
-    /// Read a replacement data file. Any problem is bad input (exit 2).
-    pub fn from_file(path: &Path) -> Result<Matrix> {
-        let what = format!("--matrix {}", path.display());
-        let text = crate::input::read_string(
-            path,
-            crate::input::MAX_INPUT,
-            crate::input::Kind::FileOrPipe,
-        )
-        .map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
-        Matrix::parse(&text, &what, Some(Matrix::embedded()))
-    }
-
-    /// `--matrix FILE` when given, else the embedded matrix.
-    pub fn load(path: Option<&Path>) -> Result<Matrix> {
-        match path {
-            Some(p) => Matrix::from_file(p),
-            None => Ok(Matrix::embedded().clone()),
-        }
-    }
-
     /// Parse a data file; `fallback` supplies the kubelet table when the file has none.
     pub fn from_yaml(text: &str, what: &str) -> Result<Matrix> {
         Matrix::parse(text, what, Some(Matrix::embedded()))
     }
 
-    fn parse(text: &str, what: &str, fallback: Option<&Matrix>) -> Result<Matrix> {
+    pub fn parse(text: &str, what: &str, fallback: Option<&Matrix>) -> Result<Matrix> {
         let raw: RawFile = crate::yaml::from_str(text, what)?;
         if raw.talos.is_empty() {
             return Err(Error::bad_input(format!("{what}: talos: empty list")));

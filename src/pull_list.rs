@@ -287,7 +287,7 @@ pub fn plan(matrix: &Matrix, req: &PullRequest) -> Result<PullList> {
     // An embedded schematic's name (`cozystack`) is taken for its ID.
     let schematic = req
         .schematic
-        .map(crate::known_schematics::id_or_name)
+        .map(crate::schematic::id_or_name)
         .unwrap_or(VANILLA_SCHEMATIC);
     if !crate::schematic::is_valid_id(schematic) {
         return Err(Error::bad_input(format!(

@@ -2,28 +2,21 @@
 //! another, each step changing one of the two, by Talos' own rules, and the
 //! images every pair on the way pulls.
 //!
-//! The rules (each a function here, each tested against the cases of the
-//! code it follows):
+//! The rules, each a function tested against the cases of the code it
+//! follows:
 //! - a pair is one the support matrix accepts ([`Matrix::check`], Talos'
 //!   `KubernetesVersion.SupportedWith`);
-//! - a Kubernetes step stays in its minor or goes to the next one
-//!   (go-kubernetes `upgrade.Path.IsSupported`, what `talosctl upgrade-k8s`
-//!   takes) and never down ([`kubernetes_step`]);
-//! - an in-place Talos step (`talosctl upgrade`) goes to a minor whose host
-//!   window admits the running release: `hostUpgrade.from` <= running <
-//!   `hostUpgrade.below`, never a denied one (Talos'
-//!   `TalosVersion.UpgradeableFrom`, [`host_upgrade`]); with `replace`
-//!   (machines replaced by a fresh disk) the window does not apply.
+//! - a Kubernetes step stays in its minor or goes to the next one, never
+//!   down (go-kubernetes `upgrade.Path.IsSupported`, [`kubernetes_step`]);
+//! - an in-place Talos step goes to a minor whose host window admits the
+//!   running release, never a denied one (Talos'
+//!   `TalosVersion.UpgradeableFrom`, [`host_upgrade`]); with `replace` the
+//!   window does not apply.
 //!
-//! The plan is a breadth-first search over pairs whose Talos releases are
-//! the two ends and the newest stable release of every minor the data knows
-//! (a minor passed on the way lands on its newest), and whose Kubernetes
-//! versions are the two ends and the patch [`Matrix::kubernetes_patch`]
-//! names for each minor between them. Between plans of equal length the
-//! first in this order wins ([`TIE_BREAK`]): steps compared one by one, a
-//! Talos step before a Kubernetes step, a lower version before a higher.
-//!
-//! Pure: no files, no network; the caller loads the matrix.
+//! The plan is a breadth-first search over the two ends, the newest stable
+//! release of every Talos minor, and the patch [`Matrix::kubernetes_patch`]
+//! names for each Kubernetes minor between; ties go to [`TIE_BREAK`].
+//! Pure: the caller loads the matrix.
 //!
 //! ```
 //! use talos_gen::upgrade::{plan, Question};

@@ -59,7 +59,7 @@ impl std::ops::Deref for AppState {
 impl AppState {
     /// Build the state: load data, open the store.
     pub async fn new(cfg: ServeConfig) -> Result<AppState> {
-        let matrix = crate::matrix::Matrix::load(cfg.matrix.as_deref())?;
+        let matrix = crate::compose::load_matrix(cfg.matrix.as_deref())?;
         let api_token = cfg
             .api_token_file
             .as_deref()

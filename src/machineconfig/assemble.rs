@@ -88,7 +88,7 @@ fn named_schematic(req: &Request) -> Option<Request> {
     let id = req
         .schematic
         .as_deref()
-        .and_then(crate::known_schematics::embedded_id)?;
+        .and_then(crate::schematic::embedded_id)?;
     Some(Request {
         schematic: Some(id.to_string()),
         ..req.clone()
@@ -105,7 +105,7 @@ fn profile(req: &Request) -> Result<Option<cozystack::Values>> {
                 Some(v) => cozystack::Values::from_value(as_tree(v, "--values")?, "--values")?,
                 None => cozystack::Values::defaults(),
             };
-            if let Some(id) = crate::known_schematics::embedded_id(&values.schematic_id) {
+            if let Some(id) = crate::schematic::embedded_id(&values.schematic_id) {
                 values.schematic_id = id.to_string();
             }
             Some(values)

@@ -12,7 +12,7 @@ use crate::version::Version;
 /// 1.12 against 1.11.6's, the last schema that still describes
 /// `machine.registries`). The parity and schema tests, and the data checks
 /// (a matrix row, an image row, a golden config per minor), read this table:
-/// adding a minor starts here (ARCHITECTURE.md, "A new Talos minor").
+/// adding a minor starts here (ARCHITECTURE.md, How to, "Add a Talos minor").
 pub const CONTRACTS: &[(u64, &str)] = &[
     (3, "v1.11.6"),
     (4, "v1.11.6"),

@@ -3,7 +3,7 @@
 //! support matrix, a row in the image data (from the first minor the image
 //! data covers), a golden config and its schema in the reference data. Adding
 //! `(15, ...)` to the table fails here until each is in place
-//! (ARCHITECTURE.md, "A new Talos minor").
+//! (ARCHITECTURE.md, How to, "Add a Talos minor").
 
 use crate::support;
 
