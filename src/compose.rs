@@ -186,5 +186,5 @@ pub fn load_matrix(path: Option<&Path>) -> Result<Matrix> {
         crate::input::Kind::FileOrPipe,
     )
     .map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
-    Matrix::parse(&text, &what, Some(Matrix::embedded()))
+    Matrix::from_yaml(&text, &what)
 }

@@ -299,7 +299,7 @@ impl Matrix {
         Matrix::parse(text, what, Some(Matrix::embedded()))
     }
 
-    pub fn parse(text: &str, what: &str, fallback: Option<&Matrix>) -> Result<Matrix> {
+    fn parse(text: &str, what: &str, fallback: Option<&Matrix>) -> Result<Matrix> {
         let raw: RawFile = crate::yaml::from_str(text, what)?;
         if raw.talos.is_empty() {
             return Err(Error::bad_input(format!("{what}: talos: empty list")));

@@ -94,7 +94,7 @@ pub fn run(cmd: DatavolumeCommand) -> crate::Result<i32> {
 }
 
 fn run_catalog(a: CatalogArgs) -> crate::Result<i32> {
-    let matrix = crate::matrix::Matrix::load(a.matrix.as_deref().map(std::path::Path::new))?;
+    let matrix = crate::compose::load_matrix(a.matrix.as_deref().map(std::path::Path::new))?;
     let (pairs, from) = match &a.config {
         Some(path) => {
             let config =
