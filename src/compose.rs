@@ -14,6 +14,7 @@ pub use crate::factory::{DEFAULT_FACTORY_URL, DEFAULT_METADATA_TTL};
 use crate::fill::Fills;
 use crate::known_schematics;
 use crate::metrics::Metrics;
+pub use crate::outage::DEFAULT_STALE_WHILE_REVALIDATE;
 use crate::registry::Registry;
 pub use crate::registry::TAG_REVALIDATE;
 pub use crate::store::Location;
@@ -42,6 +43,10 @@ pub struct ServiceConfig {
     /// How long a stored factory document is answered without asking the
     /// factory (default [`DEFAULT_METADATA_TTL`]).
     pub metadata_ttl: Duration,
+    /// How long past its freshness a stored document or tag answers at
+    /// once while one background fetch refreshes it (default
+    /// [`DEFAULT_STALE_WHILE_REVALIDATE`]).
+    pub stale_while_revalidate: Duration,
     /// Cap on fills at once (`None`: no cap).
     pub max_concurrent_fills: Option<usize>,
     /// The bounds on every upstream wait.
@@ -64,6 +69,7 @@ impl ServiceConfig {
             schematics_dir: None,
             tag_revalidate: TAG_REVALIDATE,
             metadata_ttl: DEFAULT_METADATA_TTL,
+            stale_while_revalidate: DEFAULT_STALE_WHILE_REVALIDATE,
             max_concurrent_fills: None,
             limits: Limits::default(),
             direct_upstreams: false,
@@ -124,7 +130,10 @@ impl Service {
             store.clone(),
             cfg.schematics_dir.as_deref(),
         )?);
-        let mut fills = Fills::new(store.clone()).with_metrics(metrics.clone());
+        let outages = crate::outage::Outages::new(cfg.limits.timeout, cfg.stale_while_revalidate);
+        let mut fills = Fills::new(store.clone())
+            .with_metrics(metrics.clone())
+            .with_outages(outages);
         if let Some(n) = cfg.max_concurrent_fills {
             fills = fills.with_limit(n);
         }

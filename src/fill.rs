@@ -63,6 +63,7 @@ use futures::stream::{Stream, StreamExt};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
+use crate::outage::Outages;
 use crate::store::checked::{CheckedRead, Checker, Expected, Verdict};
 use crate::store::sums::Sums;
 use crate::store::{AsKey, Entry, Key, Meta, ObjectRead, SpoolWriter, Store, StoredObject};
@@ -167,13 +168,19 @@ struct Shared {
 #[derive(Clone)]
 enum Flight {
     Fill(Arc<Shared>),
-    Fetch(watch::Receiver<()>),
+    Fetch(watch::Receiver<Option<Outcome>>),
 }
+
+/// What a small fetch found, handed to everyone who waited on it
+/// ([`FetchGuard::finish`]): the caller's own `Result`, type-erased (the
+/// one table holds flights of every kind); `None` when the fetch ended
+/// without one (its holder went away) or the flight was a fill.
+pub type Outcome = Arc<dyn std::any::Any + Send + Sync>;
 
 impl Flight {
     /// Resolves when this flight ended (a fill committed or failed, a
-    /// fetch's [`FetchGuard`] dropped).
-    async fn ended(self) {
+    /// fetch's [`FetchGuard`] dropped), with the fetch's outcome.
+    async fn ended(self) -> Option<Outcome> {
         match self {
             Flight::Fill(sh) => {
                 let mut rx = sh.tx.subscribe();
@@ -182,46 +189,74 @@ impl Flight {
                         rx.borrow_and_update().phase,
                         Phase::Done(_) | Phase::Failed(_)
                     ) {
-                        return;
+                        return None;
                     }
                     if rx.changed().await.is_err() {
-                        return;
+                        return None;
                     }
                 }
             }
-            Flight::Fetch(mut rx) => while rx.changed().await.is_ok() {},
+            Flight::Fetch(mut rx) => {
+                while rx.changed().await.is_ok() {}
+                rx.borrow().clone()
+            }
         }
     }
 }
 
 /// The answer of [`Fills::claim`]: this caller fetches, holding the key,
-/// or waits for the fetch in flight to end (then reads the store again).
+/// or waits for the fetch in flight to end and takes its outcome.
 pub enum Claim {
     /// Fetch: no other fetch of the key runs while this is held.
     Mine(FetchGuard),
-    /// Another caller is fetching the key: resolves when it ended.
-    Wait(BoxFuture<'static, ()>),
+    /// Another caller is fetching the key: resolves when it ended, with
+    /// what it found ([`FetchGuard::finish`]), `None` if nothing.
+    Wait(BoxFuture<'static, Option<Outcome>>),
 }
 
 /// The key held in the one table for a small fetch; let go when dropped.
 pub struct FetchGuard {
     flights: Arc<Mutex<HashMap<Key, Flight>>>,
     key: Key,
-    tx: Option<watch::Sender<()>>,
+    tx: Option<watch::Sender<Option<Outcome>>>,
 }
 
-impl Drop for FetchGuard {
-    fn drop(&mut self) {
-        let tx = self.tx.take();
+impl FetchGuard {
+    /// Resolves when this fetch ended, with its outcome (what the waiters
+    /// get), for the holder that handed the fetch to a task.
+    pub fn ended(&self) -> BoxFuture<'static, Option<Outcome>> {
+        match &self.tx {
+            Some(tx) => Box::pin(Flight::Fetch(tx.subscribe()).ended()),
+            None => Box::pin(async { None }),
+        }
+    }
+
+    /// End the fetch with `outcome`: the key leaves the table and every
+    /// waiter wakes with it, at once.
+    pub fn finish(mut self, outcome: Outcome) {
+        if let Some(tx) = &self.tx {
+            tx.send_replace(Some(outcome));
+        }
+        drop(self.tx.take().map(|tx| self.release(tx)));
+    }
+
+    /// Take the key out of the table (if it is still this fetch's); the
+    /// sender, dropped by the caller after, wakes the waiters.
+    fn release(&self, tx: watch::Sender<Option<Outcome>>) -> watch::Sender<Option<Outcome>> {
         let mut map = self.flights.lock().unwrap_or_else(|p| p.into_inner());
-        if let (Some(Flight::Fetch(rx)), Some(tx)) = (map.get(&self.key), &tx)
+        if let Some(Flight::Fetch(rx)) = map.get(&self.key)
             && rx.same_channel(&tx.subscribe())
         {
             map.remove(&self.key);
         }
-        drop(map);
+        tx
+    }
+}
+
+impl Drop for FetchGuard {
+    fn drop(&mut self) {
         // Waiters wake when the sender goes, after the key left the table.
-        drop(tx);
+        drop(self.tx.take().map(|tx| self.release(tx)));
     }
 }
 
@@ -234,6 +269,8 @@ pub struct Fills {
     metrics: Option<Metrics>,
     /// Cap on fills talking to an upstream at once (`None`: no cap).
     limit: Option<Arc<tokio::sync::Semaphore>>,
+    /// The flights' wait bound, grace and memory of upstreams down.
+    outages: Outages,
 }
 
 /// One fill in progress, for the status page.
@@ -366,7 +403,22 @@ impl Fills {
             inflight: Arc::default(),
             metrics: None,
             limit: None,
+            outages: Outages::new(
+                crate::upstream::DEFAULT_TIMEOUT,
+                crate::outage::DEFAULT_STALE_WHILE_REVALIDATE,
+            ),
         }
+    }
+
+    /// The flights' policy (`--upstream-timeout`, `--stale-while-revalidate`).
+    pub fn with_outages(mut self, o: Outages) -> Fills {
+        self.outages = o;
+        self
+    }
+
+    /// The flights' wait bound, grace, and memory of upstreams down.
+    pub fn outages(&self) -> &Outages {
+        &self.outages
     }
 
     /// At most `n` fills run at once (`n >= 1`); further fills wait for a
@@ -436,7 +488,7 @@ impl Fills {
         if let Some(f) = map.get(key) {
             return Claim::Wait(Box::pin(f.clone().ended()));
         }
-        let (tx, rx) = watch::channel(());
+        let (tx, rx) = watch::channel(None);
         map.insert(key.clone(), Flight::Fetch(rx));
         Claim::Mine(FetchGuard {
             flights: self.inflight.clone(),
@@ -452,7 +504,7 @@ impl Fills {
             let f = self.lock().get(key).cloned();
             match f {
                 Some(Flight::Fill(sh)) => return Some(FillHandle::new(sh)),
-                Some(f @ Flight::Fetch(_)) => f.ended().await,
+                Some(f @ Flight::Fetch(_)) => drop(f.ended().await),
                 None => return None,
             }
         }

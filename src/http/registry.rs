@@ -247,9 +247,12 @@ async fn manifest(ask: &Ask<'_>) -> Result<Response, OciError> {
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(m.body.len()));
     let validators = digest_headers(h, &m.digest);
     super::stale::mark(h, m.stale);
-    match m.fetched {
-        true => CacheStatus::Miss { stored: true },
-        false => CacheStatus::stored(m.stale),
+    match (m.fetched, m.served.how) {
+        (_, how) if m.stale || how != crate::cache::How::Hit => {
+            CacheStatus::served(m.stale, m.served)
+        }
+        (true, _) => CacheStatus::Miss { stored: true },
+        (false, _) => CacheStatus::Hit,
     }
     .insert(h);
     if let Some(status) = validators.precondition(&ask.req.headers) {
@@ -345,9 +348,12 @@ async fn referrers(ask: &Ask<'_>) -> Result<Response, OciError> {
     super::stale::mark(h, r.stale);
     use crate::registry::ReferrersSource as Src;
     match r.source {
+        Src::Stale => CacheStatus::Stale,
+        Src::Upstream | Src::Stored if r.served.how != crate::cache::How::Hit => {
+            CacheStatus::served(r.stale, r.served)
+        }
         Src::Upstream => CacheStatus::Miss { stored: true },
         Src::Stored => CacheStatus::Hit,
-        Src::Stale => CacheStatus::Stale,
         Src::Empty => CacheStatus::Miss { stored: false },
     }
     .insert(h);

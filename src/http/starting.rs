@@ -2,7 +2,8 @@
 //! not answer at start): it is alive (`/healthz` 200, so a liveness probe
 //! does not restart it), not ready (`/readyz` 503 saying why), and every
 //! other route is 503 with `Retry-After`, in its family's shape (OCI on
-//! `/v2/`, JSON on `/api/`). `serve` opens the store again meanwhile and
+//! `/v2/`, JSON on `/api/`), with `Cache-Status: talos-gen` on a cached
+//! route's (nothing was asked). `serve` opens the store again meanwhile and
 //! then answers with the full router.
 
 use std::sync::{Arc, Mutex};
@@ -23,7 +24,16 @@ pub fn router(why: Arc<Mutex<String>>) -> Router {
         .route("/readyz", get(not_ready))
         .fallback(|| async { refusal("starting: the store did not open yet; try again".into()) })
         .layer(axum::middleware::from_fn(super::error::shape))
+        .layer(axum::middleware::from_fn(cache_status))
         .layer(axum::middleware::from_fn(super::conns::track))
+}
+
+/// A cached route's answer says it never went upstream (`Cache-Status`).
+async fn cache_status(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let path = req.uri().path().to_string();
+    let mut r = next.run(req).await;
+    super::access::cache_status(&path, &mut r);
+    r
 }
 
 /// 503, `Retry-After: 5`, one line.

@@ -28,9 +28,10 @@ use reqwest::{Method, StatusCode};
 
 use super::error::{OciError, OciKind, check_status, fetch_error};
 use super::layout::{Malformed, manifest_refs, referrers_key, tag_prefix};
+use super::manifest::unanswered;
 use super::names::{self, Digest, UpstreamId};
 use super::proxy::{Registry, scope};
-use crate::cache::{Rules, Stored, revalidate};
+use crate::cache::{Rules, Served, Stored, revalidate};
 use crate::store::{Key, Meta};
 
 /// The media type of a referrers answer.
@@ -85,6 +86,8 @@ pub struct Referrers {
     pub stale: bool,
     /// Where the index came from.
     pub source: ReferrersSource,
+    /// How it was served (`Cache-Status`).
+    pub served: Served,
 }
 
 /// Where a referrers index came from.
@@ -122,12 +125,17 @@ impl Registry {
         }
         // Always asked (a page's query is part of it: not coalesced); the
         // stored tags when the upstream fails, through the one path.
+        let upstream = self.base_url(up)?;
         let rules = Rules {
             kind: "tags",
             key: None,
             ttl: std::time::Duration::ZERO,
             metrics: self.metrics(),
             may_use_stale: |e: &OciError| e.kind.failed(),
+            unanswered,
+            upstream: &upstream,
+            unchanged: |a: &TagList, b: &TagList| a.tags == b.tags,
+            timed_out: |m| OciError::new(OciKind::Timeout, m),
         };
         let read = || async {
             Ok(self.stored_tags(up, repo, q).ok().map(|t| Stored {
@@ -135,7 +143,8 @@ impl Registry {
                 entry: None,
             }))
         };
-        let fetch = |_| self.upstream_tags(up, repo, q);
+        let (this, up, repo, q) = (self.clone(), up.clone(), repo.to_string(), q.clone());
+        let fetch = move |_| async move { this.upstream_tags(&up, &repo, &q).await };
         let unavailable = || {
             self.store_answers().err().unwrap_or_else(|| {
                 OciError::new(OciKind::Unavailable, "the store does not answer; try again")
@@ -253,7 +262,7 @@ impl Registry {
         d: &Digest,
         artifact_type: Option<&str>,
     ) -> Result<Referrers, OciError> {
-        let (body, source) = self.referrers_index(up, repo, d, false).await?;
+        let (body, source, served) = self.referrers_lookup(up, repo, d, false).await?;
         let stale = source == ReferrersSource::Stale;
         let Some(at) = artifact_type else {
             return Ok(Referrers {
@@ -261,6 +270,7 @@ impl Registry {
                 filtered: false,
                 stale,
                 source,
+                served,
             });
         };
         let mut v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
@@ -274,6 +284,7 @@ impl Registry {
             filtered: true,
             stale,
             source,
+            served,
         })
     }
 
@@ -288,22 +299,39 @@ impl Registry {
         d: &Digest,
         keep_empty: bool,
     ) -> Result<(Bytes, ReferrersSource), OciError> {
+        let (body, source, _) = self.referrers_lookup(up, repo, d, keep_empty).await?;
+        Ok((body, source))
+    }
+
+    /// [`Registry::referrers_index`], and how it was served.
+    async fn referrers_lookup(
+        &self,
+        up: &UpstreamId,
+        repo: &str,
+        d: &Digest,
+        keep_empty: bool,
+    ) -> Result<(Bytes, ReferrersSource, Served), OciError> {
         let key = referrers_key(up, repo, d);
-        let fallback = |stored: Option<Bytes>| match stored {
-            Some(b) => (b, ReferrersSource::Stored),
-            None => (empty_index(), ReferrersSource::Empty),
-        };
         if self.store_only(up) {
-            return Ok(fallback(self.stored_index(&key).await?));
+            let (b, s) = match self.stored_index(&key).await? {
+                Some(b) => (b, ReferrersSource::Stored),
+                None => (empty_index(), ReferrersSource::Empty),
+            };
+            return Ok((b, s, Served::default()));
         }
         // Always asked (no freshness: ttl zero), one request per index at
         // a time, the stored one when the upstream fails: the one path.
+        let upstream = self.base_url(up)?;
         let rules = Rules {
             kind: "referrers",
             key: Some(&key),
             ttl: std::time::Duration::ZERO,
             metrics: self.metrics(),
             may_use_stale: |_: &OciError| true,
+            unanswered,
+            upstream: &upstream,
+            unchanged: |a: &(Bytes, ReferrersSource), b: &(Bytes, ReferrersSource)| a.0 == b.0,
+            timed_out: |m| OciError::new(OciKind::Timeout, m),
         };
         let read = || async {
             Ok(self.stored_index(&key).await?.map(|b| Stored {
@@ -311,18 +339,28 @@ impl Registry {
                 entry: None,
             }))
         };
-        let key = &key;
-        let fetch = |last: Option<Stored<(Bytes, ReferrersSource)>>| async move {
-            let answer = match self.upstream_referrers(up, repo, d).await? {
+        let this = self.clone();
+        let (up_owned, repo_owned, d_owned, key_owned) =
+            (up.clone(), repo.to_string(), d.clone(), key.clone());
+        let fetch = move |last: Option<Stored<(Bytes, ReferrersSource)>>| async move {
+            let (this, key) = (&this, &key_owned);
+            let fallback = |stored: Option<Bytes>| match stored {
+                Some(b) => (b, ReferrersSource::Stored),
+                None => (empty_index(), ReferrersSource::Empty),
+            };
+            let answer = match this
+                .upstream_referrers(&up_owned, &repo_owned, &d_owned)
+                .await?
+            {
                 Some(body) => {
-                    self.keep_index(key, &body, keep_empty).await?;
+                    this.keep_index(key, &body, keep_empty).await?;
                     return Ok((body, ReferrersSource::Upstream));
                 }
                 // No API upstream.
                 None => fallback(last.map(|s| s.value.0)),
             };
             if keep_empty && answer.1 == ReferrersSource::Empty {
-                self.keep_index(key, &answer.0, keep_empty).await?;
+                this.keep_index(key, &answer.0, keep_empty).await?;
             }
             Ok(answer)
         };
@@ -332,6 +370,7 @@ impl Registry {
             })
         };
         let a = revalidate(&self.fills, rules, read, fetch, unavailable).await?;
+        let served = a.served();
         let (body, source) = a.value;
         Ok((
             body,
@@ -340,6 +379,7 @@ impl Registry {
             } else {
                 source
             },
+            served,
         ))
     }
 
