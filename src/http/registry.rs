@@ -302,8 +302,8 @@ async fn blob_get(ask: &Ask<'_>) -> Result<Response, OciError> {
     .await
 }
 
-/// `GET, HEAD .../tags/list`: a stored list or the upstream's, passed on
-/// (not kept); `Link` to the next page.
+/// `GET, HEAD .../tags/list`: the upstream's whole list (kept) or the
+/// last one kept, a page of it in lexical order; `Link` to the next page.
 async fn tags(ask: &Ask<'_>) -> Result<Response, OciError> {
     let p = &ask.p;
     let q = tag_query(ask.req.uri.query())?;
@@ -311,11 +311,7 @@ async fn tags(ask: &Ask<'_>) -> Result<Response, OciError> {
     let mut resp = json_response(ask.head, "application/json", list.body().into());
     let h = resp.headers_mut();
     super::stale::mark(h, list.stale);
-    match list.stored {
-        true => CacheStatus::stored(list.stale),
-        false => CacheStatus::Miss { stored: false },
-    }
-    .insert(h);
+    CacheStatus::served(list.stale, list.served).insert(h);
     if let Some(next) = &list.next {
         let mut link = format!("</v2/{}/tags/list?", p.repo);
         if let Some(n) = next.n {
