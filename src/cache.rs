@@ -53,9 +53,10 @@ pub struct Stored<T> {
 }
 
 /// How an answer came to be (the edge's `Cache-Status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum How {
     /// The stored copy, fresh: nothing asked.
+    #[default]
     Hit,
     /// The upstream's copy, fetched for this answer (and kept).
     Fetched,
@@ -64,12 +65,6 @@ pub enum How {
     /// The stored copy past its freshness (`stale`): the upstream failed,
     /// is known down, or is being asked in the background.
     Stale,
-}
-
-impl Default for How {
-    fn default() -> How {
-        How::Hit
-    }
 }
 
 /// How an answer was served, for the edge's `Cache-Status`: what
@@ -224,6 +219,7 @@ where
             // Known down, or within the grace: the stored copy now (the
             // flight refreshes it); a cold key fails at once while down.
             if let Some(s) = stored {
+                lookup.note_stale(down.as_deref());
                 return Ok(lookup.stale(s, mine));
             }
             if !mine {
@@ -279,12 +275,40 @@ where
     /// stale, or its failure (a cold key).
     fn refused(&self, stored: Option<Stored<T>>, down: Option<String>) -> Result<Answer<T>, E> {
         match stored {
-            Some(s) => Ok(self.stale(s, false)),
+            Some(s) => {
+                self.note_stale(down.as_deref());
+                Ok(self.stale(s, false))
+            }
             None => Err((self.rules.timed_out)(format!(
                 "upstream {} is not answering ({}); asked again one request at a time",
                 self.rules.upstream,
                 down.unwrap_or_else(|| "its last request failed".into())
             ))),
+        }
+    }
+
+    /// Say why the stored copy answers without waiting: the upstream is
+    /// known down (`why`, its last failure), or within the grace.
+    fn note_stale(&self, down: Option<&str>) {
+        let key = self.rules.key.map(Key::to_string).unwrap_or_default();
+        let (kind, upstream) = (self.rules.kind, self.rules.upstream);
+        match down {
+            Some(why) => {
+                tracing::warn!(
+                    kind,
+                    key,
+                    upstream,
+                    why,
+                    "the upstream is known down; serving the stored copy"
+                )
+            }
+            None => {
+                tracing::debug!(
+                    kind,
+                    key,
+                    "serving the stored copy while one fetch revalidates it"
+                )
+            }
         }
     }
 

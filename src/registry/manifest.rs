@@ -252,7 +252,7 @@ impl Registry {
             ttl: self.revalidate,
             metrics: self.metrics(),
             may_use_stale: |e: &OciError| e.kind.failed(),
-            unanswered: unanswered,
+            unanswered,
             upstream: &upstream,
             unchanged: |a: &Manifest, b: &Manifest| a.digest == b.digest,
             timed_out: |m| OciError::new(OciKind::Timeout, m),
