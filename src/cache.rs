@@ -190,7 +190,7 @@ where
         let at_once = down.is_some() || within_grace(&stored, rules.ttl, lookup.outages.grace());
         let Some(key) = rules.key else {
             let Some(fetch) = fetch.take() else {
-                unreachable!("an uncoalesced lookup fetches once")
+                return lookup.ran_out(stored);
             };
             return lookup.uncoalesced(stored, down, fetch).await;
         };
@@ -207,7 +207,10 @@ where
                     return lookup.refused(stored, down);
                 };
                 let Some(fetch) = fetch.take() else {
-                    unreachable!("a lookup holds the key once")
+                    // Its own flight ended with no outcome (its task
+                    // failed): not asked twice for one request.
+                    drop((g, retry));
+                    return lookup.ran_out(stored);
                 };
                 let wait = g.ended();
                 tokio::spawn(lookup.fly(g, retry, fetch(stored.clone())));

@@ -43,3 +43,33 @@ fn refusal(line: String) -> Response {
         .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A replica whose store did not open answers 503 on every cached
+    /// route with `Cache-Status: talos-gen` (nothing looked up, nothing
+    /// asked upstream: no `fwd`); `/healthz` carries none.
+    #[tokio::test]
+    async fn a_starting_replicas_refusals_say_they_never_went_upstream() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let why = Arc::new(Mutex::new("the bucket gave no answer".to_string()));
+        let server = tokio::spawn(async move { axum::serve(l, router(why)).await });
+        let c = reqwest::Client::new();
+        for path in [
+            "/v2/a/manifests/v1?ns=ghcr.io",
+            "/versions",
+            "/image/x/v1.13.6/metal-amd64.iso",
+        ] {
+            let r = c.get(format!("http://{addr}{path}")).send().await.unwrap();
+            assert_eq!(r.status(), 503, "{path}");
+            assert_eq!(r.headers()["cache-status"], "talos-gen", "{path}");
+        }
+        let r = c.get(format!("http://{addr}/healthz")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.headers().get("cache-status").is_none());
+        server.abort();
+    }
+}
