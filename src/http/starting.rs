@@ -67,7 +67,11 @@ mod tests {
             assert_eq!(r.status(), 503, "{path}");
             assert_eq!(r.headers()["cache-status"], "talos-gen", "{path}");
         }
-        let r = c.get(format!("http://{addr}/healthz")).send().await.unwrap();
+        let r = c
+            .get(format!("http://{addr}/healthz"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200);
         assert!(r.headers().get("cache-status").is_none());
         server.abort();
