@@ -14,9 +14,10 @@
 //!   outcome every request that waited on it takes ([`Outcome`]): the new
 //!   copy, or the failure (a waiter with a stored copy answers it stale;
 //!   one without gets the error). No waiter fetches again for a flight it
-//!   waited on, and no wait, the holder's included, lasts longer than
+//!   waited on, and no wait on another's flight lasts longer than
 //!   [`Outages::wait`] (`--upstream-timeout` plus a second): past it, the
-//!   stored copy stale, or a timeout naming the upstream.
+//!   stored copy stale, or a timeout naming the upstream. The holder waits
+//!   for its own fetch, each step of which the upstream's limits bound.
 //! - **stale while revalidating**: a copy past its freshness by less than
 //!   the grace (`serve --stale-while-revalidate`) answers at once while
 //!   the flight refreshes it in the background.
@@ -229,7 +230,14 @@ where
                 return lookup.refused(None, down);
             }
         }
-        match tokio::time::timeout(lookup.outages.wait(), wait).await {
+        // The holder waits for its own fetch (each of its steps bounded by
+        // the upstream's limits: a long list of pages is not cut); a
+        // waiter on another's, one timeout plus a second at most.
+        let bound = match mine {
+            true => Duration::MAX,
+            false => lookup.outages.wait(),
+        };
+        match tokio::time::timeout(bound, wait).await {
             Ok(Some(outcome)) => {
                 if let Some(r) = lookup.settle(&outcome, stored, mine) {
                     return r;
@@ -696,9 +704,11 @@ mod tests {
         assert_eq!((a.how, a.stale), (How::Revalidated, false));
     }
 
-    /// No wait outlasts the bound (the upstream timeout plus a second),
-    /// the holder's included, while the fetch never ends: the stored copy
-    /// stale, or the timeout naming the upstream; one fetch.
+    /// No wait on another's flight outlasts the bound (the upstream
+    /// timeout plus a second) while the fetch never ends: the timeout
+    /// naming the upstream (the stored copy, stale, where there is one);
+    /// one fetch. (The holder waits for its own fetch, whose steps the
+    /// upstream's limits bound; this one never ends: it is stopped.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waits_on_a_flight_are_bounded() {
         let dir = tempfile::tempdir().unwrap();
@@ -706,6 +716,10 @@ mod tests {
         let fills = Fills::new(Store::open(dir.path(), None).unwrap()).with_outages(outages);
         let key = Key::factory_doc("/versions");
         let asked = Arc::new(AtomicUsize::new(0));
+        let holder = tokio::spawn(flight_lookup(&fills, &key, &asked, None, Ok(b"x"), false));
+        while asked.load(SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
         let t0 = std::time::Instant::now();
         let all: Vec<_> = (0..8)
             .map(|_| tokio::spawn(flight_lookup(&fills, &key, &asked, None, Ok(b"x"), false)))
@@ -717,6 +731,23 @@ mod tests {
         assert!(took < Duration::from_secs(2), "{took:?}");
         assert!(took >= Duration::from_secs(1), "{took:?}");
         assert_eq!(asked.load(SeqCst), 1);
+        assert!(!holder.is_finished());
+        holder.abort();
+        fills
+            .store()
+            .commit_bytes(&key, bytes::Bytes::from_static(b"old"), Meta::default())
+            .await
+            .unwrap();
+        let stale = flight_lookup(&fills, &key, &asked, None, Ok(b"x"), false).await;
+        assert!(
+            stale.unwrap().stale,
+            "waited the bound, then the stored copy"
+        );
+        assert_eq!(
+            asked.load(SeqCst),
+            1,
+            "the flight still runs: no second fetch"
+        );
     }
 
     /// A failure is remembered: while the upstream is known down a cold

@@ -110,8 +110,9 @@ fn tag_url(svc: &Service, tag: &str) -> String {
 
 /// A stored tag past `--tag-revalidate`, the registry hanging: the stored
 /// manifest for all, stale, within one timeout plus a second, the
-/// registry asked once. A tag never stored: 504 naming the upstream for
-/// all, as fast, the registry asked once.
+/// registry asked once. A tag never stored (a new process, nothing
+/// remembered of the upstream): 504 naming the upstream for all, as fast,
+/// the registry asked once.
 #[test]
 fn bursts_of_a_stale_tag_and_a_cold_tag_ask_a_hanging_registry_once() {
     let reg = Registry::start();
@@ -137,6 +138,30 @@ fn bursts_of_a_stale_tag_and_a_cold_tag_ask_a_hanging_registry_once() {
     let answers = burst(&tag_url(&svc, "v1"));
     let asked = up.count("/manifests/v1");
     let max = slowest("stale tag", &answers, asked);
+    // Known down now: a stored tag answers at once (well within one
+    // timeout), one request at a time asking the upstream again; a cold
+    // tag fails at once but for the one request that asks.
+    let again = burst(&tag_url(&svc, "v1"));
+    let retried = up.count("/manifests/v1") - asked;
+    let quick = slowest("stale tag, known down", &again, retried);
+    assert!(again.iter().all(|r| r.status == 200 && r.body == img.index));
+    assert!(retried <= 1, "{retried}");
+    assert!(quick < Duration::from_secs(3), "{quick:?}");
+    let down = burst(&tag_url(&svc, "v8"));
+    let tried = up.count("/manifests/v8");
+    slowest("cold tag, known down", &down, tried);
+    assert!(down.iter().all(|r| r.status == 504), "{down:?}");
+    let fast = down
+        .iter()
+        .filter(|r| r.took < Duration::from_secs(3))
+        .count();
+    assert!(
+        tried <= 1 && fast >= CLIENTS - 1,
+        "{tried} asked, {fast} at once"
+    );
+    // A new process (no memory of the upstream's failure) for the cold tag.
+    drop(svc);
+    let svc = serve(cache.path(), &["--mirror-upstream", &mirror]);
     let cold = burst(&tag_url(&svc, "v9"));
     let cold_asked = up.count("/manifests/v9");
     let cold_max = slowest("cold tag", &cold, cold_asked);
