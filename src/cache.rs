@@ -290,11 +290,13 @@ where
                 self.note_stale(down.as_deref());
                 Ok(self.stale(s, false))
             }
-            None => Err((self.rules.timed_out)(format!(
-                "upstream {} is not answering ({}); asked again one request at a time",
-                self.rules.upstream,
-                down.unwrap_or_else(|| "its last request failed".into())
-            ))),
+            None => Err((self.rules.timed_out)(match down {
+                Some(why) => format!(
+                    "upstream {} is not answering ({why}); asked again one request at a time",
+                    self.rules.upstream
+                ),
+                None => self.outages.refusal(self.rules.upstream),
+            })),
         }
     }
 

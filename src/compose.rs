@@ -54,6 +54,10 @@ pub struct ServiceConfig {
     /// Reach hosts without a `--mirror-upstream` at `https://<host>` (the
     /// mirror job's `extraImages`).
     pub direct_upstreams: bool,
+    /// Remember an upstream that did not answer for a short while
+    /// ([`crate::outage`]): the service does; the mirror job, whose every
+    /// item tries its upstream and reports what it found, does not.
+    pub remember_outages: bool,
 }
 
 impl ServiceConfig {
@@ -73,6 +77,7 @@ impl ServiceConfig {
             max_concurrent_fills: None,
             limits: Limits::default(),
             direct_upstreams: false,
+            remember_outages: true,
         }
     }
 }
@@ -130,7 +135,11 @@ impl Service {
             store.clone(),
             cfg.schematics_dir.as_deref(),
         )?);
-        let outages = crate::outage::Outages::new(cfg.limits.timeout, cfg.stale_while_revalidate);
+        let mut outages =
+            crate::outage::Outages::new(cfg.limits.timeout, cfg.stale_while_revalidate);
+        if !cfg.remember_outages {
+            outages = outages.without_memory();
+        }
         let mut fills = Fills::new(store.clone())
             .with_metrics(metrics.clone())
             .with_outages(outages);

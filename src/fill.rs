@@ -111,6 +111,9 @@ pub struct FillSpec {
     pub idle_timeout: Duration,
     /// Label for metrics (e.g. `image`, `blob`).
     pub kind: &'static str,
+    /// The upstream asked (its base URL), for the memory of upstreams
+    /// down ([`Outages`]): while it is known down, one fill at a time asks.
+    pub upstream: Option<String>,
 }
 
 impl FillSpec {
@@ -127,6 +130,7 @@ impl FillSpec {
             timeout: Duration::from_secs(3600),
             idle_timeout: Duration::from_secs(60),
             kind: "object",
+            upstream: None,
         }
     }
 }
@@ -491,14 +495,39 @@ impl Fills {
             let started = Instant::now();
             let kind = spec.kind;
             let timeout = spec.timeout;
-            let result = match tokio::time::timeout(timeout, this.run(&key, spec, &task_sh)).await {
-                Ok(r) => r,
-                Err(_) => Err(FetchError::Timeout(format!(
-                    "fetching {key}: no complete answer within {}s",
-                    timeout.as_secs()
-                ))),
+            // An upstream known down: one fill at a time asks it again,
+            // the others fail at once (504 naming it).
+            let upstream = spec.upstream.clone();
+            let retry = match upstream.as_deref() {
+                Some(u) => match this.outages.try_again(u) {
+                    Some(r) => Ok(Some(r)),
+                    None => Err(FetchError::Timeout(this.outages.refusal(u))),
+                },
+                None => Ok(None),
             };
-            if let Some(m) = &this.metrics {
+            let asked = retry.is_ok();
+            let result = match retry {
+                Err(e) => Err(e),
+                Ok(_retry) => {
+                    let r =
+                        match tokio::time::timeout(timeout, this.run(&key, spec, &task_sh)).await {
+                            Ok(r) => r,
+                            Err(_) => Err(FetchError::Timeout(format!(
+                                "fetching {key}: no complete answer within {}s",
+                                timeout.as_secs()
+                            ))),
+                        };
+                    match (&r, upstream.as_deref()) {
+                        (Err(FetchError::Timeout(why)), Some(u)) => this.outages.failed(u, why),
+                        (Ok(_) | Err(FetchError::Status { .. }), Some(u)) => {
+                            this.outages.answered(u)
+                        }
+                        _ => {}
+                    }
+                    r
+                }
+            };
+            if let Some(m) = this.metrics.as_ref().filter(|_| asked) {
                 let why = result.as_ref().err().map(|e| e.to_string());
                 m.upstream_fetch(kind, key.as_str(), why.as_deref(), started.elapsed());
             }
@@ -1193,6 +1222,49 @@ mod tests {
             panic!()
         };
         assert_eq!(&o.read_small(64).unwrap()[..], b"abcd");
+    }
+
+    /// A fill whose upstream timed out teaches the memory of upstreams
+    /// down: while one fill asks it again, a fill of another cold key
+    /// fails at once (a timeout naming the upstream), its upstream never
+    /// opened; an answer forgets it.
+    #[tokio::test]
+    async fn a_cold_fill_fails_at_once_while_its_upstream_is_known_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let fills = Fills::new(Store::open(dir.path(), None).unwrap());
+        let up = "http://factory.test";
+        let timing_out = || {
+            let mut spec = FillSpec::new(|| {
+                Box::pin(async { Err(FetchError::Timeout("no headers within 3s".into())) })
+            });
+            spec.upstream = Some(up.into());
+            spec
+        };
+        let Joined::Filling(mut h) = fills.join("a", timing_out).await.unwrap() else {
+            panic!()
+        };
+        assert!(matches!(h.head().await, Err(FetchError::Timeout(_))));
+        assert!(fills.outages().down(up).is_some());
+        // One fill asks again (its upstream silent for now)...
+        let (tx, mut spec) = channel_spec(Some(2));
+        spec.upstream = Some(up.into());
+        let Joined::Filling(retry) = fills.join("b", || spec).await.unwrap() else {
+            panic!()
+        };
+        // ...and another cold key fails at once, nothing opened.
+        let mut spec = FillSpec::new(|| panic!("an upstream known down is not opened"));
+        spec.upstream = Some(up.into());
+        let Joined::Filling(mut h) = fills.join("c", || spec).await.unwrap() else {
+            panic!()
+        };
+        match h.head().await {
+            Err(FetchError::Timeout(m)) => assert!(m.contains(up), "{m}"),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        tx.send(Ok(Bytes::from_static(b"ok"))).await.unwrap();
+        drop(tx);
+        retry.wait().await.unwrap();
+        assert!(fills.outages().down(up).is_none(), "an answer forgets it");
     }
 
     #[tokio::test]

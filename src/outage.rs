@@ -41,6 +41,8 @@ pub struct Outages {
     wait: Duration,
     /// Stale-while-revalidate's grace past freshness.
     grace: Duration,
+    /// How long a failure is remembered ([`MEMORY`]; zero: never).
+    memory: Duration,
     down: Arc<Mutex<HashMap<String, Down>>>,
 }
 
@@ -71,8 +73,16 @@ impl Outages {
         Outages {
             wait: upstream_timeout + Duration::from_secs(1),
             grace,
+            memory: MEMORY,
             down: Arc::default(),
         }
+    }
+
+    /// Remember no failure: every request asks (the mirror job, whose
+    /// items each try their upstream and report what they found).
+    pub fn without_memory(mut self) -> Outages {
+        self.memory = Duration::ZERO;
+        self
     }
 
     /// The longest a request waits on a flight.
@@ -91,8 +101,11 @@ impl Outages {
 
     /// `upstream` did not answer (`why`, one line): remembered for [`MEMORY`].
     pub fn failed(&self, upstream: &str, why: &str) {
+        if self.memory.is_zero() {
+            return;
+        }
         let mut map = self.lock();
-        let until = Instant::now() + MEMORY;
+        let until = Instant::now() + self.memory;
         let d = map.entry(upstream.to_string()).or_insert(Down {
             until,
             why: String::new(),
@@ -118,6 +131,16 @@ impl Outages {
             }
             None => None,
         }
+    }
+
+    /// Why a request is refused while another asks `upstream` again:
+    /// one line naming it and its last failure.
+    pub fn refusal(&self, upstream: &str) -> String {
+        format!(
+            "upstream {upstream} is not answering ({}); asked again one request at a time",
+            self.down(upstream)
+                .unwrap_or_else(|| "its last request failed".into())
+        )
     }
 
     /// May this request ask `upstream`? Always while it is not known
@@ -165,5 +188,8 @@ mod tests {
         assert!(o.try_again(u).is_some(), "the next may, once it ended");
         o.answered(u);
         assert!(o.down(u).is_none());
+        let o = o.without_memory();
+        o.failed(u, "timed out");
+        assert!(o.down(u).is_none() && o.try_again(u).is_some());
     }
 }

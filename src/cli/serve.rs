@@ -193,6 +193,7 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         max_concurrent_fills: Some(args.max_concurrent_fills as usize),
         limits: args.upstream.limits(),
         direct_upstreams: false,
+        remember_outages: true,
     };
     let cfg = ServeConfig {
         service,

@@ -281,6 +281,7 @@ impl Registry {
         let scope = scope(repo);
         let expected = d.hex().to_string();
         let idle = self.client.limits().timeout + Duration::from_secs(5);
+        let upstream = self.base_url(up)?;
         let joined = self
             .fills
             .join(&key, move || {
@@ -294,6 +295,7 @@ impl Registry {
                 spec.idle_timeout = idle;
                 spec.meta.content_type = Some("application/octet-stream".into());
                 spec.meta.pinned = pin;
+                spec.upstream = Some(upstream);
                 spec
             })
             .await
