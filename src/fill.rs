@@ -413,7 +413,7 @@ impl Fills {
         loop {
             let f = self.lock().get(key).cloned();
             match f {
-                Some(Flight::Fill(sh)) => return Some(FillHandle::new(sh)),
+                Some(Flight::Fill(sh)) => return Some(FillHandle::new(sh).joined()),
                 Some(f @ Flight::Fetch(_)) => drop(f.ended().await),
                 None => return None,
             }
@@ -445,7 +445,7 @@ impl Fills {
             let map = self.lock();
             match map.get(key) {
                 Some(Flight::Fill(sh)) => {
-                    return Ok(Joined::Filling(FillHandle::new(sh.clone())));
+                    return Ok(Joined::Filling(FillHandle::new(sh.clone()).joined()));
                 }
                 Some(Flight::Fetch(_)) => {
                     drop(map);
@@ -721,12 +721,29 @@ fn start_verifier(
 pub struct FillHandle {
     sh: Arc<Shared>,
     rx: watch::Receiver<Progress>,
+    /// Another request started this fill (`Cache-Status: ...; collapsed`).
+    joined: bool,
 }
 
 impl FillHandle {
     fn new(sh: Arc<Shared>) -> FillHandle {
         let rx = sh.tx.subscribe();
-        FillHandle { sh, rx }
+        FillHandle {
+            sh,
+            rx,
+            joined: false,
+        }
+    }
+
+    /// A handle on a fill another request started.
+    fn joined(mut self) -> FillHandle {
+        self.joined = true;
+        self
+    }
+
+    /// Did another request start this fill (this one joined it)?
+    pub fn is_joined(&self) -> bool {
+        self.joined
     }
 
     /// Wait for the upstream's head (or the fill's failure).

@@ -229,8 +229,11 @@ pub enum CacheStatus {
 /// What the flight that served a collapsed request did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shared {
+    /// Fetched and kept.
     Fetched,
     Revalidated,
+    /// A fill being fetched, not kept yet.
+    Filling,
 }
 
 impl CacheStatus {
@@ -241,10 +244,12 @@ impl CacheStatus {
     /// asked): it never went upstream, so no `fwd`.
     pub const DEFAULT: &'static str = "talos-gen";
 
-    /// A stored object is a hit; a growing one is a miss not kept yet.
+    /// A stored object is a hit; a growing one is a miss not kept yet,
+    /// collapsed when another request started its fill.
     pub fn of(obj: &Object) -> CacheStatus {
         match obj {
             Object::Stored(_) => CacheStatus::Hit,
+            Object::Growing(g) if g.handle().is_joined() => CacheStatus::Collapsed(Shared::Filling),
             Object::Growing(_) => CacheStatus::Miss { stored: false },
         }
     }
@@ -280,6 +285,7 @@ impl CacheStatus {
             CacheStatus::Revalidated => "talos-gen; fwd=revalidated",
             CacheStatus::Collapsed(Shared::Fetched) => "talos-gen; fwd=miss; stored; collapsed",
             CacheStatus::Collapsed(Shared::Revalidated) => "talos-gen; fwd=revalidated; collapsed",
+            CacheStatus::Collapsed(Shared::Filling) => "talos-gen; fwd=miss; collapsed",
             CacheStatus::None => CacheStatus::DEFAULT,
         }
     }
@@ -290,9 +296,10 @@ impl CacheStatus {
     }
 
     /// A miss whose object is now stored says so.
-    fn kept(self) -> CacheStatus {
+    pub(super) fn kept(self) -> CacheStatus {
         match self {
             CacheStatus::Miss { .. } => CacheStatus::Miss { stored: true },
+            CacheStatus::Collapsed(Shared::Filling) => CacheStatus::Collapsed(Shared::Fetched),
             other => other,
         }
     }
@@ -463,6 +470,12 @@ mod tests {
             "talos-gen; fwd=miss; stored; collapsed"
         );
         assert_eq!(served(How::Hit, false).value(), "talos-gen; hit");
+        let joined = CacheStatus::Collapsed(Shared::Filling);
+        assert_eq!(joined.value(), "talos-gen; fwd=miss; collapsed");
+        assert_eq!(
+            joined.kept().value(),
+            "talos-gen; fwd=miss; stored; collapsed"
+        );
         let stale = Served {
             how: How::Fetched,
             collapsed: true,

@@ -64,6 +64,20 @@ fn sixteen_cold_clients_share_one_upstream_get() {
         wall > 2.0,
         "the limited upstream should take seconds ({wall:.2}s)"
     );
+    // One started the fill; who joined it says so (RFC 9211 `collapsed`).
+    let statuses: Vec<String> = gots
+        .iter()
+        .map(|g| g.header("cache-status").unwrap_or_default())
+        .collect();
+    let started_it = statuses
+        .iter()
+        .filter(|c| *c == "talos-gen; fwd=miss")
+        .count();
+    let joined = statuses
+        .iter()
+        .filter(|c| *c == "talos-gen; fwd=miss; collapsed")
+        .count();
+    assert_eq!((started_it, joined), (1, 15), "{statuses:?}");
     // Served from the store afterwards, still one upstream GET.
     let g = curl(&[&url]);
     assert_eq!(g.body, fx.xz);
@@ -572,10 +586,15 @@ fn cache_status_says_hit_or_miss_and_the_log_repeats_it() {
             .all(|c| *c == "talos-gen; hit"),
         "{log:?}"
     );
+    // (A wait for the commit that joined the first GET's fill says so:
+    // `collapsed`.)
     assert!(
-        cache
-            .iter()
-            .all(|c| ["talos-gen; hit", "talos-gen; fwd=miss"].contains(c)),
+        cache.iter().all(|c| [
+            "talos-gen; hit",
+            "talos-gen; fwd=miss",
+            "talos-gen; fwd=miss; collapsed"
+        ]
+        .contains(c)),
         "{log:?}"
     );
     let sha = access_lines(&svc, &format!("{}.sha256", image_path("metal-amd64.iso")));
