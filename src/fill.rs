@@ -498,13 +498,7 @@ impl Fills {
             // An upstream known down: one fill at a time asks it again,
             // the others fail at once (504 naming it).
             let upstream = spec.upstream.clone();
-            let retry = match upstream.as_deref() {
-                Some(u) => match this.outages.try_again(u) {
-                    Some(r) => Ok(Some(r)),
-                    None => Err(FetchError::Timeout(this.outages.refusal(u))),
-                },
-                None => Ok(None),
-            };
+            let retry = fetch::may_ask(&this.outages, upstream.as_deref());
             let asked = retry.is_ok();
             let result = match retry {
                 Err(e) => Err(e),
@@ -517,13 +511,7 @@ impl Fills {
                                 timeout.as_secs()
                             ))),
                         };
-                    match (&r, upstream.as_deref()) {
-                        (Err(FetchError::Timeout(why)), Some(u)) => this.outages.failed(u, why),
-                        (Ok(_) | Err(FetchError::Status { .. }), Some(u)) => {
-                            this.outages.answered(u)
-                        }
-                        _ => {}
-                    }
+                    fetch::learn(&this.outages, upstream.as_deref(), &r);
                     r
                 }
             };

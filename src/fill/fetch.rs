@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
-use super::{Phase, Shared};
-use crate::store::Key;
+use super::{FetchError, Phase, Shared};
+use crate::outage::{Outages, Retry};
+use crate::store::{Entry, Key};
 
 /// What the one keyed table ([`super::Fills`]' in-flight map) holds for a
 /// key being fetched: a fill (a body many readers stream while it grows)
@@ -109,5 +110,30 @@ impl Drop for FetchGuard {
     fn drop(&mut self) {
         // Waiters wake when the sender goes, after the key left the table.
         drop(self.tx.take().map(|tx| self.release(tx)));
+    }
+}
+
+/// May a fill ask `upstream`? Yes (holding its one retry while it is
+/// known down), or a timeout naming it: another fill is asking it again.
+pub(super) fn may_ask(
+    outages: &Outages,
+    upstream: Option<&str>,
+) -> Result<Option<Retry>, FetchError> {
+    match upstream {
+        Some(u) => match outages.try_again(u) {
+            Some(r) => Ok(Some(r)),
+            None => Err(FetchError::Timeout(outages.refusal(u))),
+        },
+        None => Ok(None),
+    }
+}
+
+/// What a fill's end teaches the memory of upstreams down: a timeout
+/// marks its upstream, an answer (a 4xx too) forgets it.
+pub(super) fn learn(outages: &Outages, upstream: Option<&str>, r: &Result<Entry, FetchError>) {
+    match (r, upstream) {
+        (Err(FetchError::Timeout(why)), Some(u)) => outages.failed(u, why),
+        (Ok(_) | Err(FetchError::Status { .. }), Some(u)) => outages.answered(u),
+        _ => {}
     }
 }
