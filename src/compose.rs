@@ -15,6 +15,7 @@ use crate::fill::Fills;
 use crate::known_schematics;
 use crate::matrix::Matrix;
 use crate::metrics::Metrics;
+pub use crate::outage::DEFAULT_STALE_WHILE_REVALIDATE;
 use crate::registry::Registry;
 pub use crate::registry::TAG_REVALIDATE;
 pub use crate::store::Location;
@@ -43,6 +44,10 @@ pub struct ServiceConfig {
     /// How long a stored factory document is answered without asking the
     /// factory (default [`DEFAULT_METADATA_TTL`]).
     pub metadata_ttl: Duration,
+    /// How long past its freshness a stored document or tag answers at
+    /// once while one background fetch refreshes it (default
+    /// [`DEFAULT_STALE_WHILE_REVALIDATE`]).
+    pub stale_while_revalidate: Duration,
     /// Cap on fills at once (`None`: no cap).
     pub max_concurrent_fills: Option<usize>,
     /// The bounds on every upstream wait.
@@ -50,6 +55,10 @@ pub struct ServiceConfig {
     /// Reach hosts without a `--mirror-upstream` at `https://<host>` (the
     /// mirror job's `extraImages`).
     pub direct_upstreams: bool,
+    /// Remember an upstream that did not answer for a short while
+    /// ([`crate::outage`]): the service does; the mirror job, whose every
+    /// item tries its upstream and reports what it found, does not.
+    pub remember_outages: bool,
 }
 
 impl ServiceConfig {
@@ -65,9 +74,11 @@ impl ServiceConfig {
             schematics_dir: None,
             tag_revalidate: TAG_REVALIDATE,
             metadata_ttl: DEFAULT_METADATA_TTL,
+            stale_while_revalidate: DEFAULT_STALE_WHILE_REVALIDATE,
             max_concurrent_fills: None,
             limits: Limits::default(),
             direct_upstreams: false,
+            remember_outages: true,
         }
     }
 }
@@ -125,7 +136,14 @@ impl Service {
             store.clone(),
             cfg.schematics_dir.as_deref(),
         )?);
-        let mut fills = Fills::new(store.clone()).with_metrics(metrics.clone());
+        let mut outages =
+            crate::outage::Outages::new(cfg.limits.timeout, cfg.stale_while_revalidate);
+        if !cfg.remember_outages {
+            outages = outages.without_memory();
+        }
+        let mut fills = Fills::new(store.clone())
+            .with_metrics(metrics.clone())
+            .with_outages(outages);
         if let Some(n) = cfg.max_concurrent_fills {
             fills = fills.with_limit(n);
         }

@@ -81,6 +81,7 @@ impl AppState {
             upstream.clone(),
             super::status::upstream_targets(&cfg),
             cfg.limits.timeout,
+            fills.outages().clone(),
         )
         .await;
         Ok(AppState(Arc::new(Shared {

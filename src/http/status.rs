@@ -450,6 +450,13 @@ fn settings(st: &AppState) -> Vec<Setting> {
             value: format!("asked again after {}s", cfg.metadata_ttl.as_secs()),
         },
         Setting {
+            name: "stale while revalidating",
+            value: match cfg.stale_while_revalidate.as_secs() {
+                0 => "off: past its freshness a copy waits for the upstream".into(),
+                s => format!("up to {s}s past its freshness, refreshed in the background"),
+            },
+        },
+        Setting {
             name: "API writes",
             value: if st.api_token.is_some() {
                 "need the bearer token".into()

@@ -84,6 +84,8 @@ impl SyncOptions {
             limits: self.limits,
             // extraImages hosts without --mirror-upstream are reached at https://<host>.
             direct_upstreams: true,
+            // Every item tries its upstream (none refused for another's failure).
+            remember_outages: false,
             ..crate::compose::ServiceConfig::new(store.into())
         }
     }

@@ -607,10 +607,11 @@ fn help_describes_every_flag() {
                 "local-cache-max-size",
                 "body-read-timeout",
                 "max-connections",
+                "stale-while-revalidate",
             ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
-            assert_eq!(checked.len(), 29, "{checked:?}");
+            assert_eq!(checked.len(), 30, "{checked:?}");
         }
     }
     // The upstream bounds, on both commands that have them.
