@@ -120,7 +120,7 @@ impl Probes {
                 .iter()
                 .map(|(role, url, _)| UpstreamProbe {
                     role: role.clone(),
-                    url: super::status::display_url(url),
+                    url: display_url(url),
                     result: None,
                     at: None,
                 })
@@ -342,6 +342,52 @@ pub async fn readyz(State(st): State<AppState>) -> (StatusCode, String) {
         ),
         _ => (StatusCode::OK, "ready\n".into()),
     }
+}
+
+/// A URL for display: no user info, no query.
+pub(crate) fn display_url(u: &str) -> String {
+    match reqwest::Url::parse(u) {
+        Ok(mut url) => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.to_string()
+        }
+        Err(_) => "(unparsable URL)".to_string(),
+    }
+}
+
+/// What the background prober asks ([`Probes`]): (role, base
+/// URL, path to ask).
+pub(super) fn upstream_targets(cfg: &super::ServeConfig) -> Vec<Target> {
+    let mut v = vec![("Image Factory".to_string(), cfg.factory_url.clone(), "/")];
+    let reg = cfg.registry_url.clone().unwrap_or(cfg.factory_url.clone());
+    v.push(("installer registry".to_string(), reg, "/v2/"));
+    for (ns, url) in cfg.mirror_upstreams.iter() {
+        v.push((format!("mirror {ns}"), url.to_string(), "/v2/"));
+    }
+    v
+}
+
+/// The upstreams in one line for the start-up log (`factory=URL
+/// registry=URL mirror ghcr.io=URL`, no credentials), or that none is
+/// contacted.
+pub(super) fn upstream_summary(cfg: &super::ServeConfig) -> String {
+    if cfg.offline {
+        return "none (--offline)".into();
+    }
+    upstream_targets(cfg)
+        .into_iter()
+        .map(|(role, url, _)| {
+            let role = match role.as_str() {
+                "Image Factory" => "factory".to_string(),
+                "installer registry" => "registry".to_string(),
+                r => r.strip_prefix("mirror ").unwrap_or(r).to_string(),
+            };
+            format!("{role}={}", display_url(&url))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]

@@ -79,7 +79,7 @@ impl AppState {
         let probes = super::ops::Probes::start(
             store.clone(),
             upstream.clone(),
-            super::status::upstream_targets(&cfg),
+            super::ops::upstream_targets(&cfg),
             cfg.limits.timeout,
             fills.outages().clone(),
         )
