@@ -1,39 +1,29 @@
 //! The one revalidating lookup: freshness, coalescing, revalidation and
 //! stale-if-error written once, for every small thing the service keeps
 //! and asks again about (a factory document, a tag's manifest, a
-//! referrers index, a tag list). Bodies that are streamed (artifacts,
-//! talosctl, blobs) go through [`Fills::join`], over the same table of
-//! keys in flight.
+//! referrers index, a tag list); streamed bodies go through
+//! [`Fills::join`], over the same table of keys in flight.
 //!
 //! A lookup ([`revalidate`]) answers:
-//! - **hit**: the stored copy while it is fresh ([`Entry::is_fresh`]: its
-//!   record's `fresh_until`, or `fetched` + the caller's TTL for a record
-//!   without one);
-//! - **flight**: else one fetch per key ([`Fills::claim`]), run in a task
-//!   of its own (it ends even when its requester went away), whose
-//!   outcome every request that waited on it takes ([`Outcome`]): the new
-//!   copy, or the failure (a waiter with a stored copy answers it stale;
-//!   one without gets the error). No waiter fetches again for a flight it
-//!   waited on, and no wait on another's flight lasts longer than
-//!   [`Outages::wait`] (`--upstream-timeout` plus a second): past it, the
-//!   stored copy stale, or a timeout naming the upstream. The holder waits
-//!   for its own fetch, each step of which the upstream's limits bound.
+//! - **hit**: the stored copy while it is fresh ([`Entry::is_fresh`]);
+//! - **flight**: else one fetch per key ([`Fills::claim`]), in a task of
+//!   its own, whose outcome every request that waited on it takes
+//!   ([`Outcome`]): the new copy, or the failure (a waiter with a stored
+//!   copy answers it stale; one without gets the error). No waiter fetches
+//!   again for a flight it waited on, and no wait on another's flight
+//!   outlasts [`Outages::wait`] (`--upstream-timeout` plus a second);
 //! - **stale while revalidating**: a copy past its freshness by less than
-//!   the grace (`serve --stale-while-revalidate`) answers at once while
-//!   the flight refreshes it in the background.
+//!   `--stale-while-revalidate` answers at once while the flight refreshes
+//!   it in the background.
 //!
 //! A failed flight's upstream is remembered a short while
-//! ([`crate::outage`]): meanwhile a stored copy answers stale at once, a
-//! cold key fails at once (504 naming the upstream and its last failure),
-//! and one request at a time asks the upstream again.
-//!
-//! Stale-if-error: while the store does not answer, the stored copy (from
-//! the local tier) is answered as it is, else the caller's "unavailable"
-//! (nothing fetched could be kept); when the fetch fails in a way the
-//! caller's rule allows (`may_use_stale`: a 5xx, a timeout, unreachable;
-//! never a 4xx the upstream meant), the stored copy of any age. Either way
-//! the answer says `stale` (the HTTP edge adds `Warning: 110`) and
-//! [`Metrics::stale`] counts it, here only.
+//! ([`crate::outage`]): a stored copy answers stale at once, a cold key
+//! fails at once, one request at a time asks again. Stale-if-error: while
+//! the store does not answer, the stored copy (from the local tier), else
+//! the caller's "unavailable"; when the fetch fails as the caller's rule
+//! allows (`may_use_stale`: a 5xx, a timeout, unreachable; never a 4xx the
+//! upstream meant), the stored copy of any age, said `stale` (the edge
+//! adds `Warning: 110`) and counted by [`Metrics::stale`], here only.
 
 use std::future::Future;
 use std::sync::Arc;

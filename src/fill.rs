@@ -1,36 +1,20 @@
 //! One upstream fetch per key, streamed to many readers as bytes arrive,
 //! verified and committed to the store only when whole. Knows nothing of
-//! what it fetches: the caller hands in a function that opens the upstream
-//! (a head plus a byte stream), a store key, an expected length and/or
-//! digest, and an optional [`Verifier`] ([`XzVerifier`], [`GzVerifier`],
-//! [`ZstdVerifier`]; [`verifier_for`] picks by name).
+//! what it fetches: the caller hands in how to open the upstream, a key, an
+//! expected length or digest, and a [`Verifier`] ([`verifier_for`]).
 //!
-//! # Behaviour
-//! - At most one fill per key at a time ([`Fills::join`]); a request for a
-//!   key being filled attaches to the running fill.
-//! - One table of keys in flight: the fills, and the small fetches of
-//!   [`crate::cache::revalidate`] (a document, a tag's manifest, a
-//!   referrers index), each holding its key by [`Fills::claim`] (a
-//!   [`FetchGuard`], let go when dropped) while others wait for it.
-//! - Readers stream from the growing temp file ([`FillHandle::reader`]), so
-//!   they get bytes as they arrive, each 64 KiB block checked against the
-//!   CRC32C the fill took of the bytes it received (so a byte another
-//!   process writes into the file is never sent); a late joiner starts at
-//!   byte 0. The last
-//!   byte of the object is released only after verification (before the
-//!   fsync and rename of the commit), so
-//!   a failed fill never looks like a complete body. A reader still behind
-//!   when the fill is committed reads the rest from the stored object,
-//!   every checksum block checked ([`crate::store::StoredObject::stream`]),
-//!   not from the file it was reading: a byte changed in the committed
-//!   file is never sent unchecked.
-//! - The fill runs to completion in its own task even when every reader
-//!   left, bounded by [`FillSpec::timeout`].
-//! - A failed fill is discarded (temp file removed); readers get the error
-//!   (before headers) or an I/O error mid-body (the connection ends early);
-//!   the next `join` starts a new fill.
+//! - One table of keys in flight: the fills ([`Fills::join`]: a request for
+//!   a key being filled attaches to the running fill) and the small fetches
+//!   of [`crate::cache::revalidate`], each holding its key by
+//!   [`Fills::claim`] while others wait for it.
+//! - Readers stream from the growing spool ([`FillHandle::reader`]), each
+//!   64 KiB block checked against the CRC32C the fill took of the bytes it
+//!   received; the last byte is released only after verification, so a
+//!   failed fill never looks like a complete body. A reader still behind at
+//!   the commit reads the rest from the stored object, checked.
+//! - A fill ends in its own task (bounded by [`FillSpec::timeout`]); a
+//!   failed one is discarded, its readers get the error or a cut body.
 //!
-//! # Usage
 //! ```no_run
 //! # async fn demo(store: talos_gen::store::Store) {
 //! use talos_gen::fill::{Fills, FillSpec, Head, Opened, Joined};
@@ -38,18 +22,10 @@
 //! let fills = Fills::new(store);
 //! let key = talos_gen::store::Key::oci_blob("sha256:abc");
 //! let joined = fills.join(&key, || FillSpec::new(|| Box::pin(async {
-//!     // make the upstream request here
 //!     let body = futures::stream::iter(vec![Ok(bytes::Bytes::from_static(b"hi"))]).boxed();
 //!     Ok(Opened { head: Head { len: Some(2), ..Head::default() }, body })
 //! }))).await.expect("the store answers");
-//! match joined {
-//!     Joined::Stored(obj) => { /* serve obj.file */ }
-//!     Joined::Filling(mut h) => {
-//!         let head = h.head().await;          // Err(FetchError) if the upstream refused
-//!         let body = h.reader(0, None);       // Stream<Item = io::Result<Bytes>>
-//!         let entry = h.wait().await;         // the committed entry
-//!     }
-//! }
+//! if let Joined::Filling(mut h) = joined { let _body = h.reader(0, None); let _ = h.wait().await; }
 //! # }
 //! ```
 
@@ -63,14 +39,13 @@ use futures::stream::{Stream, StreamExt};
 use tokio::sync::watch;
 
 mod fetch;
+mod read;
 
 use fetch::Flight;
 pub use fetch::{Claim, FetchGuard, Outcome};
 
 use crate::metrics::Metrics;
 use crate::outage::Outages;
-use crate::store::checked::{CheckedRead, Checker, Expected, Verdict};
-use crate::store::sums::Sums;
 use crate::store::{AsKey, Entry, Key, Meta, ObjectRead, SpoolWriter, Store, StoredObject};
 
 pub use crate::upstream::{FetchError, Head, Opened};
@@ -797,68 +772,8 @@ impl FillHandle {
         start: u64,
         end: Option<u64>,
     ) -> impl Stream<Item = std::io::Result<Bytes>> + Send + 'static {
-        let st = ReadState {
-            sh: self.sh.clone(),
-            rx: self.sh.tx.subscribe(),
-            pos: start,
-            end,
-            stored: None,
-        };
-        futures::stream::unfold(st, |mut st| async move {
-            match st.step().await {
-                Ok(Some(b)) => Some((Ok(b), st)),
-                Ok(None) => None,
-                Err(e) => {
-                    st.end = Some(st.pos); // end after the error
-                    Some((Err(e), st))
-                }
-            }
-        })
+        read::stream(self.sh.clone(), start, end)
     }
-}
-
-/// The checksums a fill's readers check its file against: the fill's own
-/// (see `Shared::sums`).
-/// A snapshot of them for one read: from block `first` on, each block's
-/// CRC32C and the count of bytes it covers.
-struct FillExpected {
-    first: usize,
-    sums: Vec<(u32, usize)>,
-}
-
-/// Blocks of a fill's checksums one read of it takes (a piece of a read
-/// is 64 KiB, or up to 80 KiB when its last quarter joins it).
-const SNAPSHOT_BLOCKS: usize = 2;
-
-impl Expected for FillExpected {
-    fn unit(&self) -> u64 {
-        crate::store::sums::CHUNK as u64
-    }
-
-    fn crc(&self, block: usize, len: usize) -> Option<u32> {
-        let &(crc, n) = self.sums.get(block.checked_sub(self.first)?)?;
-        (n == len).then_some(crc)
-    }
-}
-
-/// A block of a fill's file that does not match what the fill received
-/// (another process wrote into it): the fill is tainted (never committed)
-/// and the read is cut.
-impl Verdict for Shared {
-    fn mismatch(&self, from: u64, _to: u64, _b: &[u8]) -> std::io::Result<Arc<Sums>> {
-        self.tainted
-            .store(true, std::sync::atomic::Ordering::Release);
-        Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "{}: block {} of the fill's file does not match what was received",
-                self.key,
-                from / crate::store::sums::CHUNK as u64
-            ),
-        ))
-    }
-
-    fn failed(&self, _e: &std::io::Error) {}
 }
 
 /// The checksums of a fill's bytes so far (see `Shared::sums`).
@@ -866,148 +781,6 @@ impl Verdict for Shared {
 struct FillSums {
     whole: Vec<u32>,
     tail: (u32, usize),
-}
-
-/// The rest of a read from the committed object (checked block by block).
-type StoredRest = std::pin::Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>;
-
-struct ReadState {
-    sh: Arc<Shared>,
-    rx: watch::Receiver<Progress>,
-    pos: u64,
-    end: Option<u64>,
-    /// Once the fill is committed with bytes of this read still to go:
-    /// the rest, from the stored object.
-    stored: Option<StoredRest>,
-}
-
-impl ReadState {
-    /// The next bytes of `pos..limit` the fill's checksums cover, read
-    /// from its file and checked through the store's one checked body
-    /// ([`CheckedRead`]: whole 64 KiB blocks against the CRC the fill took
-    /// of the bytes it received, and the part of the block being written
-    /// against the CRC of that part), so a byte another process wrote into
-    /// the file is never sent; `None` when the checksums do not reach
-    /// `pos` yet. Small pieces (64 KiB, the first piece of a read), so a
-    /// slow reader holds little, with hyper's write queue bounded by
-    /// `http::WRITE_QUEUE`: 400 slow readers of one fill in tens of MiB.
-    async fn read_checked(&mut self, limit: u64) -> std::io::Result<Option<Bytes>> {
-        let Some(file) = self.sh.file.get().cloned() else {
-            return Err(std::io::Error::other("fill has no file"));
-        };
-        // The checksums of the next few blocks as they are now, each with
-        // the count of bytes it covers (a whole block's, or the bytes so far
-        // of the block being written): the bytes read are checked against
-        // this snapshot, never against checksums that grew meanwhile.
-        let bs = crate::store::sums::CHUNK;
-        let first = (self.pos / bs as u64) as usize;
-        let sums: Vec<(u32, usize)> = {
-            let g = self.sh.sums.lock().unwrap_or_else(|p| p.into_inner());
-            let whole = g.whole.iter().skip(first).take(SNAPSHOT_BLOCKS);
-            let mut v: Vec<(u32, usize)> = whole.map(|&c| (c, bs)).collect();
-            if v.len() < SNAPSHOT_BLOCKS && first + v.len() == g.whole.len() && g.tail.1 > 0 {
-                v.push(g.tail);
-            }
-            v
-        };
-        let covered = (first * bs + sums.iter().map(|&(_, n)| n).sum::<usize>()) as u64;
-        if covered <= self.pos {
-            return Ok(None);
-        }
-        let expected = FillExpected { first, sums };
-        let checker = Checker::new(Arc::new(expected), self.sh.clone());
-        let mut read = CheckedRead::new(file, checker, covered, self.pos, limit.min(covered));
-        match read.next().await {
-            Ok(Some(b)) => {
-                self.pos += b.len() as u64;
-                Ok(Some(b))
-            }
-            Ok(None) => Ok(None),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                Err(std::io::Error::other("fill file shorter than written"))
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn step(&mut self) -> std::io::Result<Option<Bytes>> {
-        use futures::StreamExt;
-        loop {
-            if let Some(rest) = self.stored.as_mut() {
-                return match rest.next().await {
-                    Some(Ok(b)) => {
-                        self.pos += b.len() as u64;
-                        Ok(Some(b))
-                    }
-                    Some(Err(e)) => Err(e),
-                    None => Ok(None),
-                };
-            }
-            if self.end.is_some_and(|e| self.pos >= e) {
-                return Ok(None);
-            }
-            let p = self.rx.borrow_and_update().clone();
-            if let Phase::Done(e) = &p.phase {
-                let end = self.end.map_or(e.size, |x| x.min(e.size));
-                if self.pos >= end {
-                    return Ok(None);
-                }
-                // Committed: the rest comes from the stored object, checked.
-                match self.sh.store.open_key(&self.sh.key).await {
-                    Ok(Some(o)) if o.entry.digest == e.digest => {
-                        self.stored = Some(Box::pin(o.stream(self.pos, end)));
-                        continue;
-                    }
-                    _ => {
-                        return Err(std::io::Error::other(format!(
-                            "{}: the committed object could not be opened to finish this read",
-                            self.sh.key
-                        )));
-                    }
-                }
-            }
-            let len = self.sh.head.get().and_then(|h| h.len);
-            let (limit, done) = match &p.phase {
-                // (`Done` went to the stored object above.)
-                Phase::Done(_) | Phase::Verified => (p.written, true),
-                Phase::Failed(e) => return Err(std::io::Error::other(e.to_string())),
-                // Hold back the last byte until the object is verified.
-                _ => (
-                    match len {
-                        Some(n) => p.written.min(n.saturating_sub(1)),
-                        None => p.written,
-                    },
-                    false,
-                ),
-            };
-            let mut limit = self.end.map_or(limit, |e| e.min(limit));
-            // A range's last byte, too, waits for the verdict: a range
-            // answered from a fill that then fails must not end cleanly.
-            if !done && let Some(e) = self.end {
-                limit = limit.min(e.saturating_sub(1));
-            }
-            if self.pos < limit {
-                match self.read_checked(limit).await? {
-                    Some(b) => return Ok(Some(b)),
-                    None if done => {
-                        return Err(std::io::Error::other("fill has no checksum for a block"));
-                    }
-                    None => {
-                        if self.rx.changed().await.is_err() {
-                            return Err(std::io::Error::other("fill task vanished"));
-                        }
-                        continue;
-                    }
-                }
-            }
-            if done {
-                return Ok(None);
-            }
-            if self.rx.changed().await.is_err() {
-                return Err(std::io::Error::other("fill task vanished"));
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -1477,6 +1250,59 @@ mod tests {
         }
     }
 
+    /// A task ticking every 10 ms on the runtime's worker, and the most it
+    /// was ever late (ms): what a probe's handler would see.
+    fn lateness_ticker() -> (
+        tokio::task::JoinHandle<()>,
+        Arc<std::sync::atomic::AtomicU64>,
+    ) {
+        let late = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let l = late.clone();
+        let ticker = tokio::spawn(async move {
+            loop {
+                let t = Instant::now();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let over = t.elapsed().saturating_sub(Duration::from_millis(10));
+                l.fetch_max(over.as_millis() as u64, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        (ticker, late)
+    }
+
+    /// The slow volume's other end: `fifo` drained 64 KiB every 2 s
+    /// (`started` once a read came), at full speed once `stop`, or after a
+    /// minute whatever the test did (nothing stays blocked).
+    fn slow_drain(
+        fifo: std::path::PathBuf,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+        started: Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        use std::io::Read;
+        use std::sync::atomic::Ordering::SeqCst;
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            while !fifo.exists() && t.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let mut r = File::open(&fifo).unwrap();
+            let mut buf = vec![0u8; 64 << 10];
+            let t0 = Instant::now();
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => started.store(true, SeqCst),
+                }
+                let t = Instant::now();
+                while !stop.load(SeqCst)
+                    && t0.elapsed() < Duration::from_secs(60)
+                    && t.elapsed() < Duration::from_secs(2)
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        })
+    }
+
     /// The invariant "no write, hash or checksum of a fill on an async
     /// worker": on one async worker, while a fill's spool file's creation is
     /// held and then its every write(2) stalls (2 s each), a stored key
@@ -1487,7 +1313,6 @@ mod tests {
     /// for the whole stall.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_stalling_volume_stalls_only_the_fill_that_writes_to_it() {
-        use std::io::Read;
         use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("stalling-spool");
@@ -1503,18 +1328,7 @@ mod tests {
         let backend = stalling(dir.path(), &fifo, gate.clone());
         let fills = Fills::new(Store::with_backend(Box::new(backend), None).unwrap());
         // The worker's lateness, from before the fill starts to its end.
-        let late = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let ticker = {
-            let late = late.clone();
-            tokio::spawn(async move {
-                loop {
-                    let t = Instant::now();
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    let over = t.elapsed().saturating_sub(Duration::from_millis(10));
-                    late.fetch_max(over.as_millis() as u64, SeqCst);
-                }
-            })
-        };
+        let (ticker, late) = lateness_ticker();
         let (tx, spec) = channel_spec(Some(4 << 20));
         let Joined::Filling(h) = fills.join("slow", || spec).await.unwrap() else {
             panic!("expected a fill")
@@ -1549,33 +1363,7 @@ mod tests {
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicBool::new(false)),
         );
-        let drain = {
-            let (stop, started, fifo) = (stop.clone(), started.clone(), fifo.clone());
-            std::thread::spawn(move || {
-                let t = Instant::now();
-                while !fifo.exists() && t.elapsed() < Duration::from_secs(20) {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                let mut r = File::open(&fifo).unwrap();
-                let mut buf = vec![0u8; 64 << 10];
-                // Drained at full speed once stopped, or after a minute
-                // whatever the test did (nothing stays blocked).
-                let t0 = Instant::now();
-                loop {
-                    match r.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => started.store(true, SeqCst),
-                    }
-                    let t = Instant::now();
-                    while !stop.load(SeqCst)
-                        && t0.elapsed() < Duration::from_secs(60)
-                        && t.elapsed() < Duration::from_secs(2)
-                    {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                }
-            })
-        };
+        let drain = slow_drain(fifo.clone(), stop.clone(), started.clone());
         let feeder = tokio::spawn(async move {
             for _ in 0..64 {
                 if tx.send(Ok(Bytes::from(vec![7u8; 64 << 10]))).await.is_err() {
