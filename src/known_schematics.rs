@@ -192,7 +192,9 @@ impl KnownSchematics {
         let bytes = bytes.to_vec();
         if id_of(&bytes) != id {
             tracing::warn!(%id, "stored schematic does not hash to its ID; dropping it");
-            self.store.remove(&key);
+            if let Err(e) = self.store.remove(&key) {
+                tracing::warn!(%id, error = %e, "the stored schematic could not be dropped");
+            }
             return Ok(None);
         }
         Ok(String::from_utf8(bytes).ok())

@@ -312,8 +312,16 @@ impl Registry {
         {
             tracing::warn!(key = %key, reason = %why, "stored key names another object; dropped, not served");
             // The removal writes the index: on a blocking thread.
-            let (store, key) = (self.store.clone(), key.clone());
-            let _ = tokio::task::spawn_blocking(move || store.remove(&key)).await;
+            let (store, k) = (self.store.clone(), key.clone());
+            match tokio::task::spawn_blocking(move || store.remove(&k)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(key = %key, error = %e, "the misnamed key could not be dropped")
+                }
+                Err(e) => {
+                    tracing::warn!(key = %key, error = %e, "the misnamed key's removal did not run")
+                }
+            }
         }
     }
 

@@ -270,7 +270,9 @@ pub trait Backend: Send + Sync + 'static {
     ) -> io::Result<Publish<'a>> {
         Ok(Box::new(move || self.put_object(spool, file, digest, sums)))
     }
-    fn delete_object(&self, digest: &str);
+    /// Delete an object and its checksums: `Ok` when they are gone (or
+    /// were never there), `Err` when the backend did not confirm it.
+    fn delete_object(&self, digest: &str) -> io::Result<()>;
 
     fn list_entries(&self) -> io::Result<Vec<Listed>>;
     /// An entry's body and change token: `Ok(None)` when there is no such
@@ -280,7 +282,9 @@ pub trait Backend: Send + Sync + 'static {
     fn read_entry(&self, name: &str) -> io::Result<Option<(Vec<u8>, u64)>>;
     /// Write (replace) an entry; its new change token.
     fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64>;
-    fn delete_entry(&self, name: &str);
+    /// Delete an entry: `Ok` when it is gone (or was never there), `Err`
+    /// when the backend did not confirm it.
+    fn delete_entry(&self, name: &str) -> io::Result<()>;
 
     /// An object's checksums: `Ok(None)` when it has none, `Err` when the
     /// backend did not answer.
@@ -336,6 +340,12 @@ pub(crate) struct Hooked {
     /// Opening an object's bytes fails as a bucket that did not answer
     /// (a timeout): the store holds it, nothing can be read of it.
     pub unanswered_opens: bool,
+    /// The store lock orders nothing (a bucket that ignores conditional
+    /// writes, where a second process's lock is not excluded: `s3::lock`).
+    pub no_lock: bool,
+    /// Called with the record's name before every entry write (a test
+    /// holds one there, as a slow network holds a PUT).
+    pub on_write: Box<dyn Fn(&str) + Send + Sync>,
 }
 
 #[cfg(test)]
@@ -348,6 +358,8 @@ impl Hooked {
             spool: None,
             refuse_deletes: false,
             unanswered_opens: false,
+            no_lock: false,
+            on_write: Box::new(|_| {}),
         }
     }
 }
@@ -361,6 +373,9 @@ impl Backend for Hooked {
         self.kind
     }
     fn lock(&self) -> io::Result<LockGuard<'_>> {
+        if self.no_lock {
+            return Ok(Box::new(()));
+        }
         self.inner.lock()
     }
     fn spool(&self) -> io::Result<(PathBuf, File)> {
@@ -396,10 +411,11 @@ impl Backend for Hooked {
     fn put_object(&self, spool: &Path, file: File, digest: &str, sums: &[u8]) -> io::Result<bool> {
         self.inner.put_object(spool, file, digest, sums)
     }
-    fn delete_object(&self, digest: &str) {
-        if !self.refuse_deletes {
-            self.inner.delete_object(digest)
+    fn delete_object(&self, digest: &str) -> io::Result<()> {
+        if self.refuse_deletes {
+            return Err(io::Error::other("the delete failed (a test's backend)"));
         }
+        self.inner.delete_object(digest)
     }
     fn list_entries(&self) -> io::Result<Vec<Listed>> {
         (self.on_read)("list_entries");
@@ -410,9 +426,10 @@ impl Backend for Hooked {
         self.inner.read_entry(name)
     }
     fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64> {
+        (self.on_write)(name);
         self.inner.write_entry(name, body)
     }
-    fn delete_entry(&self, name: &str) {
+    fn delete_entry(&self, name: &str) -> io::Result<()> {
         self.inner.delete_entry(name)
     }
     fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>> {

@@ -322,9 +322,9 @@ impl Backend for LocalDir {
         Ok(existed)
     }
 
-    fn delete_object(&self, digest: &str) {
-        let _ = fs::remove_file(self.layout.object(digest));
-        let _ = fs::remove_file(self.layout.sums_file(digest));
+    fn delete_object(&self, digest: &str) -> io::Result<()> {
+        remove_if_there(&self.layout.object(digest))?;
+        remove_if_there(&self.layout.sums_file(digest))
     }
 
     fn list_entries(&self) -> io::Result<Vec<Listed>> {
@@ -367,8 +367,8 @@ impl Backend for LocalDir {
         )
     }
 
-    fn delete_entry(&self, name: &str) {
-        let _ = fs::remove_file(self.layout.index().join(name));
+    fn delete_entry(&self, name: &str) -> io::Result<()> {
+        remove_if_there(&self.layout.index().join(name))
     }
 
     fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>> {
@@ -382,6 +382,14 @@ impl Backend for LocalDir {
 
     fn write_sums(&self, digest: &str, body: &[u8]) -> io::Result<()> {
         write_atomic(&self.layout, "sums-", &self.layout.sums_file(digest), body).map(drop)
+    }
+}
+
+/// Remove `path`: `Ok` when it is gone, whether or not it was there.
+fn remove_if_there(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -495,9 +503,10 @@ pub(super) fn index_name(key: &str) -> String {
 
 pub(super) use crate::text::is_hex64;
 
-/// Is `name` an index file name the store writes (`<hex64>.json`)?
+/// Is `name` an index file name the store writes (an entry,
+/// `<hex64>.json`, or a pin record, `<hex64>.pin`: `store::pins`)?
 pub(super) fn is_index_name(name: &str) -> bool {
-    name.strip_suffix(".json").is_some_and(is_hex64)
+    name.strip_suffix(".json").is_some_and(is_hex64) || super::pins::is_pin_name(name)
 }
 
 /// Open `path` for reading only if it is a regular file: never follows a

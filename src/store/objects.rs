@@ -278,7 +278,9 @@ impl Store {
             Err(e) => {
                 tracing::warn!(key, error = %e, "object missing; dropping its entry");
                 drop(lease);
-                self.remove_raw(key);
+                if let Err(e) = self.remove_raw(key) {
+                    tracing::warn!(key, error = %e, "the entry of a missing object could not be dropped");
+                }
                 return Ok(None);
             }
         };
@@ -527,7 +529,8 @@ impl Store {
             && self.refresh().is_ok()
             && !self.lock().objects.contains_key(&entry.digest)
         {
-            self.delete_object(&entry.digest);
+            // (a failure is logged: the object is swept as an orphan)
+            let _failed = self.delete_object(&entry.digest).is_err();
         }
         let stands = stands?;
         drop(lock);
@@ -682,10 +685,17 @@ impl Store {
             tracing::error!(%digest, reason, error = %e, "corrupt object in the store; NOT dropped: the store did not answer");
             return;
         }
-        let keys = self.remove_object_locked(digest);
-        tracing::error!(%digest, ?keys, reason, "corrupt object in the store; dropped (the next request fetches it again)");
-        if keys.is_empty() {
-            self.delete_object(digest);
+        match self.remove_object_locked(digest) {
+            Ok(keys) => {
+                tracing::error!(%digest, ?keys, reason, "corrupt object in the store; dropped (the next request fetches it again)");
+                if keys.is_empty() {
+                    // (a failure is logged; `drop_object` reads what stays)
+                    let _failed = self.delete_object(digest).is_err();
+                }
+            }
+            Err(e) => {
+                tracing::error!(%digest, reason, error = %e, "corrupt object in the store; NOT all dropped")
+            }
         }
     }
 

@@ -486,6 +486,16 @@ impl S3Backend {
         (!rest.contains('/')).then(|| rest.to_string())
     }
 
+    /// Delete `p`: `Ok` when the bucket confirmed it gone (or it was not
+    /// there), `Err` when it did not answer.
+    fn delete_path(&self, p: ObjPath) -> io::Result<()> {
+        let s3 = self.s3.clone();
+        match self.call(async move { s3.delete(&p).await }) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Is the store reachable (a HEAD of the lease, absent or not)?
     pub fn probe(&self, limit: Duration) -> io::Result<()> {
         let s3 = self.s3.clone();
@@ -601,7 +611,7 @@ impl Backend for S3Backend {
         }
     }
 
-    fn delete_object(&self, digest: &str) {
+    fn delete_object(&self, digest: &str) -> io::Result<()> {
         if let Some(t) = &self.tier {
             t.remove(digest);
         }
@@ -609,13 +619,9 @@ impl Backend for S3Backend {
             self.object_path(digest),
             self.path(&format!("sums/{digest}")),
         ] {
-            let s3 = self.s3.clone();
-            if let Err(e) = self.call(async move { s3.delete(&p).await })
-                && e.kind() != io::ErrorKind::NotFound
-            {
-                tracing::warn!(%digest, error = %e, "deleting from the bucket failed");
-            }
+            self.delete_path(p)?;
         }
+        Ok(())
     }
 
     fn list_entries(&self) -> io::Result<Vec<Listed>> {
@@ -660,10 +666,8 @@ impl Backend for S3Backend {
         }
     }
 
-    fn delete_entry(&self, name: &str) {
-        let s3 = self.s3.clone();
-        let p = self.path(&format!("index/{name}"));
-        let _ = self.call(async move { s3.delete(&p).await });
+    fn delete_entry(&self, name: &str) -> io::Result<()> {
+        self.delete_path(self.path(&format!("index/{name}")))
     }
 
     fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>> {
