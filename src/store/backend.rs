@@ -340,6 +340,9 @@ pub(crate) struct Hooked {
     /// Opening an object's bytes fails as a bucket that did not answer
     /// (a timeout): the store holds it, nothing can be read of it.
     pub unanswered_opens: bool,
+    /// Entry writes and deletions fail as a bucket that did not answer
+    /// (frozen at the first index write).
+    pub unanswered_writes: bool,
     /// The store lock orders nothing (a bucket that ignores conditional
     /// writes, where a second process's lock is not excluded: `s3::lock`).
     pub no_lock: bool,
@@ -358,9 +361,21 @@ impl Hooked {
             spool: None,
             refuse_deletes: false,
             unanswered_opens: false,
+            unanswered_writes: false,
             no_lock: false,
             on_write: Box::new(|_| {}),
         }
+    }
+}
+
+#[cfg(test)]
+impl Hooked {
+    /// What a bucket that did not answer says.
+    fn silent() -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the bucket did not answer (a test's backend)",
+        )
     }
 }
 
@@ -401,10 +416,7 @@ impl Backend for Hooked {
     }
     fn open_object(&self, digest: &str, len: u64) -> io::Result<Box<dyn ObjectRead>> {
         if self.unanswered_opens {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the bucket did not answer (a test's backend)",
-            ));
+            return Err(Hooked::silent());
         }
         self.inner.open_object(digest, len)
     }
@@ -427,9 +439,15 @@ impl Backend for Hooked {
     }
     fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64> {
         (self.on_write)(name);
+        if self.unanswered_writes {
+            return Err(Hooked::silent());
+        }
         self.inner.write_entry(name, body)
     }
     fn delete_entry(&self, name: &str) -> io::Result<()> {
+        if self.unanswered_writes {
+            return Err(Hooked::silent());
+        }
         self.inner.delete_entry(name)
     }
     fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>> {
