@@ -99,6 +99,11 @@ impl Inventory {
         }
     }
 
+    /// The store's own bound on one call (a bucket's `--upstream-timeout`).
+    pub fn call_bound(&self) -> Duration {
+        self.store.call_bound()
+    }
+
     /// The directory or bucket URL.
     pub fn describe(&self) -> String {
         self.store.describe()

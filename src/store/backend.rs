@@ -318,6 +318,14 @@ pub trait Backend: Send + Sync + 'static {
     fn check(&self, _limit: Duration) -> io::Result<()> {
         Ok(())
     }
+
+    /// The backend's own bound on one call (a bucket's: `--upstream-timeout`):
+    /// a check that answers within it is an answer, however slow
+    /// (`http::ops`' prober gives the store this long, not less). The
+    /// default, for a backend whose calls do not wait on a network: 2 s.
+    fn call_bound(&self) -> Duration {
+        Duration::from_secs(2)
+    }
 }
 
 /// A local directory with hooks, for tests that need a backend call to
@@ -340,6 +348,11 @@ pub(crate) struct Hooked {
     /// Opening an object's bytes fails as a bucket that did not answer
     /// (a timeout): the store holds it, nothing can be read of it.
     pub unanswered_opens: bool,
+    /// The bound it says its calls have (`None`: the directory's).
+    pub bound: Option<Duration>,
+    /// How long its check takes to answer; one given less than that by its
+    /// caller's limit fails at the limit, as a bucket's HEAD times out.
+    pub check_takes: Option<Duration>,
     /// Entry writes and deletions fail as a bucket that did not answer
     /// (frozen at the first index write).
     pub unanswered_writes: bool,
@@ -361,6 +374,8 @@ impl Hooked {
             spool: None,
             refuse_deletes: false,
             unanswered_opens: false,
+            bound: None,
+            check_takes: None,
             unanswered_writes: false,
             no_lock: false,
             on_write: Box::new(|_| {}),
@@ -459,6 +474,15 @@ impl Backend for Hooked {
     }
     fn check(&self, limit: Duration) -> io::Result<()> {
         (self.on_read)("check");
+        if let Some(takes) = self.check_takes {
+            std::thread::sleep(takes.min(limit));
+            if takes > limit {
+                return Err(Hooked::silent());
+            }
+        }
         self.inner.check(limit)
+    }
+    fn call_bound(&self) -> Duration {
+        self.bound.unwrap_or_else(|| self.inner.call_bound())
     }
 }

@@ -268,7 +268,8 @@ impl Drop for Reservation {
     }
 }
 
-/// A store marked down is probed by a request (blocking, at most 2 s)
+/// A store marked down is probed by a request (blocking, at most the
+/// backend's own bound, [`Store::call_bound`])
 /// only when no probe began or ended for this long: with a prober that
 /// checks it every second (`serve`), requests never wait on a probe.
 const PROBE_GAP: Duration = Duration::from_secs(3);
@@ -454,6 +455,13 @@ impl Store {
         let r = self.answered(self.backend().check(limit));
         stamp();
         r.map_err(|e| Error::io(format!("the store {}", self.describe()), e))
+    }
+
+    /// The backend's own bound on one call ([`Backend::call_bound`]: a
+    /// bucket's `--upstream-timeout`): how long a check may take and still
+    /// be an answer.
+    pub fn call_bound(&self) -> Duration {
+        self.backend().call_bound()
     }
 
     /// Did the backend answer its last call or [`Store::check`]?

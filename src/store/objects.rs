@@ -359,7 +359,7 @@ impl Store {
         if !self.inner.probe_due() {
             return false;
         }
-        self.check(std::time::Duration::from_secs(2)).is_ok()
+        self.check(self.call_bound()).is_ok()
     }
 
     /// An object without block checksums (or with ones that do not fit its

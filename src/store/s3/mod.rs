@@ -691,6 +691,10 @@ impl Backend for S3Backend {
         self.probe(limit)
     }
 
+    fn call_bound(&self) -> Duration {
+        self.cfg.timeout
+    }
+
     fn retain_copies(&self, keep: &dyn Fn(&str, u64) -> bool) {
         if let Some(t) = &self.tier {
             t.keep_only(keep);
