@@ -15,9 +15,22 @@ impl Store {
     /// object another process pinned (or re-pointed a key to) is kept.
     /// Blocking: call it off the async threads.
     pub fn evict(&self, keep: Option<&str>) {
+        self.evict_for(keep, 0)
+    }
+
+    /// [`Store::evict`] until `extra` more bytes fit within the limit too
+    /// (a fill waiting for room, `store::room`); whoever waits for room
+    /// is woken after.
+    pub(super) fn evict_for(&self, keep: Option<&str>, extra: u64) {
         let Some(max) = self.inner.max_size else {
             return;
         };
+        let max = max.saturating_sub(extra);
+        self.evict_to(keep, max);
+        self.inner.room_freed.notify_waiters();
+    }
+
+    fn evict_to(&self, keep: Option<&str>, max: u64) {
         {
             let st = self.lock();
             let fresh = st.last_refresh.is_some_and(|t| t.elapsed() < REFRESH_EVERY);

@@ -92,6 +92,7 @@ mod objects;
 mod pieces;
 mod pins;
 mod read;
+mod room;
 pub mod s3;
 pub mod sums;
 mod temp;
@@ -106,6 +107,7 @@ pub use local::LocalDir;
 use local::is_hex64;
 pub use objects::{Unavailable, hash_and_sum};
 pub use read::{Lease, StoredObject};
+pub use room::NoRoom;
 pub use s3::{S3Backend, S3Config};
 pub use temp::{SpoolWriter, TempObject};
 
@@ -249,6 +251,8 @@ pub(super) enum Touch {
 pub struct Reservation {
     held: Arc<AtomicU64>,
     len: u64,
+    /// Woken when it is let go (fills waiting for room, `room`).
+    freed: Arc<tokio::sync::Notify>,
 }
 
 impl Reservation {
@@ -265,6 +269,7 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.held.fetch_sub(self.len, Ordering::AcqRel);
+        self.freed.notify_waiters();
     }
 }
 
@@ -305,6 +310,9 @@ struct Inner {
     /// with the committed objects against `--cache-max-size`, so room is
     /// made before a fill's bytes land, not after.
     in_flight: Arc<AtomicU64>,
+    /// Woken when room may have been made: a reservation let go, an
+    /// eviction round ended (fills waiting for room, `room`).
+    room_freed: Arc<tokio::sync::Notify>,
     /// When the backend was last probed ([`Store::check`]), in ms since
     /// `opened`: a store marked down is probed again by a caller at most
     /// once a second.
@@ -420,6 +428,7 @@ impl Store {
                 dropped_at_open: Vec::new(),
                 available: tokio::sync::watch::Sender::new(true),
                 in_flight: Arc::new(AtomicU64::new(0)),
+                room_freed: Arc::new(tokio::sync::Notify::new()),
                 last_probe: AtomicU64::new(0),
                 opened: std::time::Instant::now(),
             }),
@@ -540,10 +549,7 @@ impl Store {
     /// is dropped (the fill committed or failed); least recently used
     /// objects are evicted to make room first, on a blocking thread.
     pub fn reserve(&self, len: u64) -> Reservation {
-        let mut r = Reservation {
-            held: self.inner.in_flight.clone(),
-            len: 0,
-        };
+        let mut r = self.no_room_held();
         self.grow(&mut r, len);
         r
     }
@@ -564,6 +570,15 @@ impl Store {
                 Ok(h) => drop(h.spawn_blocking(move || store.evict(None))),
                 Err(_) => store.evict(None),
             }
+        }
+    }
+
+    /// A reservation of nothing yet.
+    fn no_room_held(&self) -> Reservation {
+        Reservation {
+            held: self.inner.in_flight.clone(),
+            len: 0,
+            freed: self.inner.room_freed.clone(),
         }
     }
 

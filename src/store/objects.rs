@@ -457,7 +457,7 @@ impl Store {
         tokio::task::spawn_blocking(move || {
             let mut tmp = store.temp_blocking()?;
             tmp.write(&body)?;
-            store.commit_now(tmp, &key, meta)
+            store.commit_now(tmp, &key, meta, None)
         })
         .await
         .map_err(|e| Error::io("commit task", std::io::Error::other(e)))?
@@ -470,19 +470,28 @@ impl Store {
     pub async fn commit(&self, tmp: TempObject, key: &Key, meta: Meta) -> Result<Entry> {
         let store = self.clone();
         let key = key.clone();
-        tokio::task::spawn_blocking(move || store.commit_now(tmp, &key, meta))
+        tokio::task::spawn_blocking(move || store.commit_now(tmp, &key, meta, None))
             .await
             .map_err(|e| Error::io("commit task", std::io::Error::other(e)))?
     }
 
-    /// [`Store::commit`] on the caller's (blocking) thread.
-    pub(super) fn commit_now(&self, tmp: TempObject, key: &Key, meta: Meta) -> Result<Entry> {
+    /// [`Store::commit`] on the caller's (blocking) thread; `room`, the
+    /// fill's reservation, is let go once the object counts itself (or
+    /// the commit failed and its file is gone), before the eviction.
+    pub(super) fn commit_now(
+        &self,
+        tmp: TempObject,
+        key: &Key,
+        meta: Meta,
+        room: Option<super::Reservation>,
+    ) -> Result<Entry> {
         let (file, src, digest, size, sums) = tmp.into_parts();
         let entry = Entry::fetched_now(key.clone(), digest, size, meta);
         let digest = entry.digest.clone();
         let res = self.commit_blocking(file, &src, entry, sums);
         // The spool file is gone on success; on failure it must go too.
         let _ = std::fs::remove_file(&src);
+        drop(room);
         if res.is_ok() {
             self.evict(Some(&digest));
         }
