@@ -18,7 +18,7 @@ use super::{AsKey, Entry, Key, KeyPrefix, Meta, Store, Touch, backend, now_secs,
 use crate::error::{Error, Result};
 
 /// Unreferenced objects younger than this survive a startup.
-const ORPHAN_GRACE: Duration = Duration::from_secs(600);
+pub(super) const ORPHAN_GRACE: Duration = Duration::from_secs(600);
 /// How stale this process's view of other processes' writes may be before
 /// an eviction check re-reads the index.
 pub(super) const REFRESH_EVERY: Duration = Duration::from_secs(1);

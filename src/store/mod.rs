@@ -95,6 +95,7 @@ mod read;
 mod room;
 pub mod s3;
 pub mod sums;
+mod sweep;
 mod temp;
 #[cfg(test)]
 mod tests;
@@ -109,6 +110,7 @@ pub use objects::{Unavailable, hash_and_sum};
 pub use read::{Lease, StoredObject};
 pub use room::NoRoom;
 pub use s3::{S3Backend, S3Config};
+pub use sweep::{SWEEP_EVERY, Swept};
 pub use temp::{SpoolWriter, TempObject};
 
 /// Bytes per step when streaming a stored object (1 MiB measured best
@@ -293,6 +295,9 @@ struct Inner {
     state: Mutex<State>,
     /// Objects dropped because their bytes rotted.
     corrupt: AtomicU64,
+    /// Orphan objects, and their bytes, swept while running (`sweep`).
+    swept_objects: AtomicU64,
+    swept_bytes: AtomicU64,
     /// An eviction is scheduled or running.
     evicting: AtomicBool,
     /// A reader left while an eviction ran: run another round.
@@ -422,6 +427,8 @@ impl Store {
                 max_size,
                 state: Mutex::new(State::default()),
                 corrupt: AtomicU64::new(0),
+                swept_objects: AtomicU64::new(0),
+                swept_bytes: AtomicU64::new(0),
                 evicting: AtomicBool::new(false),
                 evict_again: AtomicBool::new(false),
                 refreshing: AtomicBool::new(false),
