@@ -1,8 +1,9 @@
 //! The sweep of what no key names, while the service runs: objects (with
 //! their checksums and tier copies) that no entry or pin record names and
 //! that are older than [`super::entries::ORPHAN_GRACE`] (a younger one may
-//! be a commit's upload about to get its entry), and spool leftovers no
-//! process holds. A process killed mid-commit leaves such objects; the
+//! be a commit's upload about to get its entry). (Spool leftovers stay the
+//! start-up's: a temp file is created before its lock is taken, so a sweep
+//! while fills run could take a new one for a leftover.) A process killed mid-commit leaves such objects; the
 //! start-up scan took them only when a start came late enough, now every
 //! [`SWEEP_EVERY`] does ([`Store::sweep_every`], started by `serve`).
 //! Counted: [`Store::swept`] (`talos_gen_store_orphans_swept_total`,
@@ -35,11 +36,10 @@ pub struct Swept {
 }
 
 impl Store {
-    /// Remove the objects no key names that are older than `grace`, and
-    /// the spool leftovers no process holds (blocking).
+    /// Remove the objects no key names that are older than `grace`
+    /// (blocking).
     pub fn sweep_orphans(&self, grace: Duration) -> Result<Swept> {
         let b = self.backend();
-        b.clean_spool();
         // The listing needs no lock; what is named is decided under it.
         let listed = self
             .answered(b.list_objects())
