@@ -30,7 +30,8 @@
 //! # Layout of the local directory (see [`local`])
 //! `objects/sha256/<hex>` (the bytes), `sums/<hex>` (their per-chunk
 //! checksums, [`sums`]), `index/<sha256(key)>.json` (one [`Entry`] per
-//! key: a key never becomes a path), `tmp/` (writes in progress, each
+//! key: a key never becomes a path), `pins/<sha256(key)>.pin` (a pinned
+//! key's pin record, [`pins`]), `tmp/` (writes in progress, each
 //! holding a `flock`), `lock` (the store lock).
 //!
 //! # Guarantees

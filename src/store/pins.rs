@@ -1,6 +1,6 @@
 //! Pins recorded apart from the entries replicas write, so no writer can
-//! undo a pin: a pinned key has a **pin record** (`<sha256(key)>.pin`
-//! beside its entry `<sha256(key)>.json`, the same [`Entry`] with
+//! undo a pin: a pinned key has a **pin record** (`pins/<sha256(key)>.pin`,
+//! apart from its entry `index/<sha256(key)>.json`, the same [`Entry`] with
 //! `pinned: true`), written and deleted only by a pinning write (the
 //! mirror job, `set_pinned`, a token holder's schematic). A cached copy
 //! (a fill, a link) writes the entry only, never the pin record.
@@ -248,7 +248,7 @@ mod tests {
             .unwrap();
         let serve = Store::open(dir.path(), None).unwrap();
         assert!(serve.entry("k").unwrap().pinned);
-        let pin = dir.path().join("index").join(super::pin_name("k"));
+        let pin = dir.path().join("pins").join(super::pin_name("k"));
         assert!(pin.exists(), "a pin record beside the entry");
         mirror.set_pinned("k", false).await.unwrap();
         assert!(!pin.exists(), "the pin record goes with the unpin");
@@ -281,7 +281,7 @@ mod tests {
             .unwrap();
         drop(old);
         // What an older talos-gen left: the entry alone.
-        std::fs::remove_file(dir.path().join("index").join(super::pin_name("k"))).unwrap();
+        std::fs::remove_file(dir.path().join("pins").join(super::pin_name("k"))).unwrap();
         let serve = Store::open(dir.path(), None).unwrap();
         assert!(serve.entry("k").unwrap().pinned);
         let stands = serve

@@ -41,8 +41,13 @@ fn replica(f: &Factory, g: &Garage, endpoint: &str, name: &str, extra: &[&str]) 
 fn records(g: &Garage, key: &str) -> (Option<serde_json::Value>, Option<serde_json::Value>) {
     let hex = sha256_hex(key.as_bytes());
     let read = |name: String| {
-        let path = format!("{PREFIX}/index/{name}");
-        g.list(0, &format!("{PREFIX}/index/"))
+        let folder = if name.ends_with(".pin") {
+            "pins"
+        } else {
+            "index"
+        };
+        let path = format!("{PREFIX}/{folder}/{name}");
+        g.list(0, &format!("{PREFIX}/{folder}/"))
             .contains(&path)
             .then(|| serde_json::from_slice(&g.get(0, &path)).unwrap())
     };
