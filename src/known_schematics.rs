@@ -175,11 +175,7 @@ impl KnownSchematics {
         }
         let key = store_key(id);
         // Held but out of reach (a bucket down, no local copy): 503, never 404.
-        let Some(obj) = self
-            .store
-            .lookup(&key)
-            .map_err(|e| Error::Unavailable(e.0))?
-        else {
+        let Some(obj) = self.store.lookup(&key)? else {
             return Ok(None);
         };
         if obj.entry.size > MAX_SIZE as u64 {

@@ -32,6 +32,13 @@ impl std::fmt::Display for Unavailable {
     }
 }
 
+/// The one conversion into the crate's error: held but out of reach, 503.
+impl From<Unavailable> for Error {
+    fn from(u: Unavailable) -> Error {
+        Error::Unavailable(u.0)
+    }
+}
+
 /// What a failed read came to ([`Store::read_failed`]).
 pub(super) enum Fault {
     /// The copy read is gone (dropped, or the backend lost it): the next
