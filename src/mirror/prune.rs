@@ -118,7 +118,7 @@ pub async fn prune(store: &Store, cfg: &Config, dry_run: bool) -> Result<PruneRe
         }
         match remove_one(store, &e.key).await {
             Ok(()) => gone.push(e),
-            Err(why) => report.failed.push((e.key.clone(), why)),
+            Err(why) => report.failed.push((e.key.clone(), why.to_string())),
         }
     }
     report.keys = gone.iter().map(|e| (e.key.clone(), e.size)).collect();
@@ -143,19 +143,28 @@ pub async fn prune(store: &Store, cfg: &Config, dry_run: bool) -> Result<PruneRe
     Ok(report)
 }
 
+/// A step of a key's removal the store did not take.
+#[derive(Debug, thiserror::Error)]
+enum NotDone {
+    #[error("not unpinned: {0}")]
+    Unpin(Error),
+    #[error("unpinned, not removed: {0}")]
+    Remove(Error),
+}
+
 /// Unpin `key`, then remove it (were the removal cut short, eviction may
 /// take it): `Err` says which step the store did not take, and why.
-async fn remove_one(store: &Store, key: &Key) -> std::result::Result<(), String> {
-    store
-        .set_pinned(key, false)
-        .await
-        .map_err(|e| format!("not unpinned: {e}"))?;
+async fn remove_one(store: &Store, key: &Key) -> std::result::Result<(), NotDone> {
+    store.set_pinned(key, false).await.map_err(NotDone::Unpin)?;
     let (st, k) = (store.clone(), key.clone());
     // The removal writes the index: on a blocking thread.
     match tokio::task::spawn_blocking(move || st.remove(&k)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("unpinned, not removed: {e}")),
-        Err(e) => Err(format!("unpinned, not removed: {e}")),
+        Ok(Err(e)) => Err(NotDone::Remove(e)),
+        Err(e) => Err(NotDone::Remove(Error::io(
+            "the removal's task",
+            std::io::Error::other(e),
+        ))),
     }
 }
 
