@@ -329,7 +329,7 @@ impl Backend for LocalDir {
 
     fn list_entries(&self) -> io::Result<Vec<Listed>> {
         let mut v = Vec::new();
-        let folders: [(PathBuf, fn(&str) -> bool); 2] = [
+        let folders: [(PathBuf, NameCheck); 2] = [
             (self.layout.index(), is_index_name),
             (self.layout.pins(), super::pins::is_pin_name),
         ];
@@ -519,6 +519,9 @@ pub(super) fn index_name(key: &str) -> String {
 }
 
 pub(super) use crate::text::is_hex64;
+
+/// Whether a name in one of the index's folders is of the store's shape.
+pub(super) type NameCheck = fn(&str) -> bool;
 
 /// Is `name` an index file name the store writes (`<hex64>.json`)?
 pub(super) fn is_index_name(name: &str) -> bool {

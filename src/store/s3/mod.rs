@@ -636,7 +636,7 @@ impl Backend for S3Backend {
 
     fn list_entries(&self) -> io::Result<Vec<Listed>> {
         let mut v = Vec::new();
-        let folders: [(&str, fn(&str) -> bool); 2] =
+        let folders: [(&str, super::local::NameCheck); 2] =
             [("index", is_index_name), ("pins", is_pin_name)];
         for (folder, ours) in folders {
             for m in self.list(folder)? {
