@@ -261,7 +261,7 @@ impl Registry {
         self.drop_misnamed(&key).await;
         if self.store_only(up) {
             let held = self.store.open_key(&key).await;
-            let held = held.map_err(|e| fill_error(FetchError::Unavailable(e.0), repo, d))?;
+            let held = held.map_err(|e| fill_error(e.into(), repo, d))?;
             return match held {
                 Some(obj) => {
                     self.metric(|m| m.hit("blob"));
@@ -352,7 +352,7 @@ impl Registry {
         match self.store.readable_entry_at(&blob_key(d)).await {
             Ok(e) => Ok(e.map(|e| e.size)),
             // Held but not readable now: the HEAD answers as the GET would (503).
-            Err(e) => Err(OciError::from(FetchError::Unavailable(e.0))),
+            Err(e) => Err(OciError::from(FetchError::from(e))),
         }
     }
 
