@@ -114,6 +114,12 @@ impl Service {
     }
 
     /// Open the store (off the async threads) and build everything on it.
+    /// Sweep the store's orphans every [`crate::store::SWEEP_EVERY`] in
+    /// the background while the store is open (`serve`; within a runtime).
+    pub fn sweep_in_background(&self) {
+        self.store.sweep_every(crate::store::SWEEP_EVERY);
+    }
+
     pub async fn build(cfg: &ServiceConfig) -> Result<Service> {
         // Every URL is checked before anything is created, each under the
         // flag the user typed (the registry falls back to the factory URL).

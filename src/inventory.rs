@@ -66,6 +66,9 @@ pub struct Totals {
     pub pinned: usize,
     /// Objects dropped since start because a read found them rotten.
     pub corrupt_dropped: u64,
+    /// Orphan objects, and their bytes, swept since start.
+    pub swept_objects: u64,
+    pub swept_bytes: u64,
 }
 
 impl StoredKey {
@@ -99,6 +102,11 @@ impl Inventory {
         }
     }
 
+    /// The store's own bound on one call (a bucket's `--upstream-timeout`).
+    pub fn call_bound(&self) -> Duration {
+        self.store.call_bound()
+    }
+
     /// The directory or bucket URL.
     pub fn describe(&self) -> String {
         self.store.describe()
@@ -127,6 +135,8 @@ impl Inventory {
             keys: entries.len(),
             pinned: entries.iter().filter(|e| e.pinned).count(),
             corrupt_dropped: self.store.corrupt_dropped(),
+            swept_objects: self.store.swept().0,
+            swept_bytes: self.store.swept().1,
         }
     }
 

@@ -149,11 +149,7 @@ impl KnownSchematics {
         }
         let key = store_key(id);
         // Held but out of reach (a bucket down, no local copy): 503, never 404.
-        let Some(obj) = self
-            .store
-            .lookup(&key)
-            .map_err(|e| Error::Unavailable(e.0))?
-        else {
+        let Some(obj) = self.store.lookup(&key)? else {
             return Ok(None);
         };
         if obj.entry.size > MAX_SIZE as u64 {
@@ -166,7 +162,9 @@ impl KnownSchematics {
         let bytes = bytes.to_vec();
         if id_of(&bytes) != id {
             tracing::warn!(%id, "stored schematic does not hash to its ID; dropping it");
-            self.store.remove(&key);
+            if let Err(e) = self.store.remove(&key) {
+                tracing::warn!(%id, error = %e, "the stored schematic could not be dropped");
+            }
             return Ok(None);
         }
         Ok(String::from_utf8(bytes).ok())

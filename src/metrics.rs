@@ -62,6 +62,8 @@ struct Inner {
     mirror_pins: Gauge,
     auth_failures: Counter,
     store_corrupt: Counter,
+    store_orphans_swept: Counter,
+    store_orphan_bytes_swept: Counter,
     hits: Family<Kind, Counter>,
     misses: Family<Kind, Counter>,
     bytes_served: Family<Kind, Counter>,
@@ -209,6 +211,16 @@ impl Inner {
             self.auth_failures.clone(),
         );
         r.register(
+            "store_orphans_swept",
+            "Objects no key named (a commit killed before its entry) removed by the store's sweep while running",
+            self.store_orphans_swept.clone(),
+        );
+        r.register(
+            "store_orphan_bytes_swept",
+            "Bytes of the objects the store's sweep removed",
+            self.store_orphan_bytes_swept.clone(),
+        );
+        r.register(
             "store_corrupt_objects",
             "Stored objects dropped because a read found a chunk whose bytes no longer match its checksum",
             self.store_corrupt.clone(),
@@ -316,6 +328,8 @@ impl Metrics {
             mirror_pins: Default::default(),
             auth_failures: Default::default(),
             store_corrupt: Default::default(),
+            store_orphans_swept: Default::default(),
+            store_orphan_bytes_swept: Default::default(),
             hits: Default::default(),
             misses: Default::default(),
             bytes_served: Default::default(),
@@ -503,6 +517,19 @@ impl Metrics {
         let now = self.0.store_corrupt.get();
         if total > now {
             self.0.store_corrupt.inc_by(total - now);
+        }
+    }
+
+    /// The store's sweep totals (monotonic: objects, bytes), as counters.
+    pub fn set_store_swept(&self, objects: u64, bytes: u64) {
+        for (c, total) in [
+            (&self.0.store_orphans_swept, objects),
+            (&self.0.store_orphan_bytes_swept, bytes),
+        ] {
+            let now = c.get();
+            if total > now {
+                c.inc_by(total - now);
+            }
         }
     }
 

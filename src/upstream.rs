@@ -65,6 +65,13 @@ pub enum FetchError {
     Unavailable(String),
 }
 
+/// The store holds it but does not answer: 503, never a refetch.
+impl From<crate::store::Unavailable> for FetchError {
+    fn from(u: crate::store::Unavailable) -> FetchError {
+        FetchError::Unavailable(u.0)
+    }
+}
+
 impl std::fmt::Display for FetchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -286,6 +286,15 @@ fn print_prune(r: &crate::mirror::PruneReport) {
         if r.dry_run { "would be freed" } else { "freed" },
         count(r.kept as u64, "mirrored key", "mirrored keys")
     );
+    for (k, why) in &r.failed {
+        eprintln!("talos-gen: mirror prune: NOT removed {k}: {why}");
+    }
+    if !r.failed.is_empty() {
+        eprintln!(
+            "talos-gen: mirror prune: {} not removed (each listed above; they are still in the store)",
+            count(r.failed.len() as u64, "key", "keys")
+        );
+    }
 }
 
 /// The config (with `--matrix` for `workers:`); its notes go to stderr.
@@ -446,7 +455,7 @@ fn record_interrupted(
     report: &crate::mirror::SyncReport,
 ) {
     use crate::mirror;
-    rt.block_on(async {
+    let kept = rt.block_on(async {
         let l = loc.clone();
         let write = async {
             let store = tokio::task::spawn_blocking(move || mirror::open_store(&l))
@@ -462,6 +471,12 @@ fn record_interrupted(
             .ok()
             .flatten()
     });
+    if kept.is_none() {
+        eprintln!(
+            "talos-gen: mirror sync: the interrupted run NOT recorded for the status page (the store did not take it within {})",
+            crate::text::human_duration(INTERRUPTED_WRITE)
+        );
+    }
 }
 
 /// `mirror prune`: remove what the config no longer names, then update the
@@ -485,6 +500,7 @@ fn run_prune(
     let rt = rt()?;
     let r = rt.block_on(mirror::prune(&store, &cfg, dry_run))?;
     print_prune(&r);
+    let mut done = r.is_complete();
     // The status page's per-release holdings follow.
     let last = if dry_run {
         Ok(None)
@@ -495,13 +511,17 @@ fn run_prune(
         Ok(Some(mut status)) => {
             status.releases = mirror::holdings(&store, &cfg);
             if let Err(e) = rt.block_on(mirror::report::write(&store, &status)) {
-                eprintln!("talos-gen: mirror prune: updating the status page's holdings: {e}");
+                eprintln!("talos-gen: mirror prune: the status page's holdings NOT updated: {e}");
+                done = false;
             }
         }
-        Err(e) => eprintln!("talos-gen: mirror prune: the status page's holdings not updated: {e}"),
+        Err(e) => {
+            eprintln!("talos-gen: mirror prune: the status page's holdings NOT updated: {e}");
+            done = false;
+        }
         Ok(None) => {}
     }
-    Ok(0)
+    Ok(if done { 0 } else { 1 })
 }
 
 /// `mirror import`: read a bundle into the store, stopped by a signal.
@@ -580,23 +600,30 @@ fn after_sync(
         );
     }
     let store = mirror::open_store(loc)?;
-    let mut pruned = Ok(());
+    let mut pruned = Ok(true);
     match prune {
         Some(dry_run) if failed.is_empty() => {
-            pruned = rt
-                .block_on(mirror::prune(&store, cfg, dry_run))
-                .map(|r| print_prune(&r));
+            pruned = rt.block_on(mirror::prune(&store, cfg, dry_run)).map(|r| {
+                print_prune(&r);
+                r.is_complete()
+            });
         }
         Some(_) => eprintln!("talos-gen: mirror sync: --prune: the sync failed; nothing pruned"),
         None => {}
     }
     let mut status = mirror::report::SyncStatus::from_report(report);
     status.releases = mirror::holdings(&store, cfg);
+    let mut kept = true;
     if let Err(e) = rt.block_on(mirror::report::write(&store, &status)) {
-        eprintln!("talos-gen: mirror sync: keeping the result for the status page: {e}");
+        eprintln!("talos-gen: mirror sync: the result NOT kept for the status page: {e}");
+        kept = false;
     }
-    pruned?;
-    Ok(if failed.is_empty() { 0 } else { 1 })
+    let pruned = pruned?;
+    Ok(if failed.is_empty() && pruned && kept {
+        0
+    } else {
+        1
+    })
 }
 
 /// `mirror verify`'s lines; the exit code (1 when anything was dropped or
@@ -705,8 +732,8 @@ fn report_import(
     use crate::mirror;
     let _ = outln!("mirror import: {}", r.summary());
     let written = rt.block_on(mirror::report::write_import(loc, r, file, took));
-    if let Err(e) = written {
-        eprintln!("talos-gen: mirror import: recording the result in the store: {e}");
+    if let Err(e) = &written {
+        eprintln!("talos-gen: mirror import: the result NOT recorded in the store: {e}");
     }
     for b in &r.bad {
         eprintln!("talos-gen: mirror import: {b}; refused");
@@ -714,7 +741,7 @@ fn report_import(
     for k in &r.missing {
         eprintln!("talos-gen: mirror import: {k}: its object is not in the file; not imported");
     }
-    if r.bad.is_empty() && r.missing.is_empty() {
+    if r.bad.is_empty() && r.missing.is_empty() && written.is_ok() {
         0
     } else {
         1

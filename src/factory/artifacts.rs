@@ -265,7 +265,7 @@ impl ImageCache {
     ) -> Result<Joined, ImageError> {
         let Some((up, base)) = &self.upstream else {
             let held = self.fills.store().open_key(skey).await;
-            return match held.map_err(|e| ImageError::Fetch(FetchError::Unavailable(e.0)))? {
+            return match held.map_err(|e| ImageError::Fetch(e.into()))? {
                 Some(o) => {
                     self.metrics.hit("image");
                     Ok(Joined::Stored(o))

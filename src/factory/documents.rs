@@ -185,9 +185,7 @@ impl ImageCache {
             .store()
             .read_small_at(&doc.store_key(), MAX_DOCUMENT as u64)
             .await;
-        let Some((entry, body)) =
-            read.map_err(|e| ImageError::Fetch(FetchError::Unavailable(e.0)))?
-        else {
+        let Some((entry, body)) = read.map_err(|e| ImageError::Fetch(e.into()))? else {
             return Ok(None);
         };
         let content_type = entry

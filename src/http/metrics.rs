@@ -14,6 +14,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     state.metrics.set_store_corrupt(totals.corrupt_dropped);
     state
         .metrics
+        .set_store_swept(totals.swept_objects, totals.swept_bytes);
+    state
+        .metrics
         .set_store_counts(totals.objects, totals.keys, totals.pinned);
     // As the background prober last read it: never a wait on the store.
     if let Some(run) = state.probes.found().mirror_run {

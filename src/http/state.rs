@@ -66,6 +66,7 @@ impl AppState {
             .map(token::ApiToken::from_file)
             .transpose()?;
         let svc = crate::compose::Service::build(&cfg.service).await?;
+        svc.sweep_in_background();
         let store = svc.inventory();
         let crate::compose::Service {
             metrics,

@@ -144,9 +144,7 @@ pub async fn write_import(
     let loc = loc.into();
     let store = crate::compose::open_store(loc, None).await?;
     // (a store that did not answer is said so, never taken for "no record")
-    let carried = read(&store)
-        .map_err(|e| crate::Error::Unavailable(e.0))?
-        .filter(|c| c.kind == "sync");
+    let carried = read(&store)?.filter(|c| c.kind == "sync");
     let status = SyncStatus::from_import(r, bundle, elapsed, carried.as_ref());
     write(&store, &status).await?;
     Ok(status)

@@ -197,8 +197,13 @@ fn check(store: &crate::store::Store) -> VerifyReport {
     }
     for m in &mut misnamed {
         tracing::warn!(key = %m.keys[0], reason = %m.reason, "dropping a misnamed key");
-        store.remove(&m.keys[0]);
-        m.removed = store.entry(&m.keys[0]).map(|e| e.digest).as_ref() != Some(&m.digest);
+        m.removed = match store.remove(&m.keys[0]) {
+            Ok(_) => store.entry(&m.keys[0]).map(|e| e.digest).as_ref() != Some(&m.digest),
+            Err(e) => {
+                tracing::warn!(key = %m.keys[0], error = %e, "the misnamed key could not be dropped");
+                false
+            }
+        };
     }
     bad.extend(misnamed);
     report.bad = bad;

@@ -263,7 +263,7 @@ impl Registry {
         self.drop_misnamed(&key).await;
         if self.store_only(up) {
             let held = self.store.open_key(&key).await;
-            let held = held.map_err(|e| fill_error(FetchError::Unavailable(e.0), repo, d))?;
+            let held = held.map_err(|e| fill_error(e.into(), repo, d))?;
             return match held {
                 Some(obj) => {
                     self.metric(|m| m.hit("blob"));
@@ -316,8 +316,16 @@ impl Registry {
         {
             tracing::warn!(key = %key, reason = %why, "stored key names another object; dropped, not served");
             // The removal writes the index: on a blocking thread.
-            let (store, key) = (self.store.clone(), key.clone());
-            let _ = tokio::task::spawn_blocking(move || store.remove(&key)).await;
+            let (store, k) = (self.store.clone(), key.clone());
+            match tokio::task::spawn_blocking(move || store.remove(&k)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(key = %key, error = %e, "the misnamed key could not be dropped")
+                }
+                Err(e) => {
+                    tracing::warn!(key = %key, error = %e, "the misnamed key's removal did not run")
+                }
+            }
         }
     }
 
@@ -348,7 +356,7 @@ impl Registry {
         match self.store.readable_entry_at(&blob_key(d)).await {
             Ok(e) => Ok(e.map(|e| e.size)),
             // Held but not readable now: the HEAD answers as the GET would (503).
-            Err(e) => Err(OciError::from(FetchError::Unavailable(e.0))),
+            Err(e) => Err(OciError::from(FetchError::from(e))),
         }
     }
 

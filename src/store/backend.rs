@@ -261,7 +261,9 @@ pub trait Backend: Send + Sync + 'static {
     ) -> io::Result<Publish<'a>> {
         Ok(Box::new(move || self.put_object(spool, file, digest, sums)))
     }
-    fn delete_object(&self, digest: &str);
+    /// Delete an object and its checksums: `Ok` when they are gone (or
+    /// were never there), `Err` when the backend did not confirm it.
+    fn delete_object(&self, digest: &str) -> io::Result<()>;
 
     fn list_entries(&self) -> io::Result<Vec<Listed>>;
     /// An entry's body and change token: `Ok(None)` when there is no such
@@ -271,7 +273,9 @@ pub trait Backend: Send + Sync + 'static {
     fn read_entry(&self, name: &str) -> io::Result<Option<(Vec<u8>, u64)>>;
     /// Write (replace) an entry; its new change token.
     fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64>;
-    fn delete_entry(&self, name: &str);
+    /// Delete an entry: `Ok` when it is gone (or was never there), `Err`
+    /// when the backend did not confirm it.
+    fn delete_entry(&self, name: &str) -> io::Result<()>;
 
     /// An object's checksums: `Ok(None)` when it has none, `Err` when the
     /// backend did not answer.
@@ -305,6 +309,14 @@ pub trait Backend: Send + Sync + 'static {
     fn check(&self, _limit: Duration) -> io::Result<()> {
         Ok(())
     }
+
+    /// The backend's own bound on one call (a bucket's: `--upstream-timeout`):
+    /// a check that answers within it is an answer, however slow
+    /// (`http::ops`' prober gives the store this long, not less). The
+    /// default, for a backend whose calls do not wait on a network: 2 s.
+    fn call_bound(&self) -> Duration {
+        Duration::from_secs(2)
+    }
 }
 
 /// A local directory with hooks, for tests that need a backend call to
@@ -327,6 +339,20 @@ pub(crate) struct Hooked {
     /// Opening an object's bytes fails as a bucket that did not answer
     /// (a timeout): the store holds it, nothing can be read of it.
     pub unanswered_opens: bool,
+    /// The bound it says its calls have (`None`: the directory's).
+    pub bound: Option<Duration>,
+    /// How long its check takes to answer; one given less than that by its
+    /// caller's limit fails at the limit, as a bucket's HEAD times out.
+    pub check_takes: Option<Duration>,
+    /// Entry writes and deletions fail as a bucket that did not answer
+    /// (frozen at the first index write).
+    pub unanswered_writes: bool,
+    /// The store lock orders nothing (a bucket that ignores conditional
+    /// writes, where a second process's lock is not excluded: `s3::lock`).
+    pub no_lock: bool,
+    /// Called with the record's name before every entry write (a test
+    /// holds one there, as a slow network holds a PUT).
+    pub on_write: Box<dyn Fn(&str) + Send + Sync>,
 }
 
 #[cfg(test)]
@@ -339,7 +365,23 @@ impl Hooked {
             spool: None,
             refuse_deletes: false,
             unanswered_opens: false,
+            bound: None,
+            check_takes: None,
+            unanswered_writes: false,
+            no_lock: false,
+            on_write: Box::new(|_| {}),
         }
+    }
+}
+
+#[cfg(test)]
+impl Hooked {
+    /// What a bucket that did not answer says.
+    fn silent() -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the bucket did not answer (a test's backend)",
+        )
     }
 }
 
@@ -352,6 +394,9 @@ impl Backend for Hooked {
         self.kind
     }
     fn lock(&self) -> io::Result<LockGuard<'_>> {
+        if self.no_lock {
+            return Ok(Box::new(()));
+        }
         self.inner.lock()
     }
     fn spool(&self) -> io::Result<(PathBuf, File)> {
@@ -377,20 +422,18 @@ impl Backend for Hooked {
     }
     fn open_object(&self, digest: &str, len: u64) -> io::Result<Box<dyn ObjectRead>> {
         if self.unanswered_opens {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the bucket did not answer (a test's backend)",
-            ));
+            return Err(Hooked::silent());
         }
         self.inner.open_object(digest, len)
     }
     fn put_object(&self, spool: &Path, file: File, digest: &str, sums: &[u8]) -> io::Result<bool> {
         self.inner.put_object(spool, file, digest, sums)
     }
-    fn delete_object(&self, digest: &str) {
-        if !self.refuse_deletes {
-            self.inner.delete_object(digest)
+    fn delete_object(&self, digest: &str) -> io::Result<()> {
+        if self.refuse_deletes {
+            return Err(io::Error::other("the delete failed (a test's backend)"));
         }
+        self.inner.delete_object(digest)
     }
     fn list_entries(&self) -> io::Result<Vec<Listed>> {
         (self.on_read)("list_entries");
@@ -401,9 +444,16 @@ impl Backend for Hooked {
         self.inner.read_entry(name)
     }
     fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64> {
+        (self.on_write)(name);
+        if self.unanswered_writes {
+            return Err(Hooked::silent());
+        }
         self.inner.write_entry(name, body)
     }
-    fn delete_entry(&self, name: &str) {
+    fn delete_entry(&self, name: &str) -> io::Result<()> {
+        if self.unanswered_writes {
+            return Err(Hooked::silent());
+        }
         self.inner.delete_entry(name)
     }
     fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>> {
@@ -415,6 +465,15 @@ impl Backend for Hooked {
     }
     fn check(&self, limit: Duration) -> io::Result<()> {
         (self.on_read)("check");
+        if let Some(takes) = self.check_takes {
+            std::thread::sleep(takes.min(limit));
+            if takes > limit {
+                return Err(Hooked::silent());
+            }
+        }
         self.inner.check(limit)
+    }
+    fn call_bound(&self) -> Duration {
+        self.bound.unwrap_or_else(|| self.inner.call_bound())
     }
 }

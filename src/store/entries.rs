@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use super::backend::ObjectRead;
 use super::local::{index_name, is_hex64};
 use super::sums::Sums;
-use super::{AsKey, Entry, Key, KeyPrefix, Meta, Store, Touch, backend, now_secs};
+use super::{AsKey, Entry, Key, KeyPrefix, Meta, Store, Touch, backend, now_secs, pins};
 use crate::error::{Error, Result};
 
 /// Unreferenced objects younger than this survive a startup.
-const ORPHAN_GRACE: Duration = Duration::from_secs(600);
+pub(super) const ORPHAN_GRACE: Duration = Duration::from_secs(600);
 /// How stale this process's view of other processes' writes may be before
 /// an eviction check re-reads the index.
 pub(super) const REFRESH_EVERY: Duration = Duration::from_secs(1);
@@ -31,13 +31,17 @@ pub(super) struct State {
     clock: u64,
     /// Wall-clock last read per object digest (seconds since the epoch).
     used_at: HashMap<String, u64>,
-    /// Entry name -> change token as last read (every write replaces the
-    /// entry, so a changed token is another process's write).
-    seen: HashMap<String, u64>,
-    last_refresh: Option<Instant>,
+    /// Entry or pin record name -> change token as last read (every
+    /// write replaces the record, so a changed token is another process's
+    /// write).
+    pub(super) seen: HashMap<String, u64>,
+    /// Keys whose pin record stands, as last read ([`super::pins`]): their
+    /// record in `keys` is the pin record's, whatever their entry says.
+    pub(super) pins: HashSet<String>,
+    pub(super) last_refresh: Option<Instant>,
     /// Bumped by every entry this process writes (a refresh that listed
     /// before it must not take its key for one another process removed).
-    written: u64,
+    pub(super) written: u64,
 }
 
 /// What the store knows of one object while it is held: immutable facts
@@ -45,7 +49,7 @@ pub(super) struct State {
 pub(super) struct Obj {
     pub(super) size: u64,
     pub(super) readers: usize,
-    last_used: u64,
+    pub(super) last_used: u64,
     pub(super) keys: Vec<Key>,
     /// Its block checksums, once loaded (or rebuilt): `None` until then.
     pub(super) sums: Option<Arc<Sums>>,
@@ -176,14 +180,20 @@ impl State {
         }
     }
 
-    /// Remove `key` from memory: the entry name to delete, and the object
-    /// to delete when no key is left on it.
-    fn take_key(&mut self, key: &str) -> Option<(String, Option<String>)> {
+    /// Remove `key` from memory: the record names to delete (its entry,
+    /// and its pin record when one stands), and the object to delete when
+    /// no key is left on it.
+    pub(super) fn take_key(&mut self, key: &str) -> Option<(Vec<String>, Option<String>)> {
         let old = self.keys.remove(key)?;
-        let name = index_name(key);
-        self.seen.remove(&name);
+        let mut names = vec![index_name(key)];
+        if self.pins.remove(key) {
+            names.push(super::pins::pin_name(key));
+        }
+        for n in &names {
+            self.seen.remove(n);
+        }
         let orphan = self.forget_key(key, &old.digest).then_some(old.digest);
-        Some((name, orphan))
+        Some((names, orphan))
     }
 }
 
@@ -196,19 +206,21 @@ pub(super) enum Write {
     Owner,
 }
 
-/// Parse an entry the backend gave, checking it against its name.
-fn parse_entry(name: &str, body: &[u8]) -> std::result::Result<Entry, BadEntry> {
-    let en: Entry =
+/// Parse an entry or a pin record the backend gave, checking it against
+/// its name (a pin record's is pinned, whatever its body says).
+pub(super) fn parse_entry(name: &str, body: &[u8]) -> std::result::Result<Entry, BadEntry> {
+    let mut en: Entry =
         serde_json::from_slice(body).map_err(|_| BadEntry::Unparsable(name.to_string()))?;
-    if index_name(en.key.as_str()) != name || !is_hex64(&en.digest) {
+    if !pins::names_key(name, en.key.as_str()) || !is_hex64(&en.digest) {
         return Err(BadEntry::Mismatch(name.to_string(), en.key));
     }
+    en.pinned |= pins::is_pin_name(name);
     Ok(en)
 }
 
 /// An index entry a scan cannot take (by its name in `index/`).
 #[derive(Debug, thiserror::Error)]
-enum BadEntry {
+pub(super) enum BadEntry {
     #[error("index entry {0} does not parse")]
     Unparsable(String),
     #[error("index entry {0} does not match its key {1}")]
@@ -252,7 +264,10 @@ impl Store {
         let mut state = State::default();
         let mut dropped = Vec::new();
         let on_disk = b.list_objects().map_err(io)?;
-        for l in b.list_entries().map_err(io)? {
+        // Pin records first: a key's pin record stands over its entry.
+        let mut listed = b.list_entries().map_err(io)?;
+        listed.sort_by_key(|l| !pins::is_pin_name(&l.name));
+        for l in listed {
             // An entry the backend did not answer for is not dropped: the
             // open fails (an entry gone between the listing and the read
             // was removed by another process, and is simply not there).
@@ -265,7 +280,15 @@ impl Store {
                 Ok(en) => entry_problem(en, &on_disk),
             };
             match (parsed, problem) {
+                (Ok(en), None)
+                    if !pins::is_pin_name(&l.name) && state.pins.contains(en.key.as_str()) =>
+                {
+                    state.seen.insert(l.name, l.token);
+                }
                 (Ok(en), None) => {
+                    if pins::is_pin_name(&l.name) {
+                        state.pins.insert(en.key.as_str().to_string());
+                    }
                     state.seen.insert(l.name, l.token);
                     let t = en.fetched;
                     let digest = en.digest.clone();
@@ -277,7 +300,9 @@ impl Store {
                 (_, Some(p)) => {
                     if recover {
                         tracing::warn!(problem = %p, "dropping an index entry");
-                        b.delete_entry(&l.name);
+                        if let Err(e) = b.delete_entry(&l.name) {
+                            tracing::warn!(name = %l.name, error = %e, "the index entry could not be deleted");
+                        }
                     }
                     dropped.push(p);
                 }
@@ -297,7 +322,9 @@ impl Store {
                 };
                 if !young && recover {
                     tracing::info!(%digest, "removing an unreferenced object");
-                    b.delete_object(digest);
+                    if let Err(e) = b.delete_object(digest) {
+                        tracing::warn!(%digest, error = %e, "the unreferenced object could not be deleted");
+                    }
                 }
             }
         }
@@ -420,23 +447,30 @@ impl Store {
     /// the backend says there is no such entry (or its object is not
     /// there), `Err` when the backend did not answer: never "absent".
     pub(super) fn adopt(&self, key: &str) -> std::io::Result<bool> {
-        let name = index_name(key);
-        let Some((body, token)) = self.answered(self.backend().read_entry(&name))? else {
-            return Ok(false);
-        };
-        let Ok(en) = parse_entry(&name, &body) else {
-            return Ok(false);
-        };
-        if self.answered(self.backend().object_len(&en.digest))? != Some(en.size) {
-            return Ok(false);
-        }
-        let mut st = self.lock();
-        if st.keys.contains_key(key) {
+        // Its pin record, when one stands, is the key's record.
+        let pin = pins::pin_name(key);
+        for name in [pin.clone(), index_name(key)] {
+            let Some((body, token)) = self.answered(self.backend().read_entry(&name))? else {
+                continue;
+            };
+            let Ok(en) = parse_entry(&name, &body) else {
+                continue;
+            };
+            if self.answered(self.backend().object_len(&en.digest))? != Some(en.size) {
+                continue;
+            }
+            let mut st = self.lock();
+            if st.keys.contains_key(key) {
+                return Ok(true);
+            }
+            if name == pin {
+                st.pins.insert(key.to_string());
+            }
+            st.seen.insert(name, token);
+            st.insert(en);
             return Ok(true);
         }
-        st.seen.insert(name, token);
-        st.insert(en);
-        Ok(true)
+        Ok(false)
     }
 
     /// Re-read the index entries other processes wrote or removed since we
@@ -447,11 +481,18 @@ impl Store {
     /// nothing on the view it has.
     pub(super) fn refresh(&self) -> std::io::Result<()> {
         let b = self.backend();
-        let (seen, written) = {
+        let (mut seen, written, pins_before) = {
             let st = self.lock();
-            (st.seen.clone(), st.written)
+            let pinned: HashSet<String> = st.pins.iter().map(|k| index_name(k)).collect();
+            (st.seen.clone(), st.written, pinned)
         };
         let list = self.answered(b.list_entries())?;
+        let pinned_now = pins::pinned_entries(list.iter().map(|l| l.name.as_str()));
+        // An entry whose pin record went (a mirror unpinned it) is read
+        // again: its record is the entry's now.
+        for name in pins_before.difference(&pinned_now) {
+            seen.remove(name);
+        }
         let mut present = HashSet::new();
         let mut fresh = Vec::new();
         for l in list {
@@ -472,20 +513,45 @@ impl Store {
             }
             fresh.push((l.name, l.token, en));
         }
+        // Pin records first; an entry beside one is only noted as seen.
+        fresh.sort_by_key(|(name, _, _)| !pins::is_pin_name(name));
         let mut st = self.lock();
         for (name, token, en) in fresh {
+            let pin = pins::is_pin_name(&name);
+            let beside_pin = !pin && pinned_now.contains(&name);
             st.seen.insert(name, token);
-            // A key the other process re-pointed: the old object's bytes
-            // are its business (it deleted them if unreferenced).
-            let _ = st.insert(en);
+            if pin {
+                st.pins.insert(en.key.as_str().to_string());
+            }
+            if !beside_pin {
+                // A key the other process re-pointed: the old object's
+                // bytes are its business (it deleted them if unreferenced).
+                let _ = st.insert(en);
+            }
         }
-        // Keys whose entry another process removed (unless this process
-        // wrote an entry since the listing: it may be one of them).
+        if st.written == written {
+            let vanished_pins: Vec<String> = st
+                .pins
+                .iter()
+                .filter(|k| !pinned_now.contains(&index_name(k)))
+                .cloned()
+                .collect();
+            for k in vanished_pins {
+                st.pins.remove(&k);
+                st.seen.remove(&pins::pin_name(&k));
+            }
+        }
+        // Keys whose entry and pin record another process removed (unless
+        // this process wrote an entry since the listing: it may be one of
+        // them).
         if st.written == written {
             let vanished: Vec<(String, String)> = st
                 .keys
                 .values()
-                .filter(|en| !present.contains(&index_name(en.key.as_str())))
+                .filter(|en| {
+                    let k = en.key.as_str();
+                    !present.contains(&index_name(k)) && !present.contains(&pins::pin_name(k))
+                })
                 .map(|en| (en.key.as_str().to_string(), en.digest.clone()))
                 .collect();
             for (k, d) in vanished {
@@ -588,93 +654,121 @@ impl Store {
             )));
         }
         let name = index_name(entry.key.as_str());
+        // The pin record first: one that stands wins over any cached copy,
+        // whatever the entry says (another process's entry write, decided
+        // before the pin, may land after it: `pins`).
+        let pin = self.read_pin(entry.key.as_str())?;
         let current = self
             .answered(b.read_entry(&name))
             .map_err(|e| self.did_not_answer(e))?
             .and_then(|(body, token)| parse_entry(&name, &body).ok().map(|en| (en, token)));
-        let (stands, token) = match current {
-            Some((cur, token))
-                if write == Write::Cache
-                    && cur.pinned
-                    && !entry.pinned
-                    && object_len(&cur.digest)? == Some(cur.size) =>
+        let cached = write == Write::Cache && !entry.pinned;
+        let kept = match (pin.as_ref(), current.as_ref()) {
+            (Some((p, _)), _) if cached => Some(p.clone()),
+            (None, Some((cur, _)))
+                if cached && cur.pinned && object_len(&cur.digest)? == Some(cur.size) =>
             {
-                tracing::info!(key = %cur.key, digest = %cur.digest, "a pinned entry stays: not replaced by a cached copy");
-                (cur, token)
+                Some(cur.clone())
             }
-            _ => {
-                let body = serde_json::to_vec_pretty(&entry)
-                    .map_err(|e| Error::io("encoding an index entry", std::io::Error::other(e)))?;
-                let token = self.answered(b.write_entry(&name, &body)).map_err(|e| {
-                    Error::io(
-                        format!("writing the index entry {name} in {}", self.describe()),
-                        e,
-                    )
-                })?;
-                self.lock().written += 1;
-                (entry, token)
+            _ => None,
+        };
+        let (stands, token) = match kept {
+            Some(k) => {
+                tracing::info!(key = %k.key, digest = %k.digest, "a pinned entry stays: not replaced by a cached copy");
+                if let Some((_, t)) = &pin {
+                    let mut st = self.lock();
+                    st.seen.insert(pins::pin_name(k.key.as_str()), *t);
+                    st.pins.insert(k.key.as_str().to_string());
+                }
+                (k, current.map(|(_, t)| t))
+            }
+            None => {
+                let token = self.write_records(&entry, pin.is_some())?;
+                (entry, Some(token))
             }
         };
         let old = {
             let mut st = self.lock();
-            st.seen.insert(name, token);
+            if let Some(token) = token {
+                st.seen.insert(name, token);
+            }
             st.insert(stands.clone())
         };
         if let Some(old) = old {
             // The key named another object before: delete it if nothing
             // (here or in another process) names it any more.
             if self.refresh().is_ok() && !self.lock().objects.contains_key(&old) {
-                self.delete_object(&old);
+                // (a failure is logged: the object is swept as an orphan)
+                let _failed = self.delete_object(&old).is_err();
             }
         }
         Ok(stands)
     }
 
-    /// Forget `key` (its object goes when no other key names it). Blocking.
-    pub fn remove(&self, key: &(impl AsKey + ?Sized)) {
+    /// Forget `key`: its entry and pin record, and its object when no
+    /// other key names it. Blocking. `Ok(true)` when they are gone,
+    /// `Ok(false)` when the store did not hold the key; `Err` when the
+    /// store lock, the re-read of the index or a deletion failed (then
+    /// nothing, or not all of it, was removed: the key may still be there).
+    pub fn remove(&self, key: &(impl AsKey + ?Sized)) -> Result<bool> {
         let key = key.as_key();
         let key: &Key = &key;
         self.remove_raw(key.as_str())
     }
 
     /// [`Store::remove`] by the key's string form (inside the store).
-    pub(super) fn remove_raw(&self, key: &str) {
-        let Ok(_lock) = self.lock_store() else {
-            return;
-        };
+    pub(super) fn remove_raw(&self, key: &str) -> Result<bool> {
+        let _lock = self.lock_store()?;
         // Nothing is deleted on a view the backend did not confirm.
-        if self.refresh().is_err() {
-            return;
-        }
-        self.remove_key_locked(key);
-    }
-
-    /// Remove `key`'s entry and, when no key is left on its object, the
-    /// object. Caller holds the store lock and has refreshed.
-    fn remove_key_locked(&self, key: &str) {
+        self.refresh().map_err(|e| self.did_not_answer(e))?;
         let taken = self.lock().take_key(key);
-        self.delete_taken(taken);
+        let held = taken.is_some();
+        self.delete_taken(taken)?;
+        Ok(held)
     }
 
-    /// Delete what [`State::take_key`] took out of memory: entries, and
-    /// objects no key names any more.
-    fn delete_taken(&self, taken: impl IntoIterator<Item = (String, Option<String>)>) {
-        for (name, orphan) in taken {
-            self.backend().delete_entry(&name);
+    /// Delete what [`State::take_key`] took out of memory: records, and
+    /// objects no key names any more. The first deletion the backend did
+    /// not confirm ends it, as an error naming what was not deleted.
+    pub(super) fn delete_taken(
+        &self,
+        taken: impl IntoIterator<Item = (Vec<String>, Option<String>)>,
+    ) -> Result<()> {
+        for (names, orphan) in taken {
+            for name in names {
+                self.answered(self.backend().delete_entry(&name))
+                    .map_err(|e| {
+                        Error::io(
+                            format!("deleting the index record {name} in {}", self.describe()),
+                            e,
+                        )
+                    })?;
+            }
             if let Some(d) = orphan {
-                self.delete_object(&d);
+                self.delete_object(&d).map_err(|e| {
+                    Error::io(
+                        format!("deleting the object sha256:{d} in {}", self.describe()),
+                        e,
+                    )
+                })?;
             }
         }
+        Ok(())
     }
 
-    /// Delete an object's bytes (and any local copy the backend keeps).
-    pub(super) fn delete_object(&self, digest: &str) {
-        self.backend().delete_object(digest);
+    /// Delete an object's bytes (and any local copy the backend keeps);
+    /// a deletion the backend did not confirm is logged and returned.
+    pub(super) fn delete_object(&self, digest: &str) -> std::io::Result<()> {
+        let r = self.backend().delete_object(digest);
+        if let Err(e) = &r {
+            tracing::warn!(%digest, error = %e, "deleting an object failed: it stays until the next sweep");
+        }
+        r
     }
 
     /// Drop every key naming `digest` (caller holds the store lock, and
     /// has refreshed); the object with the last. Returns the keys.
-    pub(super) fn remove_object_locked(&self, digest: &str) -> Vec<Key> {
+    pub(super) fn remove_object_locked(&self, digest: &str) -> Result<Vec<Key>> {
         let (keys, taken) = {
             let mut st = self.lock();
             let keys = st
@@ -688,8 +782,8 @@ impl Store {
                 .collect();
             (keys, taken)
         };
-        self.delete_taken(taken);
-        keys
+        self.delete_taken(taken)?;
+        Ok(keys)
     }
 
     /// Set or clear the pin on `key`.
@@ -704,115 +798,5 @@ impl Store {
         }
         entry.pinned = pinned;
         self.put_entry(entry, Write::Owner).await.map(drop)
-    }
-
-    /// Evict least-recently-used objects that no reader holds and no key
-    /// pins until the total is within the limit. `keep` is never evicted.
-    /// Before deciding, the index is re-read under the store lock, so an
-    /// object another process pinned (or re-pointed a key to) is kept.
-    /// Blocking: call it off the async threads.
-    pub fn evict(&self, keep: Option<&str>) {
-        let Some(max) = self.inner.max_size else {
-            return;
-        };
-        {
-            let st = self.lock();
-            let fresh = st.last_refresh.is_some_and(|t| t.elapsed() < REFRESH_EVERY);
-            if st.total + self.in_flight() <= max && fresh {
-                return;
-            }
-        }
-        let Ok(_lock) = self.lock_store() else {
-            return;
-        };
-        // Nothing is evicted on a view the backend did not confirm (an
-        // object another process pinned meanwhile would go).
-        if self.refresh().is_err() {
-            return;
-        }
-        loop {
-            // The victim leaves memory with its keys in one hold of the
-            // state lock (no reader can lease it after the choice); its
-            // entries and bytes are deleted after, unlocked.
-            let (digest, taken) = {
-                let mut st = self.lock();
-                if st.total + self.in_flight() <= max {
-                    break;
-                }
-                let victim = st
-                    .objects
-                    .iter()
-                    .filter(|(d, o)| {
-                        o.readers == 0
-                            && Some(d.as_str()) != keep
-                            && !o
-                                .keys
-                                .iter()
-                                .any(|k| st.keys.get(k).is_some_and(|e| e.pinned))
-                    })
-                    .min_by_key(|(_, o)| o.last_used)
-                    .map(|(d, o)| (d.clone(), o.keys.clone()));
-                let Some((digest, keys)) = victim else {
-                    break;
-                };
-                let taken: Vec<_> = keys
-                    .iter()
-                    .filter_map(|k| st.take_key(k.as_str()))
-                    .collect();
-                (digest, taken)
-            };
-            tracing::info!(%digest, "evicting");
-            self.delete_taken(taken);
-        }
-    }
-
-    /// A reader's lease ended.
-    pub(super) fn release(&self, digest: &str, born: u64) {
-        let over = {
-            let mut st = self.lock();
-            if let Some(o) = st.objects.get_mut(digest)
-                && o.born == born
-            {
-                o.readers = o.readers.saturating_sub(1);
-            }
-            // Over the bound in this view, or a view a second old: another
-            // process (the mirror job, an import) may have written since,
-            // and its objects count against the bound too (the round reads
-            // them in under the store lock, at most once a second).
-            let stale = st.last_refresh.is_none_or(|t| t.elapsed() >= REFRESH_EVERY);
-            self.inner
-                .max_size
-                .is_some_and(|m| st.total + self.in_flight() > m || stale)
-        };
-        // A burst's objects become evictable as their readers leave. One
-        // eviction runs at a time; a release during it asks for another
-        // round, so the last reader to leave is never missed.
-        if !over {
-            return;
-        }
-        self.inner.evict_again.store(true, Ordering::Release);
-        if !self.inner.evicting.swap(true, Ordering::AcqRel) {
-            let store = self.clone();
-            let run = move || {
-                loop {
-                    store.inner.evict_again.store(false, Ordering::Release);
-                    store.evict(None);
-                    store.inner.evicting.store(false, Ordering::Release);
-                    // A release between the round and the flag: go again
-                    // unless that release started its own round.
-                    if !store.inner.evict_again.load(Ordering::Acquire)
-                        || store.inner.evicting.swap(true, Ordering::AcqRel)
-                    {
-                        break;
-                    }
-                }
-            };
-            match tokio::runtime::Handle::try_current() {
-                Ok(h) => {
-                    h.spawn_blocking(run);
-                }
-                Err(_) => run(),
-            }
-        }
     }
 }

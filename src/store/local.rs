@@ -322,30 +322,36 @@ impl Backend for LocalDir {
         Ok(existed)
     }
 
-    fn delete_object(&self, digest: &str) {
-        let _ = fs::remove_file(self.layout.object(digest));
-        let _ = fs::remove_file(self.layout.sums_file(digest));
+    fn delete_object(&self, digest: &str) -> io::Result<()> {
+        remove_if_there(&self.layout.object(digest))?;
+        remove_if_there(&self.layout.sums_file(digest))
     }
 
     fn list_entries(&self) -> io::Result<Vec<Listed>> {
         let mut v = Vec::new();
-        for e in read_dir(&self.layout.index())? {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !is_index_name(&name) || !regular(&e) {
-                stranger(&e);
-                continue;
+        let folders: [(PathBuf, NameCheck); 2] = [
+            (self.layout.index(), is_index_name),
+            (self.layout.pins(), super::pins::is_pin_name),
+        ];
+        for (dir, ours) in folders {
+            for e in read_dir(&dir)? {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !ours(&name) || !regular(&e) {
+                    stranger(&e);
+                    continue;
+                }
+                v.push(Listed {
+                    name,
+                    token: e.ino(),
+                });
             }
-            v.push(Listed {
-                name,
-                token: e.ino(),
-            });
         }
         Ok(v)
     }
 
     fn read_entry(&self, name: &str) -> io::Result<Option<(Vec<u8>, u64)>> {
         use std::io::Read;
-        let mut f = match open_regular(&self.layout.index().join(name)) {
+        let mut f = match open_regular(&self.layout.record(name)) {
             Ok(f) => f,
             // No entry, or a name of the store's shape that is not a file
             // of its own (a link, a FIFO): not an entry.
@@ -359,16 +365,11 @@ impl Backend for LocalDir {
     }
 
     fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64> {
-        write_atomic(
-            &self.layout,
-            "index-",
-            &self.layout.index().join(name),
-            body,
-        )
+        write_atomic(&self.layout, "index-", &self.layout.record(name), body)
     }
 
-    fn delete_entry(&self, name: &str) {
-        let _ = fs::remove_file(self.layout.index().join(name));
+    fn delete_entry(&self, name: &str) -> io::Result<()> {
+        remove_if_there(&self.layout.record(name))
     }
 
     fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>> {
@@ -382,6 +383,14 @@ impl Backend for LocalDir {
 
     fn write_sums(&self, digest: &str, body: &[u8]) -> io::Result<()> {
         write_atomic(&self.layout, "sums-", &self.layout.sums_file(digest), body).map(drop)
+    }
+}
+
+/// Remove `path`: `Ok` when it is gone, whether or not it was there.
+fn remove_if_there(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -429,11 +438,12 @@ impl Layout {
     }
 
     /// The folders under the root the store owns, each after its parent.
-    fn own_dirs(&self) -> [PathBuf; 5] {
+    fn own_dirs(&self) -> [PathBuf; 6] {
         [
             self.root.join("objects"),
             self.objects(),
             self.index(),
+            self.pins(),
             self.sums(),
             self.tmp(),
         ]
@@ -449,6 +459,21 @@ impl Layout {
 
     pub(super) fn index(&self) -> PathBuf {
         self.root.join("index")
+    }
+
+    /// Pin records (`store::pins`), apart from the entries.
+    pub(super) fn pins(&self) -> PathBuf {
+        self.root.join("pins")
+    }
+
+    /// Where the index record `name` is: an entry in `index/`, a pin
+    /// record in `pins/`.
+    pub(super) fn record(&self, name: &str) -> PathBuf {
+        if super::pins::is_pin_name(name) {
+            self.pins().join(name)
+        } else {
+            self.index().join(name)
+        }
     }
 
     pub(super) fn sums(&self) -> PathBuf {
@@ -494,6 +519,9 @@ pub(super) fn index_name(key: &str) -> String {
 }
 
 pub(super) use crate::text::is_hex64;
+
+/// Whether a name in one of the index's folders is of the store's shape.
+pub(super) type NameCheck = fn(&str) -> bool;
 
 /// Is `name` an index file name the store writes (`<hex64>.json`)?
 pub(super) fn is_index_name(name: &str) -> bool {

@@ -30,7 +30,8 @@
 //! # Layout of the local directory (see [`local`])
 //! `objects/sha256/<hex>` (the bytes), `sums/<hex>` (their per-chunk
 //! checksums, [`sums`]), `index/<sha256(key)>.json` (one [`Entry`] per
-//! key: a key never becomes a path), `tmp/` (writes in progress, each
+//! key: a key never becomes a path), `pins/<sha256(key)>.pin` (a pinned
+//! key's pin record, [`pins`]), `tmp/` (writes in progress, each
 //! holding a `flock`), `lock` (the store lock).
 //!
 //! # Guarantees
@@ -85,13 +86,17 @@ use crate::error::{Error, Result};
 pub mod backend;
 pub mod checked;
 mod entries;
+mod evict;
 pub mod key;
 pub mod local;
 mod objects;
 mod pieces;
+mod pins;
 mod read;
+mod room;
 pub mod s3;
 pub mod sums;
+mod sweep;
 mod temp;
 #[cfg(test)]
 mod tests;
@@ -104,7 +109,9 @@ pub use local::LocalDir;
 use local::is_hex64;
 pub use objects::{Unavailable, hash_and_sum};
 pub use read::{Lease, StoredObject};
+pub use room::NoRoom;
 pub use s3::{S3Backend, S3Config};
+pub use sweep::{SWEEP_EVERY, Swept};
 pub use temp::{SpoolWriter, TempObject};
 
 /// Bytes per step when streaming a stored object (1 MiB measured best
@@ -247,6 +254,8 @@ pub(super) enum Touch {
 pub struct Reservation {
     held: Arc<AtomicU64>,
     len: u64,
+    /// Woken when it is let go (fills waiting for room, `room`).
+    freed: Arc<tokio::sync::Notify>,
 }
 
 impl Reservation {
@@ -263,10 +272,12 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.held.fetch_sub(self.len, Ordering::AcqRel);
+        self.freed.notify_waiters();
     }
 }
 
-/// A store marked down is probed by a request (blocking, at most 2 s)
+/// A store marked down is probed by a request (blocking, at most the
+/// backend's own bound, [`Store::call_bound`])
 /// only when no probe began or ended for this long: with a prober that
 /// checks it every second (`serve`), requests never wait on a probe.
 const PROBE_GAP: Duration = Duration::from_secs(3);
@@ -285,6 +296,9 @@ struct Inner {
     state: Mutex<State>,
     /// Objects dropped because their bytes rotted.
     corrupt: AtomicU64,
+    /// Orphan objects, and their bytes, swept while running (`sweep`).
+    swept_objects: AtomicU64,
+    swept_bytes: AtomicU64,
     /// An eviction is scheduled or running.
     evicting: AtomicBool,
     /// A reader left while an eviction ran: run another round.
@@ -302,6 +316,9 @@ struct Inner {
     /// with the committed objects against `--cache-max-size`, so room is
     /// made before a fill's bytes land, not after.
     in_flight: Arc<AtomicU64>,
+    /// Woken when room may have been made: a reservation let go, an
+    /// eviction round ended (fills waiting for room, `room`).
+    room_freed: Arc<tokio::sync::Notify>,
     /// When the backend was last probed ([`Store::check`]), in ms since
     /// `opened`: a store marked down is probed again by a caller at most
     /// once a second.
@@ -411,12 +428,15 @@ impl Store {
                 max_size,
                 state: Mutex::new(State::default()),
                 corrupt: AtomicU64::new(0),
+                swept_objects: AtomicU64::new(0),
+                swept_bytes: AtomicU64::new(0),
                 evicting: AtomicBool::new(false),
                 evict_again: AtomicBool::new(false),
                 refreshing: AtomicBool::new(false),
                 dropped_at_open: Vec::new(),
                 available: tokio::sync::watch::Sender::new(true),
                 in_flight: Arc::new(AtomicU64::new(0)),
+                room_freed: Arc::new(tokio::sync::Notify::new()),
                 last_probe: AtomicU64::new(0),
                 opened: std::time::Instant::now(),
             }),
@@ -452,6 +472,13 @@ impl Store {
         let r = self.answered(self.backend().check(limit));
         stamp();
         r.map_err(|e| Error::io(format!("the store {}", self.describe()), e))
+    }
+
+    /// The backend's own bound on one call ([`Backend::call_bound`]: a
+    /// bucket's `--upstream-timeout`): how long a check may take and still
+    /// be an answer.
+    pub fn call_bound(&self) -> Duration {
+        self.backend().call_bound()
     }
 
     /// Did the backend answer its last call or [`Store::check`]?
@@ -530,10 +557,7 @@ impl Store {
     /// is dropped (the fill committed or failed); least recently used
     /// objects are evicted to make room first, on a blocking thread.
     pub fn reserve(&self, len: u64) -> Reservation {
-        let mut r = Reservation {
-            held: self.inner.in_flight.clone(),
-            len: 0,
-        };
+        let mut r = self.no_room_held();
         self.grow(&mut r, len);
         r
     }
@@ -554,6 +578,15 @@ impl Store {
                 Ok(h) => drop(h.spawn_blocking(move || store.evict(None))),
                 Err(_) => store.evict(None),
             }
+        }
+    }
+
+    /// A reservation of nothing yet.
+    fn no_room_held(&self) -> Reservation {
+        Reservation {
+            held: self.inner.in_flight.clone(),
+            len: 0,
+            freed: self.inner.room_freed.clone(),
         }
     }
 

@@ -32,6 +32,13 @@ impl std::fmt::Display for Unavailable {
     }
 }
 
+/// The one conversion into the crate's error: held but out of reach, 503.
+impl From<Unavailable> for Error {
+    fn from(u: Unavailable) -> Error {
+        Error::Unavailable(u.0)
+    }
+}
+
 /// What a failed read came to ([`Store::read_failed`]).
 pub(super) enum Fault {
     /// The copy read is gone (dropped, or the backend lost it): the next
@@ -278,7 +285,9 @@ impl Store {
             Err(e) => {
                 tracing::warn!(key, error = %e, "object missing; dropping its entry");
                 drop(lease);
-                self.remove_raw(key);
+                if let Err(e) = self.remove_raw(key) {
+                    tracing::warn!(key, error = %e, "the entry of a missing object could not be dropped");
+                }
                 return Ok(None);
             }
         };
@@ -357,7 +366,7 @@ impl Store {
         if !self.inner.probe_due() {
             return false;
         }
-        self.check(std::time::Duration::from_secs(2)).is_ok()
+        self.check(self.call_bound()).is_ok()
     }
 
     /// An object without block checksums (or with ones that do not fit its
@@ -455,7 +464,7 @@ impl Store {
         tokio::task::spawn_blocking(move || {
             let mut tmp = store.temp_blocking()?;
             tmp.write(&body)?;
-            store.commit_now(tmp, &key, meta)
+            store.commit_now(tmp, &key, meta, None)
         })
         .await
         .map_err(|e| Error::io("commit task", std::io::Error::other(e)))?
@@ -468,19 +477,28 @@ impl Store {
     pub async fn commit(&self, tmp: TempObject, key: &Key, meta: Meta) -> Result<Entry> {
         let store = self.clone();
         let key = key.clone();
-        tokio::task::spawn_blocking(move || store.commit_now(tmp, &key, meta))
+        tokio::task::spawn_blocking(move || store.commit_now(tmp, &key, meta, None))
             .await
             .map_err(|e| Error::io("commit task", std::io::Error::other(e)))?
     }
 
-    /// [`Store::commit`] on the caller's (blocking) thread.
-    pub(super) fn commit_now(&self, tmp: TempObject, key: &Key, meta: Meta) -> Result<Entry> {
+    /// [`Store::commit`] on the caller's (blocking) thread; `room`, the
+    /// fill's reservation, is let go once the object counts itself (or
+    /// the commit failed and its file is gone), before the eviction.
+    pub(super) fn commit_now(
+        &self,
+        tmp: TempObject,
+        key: &Key,
+        meta: Meta,
+        room: Option<super::Reservation>,
+    ) -> Result<Entry> {
         let (file, src, digest, size, sums) = tmp.into_parts();
         let entry = Entry::fetched_now(key.clone(), digest, size, meta);
         let digest = entry.digest.clone();
         let res = self.commit_blocking(file, &src, entry, sums);
         // The spool file is gone on success; on failure it must go too.
         let _ = std::fs::remove_file(&src);
+        drop(room);
         if res.is_ok() {
             self.evict(Some(&digest));
         }
@@ -527,7 +545,8 @@ impl Store {
             && self.refresh().is_ok()
             && !self.lock().objects.contains_key(&entry.digest)
         {
-            self.delete_object(&entry.digest);
+            // (a failure is logged: the object is swept as an orphan)
+            let _failed = self.delete_object(&entry.digest).is_err();
         }
         let stands = stands?;
         drop(lock);
@@ -682,10 +701,17 @@ impl Store {
             tracing::error!(%digest, reason, error = %e, "corrupt object in the store; NOT dropped: the store did not answer");
             return;
         }
-        let keys = self.remove_object_locked(digest);
-        tracing::error!(%digest, ?keys, reason, "corrupt object in the store; dropped (the next request fetches it again)");
-        if keys.is_empty() {
-            self.delete_object(digest);
+        match self.remove_object_locked(digest) {
+            Ok(keys) => {
+                tracing::error!(%digest, ?keys, reason, "corrupt object in the store; dropped (the next request fetches it again)");
+                if keys.is_empty() {
+                    // (a failure is logged; `drop_object` reads what stays)
+                    let _failed = self.delete_object(digest).is_err();
+                }
+            }
+            Err(e) => {
+                tracing::error!(%digest, reason, error = %e, "corrupt object in the store; NOT all dropped")
+            }
         }
     }
 

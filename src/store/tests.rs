@@ -81,7 +81,7 @@ async fn link_replace_remove() {
             .await
             .is_err()
     );
-    store.remove("a");
+    assert!(store.remove("a").unwrap(), "a was held");
     assert!(store.lookup("b").unwrap().is_some());
     put(&store, "b", b"two", false).await;
     assert!(!store.object_path(&a.digest).unwrap().exists());

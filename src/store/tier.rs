@@ -14,6 +14,12 @@
 //! reads run [`COPIES`] at a time; what is asked meanwhile waits its turn
 //! (up to [`PENDING`]), so every object of an image pulled once (its
 //! manifests and blobs, read at once) gets its copy.
+//!
+//! The bound holds on disk, not only for names: a copy a reader has open
+//! is never chosen to make room (its blocks would stay until the reader
+//! closes it), and one removed while open anyway (dropped as rotten, its
+//! object deleted) counts against the bound until its last reader closes
+//! it; a copy that does not fit beside those is not made.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs;
@@ -36,7 +42,7 @@ const PENDING: usize = 1024;
 pub(super) struct Tier {
     dir: PathBuf,
     max: u64,
-    state: Mutex<TierState>,
+    state: Arc<Mutex<TierState>>,
     /// Opens an object in the bucket (what a background copy reads).
     bucket: Option<Opener>,
 }
@@ -45,21 +51,33 @@ pub(super) struct Tier {
 pub(super) type Opener = Arc<dyn Fn(&str, u64) -> Box<dyn ObjectRead> + Send + Sync>;
 
 /// A copy in the tier, read like any object; it says it is a copy
-/// ([`ObjectRead::is_copy`]: a fault in it drops only the copy).
-struct Copy(Box<dyn ObjectRead>);
+/// ([`ObjectRead::is_copy`]: a fault in it drops only the copy). While it
+/// is open its copy is not evicted, and counts until closed if removed.
+struct Copy {
+    file: Box<dyn ObjectRead>,
+    digest: String,
+    state: Arc<Mutex<TierState>>,
+}
+
+impl Drop for Copy {
+    fn drop(&mut self) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.close(&self.digest);
+    }
+}
 
 impl ObjectRead for Copy {
     fn len(&self) -> u64 {
-        self.0.len()
+        self.file.len()
     }
     fn read_chunk(&self, pos: u64, len: usize) -> std::io::Result<bytes::Bytes> {
-        self.0.read_chunk(pos, len)
+        self.file.read_chunk(pos, len)
     }
     fn read_ready(&self, buf: &mut ReadBuf, pos: u64, want: usize) -> std::io::Result<bool> {
-        self.0.read_ready(buf, pos, want)
+        self.file.read_ready(buf, pos, want)
     }
     fn read_rest(&self, buf: &mut ReadBuf, pos: u64, want: usize) -> std::io::Result<()> {
-        self.0.read_rest(buf, pos, want)
+        self.file.read_rest(buf, pos, want)
     }
     fn is_copy(&self) -> bool {
         true
@@ -80,6 +98,49 @@ struct TierState {
     /// a fill's spool file about to be renamed in): counted with `total`
     /// against the bound, so the tier never holds more than it.
     reserved: u64,
+    /// Open copies: digest -> handles (never chosen to make room).
+    open: HashMap<String, usize>,
+    /// Copies removed while open: digest -> bytes still on disk until the
+    /// last handle closes (counted with `total` against the bound; no new
+    /// copy of that digest until then).
+    ghosts: HashMap<String, u64>,
+    ghost_bytes: u64,
+}
+
+impl TierState {
+    /// Bytes the tier's files hold on disk, or are held for.
+    fn on_disk(&self) -> u64 {
+        self.total + self.reserved + self.ghost_bytes
+    }
+
+    /// A handle on `digest`'s copy closed.
+    fn close(&mut self, digest: &str) {
+        let Some(n) = self.open.get_mut(digest) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.open.remove(digest);
+            // Its file was removed while open: its blocks go now.
+            if let Some(n) = self.ghosts.remove(digest) {
+                self.ghost_bytes -= n;
+            }
+        }
+    }
+
+    /// `digest`'s copy leaves memory (its file is the caller's to remove):
+    /// when open, its bytes count as a ghost until closed.
+    fn take(&mut self, digest: &str) -> bool {
+        let Some((n, _)) = self.files.remove(digest) else {
+            return false;
+        };
+        self.total -= n;
+        if self.open.contains_key(digest) {
+            *self.ghosts.entry(digest.to_string()).or_default() += n;
+            self.ghost_bytes += n;
+        }
+        true
+    }
 }
 
 impl Tier {
@@ -111,7 +172,7 @@ impl Tier {
         Ok(Tier {
             dir,
             max,
-            state: Mutex::new(st),
+            state: Arc::new(Mutex::new(st)),
             bucket: None,
         })
     }
@@ -142,9 +203,7 @@ impl Tier {
                 .map(|(d, _)| d.clone())
                 .collect();
             for d in &gone {
-                if let Some((n, _)) = st.files.remove(d) {
-                    st.total -= n;
-                }
+                st.take(d);
             }
             gone
         };
@@ -177,10 +236,18 @@ impl Tier {
                 Some((n, last)) if *n == size => *last = t,
                 _ => return None,
             }
+            // Open from here (counted before the file is, so no eviction
+            // between the two takes it unseen).
+            *st.open.entry(digest.to_string()).or_default() += 1;
         }
         match open_object_file(&self.path(digest)) {
-            Ok(o) if o.len() == size => Some(Box::new(Copy(o))),
+            Ok(file) if file.len() == size => Some(Box::new(Copy {
+                file,
+                digest: digest.to_string(),
+                state: self.state.clone(),
+            })),
             _ => {
+                self.lock().close(digest);
                 self.remove(digest);
                 None
             }
@@ -190,16 +257,7 @@ impl Tier {
     /// Drop the copy of `digest`, if any (a reader holding its file keeps
     /// reading it).
     pub(super) fn remove(&self, digest: &str) {
-        let had = {
-            let mut st = self.lock();
-            match st.files.remove(digest) {
-                Some((n, _)) => {
-                    st.total -= n;
-                    true
-                }
-                None => false,
-            }
-        };
+        let had = self.lock().take(digest);
         if had {
             let _ = fs::remove_file(self.path(digest));
         }
@@ -211,16 +269,22 @@ impl Tier {
     /// within the bound. `false`: it does not fit beside the copies in
     /// progress (nothing held).
     fn reserve(&self, size: u64) -> bool {
-        let victims = {
+        let (victims, fits) = {
             let mut st = self.lock();
             if st.reserved.saturating_add(size) > self.max {
                 return false;
             }
             st.reserved += size;
-            Self::victims(&mut st, self.max)
+            let victims = Self::victims(&mut st, self.max);
+            // What open copies hold cannot be made room from.
+            let fits = st.on_disk() <= self.max;
+            if !fits {
+                st.reserved -= size;
+            }
+            (victims, fits)
         };
         self.remove_files(victims);
-        true
+        fits
     }
 
     /// A reservation of `size` bytes ends: its copy is in place as
@@ -247,23 +311,22 @@ impl Tier {
         self.remove_files(victims);
     }
 
-    /// Take the least recently used copies out of memory until what is
-    /// held and reserved is within `max`; their files are the caller's to
-    /// remove (with the state unlocked).
+    /// Take the least recently used copies no reader has open out of
+    /// memory until what is held, reserved and still open is within `max`;
+    /// their files are the caller's to remove (with the state unlocked).
     fn victims(st: &mut TierState, max: u64) -> Vec<String> {
         let mut v = Vec::new();
-        while st.total + st.reserved > max {
+        while st.on_disk() > max {
             let Some(d) = st
                 .files
                 .iter()
+                .filter(|(d, _)| !st.open.contains_key(*d))
                 .min_by_key(|(_, (_, last))| *last)
                 .map(|(d, _)| d.clone())
             else {
                 break;
             };
-            if let Some((n, _)) = st.files.remove(&d) {
-                st.total -= n;
-            }
+            st.take(&d);
             v.push(d);
         }
         v
@@ -279,7 +342,7 @@ impl Tier {
     /// A fill's verified spool file becomes the copy of `digest` (room made
     /// first: the tier never holds more than its bound).
     pub(super) fn adopt_spool(&self, spool: &Path, digest: &str, size: u64) {
-        if !self.reserve(size) {
+        if self.lock().ghosts.contains_key(digest) || !self.reserve(size) {
             return;
         }
         let placed = fs::rename(spool, self.path(digest)).is_ok();
@@ -298,7 +361,10 @@ impl Tier {
         };
         {
             let mut st = self.lock();
-            if st.files.contains_key(digest) || st.copying.contains(digest) {
+            if st.files.contains_key(digest)
+                || st.copying.contains(digest)
+                || st.ghosts.contains_key(digest)
+            {
                 return;
             }
             let queued = st.pending.iter().any(|(d, ..)| d == digest);
@@ -453,5 +519,69 @@ mod tests {
         tier.keep_only(|d, _| d == a);
         assert_eq!(tier.usage(), (5, 1));
         assert!(!dir.path().join("tier").join(&c).exists());
+    }
+}
+
+#[cfg(test)]
+mod disk_tests {
+    use super::*;
+
+    /// Bytes the tier's directory holds on disk, files removed but still
+    /// open included (what `du` of the volume sees).
+    fn on_disk(dir: &Path, open: &[&dyn ObjectRead]) -> u64 {
+        let named: u64 = fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.metadata().unwrap().len())
+            .sum();
+        let ghosts: u64 = open.iter().map(|o| o.len()).sum();
+        named + ghosts
+    }
+
+    fn adopt(tier: &Tier, dir: &Path, digest: &str, body: &[u8]) {
+        let spool = dir.join("spool");
+        fs::write(&spool, body).unwrap();
+        tier.adopt_spool(&spool, digest, body.len() as u64);
+        let _ = fs::remove_file(&spool);
+    }
+
+    /// Issue 48, item 3: a copy a reader has open is not evicted while
+    /// others can make room; one removed while open (dropped) counts until
+    /// it is closed, so a new copy that would take the disk past the bound
+    /// is not made; the disk never holds more than the bound. (On main,
+    /// 20169a0: the open copy, least recently used, was evicted first and
+    /// its blocks stayed beside b and c: 15 bytes on disk, bound 10.)
+    #[test]
+    fn copies_open_for_reading_count_until_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("tier");
+        let tier = Tier::open(t.clone(), 10).unwrap();
+        let (a, b, c) = ("a".repeat(64), "b".repeat(64), "c".repeat(64));
+        adopt(&tier, dir.path(), &a, b"aaaaa");
+        adopt(&tier, dir.path(), &b, b"bbbbb");
+        // a is the least recently used, but a reader holds it open.
+        let reading = tier.open_copy(&a, 5).unwrap();
+        assert!(tier.open_copy(&b, 5).is_some());
+        adopt(&tier, dir.path(), &c, b"ccccc");
+        assert!(tier.holds(&a, 5), "the open copy stays");
+        assert!(!tier.holds(&b, 5), "the closed one made room");
+        assert!(on_disk(&t, &[]) <= 10);
+        // a dropped while open (rotten, say): its blocks stay until closed,
+        // so nothing new fits beside them and c, open too.
+        let reading_c = tier.open_copy(&c, 5).unwrap();
+        tier.remove(&a);
+        adopt(&tier, dir.path(), &b, b"bbbbb");
+        assert!(!tier.holds(&b, 5), "no room while a's blocks are held");
+        assert!(tier.holds(&c, 5));
+        assert!(
+            on_disk(&t, &[&*reading]) <= 10,
+            "{}",
+            on_disk(&t, &[&*reading])
+        );
+        drop(reading);
+        adopt(&tier, dir.path(), &b, b"bbbbb");
+        assert!(tier.holds(&b, 5), "room once a is closed");
+        assert!(on_disk(&t, &[]) <= 10);
+        drop(reading_c);
     }
 }

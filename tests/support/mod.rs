@@ -48,6 +48,7 @@ pub mod cli;
 pub mod containerd;
 pub mod curl;
 pub mod factory;
+pub mod fault_proxy;
 pub mod http;
 pub mod mirror_site;
 pub mod nbd;

@@ -6,7 +6,8 @@
 //! Layout under PREFIX: `objects/sha256/<hex>` (bytes), `sums/<hex>`
 //! (per-chunk checksums, [`super::sums`]), `index/<sha256(key)>.json` (one
 //! entry per key; its change token a hash of the ETag, or of last-modified
-//! and size), `lock` (the lease that is the store lock across replicas).
+//! and size), `pins/<sha256(key)>.pin` (a pinned key's record, written only
+//! by a pinning write: `store::pins`), `lock` (the store lock's lease).
 //!
 //! The local spool (`--cache-dir`, its `tmp/`) holds fills in progress and
 //! is never the truth: a verified spool file becomes an object by a
@@ -47,6 +48,7 @@ use sha2::{Digest, Sha256};
 
 use super::backend::{Backend, Kind, Listed, LockGuard, ObjectRead, Publish};
 use super::local::{Layout, is_hex64, is_index_name};
+use super::pins::is_pin_name;
 use super::sums::Sums;
 use super::tier::Tier;
 
@@ -467,6 +469,23 @@ impl S3Backend {
         (!rest.contains('/')).then(|| rest.to_string())
     }
 
+    /// Where the index record `name` is: `index/` for an entry, `pins/`
+    /// for a pin record.
+    fn record_path(&self, name: &str) -> ObjPath {
+        let folder = if is_pin_name(name) { "pins" } else { "index" };
+        self.path(&format!("{folder}/{name}"))
+    }
+
+    /// Delete `p`: `Ok` when the bucket confirmed it gone (or it was not
+    /// there), `Err` when it did not answer.
+    fn delete_path(&self, p: ObjPath) -> io::Result<()> {
+        let s3 = self.s3.clone();
+        match self.call(async move { s3.delete(&p).await }) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Is the store reachable (a HEAD of the lease, absent or not)?
     pub fn probe(&self, limit: Duration) -> io::Result<()> {
         let s3 = self.s3.clone();
@@ -582,7 +601,7 @@ impl Backend for S3Backend {
         }
     }
 
-    fn delete_object(&self, digest: &str) {
+    fn delete_object(&self, digest: &str) -> io::Result<()> {
         if let Some(t) = &self.tier {
             t.remove(digest);
         }
@@ -590,38 +609,40 @@ impl Backend for S3Backend {
             self.object_path(digest),
             self.path(&format!("sums/{digest}")),
         ] {
-            let s3 = self.s3.clone();
-            if let Err(e) = self.call(async move { s3.delete(&p).await })
-                && e.kind() != io::ErrorKind::NotFound
-            {
-                tracing::warn!(%digest, error = %e, "deleting from the bucket failed");
-            }
+            self.delete_path(p)?;
         }
+        Ok(())
     }
 
     fn list_entries(&self) -> io::Result<Vec<Listed>> {
         let mut v = Vec::new();
-        for m in self.list("index")? {
-            match self.leaf("index", &m) {
-                Some(name) if is_index_name(&name) => v.push(Listed {
-                    token: token(
-                        m.e_tag.as_deref(),
-                        m.last_modified.timestamp_millis(),
-                        m.size,
-                    ),
-                    name,
-                }),
-                _ => tracing::warn!(location = %m.location, "not written by talos-gen: left alone"),
+        let folders: [(&str, super::local::NameCheck); 2] =
+            [("index", is_index_name), ("pins", is_pin_name)];
+        for (folder, ours) in folders {
+            for m in self.list(folder)? {
+                match self.leaf(folder, &m) {
+                    Some(name) if ours(&name) => v.push(Listed {
+                        token: token(
+                            m.e_tag.as_deref(),
+                            m.last_modified.timestamp_millis(),
+                            m.size,
+                        ),
+                        name,
+                    }),
+                    _ => {
+                        tracing::warn!(location = %m.location, "not written by talos-gen: left alone")
+                    }
+                }
             }
         }
         Ok(v)
     }
 
     fn read_entry(&self, name: &str) -> io::Result<Option<(Vec<u8>, u64)>> {
-        if !is_index_name(name) {
+        if !is_index_name(name) && !is_pin_name(name) {
             return Ok(None);
         }
-        match self.get_bytes(self.path(&format!("index/{name}"))) {
+        match self.get_bytes(self.record_path(name)) {
             Ok((b, t)) => Ok(Some((b.to_vec(), t))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
@@ -629,22 +650,16 @@ impl Backend for S3Backend {
     }
 
     fn write_entry(&self, name: &str, body: &[u8]) -> io::Result<u64> {
-        let etag = self.put_bytes(
-            self.path(&format!("index/{name}")),
-            body.to_vec(),
-            PutMode::Overwrite,
-        )?;
+        let etag = self.put_bytes(self.record_path(name), body.to_vec(), PutMode::Overwrite)?;
         match etag {
             Some(t) => Ok(token(Some(&t), 0, 0)),
             // No ETag: the token is what a listing will say.
-            None => Ok(self.get_bytes(self.path(&format!("index/{name}")))?.1),
+            None => Ok(self.get_bytes(self.record_path(name))?.1),
         }
     }
 
-    fn delete_entry(&self, name: &str) {
-        let s3 = self.s3.clone();
-        let p = self.path(&format!("index/{name}"));
-        let _ = self.call(async move { s3.delete(&p).await });
+    fn delete_entry(&self, name: &str) -> io::Result<()> {
+        self.delete_path(self.record_path(name))
     }
 
     fn read_sums(&self, digest: &str) -> io::Result<Option<Vec<u8>>> {
@@ -666,6 +681,10 @@ impl Backend for S3Backend {
 
     fn check(&self, limit: Duration) -> io::Result<()> {
         self.probe(limit)
+    }
+
+    fn call_bound(&self) -> Duration {
+        self.cfg.timeout
     }
 
     fn retain_copies(&self, keep: &dyn Fn(&str, u64) -> bool) {
