@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::backend::ObjectRead;
-use super::local::{index_name, is_hex64};
+use super::names::{index_name, parse_entry};
 use super::sums::Sums;
 use super::{AsKey, Entry, Key, KeyPrefix, Meta, Store, Touch, backend, now_secs, pins};
 use crate::error::{Error, Result};
@@ -206,27 +206,6 @@ pub(super) enum Write {
     Owner,
 }
 
-/// Parse an entry or a pin record the backend gave, checking it against
-/// its name (a pin record's is pinned, whatever its body says).
-pub(super) fn parse_entry(name: &str, body: &[u8]) -> std::result::Result<Entry, BadEntry> {
-    let mut en: Entry =
-        serde_json::from_slice(body).map_err(|_| BadEntry::Unparsable(name.to_string()))?;
-    if !pins::names_key(name, en.key.as_str()) || !is_hex64(&en.digest) {
-        return Err(BadEntry::Mismatch(name.to_string(), en.key));
-    }
-    en.pinned |= pins::is_pin_name(name);
-    Ok(en)
-}
-
-/// An index entry a scan cannot take (by its name in `index/`).
-#[derive(Debug, thiserror::Error)]
-pub(super) enum BadEntry {
-    #[error("index entry {0} does not parse")]
-    Unparsable(String),
-    #[error("index entry {0} does not match its key {1}")]
-    Mismatch(String, Key),
-}
-
 /// What a scan of one listed entry found wrong, if anything.
 fn entry_problem(en: &Entry, on_disk: &HashMap<String, u64>) -> Option<String> {
     match on_disk.get(&en.digest) {
@@ -371,7 +350,7 @@ impl Store {
     pub fn readable_entry(
         &self,
         key: &(impl AsKey + ?Sized),
-    ) -> std::result::Result<Option<Entry>, super::objects::Unavailable> {
+    ) -> std::result::Result<Option<Entry>, super::Unavailable> {
         let key = key.as_key();
         let key: &Key = &key;
         let Some(e) = self.entry(key) else {

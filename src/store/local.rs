@@ -21,7 +21,6 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use sha2::{Digest, Sha256};
 
 use super::backend::{Backend, Kind, Listed, LockGuard, ObjectRead, ReadBuf};
 
@@ -331,7 +330,7 @@ impl Backend for LocalDir {
         let mut v = Vec::new();
         let folders: [(PathBuf, NameCheck); 2] = [
             (self.layout.index(), is_index_name),
-            (self.layout.pins(), super::pins::is_pin_name),
+            (self.layout.pins(), super::names::is_pin_name),
         ];
         for (dir, ours) in folders {
             for e in read_dir(&dir)? {
@@ -469,7 +468,7 @@ impl Layout {
     /// Where the index record `name` is: an entry in `index/`, a pin
     /// record in `pins/`.
     pub(super) fn record(&self, name: &str) -> PathBuf {
-        if super::pins::is_pin_name(name) {
+        if super::names::is_pin_name(name) {
             self.pins().join(name)
         } else {
             self.index().join(name)
@@ -513,20 +512,11 @@ impl Layout {
     }
 }
 
-/// `sha256(key).json`: index files are named by the key's hash.
-pub(super) fn index_name(key: &str) -> String {
-    format!("{}.json", hex::encode(Sha256::digest(key.as_bytes())))
-}
-
+pub(super) use super::names::is_index_name;
 pub(super) use crate::text::is_hex64;
 
 /// Whether a name in one of the index's folders is of the store's shape.
 pub(super) type NameCheck = fn(&str) -> bool;
-
-/// Is `name` an index file name the store writes (`<hex64>.json`)?
-pub(super) fn is_index_name(name: &str) -> bool {
-    name.strip_suffix(".json").is_some_and(is_hex64)
-}
 
 /// Open `path` for reading only if it is a regular file: never follows a
 /// symbolic link, never blocks on a FIFO or device (`O_NONBLOCK`, which a

@@ -89,6 +89,7 @@ mod entries;
 mod evict;
 pub mod key;
 pub mod local;
+mod names;
 mod objects;
 mod pieces;
 mod pins;
@@ -107,7 +108,7 @@ use entries::State;
 pub use key::{AsKey, Family, Key, KeyKind, KeyPrefix};
 pub use local::LocalDir;
 use local::is_hex64;
-pub use objects::{Unavailable, hash_and_sum};
+pub use objects::hash_and_sum;
 pub use read::{Lease, StoredObject};
 pub use room::NoRoom;
 pub use s3::{S3Backend, S3Config};
@@ -118,6 +119,25 @@ pub use temp::{SpoolWriter, TempObject};
 /// against 2, 8 and 32 MiB windows with wrk on loopback); a whole number
 /// of checksum blocks ([`sums::CHUNK`]).
 pub const STREAM_CHUNK: usize = 1 << 20;
+
+/// The store holds the object but could not reach it (a bucket that does
+/// not answer, with no copy in the local tier): the request fails (503),
+/// it is never fetched again from the upstream.
+#[derive(Debug, Clone)]
+pub struct Unavailable(pub String);
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The one conversion into the crate's error: held but out of reach, 503.
+impl From<Unavailable> for Error {
+    fn from(u: Unavailable) -> Error {
+        Error::Unavailable(u.0)
+    }
+}
 
 /// What the index knows about one key: its **metadata record**, kept by
 /// the entry store apart from the body (one per key). The body's block

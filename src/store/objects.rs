@@ -15,39 +15,10 @@ use std::sync::Arc;
 
 use super::backend::ObjectRead;
 use super::entries::Write;
-use super::read::{Lease, StoredObject};
+use super::read::{Fault, Lease, StoredObject};
 use super::sums::{self, Sums};
-use super::{AsKey, Entry, Key, Meta, STREAM_CHUNK, Store, TempObject};
+use super::{AsKey, Entry, Key, Meta, STREAM_CHUNK, Store, TempObject, Unavailable};
 use crate::error::{Error, Result};
-
-/// The store holds the object but could not reach it (a bucket that does
-/// not answer, with no copy in the local tier): the request fails (503),
-/// it is never fetched again from the upstream.
-#[derive(Debug, Clone)]
-pub struct Unavailable(pub String);
-
-impl std::fmt::Display for Unavailable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// The one conversion into the crate's error: held but out of reach, 503.
-impl From<Unavailable> for Error {
-    fn from(u: Unavailable) -> Error {
-        Error::Unavailable(u.0)
-    }
-}
-
-/// What a failed read came to ([`Store::read_failed`]).
-pub(super) enum Fault {
-    /// The copy read is gone (dropped, or the backend lost it): the next
-    /// request fetches the key again (a tier copy: the bucket is read next).
-    Dropped,
-    /// The object is held but could not be read now (a backend that did
-    /// not answer): the request fails (503), nothing is fetched again.
-    Unreadable,
-}
 
 /// What [`Store::rebuild_sums`] came to.
 enum Rebuilt {

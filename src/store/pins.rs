@@ -19,41 +19,10 @@
 //! records says: an entry written with `pinned: true` by an older
 //! talos-gen reads as pinned).
 
-use std::collections::HashSet;
-
-use super::local::{index_name, is_hex64};
+use super::names::index_name;
+pub(super) use super::names::{is_pin_name, pin_name, pinned_entries};
 use super::{Entry, Store};
 use crate::error::{Error, Result};
-use sha2::Digest as _;
-
-/// The name of `key`'s pin record.
-pub(super) fn pin_name(key: &str) -> String {
-    format!("{}.pin", hex::encode(sha2::Sha256::digest(key.as_bytes())))
-}
-
-/// Is `name` a pin record's name (`<hex64>.pin`)?
-pub(super) fn is_pin_name(name: &str) -> bool {
-    name.strip_suffix(".pin").is_some_and(is_hex64)
-}
-
-/// The name of the entry a pin record (by its name) stands beside.
-pub(super) fn entry_of_pin(name: &str) -> String {
-    format!("{}.json", name.trim_end_matches(".pin"))
-}
-
-/// Is `name` the record of `key`: its entry or its pin record?
-pub(super) fn names_key(name: &str, key: &str) -> bool {
-    if is_pin_name(name) {
-        pin_name(key) == name
-    } else {
-        index_name(key) == name
-    }
-}
-
-/// The entry names whose pin record a listing holds.
-pub(super) fn pinned_entries<'a>(names: impl Iterator<Item = &'a str>) -> HashSet<String> {
-    names.filter(|n| is_pin_name(n)).map(entry_of_pin).collect()
-}
 
 impl Store {
     /// `key`'s pin record as the backend holds it now, with its change
@@ -68,7 +37,7 @@ impl Store {
         else {
             return Ok(None);
         };
-        let Ok(mut en) = super::entries::parse_entry(&name, &body) else {
+        let Ok(mut en) = super::names::parse_entry(&name, &body) else {
             return Ok(None);
         };
         en.pinned = true;
@@ -171,7 +140,7 @@ mod tests {
     /// another process writes; `tests/store/pin_race.rs` does it with a
     /// fault proxy in front of Garage.)
     fn replica(dir: &std::path::Path, key: &str, gate: &Arc<Gate>, max: Option<u64>) -> Store {
-        let (g, name) = (gate.clone(), super::super::local::index_name(key));
+        let (g, name) = (gate.clone(), super::super::names::index_name(key));
         let b = Hooked {
             no_lock: true,
             on_write: Box::new(move |n| {

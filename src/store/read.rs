@@ -16,6 +16,16 @@ use super::sums::Sums;
 use super::{Entry, Store};
 use crate::error::{Error, Result};
 
+/// What a failed read came to ([`Store::read_failed`]).
+pub(super) enum Fault {
+    /// The copy read is gone (dropped, or the backend lost it): the next
+    /// request fetches the key again (a tier copy: the bucket is read next).
+    Dropped,
+    /// The object is held but could not be read now (a backend that did
+    /// not answer): the request fails (503), nothing is fetched again.
+    Unreadable,
+}
+
 /// Keeps an object from eviction while held.
 pub struct Lease {
     pub(super) store: Store,
@@ -202,13 +212,11 @@ impl StoredObject {
                     self.tiered,
                 );
                 match fault {
-                    super::objects::Fault::Unreadable => Error::Unavailable(format!(
+                    Fault::Unreadable => Error::Unavailable(format!(
                         "reading {}: {e} (held, not readable now)",
                         self.entry.key
                     )),
-                    super::objects::Fault::Dropped => {
-                        Error::io(format!("reading {}", self.entry.key), e)
-                    }
+                    Fault::Dropped => Error::io(format!("reading {}", self.entry.key), e),
                 }
             })?;
         let got = hex::encode(Sha256::digest(&buf));

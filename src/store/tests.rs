@@ -468,7 +468,7 @@ async fn a_failed_index_write_leaves_no_orphaned_object() {
     // A directory where the key's index file must go makes the rename
     // fail, as a full disk would (root ignores permissions, so a
     // read-only directory would not).
-    fs::create_dir(dir.path().join("index").join(local::index_name("k"))).unwrap();
+    fs::create_dir(dir.path().join("index").join(super::names::index_name("k"))).unwrap();
     let err = store
         .commit_bytes("k", bytes::Bytes::from_static(b"orphan?"), Meta::default())
         .await
