@@ -515,7 +515,6 @@ impl<'m> Graph<'m> {
                 minor,
                 patch: None,
                 pre: None,
-                build: false,
             };
             if let Some((v, _)) = matrix.kubernetes_patch(&m, None)
                 && release_cmp(&v, &from.kubernetes) == Ordering::Greater

@@ -122,13 +122,14 @@ fn versions_never_tag_an_image_with_a_bare_minor() {
         ],
     );
     assert_eq!(code, 0, "{err}");
-    // Build metadata is echoed as typed, never written as a tag.
+    // Build metadata is echoed as typed, never written as a tag; it is not
+    // a version anywhere (issue 50 item 9: `+` is not valid in an OCI tag).
     let (code, _, err) = mc(&shared, &["--talos-version", "v1.13.6+build"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("\"v1.13.6+build\""), "{err}");
-    let (code, out, _) = matrix_check("v1.13.6+build", "v1.30");
-    assert_eq!(code, 1);
-    let _ = out;
+    let (code, _, err) = matrix_check("v1.13.6+build", "v1.30");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("build metadata"), "{err}");
 }
 
 /// Item 1: one wording for every version refusal, and what --force can do.
