@@ -200,6 +200,17 @@ fn squeeze(text: &str, max: usize) -> String {
     }
 }
 
+/// The one boolean grammar of every flag, `TALOS_GEN_*` variable and API
+/// query parameter: `true`/`false`, `1`/`0`, any case; anything else
+/// (`yes`, `on`, the empty value) `None`.
+pub fn parse_bool(s: &str) -> Option<bool> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "1" => Some(true),
+        "false" | "0" => Some(false),
+        _ => None,
+    }
+}
+
 /// Levenshtein distance over chars, ASCII case ignored (keys and names are
 /// short; a word is read up to its first 64 characters).
 pub fn edit_distance(a: &str, b: &str) -> usize {

@@ -46,7 +46,7 @@ pub struct DatavolumeArgs {
     #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,
     /// The golden image: the import in --namespace and a CDI DataSource there naming its PVC, for worker disks to clone.
-    #[arg(long, requires = "namespace")]
+    #[arg(long, requires = "namespace", default_value = "false", value_name = "BOOL", action = clap::ArgAction::Set, value_parser = super::common::BoolFlag, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub golden: bool,
     /// A worker disk cloned from the golden image's DataSource NS/NAME: spec.sourceRef, no download, no checksum (default: none, an import).
     #[arg(long, value_name = "NS/NAME", conflicts_with_all = ["base_url", "schematic", "talos_version", "cert_configmap", "golden"])]
@@ -74,10 +74,17 @@ pub fn run(args: DatavolumeArgs) -> crate::Result<i32> {
         )?;
         return write(args.output.as_deref(), &plan.to_yaml());
     }
+    // A bare minor (`v1.13`) is the newest release of it the support
+    // matrix knows, as `machineconfig` resolves one; stderr says which.
+    let (talos_version, note) = crate::matrix::Matrix::embedded()
+        .release_of(&args.talos_version.unwrap_or_default(), "--talos-version")?;
+    if let Some(note) = note {
+        eprintln!("talos-gen: {note}");
+    }
     let req = Request {
         base_url: args.base_url.unwrap_or_default(),
         schematic: args.schematic.unwrap_or_default(),
-        talos_version: args.talos_version.unwrap_or_default(),
+        talos_version,
         platform: Some(args.platform),
         arch: Some(args.arch),
         name: args.name,

@@ -18,6 +18,7 @@ pub mod blocking;
 pub mod conns;
 pub mod datavolume;
 pub mod error;
+pub mod query;
 pub mod ranges;
 pub mod state;
 
@@ -327,6 +328,8 @@ pub fn router(state: AppState) -> Router {
             limits::body_deadline,
         ))
         .fallback(api::not_found)
+        // One Host (RFC 9112 3.2), before any route reads it.
+        .layer(axum::middleware::from_fn(limits::one_host))
         // Every refusal in its route family's shape (OCI, JSON, text).
         .layer(axum::middleware::from_fn(error::shape))
         // Every answer, 401 and 413 included, gets its line.

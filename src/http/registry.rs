@@ -38,7 +38,7 @@ pub async fn v2_tail(State(st): State<AppState>, req: Request) -> Response {
     let (parts, _body) = req.into_parts();
     let r = match handle(&st, &parts).await {
         Ok(r) => r,
-        Err(e) => error_response(&e, &parts.method),
+        Err(e) => error_response(&e),
     };
     st.registry.response(r.status().as_u16());
     r
@@ -52,9 +52,9 @@ fn set_common(h: &mut HeaderMap) {
 }
 
 /// An [`OciError`] answered: the one OCI answer ([`super::error::oci`]).
-pub fn error_response(e: &OciError, method: &Method) -> Response {
+pub fn error_response(e: &OciError) -> Response {
     let status = super::error::oci_status(e.kind);
-    super::error::oci(status, e.code(), &e.message, method == Method::HEAD)
+    super::error::oci(status, e.code(), &e.message)
 }
 
 /// The query parameter `name`, percent-decoded, if any (repeated or not
@@ -403,7 +403,7 @@ async fn serve_blob(
 
 impl IntoResponse for OciError {
     fn into_response(self) -> Response {
-        error_response(&self, &Method::GET)
+        error_response(&self)
     }
 }
 
