@@ -1,7 +1,7 @@
 //! The values of one Cozystack `kubernetes-nodes` worker pool, read as the
 //! chart reads them: chart defaults for what the file leaves out, the
-//! chart's keys the generator has no use for ignored, any other key at the
-//! top level or inside `talos` and `kubelet` refused.
+//! chart's keys the generator has no use for ignored, every key checked
+//! against the chart's schema at its own depth first (`chart_schema`).
 
 use serde::Deserialize;
 
@@ -128,26 +128,6 @@ fn text(v: &Option<Value>, field: &str, what: &str) -> Result<Option<String>> {
     }
 }
 
-/// A key the chart does not have is a typo (`talso:` would leave
-/// talos.version at the default without a word): refused.
-fn check_chart_keys(v: &Value, what: &str) -> Result<()> {
-    if let Value::Mapping(m) = v {
-        for k in m.keys() {
-            let k = match k {
-                Value::String(s) => s.clone(),
-                other => format!("{other:?}"),
-            };
-            if !CHART_KEYS.contains(&k.as_str()) {
-                return Err(Error::bad_input(format!(
-                    "{what}: {}",
-                    crate::text::unknown_word("top-level key", &k, CHART_KEYS)
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
 /// `talos.registryMirrors`: host -> endpoints (at least one) and options.
 fn registry_mirrors(m: Option<Mapping>, what: &str) -> Result<Vec<Mirror>> {
     let mut mirrors = Vec::new();
@@ -243,7 +223,9 @@ impl Values {
                 )));
             }
         };
-        check_chart_keys(&v, what)?;
+        // Every key at its own depth, its type (a version never a YAML
+        // number, a memory quantity with its unit, every URL a URL).
+        super::chart_schema::check(&v, what)?;
         let raw: RawValues = crate::yaml::from_value(v, what)?;
         let talos = raw.talos.unwrap_or_default();
         let or = |v: Option<String>, d: &str| v.unwrap_or_else(|| d.to_string());

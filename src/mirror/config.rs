@@ -337,6 +337,13 @@ impl Config {
             crate::input::Kind::FileOrPipe,
         )
         .map_err(|e| Error::bad_input(format!("--config {}: {e}", path.display())))?;
+        // An empty config (a pipe that brought nothing) names nothing: never a config.
+        if crate::yaml::value_from_str(&text, &format!("--config {}", path.display()))?.is_null() {
+            return Err(Error::bad_input(format!(
+                "--config {}: the file holds no config (empty, or only comments)",
+                path.display()
+            )));
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         Config::parse_with(&text, base, &format!("--config {}", path.display()), matrix)
     }
