@@ -376,7 +376,10 @@ impl IntoResponse for FetchError {
         let status = fetch_status(&self);
         match self {
             FetchError::Status {
-                content_type, body, ..
+                content_type,
+                body,
+                retry_after,
+                ..
             } => {
                 // The body as it came, under a type no browser runs: JSON
                 // (a registry's `{"errors":[...]}`) keeps its type, anything
@@ -391,6 +394,10 @@ impl IntoResponse for FetchError {
                     header::X_CONTENT_TYPE_OPTIONS,
                     HeaderValue::from_static("nosniff"),
                 );
+                // An upstream's 429 tells the client when to come back.
+                if let Some(v) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
+                    r.headers_mut().insert(header::RETRY_AFTER, v);
+                }
                 r
             }
             FetchError::Unavailable(m) => {
@@ -447,7 +454,8 @@ mod tests {
             st(FetchError::Status {
                 status: 404,
                 content_type: None,
-                body: bytes::Bytes::new()
+                body: bytes::Bytes::new(),
+                retry_after: None,
             }
             .into_response()),
             404
@@ -460,6 +468,7 @@ mod tests {
                 status: 404,
                 content_type: Some(ct.into()),
                 body: bytes::Bytes::from_static(b"<script>alert(1)</script>"),
+                retry_after: None,
             }
             .into_response();
             let h = |n| r.headers().get(n).unwrap().to_str().unwrap().to_string();

@@ -54,7 +54,16 @@ fn set_common(h: &mut HeaderMap) {
 /// An [`OciError`] answered: the one OCI answer ([`super::error::oci`]).
 pub fn error_response(e: &OciError) -> Response {
     let status = super::error::oci_status(e.kind);
-    super::error::oci(status, e.code(), &e.message)
+    let mut r = super::error::oci(status, e.code(), &e.message);
+    // An upstream's 429 tells the client when to come back.
+    if let Some(v) = e
+        .retry_after
+        .as_deref()
+        .and_then(|v| HeaderValue::from_str(v).ok())
+    {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    r
 }
 
 /// The query parameter `name`, percent-decoded, if any (repeated or not

@@ -13,7 +13,7 @@ use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 
 use super::client::MANIFEST_ACCEPT;
-use super::error::{OciError, OciKind, check_status, fetch_error, manifest_unknown};
+use super::error::{OciError, OciKind, check_answer, fetch_error, manifest_unknown};
 use super::layout::{manifest_key, tag_key};
 use super::names::{Digest, Reference, UpstreamId};
 use super::proxy::{Registry, miss_path, scope};
@@ -329,7 +329,7 @@ impl Registry {
         if st == StatusCode::NOT_FOUND {
             return Ok(None);
         }
-        check_status(st, repo, reference)?;
+        check_answer(&resp, repo, reference)?;
         let media_type = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)

@@ -371,3 +371,48 @@ fn refusals_say_what_they_refuse() {
         Some("Bearer realm=\"talos-gen\"")
     );
 }
+
+/// Item 14: an upstream's 429 passes its `Retry-After` on, on `/v2/`
+/// (manifests, blobs, tags) and on `/image/` (nginx as the upstream,
+/// answering 429 to everything).
+#[test]
+fn an_upstreams_429_passes_its_retry_after_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let ng = Nginx::start(
+        &root,
+        NginxOpts {
+            server_extra: "location ^~ /v2/ { add_header Retry-After 17 always; return 429 '{\"errors\":[{\"code\":\"TOOMANYREQUESTS\",\"message\":\"slow down\"}]}'; }\n    location ^~ /image/ { add_header Retry-After 17 always; return 429 'slow down'; }".into(),
+            ..Default::default()
+        },
+    );
+    let svc = Service::builder()
+        .args(["--cache-dir", dir.path().join("cache").to_str().unwrap()])
+        .args(["--factory-url", &ng.url(), "--registry-url", &ng.url()])
+        .start();
+    let u = svc.url();
+    let blob = format!("sha256:{}", "a".repeat(64));
+    let repo = format!("installer/{}", crate::support::factory::S);
+    for path in [
+        format!("/v2/{repo}/manifests/v1.13.9"),
+        format!("/v2/{repo}/blobs/{blob}"),
+        format!("/v2/{repo}/tags/list"),
+        image_path(A),
+    ] {
+        let r = curl(&[&format!("{u}{path}")]);
+        assert_eq!(
+            r.status,
+            429,
+            "{path}: {} {}",
+            String::from_utf8_lossy(&r.body),
+            ng.access_log()
+        );
+        assert_eq!(
+            r.header("retry-after").as_deref(),
+            Some("17"),
+            "{path}: {}",
+            r.headers
+        );
+    }
+}
