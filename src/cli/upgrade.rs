@@ -77,7 +77,7 @@ pub fn run(args: UpgradeArgs) -> crate::Result<i32> {
         UpgradeCommand::Plan(a) => {
             let (_, plan) = plan(&a)?;
             if a.json {
-                outln!("{}", pretty(&plan.to_json()))?;
+                out!("{}", crate::text::json_document(&plan.to_json()))?;
             } else {
                 out!("{}", plan.to_text())?;
             }

@@ -36,7 +36,7 @@ pub async fn matrix(
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
     match Params::new(q, &[], &[]) {
-        Ok(_) => Json(st.matrix.to_json()).into_response(),
+        Ok(_) => document(&st.matrix.to_json()),
         Err(e) => super::error::JsonError(e).into_response(),
     }
 }
@@ -66,13 +66,23 @@ pub async fn matrix_check(
         Ok(s) => (true, s.message),
         Err(e) => (false, e.to_string()),
     };
-    Json(serde_json::json!({
+    document(&serde_json::json!({
         "supported": supported,
         "message": message,
         "talos": talos.to_string(),
         "kubernetes": k8s.to_string(),
     }))
-    .into_response()
+}
+
+/// The same bytes the CLI prints for the same question (`--json`):
+/// [`crate::text::json_document`].
+fn document(v: &serde_json::Value) -> Response {
+    (
+        StatusCode::OK,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        crate::text::json_document(v),
+    )
+        .into_response()
 }
 
 /// The query keys of `/api/v1/upgrade-plan`.
@@ -94,7 +104,7 @@ pub async fn upgrade_plan(
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
     match Params::new(q, UPGRADE_KEYS, &[]).and_then(|q| upgrade_plan_json(&st.matrix, &q)) {
-        Ok(v) => Json(v).into_response(),
+        Ok(v) => document(&v),
         Err(e) => super::error::JsonError(e).into_response(),
     }
 }

@@ -416,3 +416,69 @@ fn an_upstreams_429_passes_its_retry_after_on() {
         );
     }
 }
+
+/// Item 8: where the README says "the same JSON", the CLI's `--json` and
+/// the API's answer are the same bytes.
+#[test]
+fn the_cli_and_the_api_give_the_same_bytes() {
+    let (_dir, svc) = offline();
+    let u = svc.url();
+    for (query, args) in [
+        (
+            "/api/v1/upgrade-plan?fromTalos=v1.11.6&fromKubernetes=1.31.4&toTalos=v1.14.6&toKubernetes=1.36.3",
+            &[
+                "upgrade",
+                "plan",
+                "--from-talos",
+                "v1.11.6",
+                "--from-kubernetes",
+                "1.31.4",
+                "--to-talos",
+                "v1.14.6",
+                "--to-kubernetes",
+                "1.36.3",
+                "--json",
+            ][..],
+        ),
+        (
+            "/api/v1/upgrade-plan?fromTalos=v1.11.6&fromKubernetes=1.31.4&toTalos=v1.14.6&toKubernetes=1.36.3&replace=true",
+            &[
+                "upgrade",
+                "plan",
+                "--from-talos",
+                "v1.11.6",
+                "--from-kubernetes",
+                "1.31.4",
+                "--to-talos",
+                "v1.14.6",
+                "--to-kubernetes",
+                "1.36.3",
+                "--replace",
+                "--json",
+            ][..],
+        ),
+        ("/api/v1/matrix", &["matrix", "--json"][..]),
+        (
+            "/api/v1/matrix/check?talos=v1.13.6&kubernetes=1.30",
+            &[
+                "matrix",
+                "check",
+                "--talos",
+                "v1.13.6",
+                "--kubernetes",
+                "1.30",
+                "--json",
+            ][..],
+        ),
+    ] {
+        let r = curl(&[&format!("{u}{query}")]);
+        assert_eq!(r.status, 200, "{query}");
+        let (_, out, err) = run_text(args, None);
+        assert!(
+            r.body == out.as_bytes(),
+            "{query}: the API's bytes differ from `{}`'s: {err}\n{}\n---\n{out}",
+            args.join(" "),
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+}
