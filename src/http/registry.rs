@@ -244,6 +244,14 @@ async fn manifest(ask: &Ask<'_>) -> Result<Response, OciError> {
     let (reg, p) = (&ask.st.registry, &ask.p);
     let r = Reference::parse(p.reference)?;
     let m = reg.manifest(&ask.up, p.repo, &r).await?;
+    let accept = ask.req.headers.get_all(header::ACCEPT);
+    if !crate::registry::accepts(accept.iter().filter_map(|v| v.to_str().ok()), &m.media_type) {
+        return Err(crate::registry::not_accepted(
+            p.repo,
+            p.reference,
+            &m.media_type,
+        ));
+    }
     let mut resp = match ask.head {
         true => Response::new(Body::empty()),
         false => Response::new(Body::from(m.body.clone())),
