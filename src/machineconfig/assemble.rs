@@ -113,9 +113,11 @@ fn profile(req: &Request) -> Result<Option<cozystack::Values>> {
         None => None,
         Some("cozystack") => {
             let mut values = match &req.values {
-                Some(v) => {
-                    cozystack::Values::from_value(non_empty(as_tree(v, "--values")?)?, "--values")?
-                }
+                Some(v) => cozystack::Values::from_value_in(
+                    non_empty(as_tree(v, "--values")?)?,
+                    "--values",
+                    v.as_str(),
+                )?,
                 None => cozystack::Values::defaults(),
             };
             if let Some(id) = crate::known_schematics::embedded_id(&values.schematic_id) {

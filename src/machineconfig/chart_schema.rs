@@ -10,7 +10,7 @@
 //! the advice to quote it. Chart keys the generator has no use for are
 //! checked as well as the ones it reads.
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::yaml::Value;
 
 /// What a value may be. `null` is always the chart's default.
@@ -91,14 +91,56 @@ const TOP: &[Field] = &[
     ("images", Ty::Map(IMAGES, &[])),
 ];
 
-/// Check a values tree (a mapping, or null) against the chart's schema;
-/// errors are `{what}: <path>: ...`.
-pub fn check(v: &Value, what: &str) -> Result<()> {
-    check_map(v, TOP, "", what)
+/// One step of a field's path: a key, or a list's entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seg {
+    Key(String),
+    Index(usize),
 }
 
-fn bad(what: &str, path: &str, msg: impl std::fmt::Display) -> Error {
-    Error::bad_input(format!("{what}: {path}: {msg}"))
+/// A refusal and the path of the field at fault (for its line and column,
+/// [`crate::yaml::locate`]).
+#[derive(Debug)]
+pub struct Refused {
+    pub at: Vec<Seg>,
+    pub error: Error,
+}
+
+/// `kubelet.systemReservedMemory`, `gpus[0]`, `talos.registryMirrors.ghcr.io`.
+pub fn show(at: &[Seg]) -> String {
+    let mut out = String::new();
+    for s in at {
+        match s {
+            Seg::Key(k) if out.is_empty() => out.push_str(k),
+            Seg::Key(k) => {
+                out.push('.');
+                out.push_str(k);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+type Checked = std::result::Result<(), Refused>;
+
+/// Check a values tree (a mapping, or null) against the chart's schema;
+/// errors are `{what}: <path>: ...`, with the path's steps.
+pub fn check(v: &Value, what: &str) -> Checked {
+    check_map(v, TOP, &[], what)
+}
+
+fn bad(what: &str, at: &[Seg], msg: impl std::fmt::Display) -> Refused {
+    Refused {
+        at: at.to_vec(),
+        error: Error::bad_input(format!("{what}: {}: {msg}", show(at))),
+    }
+}
+
+fn with(at: &[Seg], s: Seg) -> Vec<Seg> {
+    let mut v = at.to_vec();
+    v.push(s);
+    v
 }
 
 /// A key's text (the chart's keys are strings; another scalar as written).
@@ -112,41 +154,44 @@ fn key_text(k: &Value) -> String {
     }
 }
 
-fn join(path: &str, k: &str) -> String {
-    match path {
-        "" => k.to_string(),
-        p => format!("{p}.{k}"),
-    }
-}
-
-fn check_map(v: &Value, fields: &[Field], path: &str, what: &str) -> Result<()> {
+fn check_map(v: &Value, fields: &[Field], at: &[Seg], what: &str) -> Checked {
     let m = match v {
         Value::Null => return Ok(()),
         Value::Mapping(m) => m,
         other => {
-            let at = if path.is_empty() { "the values" } else { path };
-            return Err(Error::bad_input(format!(
-                "{what}: {at}: expected a mapping of {}, got {}",
-                names(fields),
-                shape(other)
-            )));
+            let shown = if at.is_empty() {
+                "the values".to_string()
+            } else {
+                show(at)
+            };
+            return Err(Refused {
+                at: at.to_vec(),
+                error: Error::bad_input(format!(
+                    "{what}: {shown}: expected a mapping of {}, got {}",
+                    names(fields),
+                    shape(other)
+                )),
+            });
         }
     };
     let known: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
     for (k, val) in m {
         let k = key_text(k);
         let Some((_, ty)) = fields.iter().find(|(f, _)| *f == k) else {
-            let kind = if path.is_empty() {
+            let kind = if at.is_empty() {
                 "top-level key".to_string()
             } else {
-                format!("key in {path}")
+                format!("key in {}", show(at))
             };
-            return Err(Error::bad_input(format!(
-                "{what}: {}",
-                crate::text::unknown_word(&kind, &k, &known)
-            )));
+            return Err(Refused {
+                at: with(at, Seg::Key(k.clone())),
+                error: Error::bad_input(format!(
+                    "{what}: {}",
+                    crate::text::unknown_word(&kind, &k, &known)
+                )),
+            });
         };
-        check_value(val, *ty, &join(path, &k), what)?;
+        check_value(val, *ty, &with(at, Seg::Key(k)), what)?;
     }
     Ok(())
 }
@@ -170,21 +215,21 @@ fn shape(v: &Value) -> String {
     }
 }
 
-fn check_value(v: &Value, ty: Ty, path: &str, what: &str) -> Result<()> {
+fn check_value(v: &Value, ty: Ty, at: &[Seg], what: &str) -> Checked {
     if v.is_null() {
         return Ok(());
     }
-    let want = |w: &str| bad(what, path, format!("expected {w}, got {}", shape(v)));
+    let want = |w: &str| bad(what, at, format!("expected {w}, got {}", shape(v)));
     match (ty, v) {
         (Ty::Map(fields, required), _) => {
-            check_map(v, fields, path, what)?;
+            check_map(v, fields, at, what)?;
             if let Some(req) = required
                 .iter()
                 .find(|r| v.as_mapping().is_some_and(|m| !m.contains_key(**r)))
             {
                 return Err(bad(
                     what,
-                    path,
+                    at,
                     format!("{req} is required (e.g. {req}: nvidia.com/AD102GL_L40S)"),
                 ));
             }
@@ -192,7 +237,7 @@ fn check_value(v: &Value, ty: Ty, path: &str, what: &str) -> Result<()> {
         }
         (Ty::List(item), Value::Sequence(items)) => {
             for (i, it) in items.iter().enumerate() {
-                let at = format!("{path}[{i}]");
+                let at = with(at, Seg::Index(i));
                 if it.is_null() {
                     return Err(bad(what, &at, "an empty entry"));
                 }
@@ -207,11 +252,11 @@ fn check_value(v: &Value, ty: Ty, path: &str, what: &str) -> Result<()> {
                 if host.trim().is_empty() || host.contains(['/', ' ']) {
                     return Err(bad(
                         what,
-                        path,
+                        at,
                         format!("{host:?} is not a registry host name (e.g. ghcr.io)"),
                     ));
                 }
-                check_map(entry, MIRROR, &join(path, &host), what)?;
+                check_map(entry, MIRROR, &with(at, Seg::Key(host)), what)?;
             }
             Ok(())
         }
@@ -230,26 +275,33 @@ fn check_value(v: &Value, ty: Ty, path: &str, what: &str) -> Result<()> {
         (Ty::Version, Value::String(_)) => Ok(()),
         (Ty::Version, Value::Number(n)) => Err(bad(
             what,
-            path,
+            at,
             format!(
                 "YAML reads this unquoted version as the number {n} (1.30 reads as 1.3, 1.10 as 1.1); quote it as written, e.g. {}: \"v1.30\"",
-                path.rsplit('.').next().unwrap_or(path)
+                match at.last() {
+                    Some(Seg::Key(k)) => k.as_str(),
+                    _ => "version",
+                }
             ),
         )),
         (Ty::Version, _) => Err(want("a version string (e.g. \"v1.35\")")),
-        (Ty::Url, Value::String(s)) => super::check_url(s, &format!("{what}: {path}")),
+        (Ty::Url, Value::String(s)) => super::check_url(s, &format!("{what}: {}", show(at)))
+            .map_err(|error| Refused {
+                at: at.to_vec(),
+                error,
+            }),
         (Ty::Url, _) => Err(want("an http(s) URL")),
         (Ty::Cpu, Value::Number(n)) if n.as_f64().is_some_and(|f| f >= 0.0) => Ok(()),
         (Ty::Cpu, Value::String(s)) if super::quantity::is_cpu(s) => Ok(()),
         (Ty::Cpu, _) => Err(want("a CPU quantity (e.g. 2, 500m)")),
         (Ty::Memory | Ty::MemoryOrPercent, Value::Number(n)) => Err(bad(
             what,
-            path,
+            at,
             format!("{n} is a bare number (bytes); give the unit, e.g. {n}Mi or {n}Gi"),
         )),
         (Ty::Memory | Ty::MemoryOrPercent, Value::String(s)) if is_bare_number(s) => Err(bad(
             what,
-            path,
+            at,
             format!("{s:?} has no unit (bytes); give the unit, e.g. {s}Mi or {s}Gi"),
         )),
         (Ty::Memory, Value::String(s)) if super::quantity::is_memory(s) => Ok(()),
@@ -277,7 +329,7 @@ mod tests {
 
     fn err(yaml: &str) -> String {
         let v = crate::yaml::value_from_str(yaml, "values").unwrap();
-        check(&v, "--values").unwrap_err().to_string()
+        check(&v, "--values").unwrap_err().error.to_string()
     }
 
     #[test]
@@ -361,7 +413,7 @@ mod tests {
     fn the_charts_own_values_pass() {
         let text = include_str!("../../examples/kubernetes-nodes.values.yaml");
         let v = crate::yaml::value_from_str(text, "values").unwrap();
-        check(&v, "values").unwrap();
+        assert!(check(&v, "values").is_ok());
         let ok = "version: \"v1.35\"\nresources: {cpu: 4, memory: 8Gi}\nkubelet: {evictionHardMemory: 7%, systemReservedCpu: 500m}\ngpus: [{name: nvidia.com/AD102GL_L40S}]\nroles: [ingress-nginx]\nmaxUnhealthy: 1\n";
         check(
             &crate::yaml::value_from_str(ok, "values").unwrap(),

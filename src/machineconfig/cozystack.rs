@@ -128,6 +128,24 @@ fn text(v: &Option<Value>, field: &str, what: &str) -> Result<Option<String>> {
     }
 }
 
+/// A schema refusal, with the line and column of its field in `source`
+/// when the text is at hand and the field is found in it.
+fn placed(r: super::chart_schema::Refused, source: Option<&str>) -> Error {
+    use super::chart_schema::Seg;
+    use crate::yaml::Step;
+    let steps: Vec<Step<'_>> =
+        r.at.iter()
+            .map(|s| match s {
+                Seg::Key(k) => Step::Key(k.as_str()),
+                Seg::Index(i) => Step::Index(*i),
+            })
+            .collect();
+    match source.and_then(|t| crate::yaml::locate(t, &steps)) {
+        Some((line, col)) => Error::bad_input(format!("{} (line {line}, column {col})", r.error)),
+        None => r.error,
+    }
+}
+
 /// `talos.registryMirrors`: host -> endpoints (at least one) and options.
 fn registry_mirrors(m: Option<Mapping>, what: &str) -> Result<Vec<Mirror>> {
     let mut mirrors = Vec::new();
@@ -214,6 +232,12 @@ fn sizing(
 impl Values {
     /// Parse a values tree (`what` names the source in errors).
     pub fn from_value(v: Value, what: &str) -> Result<Values> {
+        Values::from_value_in(v, what, None)
+    }
+
+    /// [`Values::from_value`] of a tree parsed from `source`: a field the
+    /// schema refuses is placed at its line and column there.
+    pub fn from_value_in(v: Value, what: &str, source: Option<&str>) -> Result<Values> {
         let v = match v {
             Value::Null => Value::Mapping(Mapping::new()),
             Value::Mapping(m) => Value::Mapping(m),
@@ -225,7 +249,7 @@ impl Values {
         };
         // Every key at its own depth, its type (a version never a YAML
         // number, a memory quantity with its unit, every URL a URL).
-        super::chart_schema::check(&v, what)?;
+        super::chart_schema::check(&v, what).map_err(|r| placed(r, source))?;
         let raw: RawValues = crate::yaml::from_value(v, what)?;
         let talos = raw.talos.unwrap_or_default();
         let or = |v: Option<String>, d: &str| v.unwrap_or_else(|| d.to_string());

@@ -242,3 +242,44 @@ fn small_things() {
         "{gitignore}"
     );
 }
+
+/// Item 4: a values file's error names the field's path with its line and
+/// column; a duplicate key is placed where it is given again, not where
+/// its mapping starts.
+#[test]
+fn values_errors_name_their_line_and_column() {
+    let d = tempfile::tempdir().unwrap();
+    let head = "# a pool\ncluster: tenant1\nversion: \"v1.35\"\n";
+    for (text, says) in [
+        (
+            format!("{head}kubelet:\n  evictionHardMemory: 7%\n  systemReservedMemroy: 1Gi\n"),
+            "unknown key in kubelet \"systemReservedMemroy\" (nearest known: \"systemReservedMemory\") (line 6, column 3)",
+        ),
+        (
+            format!("{head}talos:\n  version: \"v1.13.6\"\n  registryMirrors: [ghcr.io]\n"),
+            "talos.registryMirrors: expected a mapping of registry host",
+        ),
+        (
+            format!("{head}gpus:\n- name: a\n- nme: b\n"),
+            "(line 6, column 3)",
+        ),
+        (
+            format!(
+                "{head}kubelet:\n  systemReservedMemory: 1Gi\n  kubeReservedMemory: 1Gi\n  systemReservedMemory: 2Gi\n"
+            ),
+            "duplicate entry with key \"systemReservedMemory\", given again at line 7, column 3",
+        ),
+    ] {
+        let (code, _, err) = mc(&values_file(d.path(), &text), &[]);
+        assert_eq!(code, 2, "{text:?}: {err}");
+        assert!(err.contains(says), "{text:?}: {err}");
+    }
+    let (_, _, err) = mc(
+        &values_file(
+            d.path(),
+            &format!("{head}talos:\n  version: \"v1.13.6\"\n  registryMirrors: [ghcr.io]\n"),
+        ),
+        &[],
+    );
+    assert!(err.contains("(line 6, column 3)"), "{err}");
+}

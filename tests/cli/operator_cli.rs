@@ -276,17 +276,23 @@ fn errors_name_what_was_typed() {
             "talos",
         ),
     ] {
-        std::fs::write(&typo, typo_text).unwrap();
+        std::fs::write(&typo, &typo_text).unwrap();
         let (code, out, err) = mc(
             &shared,
             &["--profile", "cozystack", "-f", typo.to_str().unwrap()],
         );
         assert_eq!(code, 2, "{err}");
         assert!(out.is_empty(), "{out}");
+        // The key's own line and column follow (issue 50 item 4).
+        let line = typo_text
+            .lines()
+            .position(|l| l.starts_with(&format!("{key}:")))
+            .unwrap()
+            + 1;
         assert_eq!(
             err.trim(),
             format!(
-                "talos-gen: --values: unknown top-level key \"{key}\" (nearest known: \"{near}\")"
+                "talos-gen: --values: unknown top-level key \"{key}\" (nearest known: \"{near}\") (line {line}, column 1)"
             )
         );
     }
