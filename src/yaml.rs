@@ -432,6 +432,17 @@ pub enum Step<'a> {
     Index(usize),
 }
 
+/// The plain scalar at `path` as written in `text` (`1.30`, where the
+/// parser's number says 1.3), when it is a block mapping's value on its
+/// key's line.
+pub fn written_value(text: &str, path: &[Step<'_>]) -> Option<String> {
+    let (line, col) = locate(text, path)?;
+    let l = text.lines().nth(line - 1)?;
+    let (_, v) = l.get(col - 1..)?.split_once(':')?;
+    let v = v.split(" #").next()?.trim();
+    (!v.is_empty() && !v.starts_with(['{', '[', '|', '>', '"', '\''])).then(|| v.to_string())
+}
+
 /// Where the node at `path` is written in `text`: its 1-based line and
 /// column, or those of the deepest step found (a flow collection, `{...}`
 /// or `[...]`, is not entered: its line is the answer). Block YAML as

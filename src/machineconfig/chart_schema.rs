@@ -104,6 +104,8 @@ pub enum Seg {
 pub struct Refused {
     pub at: Vec<Seg>,
     pub error: Error,
+    /// A version the YAML read as a number: the number it read.
+    pub read_as: Option<String>,
 }
 
 /// `kubelet.systemReservedMemory`, `gpus[0]`, `talos.registryMirrors.ghcr.io`.
@@ -130,10 +132,42 @@ pub fn check(v: &Value, what: &str) -> Checked {
     check_map(v, TOP, &[], what)
 }
 
+/// [`check`], a version the YAML read as a number shown as written in
+/// `source` (`1.30`, not the parser's 1.3) when the text is at hand.
+pub fn check_in(v: &Value, what: &str, source: Option<&str>) -> Checked {
+    check(v, what).map_err(|r| {
+        let (Some(text), Some(read_as), Some(Seg::Key(k))) = (source, &r.read_as, r.at.last())
+        else {
+            return r;
+        };
+        match crate::yaml::written_value(text, &steps(&r.at)) {
+            Some(written) => Refused {
+                error: Error::bad_input(format!(
+                    "{what}: {}: {written} is the number {read_as} to YAML, not the version {written}; quote it: {k}: \"{written}\"",
+                    show(&r.at)
+                )),
+                ..r
+            },
+            None => r,
+        }
+    })
+}
+
+/// The path's steps as `yaml::locate` takes them.
+pub fn steps(at: &[Seg]) -> Vec<crate::yaml::Step<'_>> {
+    at.iter()
+        .map(|s| match s {
+            Seg::Key(k) => crate::yaml::Step::Key(k.as_str()),
+            Seg::Index(i) => crate::yaml::Step::Index(*i),
+        })
+        .collect()
+}
+
 fn bad(what: &str, at: &[Seg], msg: impl std::fmt::Display) -> Refused {
     Refused {
         at: at.to_vec(),
         error: Error::bad_input(format!("{what}: {}: {msg}", show(at))),
+        read_as: None,
     }
 }
 
@@ -171,6 +205,7 @@ fn check_map(v: &Value, fields: &[Field], at: &[Seg], what: &str) -> Checked {
                     names(fields),
                     shape(other)
                 )),
+                read_as: None,
             });
         }
     };
@@ -189,6 +224,7 @@ fn check_map(v: &Value, fields: &[Field], at: &[Seg], what: &str) -> Checked {
                     "{what}: {}",
                     crate::text::unknown_word(&kind, &k, &known)
                 )),
+                read_as: None,
             });
         };
         check_value(val, *ty, &with(at, Seg::Key(k)), what)?;
@@ -273,22 +309,26 @@ fn check_value(v: &Value, ty: Ty, at: &[Seg], what: &str) -> Checked {
         (Ty::Bool, Value::Bool(_)) => Ok(()),
         (Ty::Bool, _) => Err(want("true or false")),
         (Ty::Version, Value::String(_)) => Ok(()),
-        (Ty::Version, Value::Number(n)) => Err(bad(
-            what,
-            at,
-            format!(
-                "YAML reads this unquoted version as the number {n} (1.30 reads as 1.3, 1.10 as 1.1); quote it as written, e.g. {}: \"v1.30\"",
-                match at.last() {
-                    Some(Seg::Key(k)) => k.as_str(),
-                    _ => "version",
-                }
-            ),
-        )),
+        (Ty::Version, Value::Number(n)) => Err(Refused {
+            read_as: Some(n.to_string()),
+            ..bad(
+                what,
+                at,
+                format!(
+                    "YAML reads this unquoted version as the number {n} (1.30 reads as 1.3, 1.10 as 1.1); quote it as written, e.g. {}: \"v1.30\"",
+                    match at.last() {
+                        Some(Seg::Key(k)) => k.as_str(),
+                        _ => "version",
+                    }
+                ),
+            )
+        }),
         (Ty::Version, _) => Err(want("a version string (e.g. \"v1.35\")")),
         (Ty::Url, Value::String(s)) => super::check_url(s, &format!("{what}: {}", show(at)))
             .map_err(|error| Refused {
                 at: at.to_vec(),
                 error,
+                read_as: None,
             }),
         (Ty::Url, _) => Err(want("an http(s) URL")),
         (Ty::Cpu, Value::Number(n)) if n.as_f64().is_some_and(|f| f >= 0.0) => Ok(()),

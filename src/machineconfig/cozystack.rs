@@ -131,15 +131,7 @@ fn text(v: &Option<Value>, field: &str, what: &str) -> Result<Option<String>> {
 /// A schema refusal, with the line and column of its field in `source`
 /// when the text is at hand and the field is found in it.
 fn placed(r: super::chart_schema::Refused, source: Option<&str>) -> Error {
-    use super::chart_schema::Seg;
-    use crate::yaml::Step;
-    let steps: Vec<Step<'_>> =
-        r.at.iter()
-            .map(|s| match s {
-                Seg::Key(k) => Step::Key(k.as_str()),
-                Seg::Index(i) => Step::Index(*i),
-            })
-            .collect();
+    let steps = super::chart_schema::steps(&r.at);
     match source.and_then(|t| crate::yaml::locate(t, &steps)) {
         Some((line, col)) => Error::bad_input(format!("{} (line {line}, column {col})", r.error)),
         None => r.error,
@@ -249,7 +241,7 @@ impl Values {
         };
         // Every key at its own depth, its type (a version never a YAML
         // number, a memory quantity with its unit, every URL a URL).
-        super::chart_schema::check(&v, what).map_err(|r| placed(r, source))?;
+        super::chart_schema::check_in(&v, what, source).map_err(|r| placed(r, source))?;
         let raw: RawValues = crate::yaml::from_value(v, what)?;
         let talos = raw.talos.unwrap_or_default();
         let or = |v: Option<String>, d: &str| v.unwrap_or_else(|| d.to_string());

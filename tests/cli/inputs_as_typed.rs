@@ -37,18 +37,25 @@ fn values_file(dir: &std::path::Path, text: &str) -> String {
 #[test]
 fn a_version_yaml_reads_as_a_number_is_refused() {
     let d = tempfile::tempdir().unwrap();
-    for (text, field, number) in [
-        ("version: 1.30\n", "version", "1.3"),
-        ("talos:\n  version: 1.10\n", "talos.version", "1.1"),
+    for (text, says) in [
+        (
+            "version: 1.30\n",
+            "--values: version: 1.30 is the number 1.3 to YAML, not the version 1.30; quote it: version: \"1.30\" (line 1, column 1)",
+        ),
+        (
+            "# the pool\ntalos:\n  version: 1.10 # the release\n",
+            "--values: talos.version: 1.10 is the number 1.1 to YAML, not the version 1.10; quote it: version: \"1.10\" (line 3, column 3)",
+        ),
+        // In a flow mapping the text as written is not looked for: the
+        // number, and the advice.
+        (
+            "talos: {version: 1.10}\n",
+            "--values: talos.version: YAML reads this unquoted version as the number 1.1",
+        ),
     ] {
         let (code, _, err) = mc(&values_file(d.path(), text), &[]);
         assert_eq!(code, 2, "{text:?}: {err}");
-        assert!(
-            err.contains(&format!(
-                "--values: {field}: YAML reads this unquoted version as the number {number}"
-            )),
-            "{err}"
-        );
+        assert!(err.contains(says), "{text:?}: {err}");
         assert!(err.contains("quote it"), "{err}");
     }
     let (code, out, err) = mc(&values_file(d.path(), "version: \"1.34\"\n"), &[]);
