@@ -35,8 +35,16 @@ use super::state::AppState;
 /// Largest request body accepted (POST endpoints): 1 MiB.
 pub const BODY_LIMIT: usize = 1 << 20;
 
-/// Largest request head (request line plus headers) accepted: 32 KiB (431 above).
+/// Largest request header fields accepted: 32 KiB (431 above, [`head_size`]).
 pub const HEADER_LIMIT: usize = 32 << 10;
+
+/// Longest request target accepted: 32 KiB (414 above, [`head_size`]).
+pub const URI_LIMIT: usize = 32 << 10;
+
+/// Largest request head hyper reads whole (request line and fields): room
+/// for hyper's own 64 KiB bound on the target (414 past it) and the
+/// fields, so a long URI is told 414, not 431.
+pub const HEAD_BUFFER: usize = 80 << 10;
 
 /// Most header fields accepted in one request.
 pub const MAX_HEADERS: usize = 100;
@@ -155,6 +163,33 @@ pub async fn one_host(req: Request, next: Next) -> Response {
         _ => return next.run(req).await,
     };
     super::error::refusal(req.uri().path(), StatusCode::BAD_REQUEST, why)
+}
+
+/// Middleware: a request target longer than [`URI_LIMIT`] is 414 (RFC
+/// 9110 15.5.15), header fields above [`HEADER_LIMIT`] 431 (RFC 6585 5),
+/// each with its one line in the route family's shape. (hyper reads heads
+/// up to [`HEAD_BUFFER`] and refuses a target of 64 KiB itself, 414.)
+pub async fn head_size(req: Request, next: Next) -> Response {
+    let uri = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    let fields: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    let (status, why) = if uri > URI_LIMIT {
+        (
+            StatusCode::URI_TOO_LONG,
+            format!("the request target is {uri} bytes; at most {URI_LIMIT} are read"),
+        )
+    } else if fields > HEADER_LIMIT {
+        (
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!("the header fields are {fields} bytes; at most {HEADER_LIMIT} are read"),
+        )
+    } else {
+        return next.run(req).await;
+    };
+    super::error::refusal(req.uri().path(), status, &why)
 }
 
 /// Middleware: count requests by route template and status; time to the head.

@@ -482,3 +482,40 @@ fn the_cli_and_the_api_give_the_same_bytes() {
         );
     }
 }
+
+/// Item 13: a 64 KiB URI is 414 (not 431), as is one past 32 KiB; header
+/// fields past 32 KiB stay 431; an 8 KiB URI is served.
+#[test]
+fn a_long_uri_is_414_and_large_fields_431() {
+    let (_dir, svc) = offline();
+    let p: u16 = svc.host().rsplit(':').next().unwrap().parse().unwrap();
+    let t = std::time::Duration::from_secs(5);
+    let get = |target: &str, extra: &str| {
+        raw_request(
+            p,
+            format!("GET {target} HTTP/1.1\r\nHost: x\r\n{extra}Connection: close\r\n\r\n")
+                .as_bytes(),
+            t,
+        )
+    };
+    for (n, want) in [(64 << 10, 414), (40 << 10, 414), (8 << 10, 200)] {
+        let (code, head, body) = get(&format!("/healthz?{}", "a".repeat(n)), "");
+        assert_eq!(code, want, "{n}: {head}");
+        if want == 414 && n < (64 << 10) {
+            assert!(
+                String::from_utf8_lossy(&body).contains("request target"),
+                "{n}"
+            );
+        }
+    }
+    let (code, _, body) = get(
+        "/api/v1/matrix?x",
+        &format!("X-Big: {}\r\n", "a".repeat(40 << 10)),
+    );
+    assert_eq!(code, 431);
+    let j: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        j["error"].as_str().unwrap().contains("header fields"),
+        "{j}"
+    );
+}
