@@ -88,7 +88,7 @@ impl Read for Opened {
                         return Err(std::io::Error::new(
                             std::io::ErrorKind::TimedOut,
                             format!(
-                                "a pipe no writer opened within {}s",
+                                "a pipe no writer opened within {}s: it stayed empty",
                                 PIPE_WRITER_WAIT.as_secs()
                             ),
                         ));

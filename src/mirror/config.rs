@@ -340,7 +340,7 @@ impl Config {
         // An empty config (a pipe that brought nothing) names nothing: never a config.
         if crate::yaml::value_from_str(&text, &format!("--config {}", path.display()))?.is_null() {
             return Err(Error::bad_input(format!(
-                "--config {}: the file holds no config (empty, or only comments)",
+                "--config {}: the file holds no config (empty, or only comments): it names nothing",
                 path.display()
             )));
         }
