@@ -11,6 +11,12 @@
 #   3. peak RSS (VmHWM) of talos-gen during the cold run.
 # Prints ratios. Needs: nginx (nginx-light), wrk, curl, xz; a release build
 # (cargo build --release). Usage: bench/image.sh [SIZE_MIB] [RATE]
+# Old against new: TALOS_GEN_OLD_BIN=<another build's binary> runs it as a
+# third server in part 1, alternated with nginx and this build round by round
+# (nginx, new, old), and prints its CPU per GiB and its ratios beside the
+# new one's (new/old per case). E.g. an older commit's release build:
+#   git worktree add /tmp/old f1d6411 && (cd /tmp/old && cargo build --release)
+#   TALOS_GEN_OLD_BIN=/tmp/old/target/release/talos-gen ROUNDS=3 bench/image.sh 64
 #   SIZE_MIB  artifact size (default 100)   RATE  upstream limit_rate (default 25m)
 # Stops everything it started on every exit path (success, failure, Ctrl-C,
 # SIGTERM): each background process is tracked by PID and stopped by
@@ -72,10 +78,12 @@ NG_PC=$(free_port)
 start_nginx pcache "$NG_PC" "location / { proxy_pass http://127.0.0.1:$NG_UP; proxy_cache img; proxy_cache_lock on; proxy_cache_lock_timeout 10m; proxy_cache_lock_age 10m; proxy_cache_valid 200 1h; }" \
   "proxy_cache_path $W/pcache/cache levels=1:2 keys_zone=img:10m max_size=10g inactive=60m use_temp_path=off;"
 
+OLD_BIN=${TALOS_GEN_OLD_BIN:-}
+[ -z "$OLD_BIN" ] || [ -x "$OLD_BIN" ] || { echo "TALOS_GEN_OLD_BIN=$OLD_BIN is not an executable" >&2; exit 2; }
 SVC_PID=
-start_svc() { # cache-dir upstream-port
+start_svc() { # cache-dir upstream-port [binary]
   SVC=$(free_port)
-  RUST_LOG=warn "$BIN" serve --listen 127.0.0.1:$SVC --cache-dir "$1" --factory-url "http://127.0.0.1:$2" 2>"$W/svc.log" &
+  RUST_LOG=warn "${3:-$BIN}" serve --listen 127.0.0.1:$SVC --cache-dir "$1" --factory-url "http://127.0.0.1:$2" 2>"$W/svc.log" &
   SVC_PID=$!
   track "$SVC_PID"
   for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$SVC/healthz" && break; sleep 0.05; done
@@ -108,6 +116,15 @@ curl -sf -o /dev/null "http://127.0.0.1:$SVC$P"          # fill
 sleep 0.5
 curl -sf -o /dev/null "http://127.0.0.1:$SVC$P"          # warm page cache
 curl -sf -o /dev/null "http://127.0.0.1:$NG_FILE$P"
+NEW_SVC=$SVC NEW_PID=$SVC_PID
+OLD_SVC= OLD_PID=
+if [ -n "$OLD_BIN" ]; then
+  start_svc "$W/cache-warm-old" "$NG_FAST" "$OLD_BIN"
+  OLD_SVC=$SVC OLD_PID=$SVC_PID
+  curl -sf -o /dev/null "http://127.0.0.1:$OLD_SVC$P"; sleep 0.5
+  curl -sf -o /dev/null "http://127.0.0.1:$OLD_SVC$P"
+  SVC=$NEW_SVC SVC_PID=$NEW_PID
+fi
 # Alternate the two servers ROUNDS times per case; the other builds sharing
 # this machine make single runs noisy, so report the best and the mean.
 ROUNDS=${ROUNDS:-3}
@@ -129,17 +146,25 @@ for mode in whole range1m; do
     for r in $(seq "$ROUNDS"); do
       # shellcheck disable=SC2086
       run_case "$mode-c$c nginx" "$c" "http://127.0.0.1:$NG_FILE$P" "$script" $NG_FILE_PIDS
-      run_case "$mode-c$c ours" "$c" "http://127.0.0.1:$SVC$P" "$script" "$SVC_PID"
+      run_case "$mode-c$c ours" "$c" "http://127.0.0.1:$NEW_SVC$P" "$script" "$NEW_PID"
+      if [ -n "$OLD_PID" ]; then
+        run_case "$mode-c$c old" "$c" "http://127.0.0.1:$OLD_SVC$P" "$script" "$OLD_PID"
+      fi
     done
   done
 done
 stop_svc
+if [ -n "$OLD_PID" ]; then kill "$OLD_PID" 2>/dev/null || true; wait "$OLD_PID" 2>/dev/null || true; fi
 # CPU seconds per GiB served, over every case and round: the efficiency
 # figure that does not depend on who else shares the cores.
 awk -v hz="$(getconf CLK_TCK)" -v d="$DURATION" '{ b[$2]+=$3*d; t[$2]+=$4 }
   END { printf "CPU per GiB served (all cases): nginx sendfile %.3f s, talos-gen %.3f s (%.2fx)\n",
         t["nginx"]/hz/(b["nginx"]/1073741824), t["ours"]/hz/(b["ours"]/1073741824),
-        (t["ours"]/b["ours"])/(t["nginx"]/b["nginx"]) }' "$W/tp"
+        (t["ours"]/b["ours"])/(t["nginx"]/b["nginx"])
+        if (b["old"] > 0)
+          printf "CPU per GiB served (all cases): old build %.3f s (%.2fx nginx; new/old %.2f)\n",
+            t["old"]/hz/(b["old"]/1073741824), (t["old"]/b["old"])/(t["nginx"]/b["nginx"]),
+            (t["ours"]/b["ours"])/(t["old"]/b["old"]) }' "$W/tp"
 # One line per case, in the order run, each with its own PASS/FAIL against
 # 0.9x (on the best of the rounds; the mean is printed beside it).
 awk '{ k=$1" "$2; s[k]+=$3; n[k]++; if ($3>b[k]) b[k]=$3; if (!($1 in seen)) { seen[$1]=1; order[++nc]=$1 } }
@@ -152,6 +177,15 @@ awk '{ k=$1" "$2; s[k]+=$3; n[k]++; if ($3>b[k]) b[k]=$3; if (!($1 in seen)) { s
           if (!ok) fail=1
         }
         print (fail ? "cached serving: FAIL" : "cached serving: PASS") }' "$W/tp"
+# Old against new, per case: each build's median over its rounds beside
+# nginx's median, and new/old (the median of the rounds, not the best).
+if [ -n "$OLD_PID" ]; then
+  for c in $(awk '{print $1}' "$W/tp" | awk '!s[$0]++'); do
+    med() { grep "^$c $1 " "$W/tp" | awk '{print $3}' | sort -n | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
+    awk -v c="$c" -v n="$(med nginx)" -v o="$(med ours)" -v d="$(med old)" 'BEGIN {
+      printf "%-12s median ratio to nginx: new %.3f old %.3f  new/old %.3f\n", c, o/n, d/n, o/d }'
+  done
+fi
 
 cold_run() { # label url -> lines "ttfb total" in $W/cold-<label>
   local label=$1 url=$2

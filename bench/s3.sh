@@ -29,9 +29,12 @@
 # Prints ratios. Needs: garage (cargo install garage), nginx, curl, xz (and
 # haproxy for the fourth way, skipped without it); a
 # release build (cargo build --release; TALOS_GEN_BIN for another binary).
-# TALOS_GEN_S3_GET=object_store (exported): the replicas read the bucket
-# through object_store's own streaming GET instead of the span client, the
-# comparison that client has to win (run both, alternated).
+# TALOS_GEN_S3_GET=object_store (exported), with a binary built with the
+# bench-only feature (cargo build --release --features bench-object-store-get;
+# TALOS_GEN_BIN names it): the replicas read the bucket through
+# object_store's own streaming GET instead of the span client, the
+# comparison that client has to win (run both, alternated). A shipped build
+# ignores the variable: it has one S3 GET path.
 # Usage: bench/s3.sh [SIZE_MIB] [RATE]   (defaults 64, 25m)
 # Stops everything it started on every exit path (success, failure, Ctrl-C,
 # SIGTERM): each background process is tracked by PID and stopped by
@@ -45,6 +48,10 @@ BIN=${TALOS_GEN_BIN:-$HERE/target/release/talos-gen}
 GARAGE=${GARAGE:-$(command -v garage || echo "$HOME/.cargo/bin/garage")}
 . "$HERE/bench/lib.sh"
 need_tools nginx curl xz "$GARAGE"
+if [ "${TALOS_GEN_S3_GET:-}" = object_store ] && ! grep -q TALOS_GEN_S3_GET "$BIN"; then
+  echo "TALOS_GEN_S3_GET=object_store needs a build with --features bench-object-store-get ($BIN has none)" >&2
+  exit 2
+fi
 need_bin
 W=$WORK
 

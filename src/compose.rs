@@ -4,7 +4,7 @@
 //! the mirror job ([`crate::mirror::sync()`]) both start here, so they make
 //! the same calls with the same bounds and the same validation.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +13,9 @@ use crate::factory::ImageCache;
 pub use crate::factory::{DEFAULT_FACTORY_URL, DEFAULT_METADATA_TTL};
 use crate::fill::Fills;
 use crate::known_schematics;
+use crate::matrix::Matrix;
 use crate::metrics::Metrics;
+pub use crate::outage::DEFAULT_STALE_WHILE_REVALIDATE;
 use crate::registry::Registry;
 pub use crate::registry::TAG_REVALIDATE;
 pub use crate::store::Location;
@@ -42,6 +44,10 @@ pub struct ServiceConfig {
     /// How long a stored factory document is answered without asking the
     /// factory (default [`DEFAULT_METADATA_TTL`]).
     pub metadata_ttl: Duration,
+    /// How long past its freshness a stored document or tag answers at
+    /// once while one background fetch refreshes it (default
+    /// [`DEFAULT_STALE_WHILE_REVALIDATE`]).
+    pub stale_while_revalidate: Duration,
     /// Cap on fills at once (`None`: no cap).
     pub max_concurrent_fills: Option<usize>,
     /// The bounds on every upstream wait.
@@ -49,6 +55,10 @@ pub struct ServiceConfig {
     /// Reach hosts without a `--mirror-upstream` at `https://<host>` (the
     /// mirror job's `extraImages`).
     pub direct_upstreams: bool,
+    /// Remember an upstream that did not answer for a short while
+    /// ([`crate::outage`]): the service does; the mirror job, whose every
+    /// item tries its upstream and reports what it found, does not.
+    pub remember_outages: bool,
 }
 
 impl ServiceConfig {
@@ -64,9 +74,11 @@ impl ServiceConfig {
             schematics_dir: None,
             tag_revalidate: TAG_REVALIDATE,
             metadata_ttl: DEFAULT_METADATA_TTL,
+            stale_while_revalidate: DEFAULT_STALE_WHILE_REVALIDATE,
             max_concurrent_fills: None,
             limits: Limits::default(),
             direct_upstreams: false,
+            remember_outages: true,
         }
     }
 }
@@ -124,7 +136,14 @@ impl Service {
             store.clone(),
             cfg.schematics_dir.as_deref(),
         )?);
-        let mut fills = Fills::new(store.clone()).with_metrics(metrics.clone());
+        let mut outages =
+            crate::outage::Outages::new(cfg.limits.timeout, cfg.stale_while_revalidate);
+        if !cfg.remember_outages {
+            outages = outages.without_memory();
+        }
+        let mut fills = Fills::new(store.clone())
+            .with_metrics(metrics.clone())
+            .with_outages(outages);
         if let Some(n) = cfg.max_concurrent_fills {
             fills = fills.with_limit(n);
         }
@@ -169,4 +188,21 @@ impl Service {
             registry,
         })
     }
+}
+
+/// `--matrix FILE` when given (read as every input is, [`crate::input`];
+/// any problem is bad input, exit 2), else the embedded matrix. Here, not
+/// in `matrix`, which is pure: the CLI and the service both load it so.
+pub fn load_matrix(path: Option<&Path>) -> Result<Matrix> {
+    let Some(path) = path else {
+        return Ok(Matrix::embedded().clone());
+    };
+    let what = format!("--matrix {}", path.display());
+    let text = crate::input::read_string(
+        path,
+        crate::input::MAX_INPUT,
+        crate::input::Kind::FileOrPipe,
+    )
+    .map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
+    Matrix::from_yaml(&text, &what)
 }

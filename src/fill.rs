@@ -62,7 +62,13 @@ use futures::future::BoxFuture;
 use futures::stream::{Stream, StreamExt};
 use tokio::sync::watch;
 
+mod fetch;
+
+use fetch::Flight;
+pub use fetch::{Claim, FetchGuard, Outcome};
+
 use crate::metrics::Metrics;
+use crate::outage::Outages;
 use crate::store::checked::{CheckedRead, Checker, Expected, Verdict};
 use crate::store::sums::Sums;
 use crate::store::{AsKey, Entry, Key, Meta, ObjectRead, SpoolWriter, Store, StoredObject};
@@ -105,6 +111,9 @@ pub struct FillSpec {
     pub idle_timeout: Duration,
     /// Label for metrics (e.g. `image`, `blob`).
     pub kind: &'static str,
+    /// The upstream asked (its base URL), for the memory of upstreams
+    /// down ([`Outages`]): while it is known down, one fill at a time asks.
+    pub upstream: Option<String>,
 }
 
 impl FillSpec {
@@ -121,6 +130,7 @@ impl FillSpec {
             timeout: Duration::from_secs(3600),
             idle_timeout: Duration::from_secs(60),
             kind: "object",
+            upstream: None,
         }
     }
 }
@@ -160,71 +170,6 @@ struct Shared {
     started: std::time::Instant,
 }
 
-/// What the one keyed table ([`Fills`]' in-flight map) holds for a key
-/// being fetched: a fill (a body many readers stream while it grows) or a
-/// small fetch (a document, a tag, a referrers index: its waiters read
-/// the store again once it ended).
-#[derive(Clone)]
-enum Flight {
-    Fill(Arc<Shared>),
-    Fetch(watch::Receiver<()>),
-}
-
-impl Flight {
-    /// Resolves when this flight ended (a fill committed or failed, a
-    /// fetch's [`FetchGuard`] dropped).
-    async fn ended(self) {
-        match self {
-            Flight::Fill(sh) => {
-                let mut rx = sh.tx.subscribe();
-                loop {
-                    if matches!(
-                        rx.borrow_and_update().phase,
-                        Phase::Done(_) | Phase::Failed(_)
-                    ) {
-                        return;
-                    }
-                    if rx.changed().await.is_err() {
-                        return;
-                    }
-                }
-            }
-            Flight::Fetch(mut rx) => while rx.changed().await.is_ok() {},
-        }
-    }
-}
-
-/// The answer of [`Fills::claim`]: this caller fetches, holding the key,
-/// or waits for the fetch in flight to end (then reads the store again).
-pub enum Claim {
-    /// Fetch: no other fetch of the key runs while this is held.
-    Mine(FetchGuard),
-    /// Another caller is fetching the key: resolves when it ended.
-    Wait(BoxFuture<'static, ()>),
-}
-
-/// The key held in the one table for a small fetch; let go when dropped.
-pub struct FetchGuard {
-    flights: Arc<Mutex<HashMap<Key, Flight>>>,
-    key: Key,
-    tx: Option<watch::Sender<()>>,
-}
-
-impl Drop for FetchGuard {
-    fn drop(&mut self) {
-        let tx = self.tx.take();
-        let mut map = self.flights.lock().unwrap_or_else(|p| p.into_inner());
-        if let (Some(Flight::Fetch(rx)), Some(tx)) = (map.get(&self.key), &tx)
-            && rx.same_channel(&tx.subscribe())
-        {
-            map.remove(&self.key);
-        }
-        drop(map);
-        // Waiters wake when the sender goes, after the key left the table.
-        drop(tx);
-    }
-}
-
 /// The fills in progress and every other fetch in flight: **one** table
 /// of keys being fetched (one fetch per key); cheap to clone.
 #[derive(Clone)]
@@ -234,6 +179,8 @@ pub struct Fills {
     metrics: Option<Metrics>,
     /// Cap on fills talking to an upstream at once (`None`: no cap).
     limit: Option<Arc<tokio::sync::Semaphore>>,
+    /// The flights' wait bound, grace and memory of upstreams down.
+    outages: Outages,
 }
 
 /// One fill in progress, for the status page.
@@ -366,7 +313,22 @@ impl Fills {
             inflight: Arc::default(),
             metrics: None,
             limit: None,
+            outages: Outages::new(
+                crate::upstream::DEFAULT_TIMEOUT,
+                crate::outage::DEFAULT_STALE_WHILE_REVALIDATE,
+            ),
         }
+    }
+
+    /// The flights' policy (`--upstream-timeout`, `--stale-while-revalidate`).
+    pub fn with_outages(mut self, o: Outages) -> Fills {
+        self.outages = o;
+        self
+    }
+
+    /// The flights' wait bound, grace, and memory of upstreams down.
+    pub fn outages(&self) -> &Outages {
+        &self.outages
     }
 
     /// At most `n` fills run at once (`n >= 1`); further fills wait for a
@@ -436,7 +398,7 @@ impl Fills {
         if let Some(f) = map.get(key) {
             return Claim::Wait(Box::pin(f.clone().ended()));
         }
-        let (tx, rx) = watch::channel(());
+        let (tx, rx) = watch::channel(None);
         map.insert(key.clone(), Flight::Fetch(rx));
         Claim::Mine(FetchGuard {
             flights: self.inflight.clone(),
@@ -451,8 +413,8 @@ impl Fills {
         loop {
             let f = self.lock().get(key).cloned();
             match f {
-                Some(Flight::Fill(sh)) => return Some(FillHandle::new(sh)),
-                Some(f @ Flight::Fetch(_)) => f.ended().await,
+                Some(Flight::Fill(sh)) => return Some(FillHandle::new(sh).joined()),
+                Some(f @ Flight::Fetch(_)) => drop(f.ended().await),
                 None => return None,
             }
         }
@@ -483,7 +445,7 @@ impl Fills {
             let map = self.lock();
             match map.get(key) {
                 Some(Flight::Fill(sh)) => {
-                    return Ok(Joined::Filling(FillHandle::new(sh.clone())));
+                    return Ok(Joined::Filling(FillHandle::new(sh.clone()).joined()));
                 }
                 Some(Flight::Fetch(_)) => {
                     drop(map);
@@ -533,14 +495,27 @@ impl Fills {
             let started = Instant::now();
             let kind = spec.kind;
             let timeout = spec.timeout;
-            let result = match tokio::time::timeout(timeout, this.run(&key, spec, &task_sh)).await {
-                Ok(r) => r,
-                Err(_) => Err(FetchError::Timeout(format!(
-                    "fetching {key}: no complete answer within {}s",
-                    timeout.as_secs()
-                ))),
+            // An upstream known down: one fill at a time asks it again,
+            // the others fail at once (504 naming it).
+            let upstream = spec.upstream.clone();
+            let retry = fetch::may_ask(&this.outages, upstream.as_deref());
+            let asked = retry.is_ok();
+            let result = match retry {
+                Err(e) => Err(e),
+                Ok(_retry) => {
+                    let r =
+                        match tokio::time::timeout(timeout, this.run(&key, spec, &task_sh)).await {
+                            Ok(r) => r,
+                            Err(_) => Err(FetchError::Timeout(format!(
+                                "fetching {key}: no complete answer within {}s",
+                                timeout.as_secs()
+                            ))),
+                        };
+                    fetch::learn(&this.outages, upstream.as_deref(), &r);
+                    r
+                }
             };
-            if let Some(m) = &this.metrics {
+            if let Some(m) = this.metrics.as_ref().filter(|_| asked) {
                 let why = result.as_ref().err().map(|e| e.to_string());
                 m.upstream_fetch(kind, key.as_str(), why.as_deref(), started.elapsed());
             }
@@ -734,12 +709,29 @@ fn start_verifier(
 pub struct FillHandle {
     sh: Arc<Shared>,
     rx: watch::Receiver<Progress>,
+    /// Another request started this fill (`Cache-Status: ...; collapsed`).
+    joined: bool,
 }
 
 impl FillHandle {
     fn new(sh: Arc<Shared>) -> FillHandle {
         let rx = sh.tx.subscribe();
-        FillHandle { sh, rx }
+        FillHandle {
+            sh,
+            rx,
+            joined: false,
+        }
+    }
+
+    /// A handle on a fill another request started.
+    fn joined(mut self) -> FillHandle {
+        self.joined = true;
+        self
+    }
+
+    /// Did another request start this fill (this one joined it)?
+    pub fn is_joined(&self) -> bool {
+        self.joined
     }
 
     /// Wait for the upstream's head (or the fill's failure).
@@ -1235,6 +1227,49 @@ mod tests {
             panic!()
         };
         assert_eq!(&o.read_small(64).unwrap()[..], b"abcd");
+    }
+
+    /// A fill whose upstream timed out teaches the memory of upstreams
+    /// down: while one fill asks it again, a fill of another cold key
+    /// fails at once (a timeout naming the upstream), its upstream never
+    /// opened; an answer forgets it.
+    #[tokio::test]
+    async fn a_cold_fill_fails_at_once_while_its_upstream_is_known_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let fills = Fills::new(Store::open(dir.path(), None).unwrap());
+        let up = "http://factory.test";
+        let timing_out = || {
+            let mut spec = FillSpec::new(|| {
+                Box::pin(async { Err(FetchError::Timeout("no headers within 3s".into())) })
+            });
+            spec.upstream = Some(up.into());
+            spec
+        };
+        let Joined::Filling(mut h) = fills.join("a", timing_out).await.unwrap() else {
+            panic!()
+        };
+        assert!(matches!(h.head().await, Err(FetchError::Timeout(_))));
+        assert!(fills.outages().down(up).is_some());
+        // One fill asks again (its upstream silent for now)...
+        let (tx, mut spec) = channel_spec(Some(2));
+        spec.upstream = Some(up.into());
+        let Joined::Filling(retry) = fills.join("b", || spec).await.unwrap() else {
+            panic!()
+        };
+        // ...and another cold key fails at once, nothing opened.
+        let mut spec = FillSpec::new(|| panic!("an upstream known down is not opened"));
+        spec.upstream = Some(up.into());
+        let Joined::Filling(mut h) = fills.join("c", || spec).await.unwrap() else {
+            panic!()
+        };
+        match h.head().await {
+            Err(FetchError::Timeout(m)) => assert!(m.contains(up), "{m}"),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        tx.send(Ok(Bytes::from_static(b"ok"))).await.unwrap();
+        drop(tx);
+        retry.wait().await.unwrap();
+        assert!(fills.outages().down(up).is_none(), "an answer forgets it");
     }
 
     #[tokio::test]

@@ -6,33 +6,7 @@
 use crate::error::{Error, Result};
 use crate::schematic::{MAX_SIZE, Schematic, id_and_canonical, id_of, is_valid_id};
 
-/// The named schematics compiled into the binary (`schematics/`).
-pub const EMBEDDED: &[(&str, &str)] = &[
-    ("cozystack", include_str!("../schematics/cozystack.yaml")),
-    ("vanilla", include_str!("../schematics/vanilla.yaml")),
-];
-
-/// The ID of an embedded schematic named `name` (`cozystack`, `vanilla`),
-/// so that a name is taken wherever a schematic ID is (`--schematic`,
-/// `talos.schematicID`, the mirror config); `None` for anything else.
-pub fn embedded_id(name: &str) -> Option<&'static str> {
-    static IDS: std::sync::OnceLock<Vec<(&'static str, String)>> = std::sync::OnceLock::new();
-    IDS.get_or_init(|| {
-        EMBEDDED
-            .iter()
-            .filter_map(|(n, text)| Some((*n, crate::schematic::id_and_canonical(text).ok()?.0)))
-            .collect()
-    })
-    .iter()
-    .find(|(n, _)| *n == name.trim())
-    .map(|(_, id)| id.as_str())
-}
-
-/// `s` as a schematic ID: an embedded schematic's name becomes its ID,
-/// anything else is kept as given (and checked by the caller).
-pub fn id_or_name(s: &str) -> &str {
-    embedded_id(s).unwrap_or(s)
-}
+pub use crate::schematic::{EMBEDDED, embedded_id, id_or_name};
 
 /// Schematics the service knows: the named ones (from `--schematics-dir`,
 /// default the embedded `schematics/`), kept in memory, and every one POSTed

@@ -27,6 +27,7 @@ pub mod factory;
 pub mod fill;
 pub mod inventory;
 pub mod metrics;
+pub mod outage;
 pub mod registry;
 pub mod store;
 pub mod upstream;

@@ -21,7 +21,6 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::OnceLock;
 
 use serde::Deserialize;
@@ -45,6 +44,9 @@ pub struct TalosEntry {
     /// `code` or `docs`: where the bounds come from.
     pub source: Option<String>,
     pub note: Option<String>,
+    /// Set while the minor has no release tag to read: where its data
+    /// comes from instead (said on stderr by every command that uses it).
+    pub pending: Option<String>,
     /// Inclusive minimum Kubernetes version.
     pub kubernetes_min: Version,
     /// Exclusive maximum Kubernetes version (`X.Y.99`).
@@ -143,6 +145,8 @@ struct RawEntry {
     source: Option<String>,
     #[serde(default)]
     note: Option<String>,
+    #[serde(default)]
+    pending: Option<String>,
     kubernetes: RawRange,
     default_kubernetes: RawDefault,
     #[serde(default)]
@@ -236,6 +240,7 @@ impl TalosEntry {
             released: e.released,
             source: e.source,
             note: e.note,
+            pending: e.pending,
             kubernetes_min: min,
             kubernetes_max: max,
             default_initial: initial,
@@ -287,26 +292,6 @@ impl Matrix {
             Matrix::parse(EMBEDDED, "embedded matrix/matrix.yaml", None)
                 .expect("the embedded matrix is valid (tested)")
         })
-    }
-
-    /// Read a replacement data file. Any problem is bad input (exit 2).
-    pub fn from_file(path: &Path) -> Result<Matrix> {
-        let what = format!("--matrix {}", path.display());
-        let text = crate::input::read_string(
-            path,
-            crate::input::MAX_INPUT,
-            crate::input::Kind::FileOrPipe,
-        )
-        .map_err(|e| Error::bad_input(format!("{what}: {e}")))?;
-        Matrix::parse(&text, &what, Some(Matrix::embedded()))
-    }
-
-    /// `--matrix FILE` when given, else the embedded matrix.
-    pub fn load(path: Option<&Path>) -> Result<Matrix> {
-        match path {
-            Some(p) => Matrix::from_file(p),
-            None => Ok(Matrix::embedded().clone()),
-        }
     }
 
     /// Parse a data file; `fallback` supplies the kubelet table when the file has none.
@@ -411,6 +396,14 @@ impl Matrix {
         Ok(self.entry(talos)?.default_latest.clone())
     }
 
+    /// `note: ...` for stderr when `talos`'s minor has no release tag to
+    /// read yet (the row's `pending`: where its data comes from instead).
+    pub fn pending_note(&self, talos: &Version) -> Option<String> {
+        let e = self.entry(talos).ok()?;
+        let why = e.pending.as_deref()?;
+        Some(format!("note: Talos {talos}: {why}"))
+    }
+
     /// The newest Talos release of `talos`'s minor the data knows, if any.
     pub fn newest_release(&self, talos: &Version) -> Option<&Version> {
         self.entry(talos).ok()?.newest.as_ref()
@@ -513,6 +506,7 @@ impl Matrix {
                     "released": e.released,
                     "source": e.source,
                     "note": e.note,
+                    "pending": e.pending,
                 })
             })
             .collect();
@@ -587,10 +581,10 @@ mod tests {
     }
 
     #[test]
-    fn embedded_parses_and_covers_1_0_to_1_14() {
+    fn embedded_parses_and_covers_1_0_to_1_15() {
         let m = Matrix::embedded();
         let minors: Vec<_> = m.entries().iter().map(|e| e.talos.minor_key()).collect();
-        let want: Vec<_> = (0..=14).map(|i| (1, i)).collect();
+        let want: Vec<_> = (0..=15).map(|i| (1, i)).collect();
         assert_eq!(minors, want);
     }
 
@@ -625,10 +619,35 @@ mod tests {
         assert!(m.check(&v("1.14"), &v("1.31.9")).is_err());
     }
 
+    /// Talos 1.15 before its tag: its row from talos115.go on Talos main
+    /// at ad8823176e75, accepted, and every use says where it comes from.
+    #[test]
+    fn talos_1_15_is_accepted_and_says_where_its_data_comes_from() {
+        let m = Matrix::embedded();
+        assert!(m.check(&v("1.15.0"), &v("1.33.0")).is_ok());
+        assert!(m.check(&v("1.15"), &v("1.38.5")).is_ok());
+        assert!(m.check(&v("1.15"), &v("1.32.9")).is_err());
+        assert!(m.check(&v("1.15"), &v("1.39.0")).is_err());
+        let e = m.entry(&v("1.15")).unwrap();
+        assert_eq!(e.host_upgrade_from, Some(v("1.13.0")));
+        assert_eq!(e.host_downgrade_below, Some(v("1.17.0")));
+        let n = m.pending_note(&v("v1.15.0")).unwrap();
+        assert!(n.contains("ad8823176e75") && n.contains("v1.15.0"), "{n}");
+        assert_eq!(m.pending_note(&v("v1.14.6")), None);
+        let row = m.images().lookup(&v("v1.15.0")).unwrap().release;
+        assert_eq!(
+            row.coredns.as_deref(),
+            Some("registry.k8s.io/coredns/coredns:v1.14.7")
+        );
+        assert!(row.carried.as_deref().unwrap().contains("ad8823176e75"));
+        // A pre-release is taken only as the data names it in full.
+        assert!(m.images().lookup(&v("v1.15.0-beta.0")).is_err());
+    }
+
     #[test]
     fn unknown_minor_is_refused() {
         let m = Matrix::embedded();
-        for t in ["1.15.0", "0.14", "2.0"] {
+        for t in ["1.16.0", "0.14", "2.0"] {
             let e = m.check(&v(t), &v("1.35")).unwrap_err();
             assert_eq!(e.exit_code(), 1);
             assert!(e.to_string().contains("does not know Talos"), "{e}");

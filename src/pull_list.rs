@@ -287,7 +287,7 @@ pub fn plan(matrix: &Matrix, req: &PullRequest) -> Result<PullList> {
     // An embedded schematic's name (`cozystack`) is taken for its ID.
     let schematic = req
         .schematic
-        .map(crate::known_schematics::id_or_name)
+        .map(crate::schematic::id_or_name)
         .unwrap_or(VANILLA_SCHEMATIC);
     if !crate::schematic::is_valid_id(schematic) {
         return Err(Error::bad_input(format!(
@@ -311,6 +311,7 @@ pub fn plan(matrix: &Matrix, req: &PullRequest) -> Result<PullList> {
     let lookup = matrix.images().lookup(&asked)?;
     let release = lookup.release;
     let mut notes: Vec<String> = lookup.note.into_iter().collect();
+    notes.extend(matrix.pending_note(&asked));
     let talos = if asked.patch.is_some() {
         asked.clone()
     } else {
@@ -488,7 +489,7 @@ mod tests {
         for (t, k) in [
             ("v1.13.9", "v1.30"),
             ("v1.7.0", "v1.30"),
-            ("v1.15.0", "v1.35"),
+            ("v1.16.0", "v1.35"),
             ("v1.12.11", "v1.36"),
             ("v1.10.9", "v1.27"),
         ] {

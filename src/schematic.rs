@@ -491,6 +491,34 @@ fn options_node(v: &crate::yaml::Value, at: &str) -> Result<Node> {
     })
 }
 
+/// The named schematics compiled into the binary (`schematics/`).
+pub const EMBEDDED: &[(&str, &str)] = &[
+    ("cozystack", include_str!("../schematics/cozystack.yaml")),
+    ("vanilla", include_str!("../schematics/vanilla.yaml")),
+];
+
+/// The ID of an embedded schematic named `name` (`cozystack`, `vanilla`),
+/// so that a name is taken wherever a schematic ID is (`--schematic`,
+/// `talos.schematicID`, the mirror config); `None` for anything else.
+pub fn embedded_id(name: &str) -> Option<&'static str> {
+    static IDS: std::sync::OnceLock<Vec<(&'static str, String)>> = std::sync::OnceLock::new();
+    IDS.get_or_init(|| {
+        EMBEDDED
+            .iter()
+            .filter_map(|(n, text)| Some((*n, id_and_canonical(text).ok()?.0)))
+            .collect()
+    })
+    .iter()
+    .find(|(n, _)| *n == name.trim())
+    .map(|(_, id)| id.as_str())
+}
+
+/// `s` as a schematic ID: an embedded schematic's name becomes its ID,
+/// anything else is kept as given (and checked by the caller).
+pub fn id_or_name(s: &str) -> &str {
+    embedded_id(s).unwrap_or(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

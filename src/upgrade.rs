@@ -2,28 +2,21 @@
 //! another, each step changing one of the two, by Talos' own rules, and the
 //! images every pair on the way pulls.
 //!
-//! The rules (each a function here, each tested against the cases of the
-//! code it follows):
+//! The rules, each a function tested against the cases of the code it
+//! follows:
 //! - a pair is one the support matrix accepts ([`Matrix::check`], Talos'
 //!   `KubernetesVersion.SupportedWith`);
-//! - a Kubernetes step stays in its minor or goes to the next one
-//!   (go-kubernetes `upgrade.Path.IsSupported`, what `talosctl upgrade-k8s`
-//!   takes) and never down ([`kubernetes_step`]);
-//! - an in-place Talos step (`talosctl upgrade`) goes to a minor whose host
-//!   window admits the running release: `hostUpgrade.from` <= running <
-//!   `hostUpgrade.below`, never a denied one (Talos'
-//!   `TalosVersion.UpgradeableFrom`, [`host_upgrade`]); with `replace`
-//!   (machines replaced by a fresh disk) the window does not apply.
+//! - a Kubernetes step stays in its minor or goes to the next one, never
+//!   down (go-kubernetes `upgrade.Path.IsSupported`, [`kubernetes_step`]);
+//! - an in-place Talos step goes to a minor whose host window admits the
+//!   running release, never a denied one (Talos'
+//!   `TalosVersion.UpgradeableFrom`, [`host_upgrade`]); with `replace` the
+//!   window does not apply.
 //!
-//! The plan is a breadth-first search over pairs whose Talos releases are
-//! the two ends and the newest stable release of every minor the data knows
-//! (a minor passed on the way lands on its newest), and whose Kubernetes
-//! versions are the two ends and the patch [`Matrix::kubernetes_patch`]
-//! names for each minor between them. Between plans of equal length the
-//! first in this order wins ([`TIE_BREAK`]): steps compared one by one, a
-//! Talos step before a Kubernetes step, a lower version before a higher.
-//!
-//! Pure: no files, no network; the caller loads the matrix.
+//! The plan is a breadth-first search over the two ends, the newest stable
+//! release of every Talos minor, and the patch [`Matrix::kubernetes_patch`]
+//! names for each Kubernetes minor between; ties go to [`TIE_BREAK`].
+//! Pure: the caller loads the matrix.
 //!
 //! ```
 //! use talos_gen::upgrade::{plan, Question};
@@ -408,6 +401,13 @@ pub fn plan(matrix: &Matrix, q: &Question) -> Result<Plan> {
             pair_text(&to)
         )));
     }
+    for t in [&from.talos, &to.talos] {
+        if let Some(n) = matrix.pending_note(t)
+            && !notes.contains(&n)
+        {
+            notes.push(n);
+        }
+    }
     let mut plan = Plan {
         from: from.clone(),
         to: to.clone(),
@@ -465,6 +465,12 @@ fn on_the_way(matrix: &Matrix, steps: &[Step], to: &Pair) -> Vec<String> {
 
 /// Why no plan goes from `from` to `to` (in place, and with `--replace`).
 fn no_path(graph: &Graph<'_>, replace: bool, from: &str, to: &str) -> Error {
+    if !graph.unknown_minors.is_empty() {
+        let list = graph.unknown_minors.join(", ");
+        return Error::refused(format!(
+            "no path from {from} to {to}: the data knows no patch of Kubernetes {list}, and Kubernetes moves one minor at a time (give --matrix a file whose rows name one, e.g. as defaultKubernetes)"
+        ));
+    }
     let reach = graph.furthest_talos(replace);
     if !replace && let Some(steps) = graph.shortest(true) {
         return Error::refused(format!(
@@ -490,6 +496,9 @@ struct Graph<'m> {
     valid: Vec<Vec<bool>>,
     start: (usize, usize),
     target: (usize, usize),
+    /// Kubernetes minors on the way of which the data knows no patch: no
+    /// step can stop there.
+    unknown_minors: Vec<String>,
 }
 
 fn push_unique(list: &mut Vec<Version>, v: Version) {
@@ -509,6 +518,7 @@ impl<'m> Graph<'m> {
         talos.sort_by(release_cmp);
         talos.dedup();
         let mut kubernetes = vec![from.kubernetes.clone(), to.kubernetes.clone()];
+        let mut unknown_minors = Vec::new();
         for minor in from.kubernetes.minor..=to.kubernetes.minor {
             let m = Version {
                 major: from.kubernetes.major,
@@ -516,11 +526,18 @@ impl<'m> Graph<'m> {
                 patch: None,
                 pre: None,
             };
-            if let Some((v, _)) = matrix.kubernetes_patch(&m, None)
-                && release_cmp(&v, &from.kubernetes) == Ordering::Greater
-                && release_cmp(&v, &to.kubernetes) == Ordering::Less
-            {
-                push_unique(&mut kubernetes, v);
+            let between = minor > from.kubernetes.minor && minor < to.kubernetes.minor;
+            match matrix.kubernetes_patch(&m, None) {
+                Some((v, _))
+                    if release_cmp(&v, &from.kubernetes) == Ordering::Greater
+                        && release_cmp(&v, &to.kubernetes) == Ordering::Less =>
+                {
+                    push_unique(&mut kubernetes, v);
+                }
+                None if between => {
+                    unknown_minors.push(format!("{}.{minor}", from.kubernetes.major));
+                }
+                _ => {}
             }
         }
         kubernetes.sort_by(release_cmp);
@@ -549,6 +566,7 @@ impl<'m> Graph<'m> {
             talos,
             kubernetes,
             valid,
+            unknown_minors,
         }
     }
 
@@ -662,16 +680,37 @@ pub struct ImageOptions<'a> {
     pub names: crate::pull_list::Names<'a>,
 }
 
+/// The pairs of `plan` whose Talos release the image data knows, and a
+/// note naming each it does not (a release before the data's first, 1.8.0:
+/// its images are not listed, the plan stands).
+pub fn imaged_pairs<'p>(matrix: &Matrix, plan: &'p Plan) -> (Vec<&'p Pair>, Vec<String>) {
+    let mut known = Vec::new();
+    let mut unknown = Vec::new();
+    for pair in plan.pairs() {
+        match matrix.images().lookup(&pair.talos) {
+            Ok(_) => known.push(pair),
+            Err(e) => unknown.push(format!(
+                "pair (talos {}, kubernetes {}): its images are not listed: {e}",
+                pair.talos,
+                k8s_text(&pair.kubernetes)
+            )),
+        }
+    }
+    (known, unknown)
+}
+
 /// Every image any pair of `plan` pulls (the starting pair's too), once
-/// each, in the order first met; with the notes of the pull lists.
+/// each, in the order first met; with the notes of the pull lists, and one
+/// naming each pair whose release the image data does not know (skipped,
+/// not fatal: [`imaged_pairs`]).
 pub fn images(
     matrix: &Matrix,
     plan: &Plan,
     opts: &ImageOptions,
 ) -> Result<(Vec<Pull>, Vec<String>)> {
     let mut out: Vec<Pull> = Vec::new();
-    let mut notes = Vec::new();
-    for pair in plan.pairs() {
+    let (pairs, mut notes) = imaged_pairs(matrix, plan);
+    for pair in pairs {
         let talos = pair.talos.to_string();
         let kubernetes = pair.kubernetes.to_string();
         let list = crate::pull_list::plan(

@@ -86,6 +86,18 @@ fn duplicate_key(text: &str) -> Option<(String, usize, usize)> {
     None
 }
 
+/// A file that holds no document (empty, only comments, a pipe that
+/// brought nothing) names nothing: bad input naming `what`, never a
+/// config of defaults (`kind`: what the file should hold).
+pub fn require_document(text: &str, what: &str, kind: &str) -> Result<()> {
+    match value_from_str(text, what)?.is_null() {
+        true => Err(Error::bad_input(format!(
+            "{what}: the file holds no {kind} (empty, or only comments): it names nothing"
+        ))),
+        false => Ok(()),
+    }
+}
+
 /// Parse one document into a generic tree.
 pub fn value_from_str(text: &str, what: &str) -> Result<Value> {
     from_str(text, what)

@@ -24,7 +24,7 @@ pub struct ImagesArgs {
 }
 
 pub fn run(args: ImagesArgs) -> crate::Result<i32> {
-    let matrix = crate::matrix::Matrix::load(args.matrix.as_deref().map(std::path::Path::new))?;
+    let matrix = crate::compose::load_matrix(args.matrix.as_deref().map(std::path::Path::new))?;
     let p = crate::pull_list::plan(
         &matrix,
         &crate::pull_list::PullRequest {

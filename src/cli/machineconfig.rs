@@ -372,7 +372,7 @@ pub fn run(args: MachineconfigArgs) -> crate::Result<i32> {
             "--output-secrets: {secrets:?} is also the -o/--output file; give two different files"
         )));
     }
-    let matrix = crate::matrix::Matrix::load(args.matrix.as_deref().map(std::path::Path::new))?;
+    let matrix = crate::compose::load_matrix(args.matrix.as_deref().map(std::path::Path::new))?;
     let out = crate::machineconfig::generate_with(&req, &matrix)?;
     for w in &out.warnings {
         eprintln!("talos-gen: {w}");

@@ -4,7 +4,6 @@ use std::path::Path;
 
 use clap::{Args, Subcommand};
 
-use crate::matrix::Matrix;
 use crate::version::Version;
 
 #[derive(Debug, Args)]
@@ -39,7 +38,7 @@ pub enum MatrixCommand {
 }
 
 pub fn run(args: MatrixArgs) -> crate::Result<i32> {
-    let matrix = Matrix::load(args.matrix.as_deref().map(Path::new))?;
+    let matrix = crate::compose::load_matrix(args.matrix.as_deref().map(Path::new))?;
     match args.command {
         None => {
             if args.json {
@@ -57,6 +56,9 @@ pub fn run(args: MatrixArgs) -> crate::Result<i32> {
             let talos = Version::parse_named(&talos, "--talos")?;
             let k8s = Version::parse_named(&kubernetes, "--kubernetes")?;
             let answer = matrix.check(&talos, &k8s);
+            if let Some(n) = matrix.pending_note(&talos) {
+                eprintln!("talos-gen: matrix check: {n}");
+            }
             if json || args.json {
                 let (supported, message) = match &answer {
                     Ok(s) => (true, s.message.clone()),

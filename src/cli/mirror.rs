@@ -290,7 +290,7 @@ fn print_prune(r: &crate::mirror::PruneReport) {
 
 /// The config (with `--matrix` for `workers:`); its notes go to stderr.
 fn load_config(path: &str, matrix: Option<&str>) -> crate::Result<crate::mirror::Config> {
-    let m = crate::matrix::Matrix::load(matrix.map(std::path::Path::new))?;
+    let m = crate::compose::load_matrix(matrix.map(std::path::Path::new))?;
     let cfg = crate::mirror::Config::load_with(std::path::Path::new(path), &m)?;
     for n in &cfg.notes {
         eprintln!("talos-gen: mirror: {n}");

@@ -23,6 +23,7 @@ macro_rules! out {
 
 pub mod common;
 pub mod datavolume;
+pub mod datavolume_catalog;
 pub mod images;
 pub mod machineconfig;
 pub mod matrix;
@@ -168,14 +169,23 @@ pub fn version_text() -> String {
                 .unwrap_or_default()
         })
         .unwrap_or_default();
-    let newest = last
-        .newest
-        .as_ref()
+    // The newest released minor's newest release (a pending minor has
+    // no release yet).
+    let newest = entries
+        .iter()
+        .rev()
+        .find(|e| e.pending.is_none())
+        .and_then(|e| e.newest.as_ref())
         .map(|v| format!(" (newest release {v})"))
         .unwrap_or_default();
+    let pending: String = entries
+        .iter()
+        .filter(|e| e.pending.is_some())
+        .map(|e| format!(", {} unreleased", e.talos))
+        .collect();
     let kubelet: Vec<String> = m.kubelet_table().map(|(k, _)| k).collect();
     format!(
-        "{}\nTalos: {} to {}{newest}\nKubernetes: v{}.{} to {kmax}\nCozystack kubelet table: {}",
+        "{}\nTalos: {} to {}{newest}{pending}\nKubernetes: v{}.{} to {kmax}\nCozystack kubelet table: {}",
         env!("CARGO_PKG_VERSION"),
         first.talos,
         last.talos,

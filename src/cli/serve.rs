@@ -103,6 +103,18 @@ pub struct ServeArgs {
         value_parser = super::common::duration_or_zero_flag
     )]
     pub metadata_ttl: Duration,
+    /// How long past its freshness (`--tag-revalidate`, `--metadata-ttl`) a
+    /// stored tag or factory document answers at once, marked stale, while
+    /// one background fetch refreshes it (RFC 5861); 0 waits for the
+    /// upstream's answer.
+    #[arg(
+        long,
+        env = "TALOS_GEN_STALE_WHILE_REVALIDATE",
+        default_value = super::common::duration_text(crate::compose::DEFAULT_STALE_WHILE_REVALIDATE),
+        value_name = "DURATION",
+        value_parser = super::common::duration_or_zero_flag
+    )]
+    pub stale_while_revalidate: Duration,
     /// How long a client has to send a request head; also how long an idle
     /// keep-alive connection stays open (at least 1s).
     #[arg(long, env = "TALOS_GEN_HEADER_READ_TIMEOUT", default_value = "15s", value_name = "DURATION", value_parser = super::common::duration_or_zero_flag)]
@@ -177,9 +189,11 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
         schematics_dir: args.schematics_dir.map(Into::into),
         tag_revalidate: args.tag_revalidate,
         metadata_ttl: args.metadata_ttl,
+        stale_while_revalidate: args.stale_while_revalidate,
         max_concurrent_fills: Some(args.max_concurrent_fills as usize),
         limits: args.upstream.limits(),
         direct_upstreams: false,
+        remember_outages: true,
     };
     let cfg = ServeConfig {
         service,

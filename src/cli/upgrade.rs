@@ -112,7 +112,7 @@ pub fn run(args: UpgradeArgs) -> crate::Result<i32> {
 }
 
 fn plan(a: &PlanArgs) -> crate::Result<(Matrix, upgrade::Plan)> {
-    let matrix = Matrix::load(a.matrix.as_deref().map(std::path::Path::new))?;
+    let matrix = crate::compose::load_matrix(a.matrix.as_deref().map(std::path::Path::new))?;
     let plan = upgrade::plan(
         &matrix,
         &Question {

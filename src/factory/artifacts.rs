@@ -292,6 +292,7 @@ impl ImageCache {
             spec.idle_timeout = idle;
             spec.kind = "image";
             spec.meta.pinned = pin;
+            spec.upstream = Some(base.clone());
             spec
         };
         let joined = self.fills.join(skey, spec).await;

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::{ImageCache, ImageError};
-use crate::cache::{Rules, Stored, revalidate};
+use crate::cache::{Rules, Served, Stored, revalidate};
 use crate::fill::FetchError;
 use crate::upstream::open_response;
 use crate::version::Version;
@@ -169,6 +169,8 @@ pub struct Document {
     /// The stored copy past `--metadata-ttl`, answered because the factory
     /// could not be asked (the answer says so: `Warning: 110 - "stale"`).
     pub stale: bool,
+    /// How it was served (`Cache-Status`).
+    pub served: Served,
 }
 
 impl ImageCache {
@@ -198,6 +200,7 @@ impl ImageCache {
                 content_type,
                 body,
                 stale: false,
+                served: Served::default(),
             },
         )))
     }
@@ -227,6 +230,11 @@ impl ImageCache {
         }
         let key = doc.store_key();
         let store = self.fills.store();
+        let upstream = self
+            .upstream
+            .as_ref()
+            .map(|(_, b)| b.as_str())
+            .unwrap_or("");
         let rules = Rules {
             kind: "document",
             key: Some(&key),
@@ -236,6 +244,15 @@ impl ImageCache {
             may_use_stale: |e: &ImageError| {
                 !matches!(e, ImageError::Fetch(FetchError::Status { .. }))
             },
+            unanswered: |e: &ImageError| match e {
+                ImageError::Fetch(FetchError::Timeout(m) | FetchError::Failed(m)) => {
+                    Some(m.clone())
+                }
+                _ => None,
+            },
+            upstream,
+            unchanged: |a: &Document, b: &Document| a.body == b.body,
+            timed_out: |m| ImageError::Fetch(FetchError::Timeout(m)),
         };
         let read = || async {
             Ok(self.stored_document(doc).await?.map(|(entry, d)| Stored {
@@ -243,15 +260,17 @@ impl ImageCache {
                 entry: Some(entry),
             }))
         };
-        let fetch = |last: Option<Stored<Document>>| async move {
-            let _slot = match &self.doc_slots {
+        let (this, doc_owned) = (self.clone(), doc.clone());
+        let fetch = move |last: Option<Stored<Document>>| async move {
+            let _slot = match &this.doc_slots {
                 Some(s) => s.clone().acquire_owned().await.ok(),
                 None => None,
             };
-            let d = self.fetch_document(doc).await.map_err(ImageError::Fetch)?;
+            let doc = &doc_owned;
+            let d = this.fetch_document(doc).await.map_err(ImageError::Fetch)?;
             // A pinned (mirrored) document stays pinned when revalidated.
             let pinned = last.and_then(|s| s.entry).is_some_and(|e| e.pinned);
-            if let Err(e) = self.keep_document_for(doc, &d, pinned, Some(ttl)).await {
+            if let Err(e) = this.keep_document_for(doc, &d, pinned, Some(ttl)).await {
                 tracing::warn!(error = %e, path = %doc.path, "keeping a factory document");
             }
             Ok(d)
@@ -263,8 +282,10 @@ impl ImageCache {
             )))
         };
         let a = revalidate(&self.fills, rules, read, fetch, unavailable).await?;
+        let served = a.served();
         let mut d = a.value;
         d.stale = a.stale;
+        d.served = served;
         Ok(d)
     }
 
@@ -300,6 +321,7 @@ impl ImageCache {
             content_type,
             body: bytes::Bytes::from(body),
             stale: false,
+            served: Served::default(),
         })
     }
 

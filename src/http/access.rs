@@ -8,10 +8,11 @@
 //! of it. `--log-format json` makes each line a JSON object. 5xx answers
 //! are also remembered for the status page's last errors, with the reason
 //! the answer gave ([`Reason`]: it names the upstream URL). An `/image/`,
-//! `/talosctl/` or `/v2/` answer's `Cache-Status` ([`CacheStatus`]: hit,
-//! fwd=miss, stored, fwd=stale) is its `cache` field, and is set here to
-//! [`CacheStatus::DEFAULT`] on such an answer whose handler named none (an
-//! error before any lookup).
+//! `/talosctl/`, `/v2/` or factory document answer's `Cache-Status`
+//! ([`CacheStatus`]: hit, fwd=miss, stored, fwd=revalidated, fwd=stale,
+//! collapsed) is its `cache` field, and is set here to
+//! [`CacheStatus::DEFAULT`] (no `fwd`) on such an answer whose handler
+//! named none (an error before any lookup, a refusal).
 
 use std::net::SocketAddr;
 use std::task::Poll;
@@ -24,17 +25,25 @@ use axum::response::Response;
 use super::ranges::CacheStatus;
 use super::state::AppState;
 
-/// The routes whose every answer carries `Cache-Status`.
+/// The routes whose every answer carries `Cache-Status`: artifacts,
+/// `/v2/` and the factory's documents.
 fn cached_route(path: &str) -> bool {
-    ["/image/", "/talosctl/", "/v2/"]
+    ["/image/", "/talosctl/", "/v2/", "/version/", "/pxe/"]
         .iter()
         .any(|p| path.starts_with(p))
-        || path == "/v2"
+        || [
+            "/v2",
+            "/versions",
+            "/oci/cosign/signing-key.pub",
+            "/secureboot/signing-cert.pem",
+        ]
+        .contains(&path)
 }
 
-/// Give a cached route's answer its `Cache-Status` if the handler did not;
-/// the value, for the log line.
-fn cache_status(path: &str, resp: &mut Response) -> Option<String> {
+/// Give a cached route's answer its `Cache-Status` if the handler did not
+/// (plain `talos-gen`: no lookup stood behind it); the value, for the log
+/// line. The starting router's answers get it here too.
+pub(super) fn cache_status(path: &str, resp: &mut Response) -> Option<String> {
     if !cached_route(path) {
         return None;
     }

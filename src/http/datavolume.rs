@@ -15,11 +15,18 @@
 //! it (two YAML documents; JSON a `List`). `cloneFrom=NS/NAME&name=&size=
 //! [&storageClass=&namespace=]`: a worker's DataVolume cloned from that
 //! DataSource; it reads nothing from the store.
+//!
+//! `profile=cozystack` (with `golden=true` or `cloneFrom`): Cozystack's
+//! catalog layout; `cdiVersion=` the CDI whose fields are written. An
+//! import answer's storage, when `size` is left out, is the raw disk's size
+//! (the stored artifact's xz index) plus headroom, and the answer carries
+//! that size in `x-talos-gen-raw-disk-size`.
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::error::Answered;
 use super::query::Params;
 use super::state::AppState;
 use crate::datavolume::{self, Names, Request};
@@ -37,6 +44,8 @@ const KEYS: &[&str] = &[
     "namespace",
     "golden",
     "cloneFrom",
+    "profile",
+    "cdiVersion",
     "format",
 ];
 
@@ -57,12 +66,11 @@ pub async fn get(
     Query(q): Query<Vec<(String, String)>>,
     headers: HeaderMap,
 ) -> Response {
-    let fail = |e: &dyn super::error::Answered| super::error::json_of(e);
-    let q = match Params::new(q, KEYS, &[]).and_then(|q| check_format(&q).map(|json| (q, json))) {
+    let fail = |e: &dyn Answered| super::error::json_of(e);
+    let (q, json) = match Params::new(q, KEYS, &[]).and_then(|q| check_format(&q).map(|j| (q, j))) {
         Ok(q) => q,
         Err(e) => return fail(&e),
     };
-    let (q, json) = q;
     if let Some(from) = q.get("cloneFrom") {
         return match clone(&q, from) {
             Ok(p) => answer(json, p.to_json(), p.to_yaml(), None),
@@ -73,15 +81,40 @@ pub async fn get(
         Ok(p) => p,
         Err(e) => return fail(&e),
     };
-    let sha = match st.images.open(&plan.key).await {
+    let stored = match st.images.open(&plan.key).await {
         Ok(obj) => match obj.complete().await {
-            Ok(stored) => stored.entry.digest.clone(),
+            Ok(stored) => stored,
             Err(e) => return fail(&e),
         },
         Err(e) => return fail(&e),
     };
-    answer(json, plan.to_json(&sha), plan.to_yaml(&sha), note)
+    let sha = stored.entry.digest.clone();
+    let reopen = || async {
+        let obj = st.images.open(&plan.key).await;
+        match obj {
+            Ok(o) => o
+                .complete()
+                .await
+                .map_err(|e| Error::Upstream(e.to_string())),
+            Err(crate::factory::ImageError::Fetch(e)) => Err(Error::Upstream(e.to_string())),
+            Err(crate::factory::ImageError::NotCached(m)) => Err(Error::Upstream(m)),
+        }
+    };
+    let raw = datavolume::size::stored_raw_size(stored, reopen, &plan.url).await;
+    let plan = match raw.and_then(|r| plan.clone().with_raw_size(r, Names::Query)) {
+        Ok(p) => p,
+        Err(e) => return fail(&e),
+    };
+    let mut resp = answer(json, plan.to_json(&sha), plan.to_yaml(&sha), note);
+    if let Some(raw) = plan.raw_size {
+        resp.headers_mut().insert(RAW_SIZE, raw.into());
+    }
+    resp
 }
+
+/// The raw disk's uncompressed size in bytes (read from the image's xz
+/// index), on every import answer.
+pub const RAW_SIZE: &str = "x-talos-gen-raw-disk-size";
 
 /// The documents; a bare minor's note as a `Warning: 299` (as
 /// `/api/v1/machineconfig` carries its notes).
@@ -110,21 +143,26 @@ fn clone(q: &Params, from: &str) -> crate::Result<datavolume::ClonePlan> {
             "{k}: not with cloneFrom (a clone reads the golden image's DataSource, not an import)"
         )));
     }
-    let need = |k: &str| {
-        q.get(k)
-            .map(str::to_string)
-            .ok_or_else(|| Error::bad_input(format!("{k}: missing query parameter")))
-    };
+    let opt = |k: &str| q.get(k).map(str::to_string);
     datavolume::clone_plan(
         &datavolume::CloneRequest {
             clone_from: from.to_string(),
-            name: need("name")?,
-            size: need("size")?,
-            storage_class: q.get("storageClass").map(str::to_string),
-            namespace: q.get("namespace").map(str::to_string),
+            name: opt("name").unwrap_or_default(),
+            size: opt("size").unwrap_or_default(),
+            storage_class: opt("storageClass"),
+            namespace: opt("namespace"),
+            profile: profile(q)?,
         },
         Names::Query,
     )
+}
+
+/// `profile=cozystack`, else talos-gen's own layout.
+fn profile(q: &Params) -> crate::Result<datavolume::Profile> {
+    match q.get("profile") {
+        Some(p) => datavolume::Profile::parse(p, "profile"),
+        None => Ok(datavolume::Profile::Plain),
+    }
 }
 
 /// `format`: `yaml` (the default) or `json`; true for JSON.
@@ -162,12 +200,14 @@ fn plan(
         talos_version,
         platform: opt("platform"),
         arch: opt("arch"),
-        name: need("name")?,
-        size: need("size")?,
+        name: opt("name").unwrap_or_default(),
+        size: opt("size").unwrap_or_default(),
         storage_class: opt("storageClass"),
         cert_configmap: opt("certConfigMap"),
         namespace: opt("namespace"),
         golden,
+        profile: profile(q)?,
+        cdi_version: opt("cdiVersion"),
     };
     let plan = datavolume::plan(&req, Names::Query, &|n| {
         st.schematics.id_by_name(n).map(str::to_string)

@@ -1,33 +1,25 @@
 //! The one mapping of the crate's errors to HTTP answers. A handler returns
 //! `Result<_, E>` for any of these and the answer is the same everywhere:
-//! a status and the one-line message (plain text); an upstream's own 4xx
-//! answer passes through with its status and body, under its type only when
-//! that is JSON (else plain text, `nosniff`: an upstream's HTML page never
-//! runs on our origin). The OCI routes keep only their body
-//! shape (`{"errors":[...]}`, [`crate::registry::OciError`]).
+//! a status and the one-line message; an upstream's own 4xx passes through
+//! with its status and body, under its type only when that is JSON (else
+//! plain text, `nosniff`).
 //!
 //! | error | status |
 //! |---|---|
 //! | bad input | 400 |
 //! | refused | 422 |
 //! | not found, not cached offline | 404 |
-//! | upstream failed | 502 |
-//! | upstream timed out | 504 |
+//! | upstream failed / timed out | 502 / 504 |
 //! | upstream 4xx | as it came (JSON or plain text) |
-//! | the store holds it but does not answer (a bucket down) | 503, `Retry-After: 5` |
+//! | the store does not answer | 503, `Retry-After: 5` |
 //! | local I/O | 500 |
-//! | the store does not answer | 503 |
 //!
-//! The statuses are this module's: [`status_of`] (the crate's [`Error`]),
-//! [`fetch_status`] ([`FetchError`]) and [`oci_status`] (the registry's
-//! [`OciKind`]); nothing below the edge names an HTTP status.
-//!
-//! Every refusal is shaped by its route's [`Family`]: `/v2/` answers the
-//! OCI body ([`oci`]), `/api/` the JSON `{"error": ...}` ([`JsonError`]),
-//! every other route one line of plain text ([`text`]). A refusal a layer
-//! answered as plain text (the token check and the store gate in
-//! [`super::limits::enforce`], the body deadline, axum's own 405, 413 and
-//! query rejections) is put in its family's shape by [`shape`], the one
+//! The statuses are this module's: [`status_of`] ([`Error`]),
+//! [`fetch_status`] ([`FetchError`]) and [`oci_status`] ([`OciKind`]);
+//! nothing below the edge names an HTTP status. Every refusal is shaped by
+//! its route's [`Family`]: OCI's body on `/v2/` ([`oci`]), `{"error": ...}`
+//! on `/api/` ([`JsonError`]), one line of text elsewhere ([`text`]); what
+//! a layer answered as text is put in shape by [`shape`], the one
 //! middleware every answer passes.
 
 use axum::body::Body;

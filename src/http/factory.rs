@@ -26,6 +26,7 @@ pub(super) async fn answer(state: &AppState, doc: crate::Result<FactoryDoc>) -> 
                 r.headers_mut().insert(header::CONTENT_TYPE, v);
             }
             super::stale::mark(r.headers_mut(), d.stale);
+            super::ranges::CacheStatus::served(d.stale, d.served).insert(r.headers_mut());
             r
         }
         Err(e) => e.into_response(),

@@ -119,10 +119,7 @@ pub async fn versions(State(state): State<AppState>) -> Response {
 
 /// `<sha256>  <asset>`: known once the artifact is stored.
 async fn sha256_answer(obj: Object, name: &str, head_only: bool, req: &HeaderMap) -> Response {
-    let cache = match CacheStatus::of(&obj) {
-        CacheStatus::Hit => CacheStatus::Hit,
-        _ => CacheStatus::Miss { stored: true },
-    };
+    let cache = CacheStatus::of(&obj).kept();
     let stored = match obj.complete().await {
         Ok(o) => o,
         Err(e) => return e.into_response(),
@@ -164,7 +161,7 @@ async fn artifact(
         Some(_) => obj,
         None => match obj.complete().await {
             Ok(o) => {
-                status = CacheStatus::Miss { stored: true };
+                status = status.kept();
                 Object::Stored(o)
             }
             Err(e) => return e.into_response(),

@@ -442,7 +442,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     tracing::info!(
         %local,
         store = %state.store.describe(),
-        upstreams = %status::upstream_summary(&state.cfg),
+        upstreams = %ops::upstream_summary(&state.cfg),
         offline = state.cfg.offline,
         tls = acc.tls.is_some(),
         "listening"

@@ -8,7 +8,11 @@
 //! checks the store about every [`STORE_PROBE_EVERY`] (each check bounded by
 //! [`STORE_PROBE_TIMEOUT`], on a blocking thread, never two at once) and
 //! asks each upstream every [`UPSTREAM_PROBE_EVERY`] on the service's own
-//! client (bounded by `--upstream-timeout`), and keeps what it found here.
+//! client (bounded by `--upstream-timeout`; one task per upstream URL, its
+//! paths one after the other, never two probes of it at once; after a
+//! failure again in 1 s, doubling up to that period), and keeps what it
+//! found here. A failure is also the flights' memory of the upstream
+//! ([`crate::outage`]): a stale copy answers at once, a cold key fails fast.
 //! Readiness needs the store only: an upstream that does not answer makes
 //! misses fail, never the service unready.
 
@@ -20,6 +24,7 @@ use axum::http::StatusCode;
 
 use super::AppState;
 use crate::inventory::Inventory;
+use crate::outage::Outages;
 
 /// How long one store check may take (a bucket's HEAD).
 pub const STORE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -103,6 +108,7 @@ impl Probes {
         upstream: Option<crate::upstream::Upstream>,
         targets: Vec<Target>,
         timeout: Duration,
+        outages: Outages,
     ) -> Probes {
         let p = Probes::default();
         let (result, running) = check_once(&store, None).await;
@@ -114,7 +120,7 @@ impl Probes {
                 .iter()
                 .map(|(role, url, _)| UpstreamProbe {
                     role: role.clone(),
-                    url: super::status::display_url(url),
+                    url: display_url(url),
                     result: None,
                     at: None,
                 })
@@ -127,12 +133,16 @@ impl Probes {
         }
         tokio::spawn(store_loop(Arc::downgrade(&p.0), store, running, ok));
         if let Some(up) = upstream {
-            tokio::spawn(upstream_loop(
-                Arc::downgrade(&p.0),
-                up.client().clone(),
-                targets,
-                timeout,
-            ));
+            for (url, rows) in by_upstream(&targets) {
+                tokio::spawn(upstream_loop(
+                    Arc::downgrade(&p.0),
+                    up.client().clone(),
+                    url,
+                    rows,
+                    timeout,
+                    outages.clone(),
+                ));
+            }
         }
         p
     }
@@ -231,42 +241,85 @@ async fn store_loop(
     }
 }
 
+/// One upstream's probes: its rows (index, path) asked one after the
+/// other, never two at once; every [`UPSTREAM_PROBE_EVERY`] while it
+/// answers, else again after 1 s, doubling up to that period
+/// ([`next_probe`]). What it finds is also the flights' memory
+/// ([`Outages`]): a silent upstream is known down.
 async fn upstream_loop(
     w: Weak<Mutex<Found>>,
     client: reqwest::Client,
-    targets: Vec<Target>,
+    url: String,
+    rows: Vec<(usize, &'static str)>,
     timeout: Duration,
+    outages: Outages,
 ) {
+    let mut backoff = None;
     loop {
-        let asks = targets.iter().map(|(_, url, path)| {
-            let client = client.clone();
-            async move {
-                let started = Instant::now();
-                match client
-                    .get(format!("{url}{path}"))
-                    .timeout(timeout)
-                    .send()
-                    .await
-                {
-                    Ok(r) => Ok((r.status().as_u16(), started.elapsed())),
-                    Err(e) if e.is_timeout() => Err(ProbeError::UpstreamSilent(timeout.as_secs())),
-                    Err(e) if e.is_connect() => Err(ProbeError::Connect),
-                    Err(e) => Err(ProbeError::Upstream(crate::text::error_line(&e))),
-                }
-            }
-        });
-        let results = futures::future::join_all(asks).await;
+        let mut results = Vec::new();
+        for (i, path) in &rows {
+            results.push((*i, probe(&client, &format!("{url}{path}"), timeout).await));
+        }
+        let failed = results.iter().find_map(|(_, r)| r.as_ref().err());
+        match failed {
+            Some(e) => outages.failed(&url, &format!("probing {url}: {e}")),
+            None => outages.answered(&url),
+        }
+        backoff = next_probe(backoff, failed.is_some());
         let alive = update(&w, |f| {
-            for (row, r) in f.upstreams.iter_mut().zip(results) {
-                row.result = Some(r);
-                row.at = Some(SystemTime::now());
+            for (i, r) in results {
+                if let Some(row) = f.upstreams.get_mut(i) {
+                    row.result = Some(r);
+                    row.at = Some(SystemTime::now());
+                }
             }
         });
         if !alive {
             return;
         }
-        tokio::time::sleep(UPSTREAM_PROBE_EVERY).await;
+        tokio::time::sleep(backoff.unwrap_or(UPSTREAM_PROBE_EVERY)).await;
     }
+}
+
+/// The wait before an upstream's next probe: `None` (the normal period)
+/// while it answers; after a failure 1 s, doubling with each one after,
+/// up to the normal period.
+fn next_probe(last: Option<Duration>, failed: bool) -> Option<Duration> {
+    if !failed {
+        return None;
+    }
+    Some(match last {
+        None => Duration::from_secs(1),
+        Some(d) => (d * 2).min(UPSTREAM_PROBE_EVERY),
+    })
+}
+
+/// One probe: the status and how long it took, or why no answer came.
+async fn probe(
+    client: &reqwest::Client,
+    url: &str,
+    timeout: Duration,
+) -> Result<(u16, Duration), ProbeError> {
+    let started = Instant::now();
+    match client.get(url).timeout(timeout).send().await {
+        Ok(r) => Ok((r.status().as_u16(), started.elapsed())),
+        Err(e) if e.is_timeout() => Err(ProbeError::UpstreamSilent(timeout.as_secs())),
+        Err(e) if e.is_connect() => Err(ProbeError::Connect),
+        Err(e) => Err(ProbeError::Upstream(crate::text::error_line(&e))),
+    }
+}
+
+/// The targets grouped by upstream URL: (URL, its rows and paths), in
+/// the order first named.
+fn by_upstream(targets: &[Target]) -> Vec<(String, Vec<(usize, &'static str)>)> {
+    let mut out: Vec<(String, Vec<(usize, &'static str)>)> = Vec::new();
+    for (i, (_, url, path)) in targets.iter().enumerate() {
+        match out.iter_mut().find(|(u, _)| u == url) {
+            Some((_, rows)) => rows.push((i, path)),
+            None => out.push((url.clone(), vec![(i, path)])),
+        }
+    }
+    out
 }
 
 pub async fn healthz() -> (StatusCode, &'static str) {
@@ -288,5 +341,89 @@ pub async fn readyz(State(st): State<AppState>) -> (StatusCode, String) {
             ),
         ),
         _ => (StatusCode::OK, "ready\n".into()),
+    }
+}
+
+/// A URL for display: no user info, no query.
+pub(crate) fn display_url(u: &str) -> String {
+    match reqwest::Url::parse(u) {
+        Ok(mut url) => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.to_string()
+        }
+        Err(_) => "(unparsable URL)".to_string(),
+    }
+}
+
+/// What the background prober asks ([`Probes`]): (role, base
+/// URL, path to ask).
+pub(super) fn upstream_targets(cfg: &super::ServeConfig) -> Vec<Target> {
+    let mut v = vec![("Image Factory".to_string(), cfg.factory_url.clone(), "/")];
+    let reg = cfg.registry_url.clone().unwrap_or(cfg.factory_url.clone());
+    v.push(("installer registry".to_string(), reg, "/v2/"));
+    for (ns, url) in cfg.mirror_upstreams.iter() {
+        v.push((format!("mirror {ns}"), url.to_string(), "/v2/"));
+    }
+    v
+}
+
+/// The upstreams in one line for the start-up log (`factory=URL
+/// registry=URL mirror ghcr.io=URL`, no credentials), or that none is
+/// contacted.
+pub(super) fn upstream_summary(cfg: &super::ServeConfig) -> String {
+    if cfg.offline {
+        return "none (--offline)".into();
+    }
+    upstream_targets(cfg)
+        .into_iter()
+        .map(|(role, url, _)| {
+            let role = match role.as_str() {
+                "Image Factory" => "factory".to_string(),
+                "installer registry" => "registry".to_string(),
+                r => r.strip_prefix("mirror ").unwrap_or(r).to_string(),
+            };
+            format!("{role}={}", display_url(&url))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A down upstream is asked again after 1 s, then 2, 4, 8, and at
+    /// most every normal period; one that answers, every period.
+    #[test]
+    fn the_prober_backs_off_on_a_down_upstream() {
+        let mut d = None;
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            d = next_probe(d, true);
+            seen.push(d.unwrap().as_secs());
+        }
+        assert_eq!(seen, [1, 2, 4, 8, 15, 15]);
+        assert_eq!(next_probe(d, false), None);
+    }
+
+    /// One task per upstream URL: the factory and the installer registry
+    /// on one URL are asked one after the other, never at once.
+    #[test]
+    fn one_upstream_is_one_prober() {
+        let t = |role: &str, url: &str, path| (role.to_string(), url.to_string(), path);
+        let targets = vec![
+            t("Image Factory", "http://f", "/"),
+            t("installer registry", "http://f", "/v2/"),
+            t("mirror ghcr.io", "http://g", "/v2/"),
+        ];
+        assert_eq!(
+            by_upstream(&targets),
+            vec![
+                ("http://f".to_string(), vec![(0, "/"), (1, "/v2/")]),
+                ("http://g".to_string(), vec![(2, "/v2/")]),
+            ]
+        );
     }
 }

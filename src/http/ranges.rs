@@ -201,30 +201,55 @@ pub fn bodiless(status: StatusCode, h: HeaderMap) -> Response {
 }
 
 /// Where an answer came from, as its `Cache-Status` (RFC 9211) says it:
-/// `talos-gen; hit` (the store's copy), `talos-gen; fwd=miss` (from the
-/// upstream; `; stored` once the store kept it), `talos-gen; fwd=stale`
-/// (the stored copy, answered because the upstream failed: the answer also
-/// carries `Warning: 110`). Every `/image/`, `/talosctl/` and `/v2/` answer
-/// carries one ([`CacheStatus::DEFAULT`] when the handler named none: an
-/// error before any lookup), and the access log line repeats it.
+/// `talos-gen; hit` (the store's copy, fresh), `talos-gen; fwd=miss` (from
+/// the upstream; `; stored` once the store kept it), `talos-gen;
+/// fwd=revalidated` (the upstream was asked and confirmed the stored
+/// copy), `talos-gen; fwd=stale` (the stored copy past its freshness:
+/// the upstream failed, is known down, or is asked in the background; the
+/// answer also carries `Warning: 110`); `; collapsed` when another
+/// request's flight served it. Every `/image/`, `/talosctl/`, `/v2/` and
+/// factory document answer carries one ([`CacheStatus::DEFAULT`], plain
+/// `talos-gen`, when no lookup stands behind it: a refusal, an error
+/// before the store or the upstream was asked, a store that does not
+/// answer), and the access log line repeats it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheStatus {
     Hit,
-    Miss { stored: bool },
+    Miss {
+        stored: bool,
+    },
     Stale,
+    Revalidated,
+    /// Another request's flight served it: what that flight did.
+    Collapsed(Shared),
+    /// Nothing was looked up or asked.
+    None,
+}
+
+/// What the flight that served a collapsed request did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shared {
+    /// Fetched and kept.
+    Fetched,
+    Revalidated,
+    /// A fill being fetched, not kept yet.
+    Filling,
 }
 
 impl CacheStatus {
     /// The header's name.
     pub const HEADER: &'static str = "cache-status";
     /// The value of an answer no lookup stands behind (a refused request,
-    /// `/v2/` itself, an error before the store or the upstream was asked).
-    pub const DEFAULT: &'static str = "talos-gen; fwd=miss";
+    /// `/v2/` itself, an error before the store or the upstream was
+    /// asked): it never went upstream, so no `fwd`.
+    pub const DEFAULT: &'static str = "talos-gen";
 
-    /// A stored object is a hit; a growing one is a miss not kept yet.
+    /// A stored object is a hit; a growing one is a miss not kept yet,
+    /// collapsed when another request started its fill.
     pub fn of(obj: &Object) -> CacheStatus {
         match obj {
             Object::Stored(_) => CacheStatus::Hit,
+            Object::Growing(g) if g.handle().is_joined() => CacheStatus::Collapsed(Shared::Filling),
             Object::Growing(_) => CacheStatus::Miss { stored: false },
         }
     }
@@ -238,12 +263,30 @@ impl CacheStatus {
         }
     }
 
+    /// What a revalidating lookup did ([`crate::cache::revalidate`]).
+    pub fn served(stale: bool, s: crate::cache::Served) -> CacheStatus {
+        use crate::cache::How;
+        match (s.how, s.collapsed) {
+            _ if stale => CacheStatus::Stale,
+            (How::Hit | How::Stale, _) => CacheStatus::Hit,
+            (How::Fetched, false) => CacheStatus::Miss { stored: true },
+            (How::Fetched, true) => CacheStatus::Collapsed(Shared::Fetched),
+            (How::Revalidated, false) => CacheStatus::Revalidated,
+            (How::Revalidated, true) => CacheStatus::Collapsed(Shared::Revalidated),
+        }
+    }
+
     pub fn value(self) -> &'static str {
         match self {
             CacheStatus::Hit => "talos-gen; hit",
-            CacheStatus::Miss { stored: false } => CacheStatus::DEFAULT,
+            CacheStatus::Miss { stored: false } => "talos-gen; fwd=miss",
             CacheStatus::Miss { stored: true } => "talos-gen; fwd=miss; stored",
             CacheStatus::Stale => "talos-gen; fwd=stale",
+            CacheStatus::Revalidated => "talos-gen; fwd=revalidated",
+            CacheStatus::Collapsed(Shared::Fetched) => "talos-gen; fwd=miss; stored; collapsed",
+            CacheStatus::Collapsed(Shared::Revalidated) => "talos-gen; fwd=revalidated; collapsed",
+            CacheStatus::Collapsed(Shared::Filling) => "talos-gen; fwd=miss; collapsed",
+            CacheStatus::None => CacheStatus::DEFAULT,
         }
     }
 
@@ -253,9 +296,10 @@ impl CacheStatus {
     }
 
     /// A miss whose object is now stored says so.
-    fn kept(self) -> CacheStatus {
+    pub(super) fn kept(self) -> CacheStatus {
         match self {
             CacheStatus::Miss { .. } => CacheStatus::Miss { stored: true },
+            CacheStatus::Collapsed(Shared::Filling) => CacheStatus::Collapsed(Shared::Fetched),
             other => other,
         }
     }
@@ -411,6 +455,36 @@ mod tests {
         assert_eq!(CacheStatus::Hit.kept(), CacheStatus::Hit);
         assert_eq!(CacheStatus::stored(true).value(), "talos-gen; fwd=stale");
         assert_eq!(CacheStatus::stored(false), CacheStatus::Hit);
+        assert_eq!(CacheStatus::None.value(), "talos-gen");
+        use crate::cache::{How, Served};
+        let served = |how, collapsed| CacheStatus::served(false, Served { how, collapsed });
+        assert_eq!(
+            served(How::Revalidated, false).value(),
+            "talos-gen; fwd=revalidated"
+        );
+        assert_eq!(
+            served(How::Revalidated, true).value(),
+            "talos-gen; fwd=revalidated; collapsed"
+        );
+        assert_eq!(
+            served(How::Fetched, true).value(),
+            "talos-gen; fwd=miss; stored; collapsed"
+        );
+        assert_eq!(served(How::Hit, false).value(), "talos-gen; hit");
+        let joined = CacheStatus::Collapsed(Shared::Filling);
+        assert_eq!(joined.value(), "talos-gen; fwd=miss; collapsed");
+        assert_eq!(
+            joined.kept().value(),
+            "talos-gen; fwd=miss; stored; collapsed"
+        );
+        let stale = Served {
+            how: How::Fetched,
+            collapsed: true,
+        };
+        assert_eq!(
+            CacheStatus::served(true, stale).value(),
+            "talos-gen; fwd=stale"
+        );
     }
 
     #[test]

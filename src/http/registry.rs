@@ -264,9 +264,12 @@ async fn manifest(ask: &Ask<'_>) -> Result<Response, OciError> {
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(m.body.len()));
     let validators = digest_headers(h, &m.digest);
     super::stale::mark(h, m.stale);
-    match m.fetched {
-        true => CacheStatus::Miss { stored: true },
-        false => CacheStatus::stored(m.stale),
+    match (m.fetched, m.served.how) {
+        (_, how) if m.stale || how != crate::cache::How::Hit => {
+            CacheStatus::served(m.stale, m.served)
+        }
+        (true, _) => CacheStatus::Miss { stored: true },
+        (false, _) => CacheStatus::Hit,
     }
     .insert(h);
     if let Some(status) = validators.precondition(&ask.req.headers) {
@@ -316,8 +319,8 @@ async fn blob_get(ask: &Ask<'_>) -> Result<Response, OciError> {
     .await
 }
 
-/// `GET, HEAD .../tags/list`: a stored list or the upstream's, passed on
-/// (not kept); `Link` to the next page.
+/// `GET, HEAD .../tags/list`: the upstream's whole list (kept) or the
+/// last one kept, a page of it in lexical order; `Link` to the next page.
 async fn tags(ask: &Ask<'_>) -> Result<Response, OciError> {
     let p = &ask.p;
     let q = tag_query(ask.req.uri.query())?;
@@ -325,11 +328,7 @@ async fn tags(ask: &Ask<'_>) -> Result<Response, OciError> {
     let mut resp = json_response(ask.head, "application/json", list.body().into());
     let h = resp.headers_mut();
     super::stale::mark(h, list.stale);
-    match list.stored {
-        true => CacheStatus::stored(list.stale),
-        false => CacheStatus::Miss { stored: false },
-    }
-    .insert(h);
+    CacheStatus::served(list.stale, list.served).insert(h);
     if let Some(next) = &list.next {
         let mut link = format!("</v2/{}/tags/list?", p.repo);
         if let Some(n) = next.n {
@@ -362,9 +361,12 @@ async fn referrers(ask: &Ask<'_>) -> Result<Response, OciError> {
     super::stale::mark(h, r.stale);
     use crate::registry::ReferrersSource as Src;
     match r.source {
+        Src::Stale => CacheStatus::Stale,
+        Src::Upstream | Src::Stored if r.served.how != crate::cache::How::Hit => {
+            CacheStatus::served(r.stale, r.served)
+        }
         Src::Upstream => CacheStatus::Miss { stored: true },
         Src::Stored => CacheStatus::Hit,
-        Src::Stale => CacheStatus::Stale,
         Src::Empty => CacheStatus::Miss { stored: false },
     }
     .insert(h);

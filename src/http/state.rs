@@ -59,7 +59,7 @@ impl std::ops::Deref for AppState {
 impl AppState {
     /// Build the state: load data, open the store.
     pub async fn new(cfg: ServeConfig) -> Result<AppState> {
-        let matrix = crate::matrix::Matrix::load(cfg.matrix.as_deref())?;
+        let matrix = crate::compose::load_matrix(cfg.matrix.as_deref())?;
         let api_token = cfg
             .api_token_file
             .as_deref()
@@ -79,8 +79,9 @@ impl AppState {
         let probes = super::ops::Probes::start(
             store.clone(),
             upstream.clone(),
-            super::status::upstream_targets(&cfg),
+            super::ops::upstream_targets(&cfg),
             cfg.limits.timeout,
+            fills.outages().clone(),
         )
         .await;
         Ok(AppState(Arc::new(Shared {

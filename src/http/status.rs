@@ -15,6 +15,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use super::ops::display_url;
 use super::state::AppState;
 
 const TEMPLATE: &str = include_str!("../../templates/status.html");
@@ -143,52 +144,6 @@ fn when(secs: Option<u64>) -> String {
         Some(s) if s > 0 => httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(s)),
         _ => "-".to_string(),
     }
-}
-
-/// A URL for display: no user info, no query.
-pub(crate) fn display_url(u: &str) -> String {
-    match reqwest::Url::parse(u) {
-        Ok(mut url) => {
-            let _ = url.set_username("");
-            let _ = url.set_password(None);
-            url.set_query(None);
-            url.to_string()
-        }
-        Err(_) => "(unparsable URL)".to_string(),
-    }
-}
-
-/// What the background prober asks ([`super::ops::Probes`]): (role, base
-/// URL, path to ask).
-pub(super) fn upstream_targets(cfg: &super::ServeConfig) -> Vec<super::ops::Target> {
-    let mut v = vec![("Image Factory".to_string(), cfg.factory_url.clone(), "/")];
-    let reg = cfg.registry_url.clone().unwrap_or(cfg.factory_url.clone());
-    v.push(("installer registry".to_string(), reg, "/v2/"));
-    for (ns, url) in cfg.mirror_upstreams.iter() {
-        v.push((format!("mirror {ns}"), url.to_string(), "/v2/"));
-    }
-    v
-}
-
-/// The upstreams in one line for the start-up log (`factory=URL
-/// registry=URL mirror ghcr.io=URL`, no credentials), or that none is
-/// contacted.
-pub(super) fn upstream_summary(cfg: &super::ServeConfig) -> String {
-    if cfg.offline {
-        return "none (--offline)".into();
-    }
-    upstream_targets(cfg)
-        .into_iter()
-        .map(|(role, url, _)| {
-            let role = match role.as_str() {
-                "Image Factory" => "factory".to_string(),
-                "installer registry" => "registry".to_string(),
-                r => r.strip_prefix("mirror ").unwrap_or(r).to_string(),
-            };
-            format!("{role}={}", display_url(&url))
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// What an upstream's state means for readiness (the same for each: none
@@ -448,6 +403,13 @@ fn settings(st: &AppState) -> Vec<Setting> {
         Setting {
             name: "factory documents",
             value: format!("asked again after {}s", cfg.metadata_ttl.as_secs()),
+        },
+        Setting {
+            name: "stale while revalidating",
+            value: match cfg.stale_while_revalidate.as_secs() {
+                0 => "off: past its freshness a copy waits for the upstream".into(),
+                s => format!("up to {s}s past its freshness, refreshed in the background"),
+            },
         },
         Setting {
             name: "API writes",

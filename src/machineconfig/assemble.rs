@@ -88,7 +88,7 @@ fn named_schematic(req: &Request) -> Option<Request> {
     let id = req
         .schematic
         .as_deref()
-        .and_then(crate::known_schematics::embedded_id)?;
+        .and_then(crate::schematic::embedded_id)?;
     Some(Request {
         schematic: Some(id.to_string()),
         ..req.clone()
@@ -120,7 +120,7 @@ fn profile(req: &Request) -> Result<Option<cozystack::Values>> {
                 )?,
                 None => cozystack::Values::defaults(),
             };
-            if let Some(id) = crate::known_schematics::embedded_id(&values.schematic_id) {
+            if let Some(id) = crate::schematic::embedded_id(&values.schematic_id) {
                 values.schematic_id = id.to_string();
             }
             Some(values)
@@ -312,6 +312,7 @@ fn kubernetes_version(
 fn check_support(inputs: Inputs<'_>, v: &Versions, warnings: &mut Vec<String>) -> Result<()> {
     let Inputs { req, cozy, matrix } = inputs;
     let (talos, k8s) = (&v.talos, &v.k8s);
+    warnings.extend(matrix.pending_note(talos));
     let mut refusal = support::check_pair(matrix, talos, k8s)
         .err()
         .map(|e| e.to_string());

@@ -14,7 +14,11 @@ use super::reservations::Sizing;
 pub const DEFAULT_TALOS_VERSION: &str = "v1.13.6";
 pub const DEFAULT_SCHEMATIC: &str =
     "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
-pub const DEFAULT_IMAGE_FACTORY_URL: &str = crate::upstream::DEFAULT_FACTORY_URL;
+/// The chart's own default `talos.imageFactoryURL` (its values.yaml): a
+/// fact of the chart, written here so this pure module imports nothing that
+/// does I/O; `tests/cli/house_rules.rs` holds it equal to the service's
+/// `upstream::DEFAULT_FACTORY_URL`.
+pub const DEFAULT_IMAGE_FACTORY_URL: &str = "https://factory.talos.dev";
 pub const DEFAULT_INSTALLER_REPOSITORY: &str = "factory.talos.dev/installer";
 pub const DEFAULT_INSTANCE_TYPE: &str = "u1.medium";
 pub const DEFAULT_KUBERNETES: &str = "v1.35";

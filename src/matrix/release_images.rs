@@ -424,19 +424,29 @@ mod tests {
         let t = table();
         let names: Vec<String> = t.releases().iter().map(|r| r.talos.to_string()).collect();
         assert_eq!(names.first().map(String::as_str), Some("v1.8.0"));
-        assert_eq!(names.last().map(String::as_str), Some("v1.14.6"));
+        assert_eq!(names.last().map(String::as_str), Some("v1.15.0"));
         // Patch counts per minor as tagged in Talos (1.8.0-1.8.4, ..., 1.13.0-1.13.9).
-        // 1.14.0-1.14.6 are carried from v1.14.0-rc.1 (marked so).
-        for (minor, last) in [(8, 4), (9, 6), (10, 9), (11, 6), (12, 11), (13, 9), (14, 6)] {
+        // 1.14.0-1.14.6 are carried from v1.14.0-rc.1 (marked so), 1.15.0
+        // from Talos main at ad8823176e75 (no 1.15 tag yet).
+        for (minor, last) in [
+            (8, 4),
+            (9, 6),
+            (10, 9),
+            (11, 6),
+            (12, 11),
+            (13, 9),
+            (14, 6),
+            (15, 0),
+        ] {
             for p in 0..=last {
                 let want = format!("v1.{minor}.{p}");
                 assert!(names.contains(&want), "{want} missing");
             }
             assert!(!names.contains(&format!("v1.{minor}.{}", last + 1)));
         }
-        assert_eq!(names.len(), 5 + 7 + 10 + 7 + 12 + 10 + 1 + 7);
+        assert_eq!(names.len(), 5 + 7 + 10 + 7 + 12 + 10 + 1 + 7 + 1);
         for r in t.releases() {
-            let carried = r.talos.minor == 14 && r.talos.pre.is_none();
+            let carried = r.talos.minor >= 14 && r.talos.pre.is_none();
             assert_eq!(r.carried.is_some(), carried, "{}", r.talos);
         }
         for r in t.releases() {
@@ -468,7 +478,7 @@ mod tests {
         assert_eq!(l.release.talos.to_string(), "v1.11.6");
         assert!(l.note.is_some());
         // unknown minors and missing older releases are refused
-        for s in ["1.7.5", "1.15.0", "v1.14.0-beta.0", "v1.13.0-rc.0"] {
+        for s in ["1.7.5", "1.16.0", "v1.14.0-beta.0", "v1.13.0-rc.0"] {
             let e = t.lookup(&v(s)).unwrap_err();
             assert_eq!(e.exit_code(), 1, "{s}");
         }

@@ -337,13 +337,7 @@ impl Config {
             crate::input::Kind::FileOrPipe,
         )
         .map_err(|e| Error::bad_input(format!("--config {}: {e}", path.display())))?;
-        // An empty config (a pipe that brought nothing) names nothing: never a config.
-        if crate::yaml::value_from_str(&text, &format!("--config {}", path.display()))?.is_null() {
-            return Err(Error::bad_input(format!(
-                "--config {}: the file holds no config (empty, or only comments): it names nothing",
-                path.display()
-            )));
-        }
+        crate::yaml::require_document(&text, &format!("--config {}", path.display()), "config")?;
         let base = path.parent().unwrap_or(Path::new("."));
         Config::parse_with(&text, base, &format!("--config {}", path.display()), matrix)
     }
@@ -500,7 +494,12 @@ impl Config {
         for n in &plan.notes {
             self.notes.push(format!("{key}: {n}"));
         }
-        let pairs = plan.pairs();
+        // The pairs whose release the image data knows; the others named.
+        let all = plan.pairs().len();
+        let (pairs, unknown) = crate::upgrade::imaged_pairs(matrix, &plan);
+        for n in unknown {
+            self.notes.push(format!("{key}: {n}"));
+        }
         for (n, pair) in pairs.iter().enumerate() {
             let w = RawWorker {
                 talos: pair.talos.to_string(),
@@ -512,7 +511,7 @@ impl Config {
                 optional_images: u.optional_images,
             };
             let mut worker = Config::worker(w, base, &at, &key, matrix)?;
-            worker.upgrade = Some(format!("{key} pair {} of {}", n + 1, pairs.len()));
+            worker.upgrade = Some(format!("{key} pair {} of {all}", n + 1));
             self.workers.push(worker);
         }
         Ok(())

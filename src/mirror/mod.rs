@@ -16,11 +16,14 @@
 pub mod bundle;
 pub mod cert;
 pub mod config;
+pub mod golden;
+pub mod item_error;
 pub mod progress;
 pub mod prune;
 pub mod report;
 pub mod signatures;
 pub mod sync;
+pub mod sync_report;
 pub mod tree_export;
 pub mod verify;
 

@@ -9,7 +9,7 @@
 //! about signatures lives here.
 
 use super::config::{Config, Item, Signature};
-use super::sync::{ItemError, pin};
+use super::item_error::{ItemError, pin};
 use crate::cosign::PublicKey;
 use crate::registry::layout::{blob_key, manifest_key, manifest_refs, tag_key};
 use crate::registry::{Digest, Reference, Registry, UpstreamId};

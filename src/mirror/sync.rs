@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -22,13 +22,16 @@ use indicatif::{MultiProgress, ProgressDrawTarget};
 use tokio::sync::Semaphore;
 
 use super::config::{Config, Item};
+pub use super::item_error::ItemError;
+use super::item_error::pin;
 use super::progress::{Meter, Total};
+use super::sync_report::{Counts, interrupted_report, line, none_started, not_stored};
+pub use super::sync_report::{ItemReport, SyncReport};
 use crate::error::Result;
 use crate::factory::{ImageCache, ImageError};
 use crate::fill::{FetchError, FillHandle, Joined};
-use crate::registry::layout::Malformed;
 use crate::registry::layout::{blob_key, manifest_key, manifest_refs, referrers_key, tag_key};
-use crate::registry::{Blob, Digest, NameError, OciError, Reference, Registry, UpstreamId};
+use crate::registry::{Blob, Digest, Reference, Registry, UpstreamId};
 use crate::store::{Key, Store};
 use crate::upstream::Upstream;
 
@@ -84,189 +87,10 @@ impl SyncOptions {
             limits: self.limits,
             // extraImages hosts without --mirror-upstream are reached at https://<host>.
             direct_upstreams: true,
+            // Every item tries its upstream (none refused for another's failure).
+            remember_outages: false,
             ..crate::compose::ServiceConfig::new(store.into())
         }
-    }
-}
-
-/// What happened to one item.
-#[derive(Debug, Clone, Default)]
-pub struct ItemReport {
-    pub name: String,
-    /// Objects fetched from the upstream in this run.
-    pub fetched: usize,
-    pub fetched_bytes: u64,
-    /// Objects that were already stored.
-    pub stored: usize,
-    pub stored_bytes: u64,
-    pub error: Option<String>,
-    /// Not a failure, but worth a line (a factory document the factory
-    /// does not offer: 404).
-    pub note: Option<String>,
-    pub elapsed: Duration,
-}
-
-/// The outcome of a sync.
-#[derive(Debug, Clone, Default)]
-pub struct SyncReport {
-    pub items: Vec<ItemReport>,
-    /// The factory's keys and lists for the config's Talos releases
-    /// (`/versions`, the signing key and certificate, the official
-    /// extensions and overlays of each release).
-    pub factory: Vec<ItemReport>,
-    pub elapsed: Duration,
-    /// Stopped before its end ([`sync_until`]): the items it did not
-    /// store are in `items` and `factory` with an `interrupted` error.
-    pub interrupted: bool,
-}
-
-/// The error of an item a stopped sync did not store.
-const INTERRUPTED: &str = "interrupted";
-
-impl SyncReport {
-    /// Failed items and factory documents.
-    pub fn failed(&self) -> Vec<&ItemReport> {
-        self.items
-            .iter()
-            .chain(&self.factory)
-            .filter(|i| i.error.is_some())
-            .collect()
-    }
-
-    /// The closing summary line.
-    pub fn summary(&self) -> String {
-        let failed = |v: &[ItemReport]| v.iter().filter(|i| i.error.is_some()).count();
-        let ok = self.items.len() - failed(&self.items);
-        let all = || self.items.iter().chain(&self.factory);
-        let fetched: usize = all().map(|i| i.fetched).sum();
-        let fbytes: u64 = all().map(|i| i.fetched_bytes).sum();
-        let stored: usize = all().map(|i| i.stored).sum();
-        let sbytes: u64 = all().map(|i| i.stored_bytes).sum();
-        let docs = if self.factory.is_empty() {
-            String::new()
-        } else {
-            let noted = self.factory.iter().filter(|i| i.note.is_some()).count();
-            let bad = failed(&self.factory);
-            format!(
-                " factory documents: {} kept, {noted} not offered (404), {bad} failed;",
-                self.factory.len() - noted - bad
-            )
-        };
-        format!(
-            "mirror sync: {}, {ok} ok, {} failed;{docs} fetched {} ({}), {stored} found stored ({}); {:.1}s",
-            count(self.items.len() as u64, "item", "items"),
-            failed(&self.items),
-            count(fetched as u64, "object", "objects"),
-            human(fbytes),
-            human(sbytes),
-            self.elapsed.as_secs_f64()
-        )
-    }
-}
-
-use crate::text::{count, human_size as human};
-
-impl SyncReport {
-    /// The one line of a stopped sync (after `signal`): what was stored
-    /// and what was not (in flight: how far it got, discarded; or not
-    /// started), and what failed.
-    pub fn interrupted_summary(&self, signal: &str) -> String {
-        let all = || self.items.iter().chain(&self.factory);
-        let stored: Vec<&str> = all()
-            .filter(|i| i.error.is_none() && i.note.is_none())
-            .map(|i| i.name.as_str())
-            .collect();
-        let not: Vec<String> = all()
-            .filter_map(|i| match &i.error {
-                Some(e) if e.starts_with(INTERRUPTED) => Some(format!(
-                    "{} ({})",
-                    i.name,
-                    e.trim_start_matches(INTERRUPTED).trim_start_matches(": ")
-                )),
-                _ => None,
-            })
-            .collect();
-        let failed: Vec<&str> = all()
-            .filter(|i| {
-                i.error
-                    .as_deref()
-                    .is_some_and(|e| !e.starts_with(INTERRUPTED))
-            })
-            .map(|i| i.name.as_str())
-            .collect();
-        let list = |v: &[&str]| {
-            if v.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", v.join(", "))
-            }
-        };
-        let fetched: u64 = all().map(|i| i.fetched_bytes).sum();
-        let not_list = if not.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", not.join(", "))
-        };
-        let failed_list = if failed.is_empty() {
-            String::new()
-        } else {
-            format!("; failed {}{}", failed.len(), list(&failed))
-        };
-        format!(
-            "mirror sync: interrupted by {signal} after {:.1}s; stored {} of {}{} ({} fetched); NOT stored {}{not_list}{failed_list}",
-            self.elapsed.as_secs_f64(),
-            stored.len(),
-            self.items.len() + self.factory.len(),
-            list(&stored),
-            human(fetched),
-            not.len(),
-        )
-    }
-}
-
-/// An item a stopped sync did not store: `why` says how far it got.
-fn not_stored(name: String, why: String) -> ItemReport {
-    ItemReport {
-        name,
-        error: Some(format!("{INTERRUPTED}: {why}")),
-        ..Default::default()
-    }
-}
-
-/// Counters of one item, shared by its concurrent parts.
-#[derive(Default)]
-struct Counts {
-    fetched: AtomicUsize,
-    fetched_bytes: AtomicU64,
-    stored: AtomicUsize,
-    stored_bytes: AtomicU64,
-}
-
-impl Counts {
-    /// The report of an item that ended with these counts.
-    fn report(&self, name: String, error: Option<String>, elapsed: Duration) -> ItemReport {
-        ItemReport {
-            name,
-            fetched: self.fetched.load(Ordering::Relaxed),
-            fetched_bytes: self.fetched_bytes.load(Ordering::Relaxed),
-            stored: self.stored.load(Ordering::Relaxed),
-            stored_bytes: self.stored_bytes.load(Ordering::Relaxed),
-            error,
-            elapsed,
-            ..Default::default()
-        }
-    }
-
-    /// One object of `size` bytes was already in the store.
-    fn stored(&self, size: u64) {
-        self.stored.fetch_add(1, Ordering::Relaxed);
-        self.stored_bytes.fetch_add(size, Ordering::Relaxed);
-    }
-
-    /// One object of `size` bytes was fetched.
-    fn fetched(&self, size: u64) {
-        self.fetched.fetch_add(1, Ordering::Relaxed);
-        self.fetched_bytes.fetch_add(size, Ordering::Relaxed);
     }
 }
 
@@ -405,21 +229,6 @@ pub async fn sync_until(
     })
 }
 
-/// The report of a sync stopped before its items started.
-fn none_started(cfg: &Config, mut items: Vec<ItemReport>, t0: Instant) -> SyncReport {
-    items.extend(
-        cfg.items()
-            .iter()
-            .map(|i| not_stored(i.name(), "not started".into())),
-    );
-    SyncReport {
-        items,
-        elapsed: t0.elapsed(),
-        interrupted: true,
-        ..Default::default()
-    }
-}
-
 /// The factory documents of the config, `concurrency` at once, until `stop`;
 /// whether it stopped them (those not fetched then said so).
 async fn sync_documents(
@@ -495,127 +304,6 @@ async fn teach_schematic(
     }
 }
 
-/// The report of a sync stopped while its items ran: each item not done
-/// said as far as it got (`flying`: those in flight), no factory document.
-fn interrupted_report(
-    cfg: &Config,
-    names: &[String],
-    mut reports: Vec<ItemReport>,
-    flying: &[super::progress::InFlight],
-    t0: Instant,
-) -> SyncReport {
-    for n in names {
-        if reports.iter().any(|r| r.name == *n) {
-            continue;
-        }
-        let why = match flying.iter().find(|f| f.name == *n) {
-            Some(f) => format!(
-                "{} of {} fetched, discarded",
-                human(f.done),
-                f.len.map(human).unwrap_or_else(|| "?".into())
-            ),
-            None => "not started".into(),
-        };
-        reports.push(not_stored(n.clone(), why));
-    }
-    let factory = cfg
-        .factory_docs()
-        .iter()
-        .map(|d| not_stored(format!("factory {}", d.path), "not started".into()))
-        .collect();
-    SyncReport {
-        items: reports,
-        factory,
-        elapsed: t0.elapsed(),
-        interrupted: true,
-    }
-}
-
-/// Why one item of a sync (or a schematic it teaches) failed: its report's
-/// line, naming the object at fault (`manifest repo:tag`, `blob sha256:...`,
-/// the key it was pinning).
-#[derive(Debug, thiserror::Error)]
-pub enum ItemError {
-    /// The item's tag or digest does not parse.
-    #[error("{0}")]
-    Reference(NameError),
-    /// The registry refused or failed `what` (`manifest repo:tag`, ...).
-    #[error("{what}: {}", cause.message)]
-    Registry { what: String, cause: OciError },
-    /// No upstream serves the item's registry host.
-    #[error("{}", .0.message)]
-    Unrouted(OciError),
-    /// A manifest or index that is not what it claims.
-    #[error("{what}: {cause}")]
-    Malformed { what: String, cause: Malformed },
-    /// The fill of an artifact failed.
-    #[error("{0}")]
-    Fetch(FetchError),
-    /// Offline, and the artifact is not stored.
-    #[error("{0}")]
-    NotCached(String),
-    /// The fill of `what` (`blob sha256:...`) failed.
-    #[error("{what}: {cause}")]
-    FetchOf { what: String, cause: FetchError },
-    #[error("pinning {key}: {cause}")]
-    Pin { key: String, cause: crate::Error },
-    /// The run's concurrency slots closed (the sync was stopped).
-    #[error("{0}")]
-    Stopped(tokio::sync::AcquireError),
-    /// `--cosign-key` and no signature beside the image (`repo:tag`).
-    #[error("no cosign signature ({0} not found); --cosign-key needs one")]
-    Unsigned(String),
-    /// A signature layer names a digest of another algorithm.
-    #[error("unsupported digest {0:?}")]
-    PayloadDigest(String),
-    #[error("payload {0} is not in the store")]
-    PayloadMissing(Digest),
-    #[error("reading payload {digest}: {cause}")]
-    PayloadRead { digest: Digest, cause: crate::Error },
-    #[error("cosign signature {at}: {cause}")]
-    Signature {
-        at: String,
-        cause: crate::cosign::SignatureError,
-    },
-    #[error(
-        "the tag moved from {from} (whose signature was fetched) to {to} during the sync; run it again"
-    )]
-    TagMoved { from: Digest, to: Digest },
-    /// Within the object `at` (`signature repo:tag`, `referrer D of repo@T`).
-    #[error("{at}: {cause}")]
-    Within { at: String, cause: Box<ItemError> },
-    /// Every blob was tried: the first failure and how many more.
-    #[error("{first} (and {more} more)")]
-    Several { first: Box<ItemError>, more: usize },
-    /// Teaching the factory a schematic (`POST url`): why not.
-    #[error("POST {url}: {why}")]
-    Post { url: String, why: String },
-    #[error("the schematic: {0}")]
-    Schematic(crate::Error),
-    #[error("storing the schematic: {0}")]
-    StoringSchematic(crate::Error),
-    #[error("manifest {0}: none fetched")]
-    NoManifest(String),
-}
-
-impl ItemError {
-    /// What the registry answered about `what`.
-    pub fn registry(what: impl Into<String>, cause: OciError) -> ItemError {
-        ItemError::Registry {
-            what: what.into(),
-            cause,
-        }
-    }
-
-    /// This error, said as within `at`.
-    pub fn within(self, at: impl Into<String>) -> ItemError {
-        ItemError::Within {
-            at: at.into(),
-            cause: Box::new(self),
-        }
-    }
-}
-
 /// A task aborted when this is dropped (the progress lines' writer).
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -654,35 +342,6 @@ async fn sync_document(ctx: &Ctx, doc: &crate::factory::FactoryDoc) -> ItemRepor
     }
     rep.elapsed = t.elapsed();
     rep
-}
-
-/// The log line of one finished item.
-fn line(r: &ItemReport) -> String {
-    if let Some(n) = &r.note {
-        return format!("note   {}: {n}", r.name);
-    }
-    match &r.error {
-        Some(e) => format!("FAILED {}: {e}", r.name),
-        None if r.fetched == 0 => format!(
-            "ok     {}: already stored ({}, {})",
-            r.name,
-            count(r.stored as u64, "object", "objects"),
-            human(r.stored_bytes)
-        ),
-        // Objects shared with an item done before it in this run count as
-        // found stored too: said so (a first sync has nothing stored before).
-        None => format!(
-            "ok     {}: fetched {} ({}) in {:.1}s{}",
-            r.name,
-            count(r.fetched as u64, "object", "objects"),
-            human(r.fetched_bytes),
-            r.elapsed.as_secs_f64(),
-            match r.stored {
-                0 => String::new(),
-                n => format!(", {n} found stored (by an earlier run or another item of this one)"),
-            }
-        ),
-    }
 }
 
 async fn post_schematic(
@@ -835,16 +494,6 @@ async fn track(
             }
         }
     }
-}
-
-pub(super) async fn pin(store: &Store, key: &Key) -> std::result::Result<(), ItemError> {
-    store
-        .set_pinned(key, true)
-        .await
-        .map_err(|cause| ItemError::Pin {
-            key: key.to_string(),
-            cause,
-        })
 }
 
 /// A disk image or talosctl binary: stored, or followed to the end of its fill; then pinned.

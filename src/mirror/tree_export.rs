@@ -3,35 +3,22 @@
 //!
 //! - `http`: a static tree any HTTP file server can serve at
 //!   `talos.imageFactoryURL`: `image/<schematic>/<version>/<asset>` with
-//!   `<asset>.sha256` beside it (`<hex>  <asset>\n`, what `serve` answers
-//!   for `/image/.../<asset>.sha256`), `schematics/<id>`, and the factory's
-//!   documents at their paths (`versions`, `oci/cosign/signing-key.pub`,
-//!   `secureboot/signing-cert.pem`, `version/<v>/extensions/official`, ...).
-//! - `oci`: an OCI image layout (`oci-layout`, `index.json`,
-//!   `blobs/sha256/<hex>`) holding the installers and images, each named in
-//!   `index.json` by its full reference
-//!   (`org.opencontainers.image.ref.name` and `io.containerd.image.name`:
-//!   `factory.talos.dev/installer/<schematic>:v1.13.6`), as `skopeo copy
+//!   `<asset>.sha256` beside it, `schematics/<id>`, and the factory's
+//!   documents at their paths.
+//! - `oci`: an OCI image layout holding the installers and images, each
+//!   named in `index.json` by its full reference, as `skopeo copy
 //!   oci:PATH:REF` and `ctr import` read it.
 //!
-//! # Writing into `--output`
-//! The directory is written in place, one file at a time (a temp file
-//! beside it, renamed: [`crate::atomic`]), so a server serving it never
-//! sees half a file, and locked for the whole export (a second export into
-//! it at once waits, then copies what changed). It
-//! must be absent, empty, or a previous export of the same format: one
-//! holding [`MARKER`], the list of files (and their sha256) the export
-//! wrote. Anything else is refused: an export never writes into a
-//! directory it did not make. A file the previous export wrote with the
-//! same sha256 and size is kept as it is (a second export copies only
-//! what changed); files the previous export wrote that this one does not
-//! are removed; files it did not write are never touched. The marker is
-//! written first (files about to change listed without a digest, so an
-//! interrupted export is still recognised and redone) and last.
-//!
-//! Every object is streamed from its store file (1 MiB at a time) and its
-//! sha256 checked as it is copied; a mismatch stops the export, naming the
-//! key.
+//! `--output` is written in place, one file at a time through
+//! [`crate::atomic`], and locked for the whole export. It must be absent,
+//! empty, or a previous export of the same format (one holding [`MARKER`],
+//! the files and sha256s that export wrote): an export never writes into a
+//! directory it did not make. Unchanged files are kept, files the previous
+//! export wrote and this one does not are removed, others never touched.
+//! The marker is written first (changing files without a digest, so an
+//! interrupted export is redone) and last. Every object is streamed from
+//! the store with its sha256 checked; a mismatch stops the export, naming
+//! the key.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -58,6 +58,11 @@ pub fn tag_key(up: &UpstreamId, repo: &str, tag: &str) -> Key {
     Key::oci_tag(&up.key_name(), repo, tag)
 }
 
+/// The store key of a repository's last whole tag list.
+pub fn tag_list_key(up: &UpstreamId, repo: &str) -> Key {
+    Key::oci_tag_list(&up.key_name(), repo)
+}
+
 /// The store key of a manifest's referrers index.
 pub fn referrers_key(up: &UpstreamId, repo: &str, d: &Digest) -> Key {
     Key::oci_referrers(&up.key_name(), repo, d.as_str())

@@ -17,7 +17,7 @@ use super::error::{OciError, OciKind, check_answer, fetch_error, manifest_unknow
 use super::layout::{manifest_key, tag_key};
 use super::names::{Digest, Reference, UpstreamId};
 use super::proxy::{Registry, miss_path, scope};
-use crate::cache::{Rules, Stored, revalidate};
+use crate::cache::{Rules, Served, Stored, revalidate};
 use crate::fill::Claim;
 use crate::store::{Key, Meta};
 
@@ -80,6 +80,8 @@ pub struct Manifest {
     /// Fetched from the upstream for this answer (and kept), not read
     /// from the store (`Cache-Status: talos-gen; fwd=miss; stored`).
     pub fetched: bool,
+    /// How a tag's manifest was served (`Cache-Status`).
+    pub served: Served,
 }
 
 impl Registry {
@@ -134,6 +136,7 @@ impl Registry {
             body,
             stale: false,
             fetched: false,
+            served: Served::default(),
         }))
     }
 
@@ -176,25 +179,45 @@ impl Registry {
         // memory is looked at.
         let key = manifest_key(d);
         let mut tries = 0;
-        let _g = loop {
+        let g = loop {
             tries += 1;
             match self.fills.claim(&key) {
                 // (An entry whose manifest cannot be read is fetched again.)
                 Claim::Mine(g) if tries > 2 || self.store.entry(&key).is_none() => break g,
                 Claim::Mine(g) => drop(g),
-                Claim::Wait(w) => w.await,
+                // The flight's outcome is this request's too: never
+                // fetched again for it; waited on for one bound at most.
+                Claim::Wait(w) => {
+                    match tokio::time::timeout(self.fills.outages().wait(), w).await {
+                        Ok(Some(o)) => {
+                            if let Some(r) = o.downcast_ref::<Result<Option<Manifest>, OciError>>()
+                            {
+                                return shared(r, repo, d);
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(_) => {
+                            return Err(OciError::new(
+                                OciKind::Timeout,
+                                format!(
+                                    "upstream {} gave no answer for {repo}@{d} within {}s",
+                                    self.base_url(up)?,
+                                    self.fills.outages().wait().as_secs()
+                                ),
+                            ));
+                        }
+                    }
+                }
             }
             if let Some(m) = self.stored_manifest(d).await? {
                 return Ok(m);
             }
         };
-        match self
+        let r = self
             .fetch_manifest(up, repo, d.as_str(), Some(d), pin)
-            .await?
-        {
-            Some(m) => Ok(m),
-            None => Err(manifest_unknown(repo, d.as_str())),
-        }
+            .await;
+        g.finish(std::sync::Arc::new(r.clone()));
+        shared(&r, repo, d)
     }
 
     /// A tag's manifest: the last known mapping while fresh
@@ -241,13 +264,16 @@ impl Registry {
             self.metric(|x| x.offline_miss("manifest", &path));
             return Err(self.store_miss(up, manifest_unknown(repo, tag)));
         }
-        let key = &key;
-        let fetch = |last: Option<Stored<Manifest>>| async move {
+        let this = self.clone();
+        let (up_owned, repo_owned, tag_owned, key_owned) =
+            (up.clone(), repo.to_string(), tag.to_string(), key.clone());
+        let fetch = move |last: Option<Stored<Manifest>>| async move {
+            let (up, repo, tag, key) = (&up_owned, &repo_owned[..], &tag_owned[..], &key_owned);
             // With a known mapping, a HEAD is enough when the digest is unchanged.
             if let Some(s) = &last {
-                match self.head_manifest_digest(up, repo, tag).await {
+                match this.head_manifest_digest(up, repo, tag).await {
                     Ok(Some(now)) if now == s.value.digest => {
-                        self.link_tag(key, &s.value, pin).await;
+                        this.link_tag(key, &s.value, pin).await;
                         return Ok(s.value.clone());
                     }
                     Ok(_) => {}
@@ -255,20 +281,25 @@ impl Registry {
                     Err(_) => {}
                 }
             }
-            match self.fetch_manifest(up, repo, tag, None, pin).await? {
+            match this.fetch_manifest(up, repo, tag, None, pin).await? {
                 Some(m) => {
-                    self.link_tag(key, &m, pin).await;
+                    this.link_tag(key, &m, pin).await;
                     Ok(m)
                 }
                 None => Err(manifest_unknown(repo, tag)),
             }
         };
+        let upstream = self.base_url(up)?;
         let rules = Rules {
             kind: "manifest",
-            key: Some(key),
+            key: Some(&key),
             ttl: self.revalidate,
             metrics: self.metrics(),
             may_use_stale: |e: &OciError| e.kind.failed(),
+            unanswered,
+            upstream: &upstream,
+            unchanged: |a: &Manifest, b: &Manifest| a.digest == b.digest,
+            timed_out: |m| OciError::new(OciKind::Timeout, m),
         };
         let unavailable = || {
             self.store_answers().err().unwrap_or_else(|| {
@@ -283,8 +314,10 @@ impl Registry {
                 x.hit("manifest")
             }
         });
+        let served = a.served();
         let mut m = a.value;
         m.stale = a.stale;
+        m.served = served;
         Ok(m)
     }
 
@@ -418,6 +451,7 @@ impl Registry {
             body: Bytes::from(body),
             stale: false,
             fetched: true,
+            served: Served::default(),
         };
         self.commit_manifest(&m, pin).await?;
         self.metric(|x| {
@@ -445,6 +479,28 @@ impl Registry {
         self.store.commit_bytes(&key, m.body.clone(), meta).await?;
         Ok(())
     }
+}
+
+/// A manifest-by-digest flight's outcome as one request's answer.
+fn shared(
+    r: &Result<Option<Manifest>, OciError>,
+    repo: &str,
+    d: &Digest,
+) -> Result<Manifest, OciError> {
+    match r {
+        Ok(Some(m)) => Ok(m.clone()),
+        Ok(None) => Err(manifest_unknown(repo, d.as_str())),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// The upstream did not answer (a timeout, unreachable, a 5xx): its line,
+/// for the memory of upstreams down ([`crate::outage`]); the store's own
+/// failure is not the upstream's.
+pub(super) fn unanswered(e: &OciError) -> Option<String> {
+    let upstream = matches!(e.kind, OciKind::Upstream | OciKind::Timeout)
+        || matches!(e.kind, OciKind::Relayed(s) if s >= 500);
+    upstream.then(|| e.message.clone())
 }
 
 /// The `mediaType` field of a manifest body, when the upstream sent no usable Content-Type.

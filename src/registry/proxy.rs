@@ -29,7 +29,9 @@ pub const BLOB_FILL_TIMEOUT: Duration = Duration::from_secs(3600);
 /// How long a tag -> digest mapping is trusted before asking the upstream again.
 pub const TAG_REVALIDATE: Duration = Duration::from_secs(30);
 
-/// The pull-through: upstreams, the store, the client.
+/// The pull-through: upstreams, the store, the client. Cloned into the
+/// flights of [`crate::cache::revalidate`] (a task of their own).
+#[derive(Clone)]
 pub struct Registry {
     pub(super) store: Store,
     pub(super) fills: Fills,
@@ -42,7 +44,7 @@ pub struct Registry {
     direct: bool,
     pub(super) revalidate: Duration,
     /// The last reading of [`Registry::held_hosts`].
-    held: Mutex<BTreeSet<String>>,
+    held: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl Registry {
@@ -74,7 +76,7 @@ impl Registry {
             offline,
             direct: false,
             revalidate: TAG_REVALIDATE,
-            held: Mutex::default(),
+            held: Arc::default(),
         })
     }
 
@@ -198,7 +200,7 @@ impl Registry {
         ))
     }
 
-    fn base_url(&self, up: &UpstreamId) -> Result<String, OciError> {
+    pub(super) fn base_url(&self, up: &UpstreamId) -> Result<String, OciError> {
         if let UpstreamId::Mirror(ns) = up
             && self.mirrors.get(ns).is_none()
             && self.direct
@@ -279,6 +281,7 @@ impl Registry {
         let scope = scope(repo);
         let expected = d.hex().to_string();
         let idle = self.client.limits().timeout + Duration::from_secs(5);
+        let upstream = self.base_url(up)?;
         let joined = self
             .fills
             .join(&key, move || {
@@ -292,6 +295,7 @@ impl Registry {
                 spec.idle_timeout = idle;
                 spec.meta.content_type = Some("application/octet-stream".into());
                 spec.meta.pinned = pin;
+                spec.upstream = Some(upstream);
                 spec
             })
             .await

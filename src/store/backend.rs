@@ -1,35 +1,26 @@
 //! What the store needs from the place that keeps its bytes: the seam a
-//! second backend (an S3 bucket) plugs into. [`super::Store`] keeps the
-//! policy (the index in memory, leases, pins, LRU eviction, the per-chunk
-//! checks on every read, quarantine); a backend keeps objects, index
-//! entries and checksums, and must guarantee:
+//! directory and a bucket plug into. [`super::Store`] keeps the policy
+//! (index, leases, pins, eviction, checks, quarantine); a backend keeps
+//! objects, index entries and checksums, and must guarantee:
 //!
-//! - **whole or absent**: `put_object` makes an object visible only whole
-//!   (a local rename; a multipart upload completed only after the spool
-//!   file was verified), and an entry written by `write_entry` names an
-//!   object that is there;
-//! - **change tokens**: `list_entries`/`read_entry` give each entry a token
-//!   that changes whenever the entry is rewritten (an inode, an ETag), so a
-//!   process sees what other processes wrote before it deletes anything;
+//! - **whole or absent**: an object is visible only whole, and an entry
+//!   written names an object that is there;
+//! - **change tokens**: each entry's token changes whenever it is
+//!   rewritten (an inode, an ETag), so a process sees others' writes before
+//!   it deletes anything;
 //! - **absent is not unknown**: a read answers held (`Ok(Some)`), absent
-//!   (`Ok(None)`) or unavailable (`Err`, with why); only a backend's own
-//!   "not found" is absent;
-//! - **one lock**: `lock` excludes every process on the same store while
-//!   entries are written and objects deleted;
+//!   (`Ok(None)`, only the backend's own "not found") or unavailable (`Err`);
+//! - **one lock**: `lock` excludes every process on the store while entries
+//!   are written and objects deleted;
 //! - **names it owns**: it removes only what it wrote.
 //!
 //! Every method blocks: the store calls them only from blocking threads,
-//! never on an async worker and never holding a mutex of its own, and a
-//! remote backend bounds every call by its timeout. The two exceptions
-//! never block: [`ObjectRead::pieces`], a stream whose request is async
-//! I/O polled by its reader, and [`ObjectRead::read_ready`], what an
-//! object has at hand without a wait (a local file's page cache).
-//!
-//! No hook is for one kind of backend only: what differs between a
-//! directory and a bucket is a capability each answers for itself (its
-//! put in two halves, [`Backend::stage_object`]; how an object reads
-//! itself, [`ObjectRead`]); [`Kind`] names the kind for messages and
-//! metrics only.
+//! holding no mutex, and a remote backend bounds every call. Two never
+//! block: [`ObjectRead::pieces`] (a stream polled by its reader) and
+//! [`ObjectRead::read_ready`] (what an object has at hand, e.g. the page
+//! cache). No hook is for one kind of backend only: what differs is a
+//! capability each answers for itself ([`Backend::stage_object`],
+//! [`ObjectRead`]); [`Kind`] is for messages and metrics only.
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -95,6 +95,9 @@ pub enum KeyKind<'a> {
         repo: &'a str,
         tag: &'a str,
     },
+    /// `oci/tags/<upstream>/<repo>`: the last whole tag list the upstream
+    /// gave for a repository.
+    OciTagList { upstream: &'a str, repo: &'a str },
     /// `oci/referrers/<upstream>/<repo>@sha256:<hex>`.
     OciReferrers {
         upstream: &'a str,
@@ -126,6 +129,7 @@ const OCI_MANIFEST: &str = "oci/manifest/";
 const OCI_BLOB: &str = "oci/blob/";
 const OCI_TAG: &str = "oci/tag/";
 const OCI_REFERRERS: &str = "oci/referrers/";
+const OCI_TAG_LIST: &str = "oci/tags/";
 
 impl Key {
     /// A key from its string form, only inside the store (what the index
@@ -172,6 +176,11 @@ impl Key {
     /// A tag's mapping (`upstream`: `installer` or `ns=<host>`).
     pub fn oci_tag(upstream: &str, repo: &str, tag: &str) -> Key {
         Key(format!("{OCI_TAG}{upstream}/{repo}:{tag}"))
+    }
+
+    /// A repository's whole tag list, as the upstream last gave it.
+    pub fn oci_tag_list(upstream: &str, repo: &str) -> Key {
+        Key(format!("{OCI_TAG_LIST}{upstream}/{repo}"))
     }
 
     /// A manifest's referrers index.
@@ -237,6 +246,14 @@ impl Key {
                 None => other,
             };
         }
+        if let Some(rest) = s.strip_prefix(OCI_TAG_LIST) {
+            return match rest.split_once('/') {
+                Some((upstream, repo)) if !repo.is_empty() => {
+                    KeyKind::OciTagList { upstream, repo }
+                }
+                _ => other,
+            };
+        }
         if let Some(rest) = s.strip_prefix(OCI_REFERRERS) {
             return match rest
                 .split_once('/')
@@ -264,6 +281,7 @@ impl Key {
             KeyKind::OciManifest { .. }
             | KeyKind::OciBlob { .. }
             | KeyKind::OciTag { .. }
+            | KeyKind::OciTagList { .. }
             | KeyKind::OciReferrers { .. } => Family::Oci,
             KeyKind::Other(_) => Family::Other,
         }
@@ -304,7 +322,8 @@ impl Key {
                 .chain(repo.split('/'))
                 .chain([tag])
                 .collect(),
-            KeyKind::OciReferrers { upstream, repo, .. } => {
+            KeyKind::OciReferrers { upstream, repo, .. }
+            | KeyKind::OciTagList { upstream, repo } => {
                 [upstream].into_iter().chain(repo.split('/')).collect()
             }
             _ => Vec::new(),
@@ -337,6 +356,7 @@ impl KeyKind<'_> {
                 repo,
                 digest,
             } => Key::oci_referrers(upstream, repo, digest),
+            KeyKind::OciTagList { upstream, repo } => Key::oci_tag_list(upstream, repo),
             KeyKind::Other(s) => Key::raw(s),
         }
     }
@@ -440,6 +460,10 @@ mod tests {
             (
                 Key::oci_referrers("ns=ghcr.io", "a/b", &d),
                 format!("oci/referrers/ns=ghcr.io/a/b@{d}"),
+            ),
+            (
+                Key::oci_tag_list("ns=ghcr.io", "a/b"),
+                "oci/tags/ns=ghcr.io/a/b".into(),
             ),
         ];
         for (key, old) in &cases {

@@ -98,16 +98,26 @@ fn matrix_check_answers() {
         ("v1.7.0", "1.31.0", 1),
         ("v1.0.6", "1.23", 0),
         ("1.14.0-rc.1", "v1.32.1", 0),
-        ("1.15.0", "1.35", 1),
+        ("1.15.0", "1.35", 0),
+        ("1.16.0", "1.35", 1),
         ("1.x", "1.35", 2),
         ("1.13", "banana", 2),
     ] {
         let o = check(&[], t, k, &[]);
         assert_eq!(o.status.code(), Some(code), "{t} {k}: {}", stderr(&o));
     }
-    let o = check(&[], "1.15.0", "1.35", &[]);
+    let o = check(&[], "1.16.0", "1.35", &[]);
     assert!(
-        stderr(&o).contains("does not know Talos v1.15.0"),
+        stderr(&o).contains("does not know Talos v1.16.0"),
+        "{}",
+        stderr(&o)
+    );
+    // Talos 1.15 before its tag: accepted, and stderr says where its row
+    // comes from.
+    let o = check(&[], "1.15.0", "1.38", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("Talos main at ad8823176e75"),
         "{}",
         stderr(&o)
     );
@@ -125,7 +135,7 @@ fn matrix_table_json_and_replacement_file() {
     assert!(stdout(&o).contains("v1.14"));
     let o = run(&["matrix", "--json"], None);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert_eq!(v["talos"].as_array().unwrap().len(), 15);
+    assert_eq!(v["talos"].as_array().unwrap().len(), 16);
     assert_eq!(v["talos"][14]["kubernetesMin"], "v1.32.0");
 
     let tmp = tempfile::tempdir().unwrap();

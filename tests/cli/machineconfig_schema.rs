@@ -27,6 +27,8 @@ use talos_gen::yaml::Value;
 pub(crate) fn schema_file_of(release: &str) -> String {
     match release {
         "v1.13.9" => "config.schema.json".into(),
+        // Talos main before the v1.15 tag (the reference data's SOURCE.txt).
+        "v1.15-dev" => "config.schema.main-v1.15-dev.json".into(),
         r => format!("config.schema.{r}.json"),
     }
 }

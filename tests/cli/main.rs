@@ -7,6 +7,7 @@ mod support;
 mod cli_images;
 mod cli_matrix_schematic;
 mod cli_smoke;
+mod datavolume_catalog;
 mod house_rules;
 mod inputs_as_typed;
 mod machineconfig_air_gap;

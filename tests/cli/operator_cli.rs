@@ -614,10 +614,11 @@ fn help_describes_every_flag() {
                 "local-cache-max-size",
                 "body-read-timeout",
                 "max-connections",
+                "stale-while-revalidate",
             ] {
                 assert!(checked.contains(&f), "serve --{f} not checked: {checked:?}");
             }
-            assert_eq!(checked.len(), 29, "{checked:?}");
+            assert_eq!(checked.len(), 30, "{checked:?}");
         }
     }
     // The upstream bounds, on both commands that have them.
@@ -719,7 +720,8 @@ fn named_schematics_version_and_defaults() {
         let (code, out, err) = run(args);
         assert_eq!(code, 0, "{err}");
         assert!(
-            out.contains("Talos: v1.0 to v1.14") && out.contains("Kubernetes: v1.21 to v1.37"),
+            out.contains("Talos: v1.0 to v1.15 (newest release v1.14.6), v1.15 unreleased")
+                && out.contains("Kubernetes: v1.21 to v1.38"),
             "{out}"
         );
     }

@@ -57,6 +57,7 @@ fn duration_flags_take_units_and_plain_seconds() {
         "--body-read-timeout",
         "--metadata-ttl",
         "--tag-revalidate",
+        "--stale-while-revalidate",
         "--header-read-timeout",
         "--write-timeout",
     ];

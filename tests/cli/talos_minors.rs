@@ -3,7 +3,7 @@
 //! support matrix, a row in the image data (from the first minor the image
 //! data covers), a golden config and its schema in the reference data. Adding
 //! `(15, ...)` to the table fails here until each is in place
-//! (ARCHITECTURE.md, "A new Talos minor").
+//! (ARCHITECTURE.md, How to, "Add a Talos minor").
 
 use crate::support;
 
@@ -46,4 +46,79 @@ fn every_contract_minor_has_a_golden_config_and_a_schema() {
             .join(super::machineconfig_schema::schema_file_of(schema));
         assert!(file.is_file(), "v1.{minor}: no {}", file.display());
     }
+}
+
+/// Issue 49: Talos 1.15 on day one, before its tag: plans into it, its
+/// pull list and a machine config, each saying on stderr where its data
+/// comes from; a pre-release the data does not name in full is refused.
+#[test]
+fn talos_1_15_before_its_tag() {
+    let from_main = "Talos main at ad8823176e75";
+    let (code, out, err) = support::run_text(
+        &[
+            "upgrade",
+            "plan",
+            "--from-talos",
+            "v1.13.9",
+            "--from-kubernetes",
+            "1.35.6",
+            "--to-talos",
+            "1.15",
+            "--to-kubernetes",
+            "1.37",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("1. talos v1.15.0 "), "{out}");
+    assert!(err.contains(from_main), "{err}");
+    let (code, out, err) = support::run_text(
+        &[
+            "images",
+            "--talos",
+            "v1.15",
+            "--kubernetes",
+            "1.37.0",
+            "--optional",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(from_main), "{err}");
+    for want in [
+        "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.15.0",
+        "registry.k8s.io/pause:3.10.2",
+        "registry.k8s.io/coredns/coredns:v1.14.7",
+        "ghcr.io/siderolabs/kubelet:v1.37.0",
+    ] {
+        assert!(out.lines().any(|l| l == want), "{want} not in\n{out}");
+    }
+    let (code, _, err) = support::run_text(
+        &[
+            "images",
+            "--talos",
+            "v1.15.0-beta.0",
+            "--kubernetes",
+            "1.37.0",
+        ],
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    let (code, out, err) = support::run_text(
+        &[
+            "machineconfig",
+            "--talos-version",
+            "v1.15",
+            "--cluster-name",
+            "c",
+            "--endpoint",
+            "https://c.example:6443",
+            "--kubernetes-version",
+            "1.37.0",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(from_main), "{err}");
+    assert!(out.contains("kind: KubeletConfig"), "{out}");
 }

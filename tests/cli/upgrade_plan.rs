@@ -539,8 +539,20 @@ fn talos_host_upgrade_cases_answered_as_talos_does() {
             assert!(ours.starts_with(&theirs), "{m:?} vs {expected:?}");
         }
     }
-    // Without the 1.15 row the embedded matrix refuses 1.15 as unknown.
-    let e = host_upgrade(Matrix::embedded(), &v("1.13.0"), &v("1.15.0")).unwrap_err();
+    // The embedded matrix has the 1.15 row now (read at the same commit):
+    // it answers as the test's row does; a minor it lacks is refused as
+    // unknown.
+    for &(host, target, _) in TALOS_VERSION_CASES {
+        let (h, t) = (v(host), v(target));
+        if t.minor_key() == (1, 15) {
+            assert_eq!(
+                host_upgrade(Matrix::embedded(), &h, &t).map_err(|e| e.0),
+                host_upgrade(&matrix_for(&t), &h, &t).map_err(|e| e.0),
+                "{host} -> {target}"
+            );
+        }
+    }
+    let e = host_upgrade(Matrix::embedded(), &v("1.14.0"), &v("1.16.0")).unwrap_err();
     assert_eq!(e.0, HostRefusal::Unsupported);
 }
 
@@ -1104,4 +1116,115 @@ fn upgrade_plan_reads_a_matrix_file_with_denied_versions() {
     assert_eq!(stdout(&o).lines().count(), 2, "{}", stdout(&o));
     let o = plan_with("/nonexistent/m.yaml", "v1.98.1");
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// Issue 49: plans through releases before the image data's first (1.8.0).
+/// Every plan from the newest release of each Talos minor 1.2..1.7 (at its
+/// default Kubernetes) to 1.13.9 / 1.36.3 that `upgrade plan` answers,
+/// `upgrade images` answers too: the images of every pair the data knows,
+/// the others named, each once. Of these 6 plans all passed a release
+/// before 1.8 and failed before ("no image data").
+#[test]
+fn upgrade_images_through_releases_the_image_data_lacks() {
+    let m = Matrix::embedded();
+    let mut answered = 0;
+    for e in m
+        .entries()
+        .iter()
+        .filter(|e| (2..8).contains(&e.talos.minor))
+    {
+        let from_t = e.newest.as_ref().unwrap().to_string();
+        let from_k = e.default_latest.to_string();
+        let q = Question {
+            from_talos: &from_t,
+            from_kubernetes: &from_k,
+            to_talos: "v1.13.9",
+            to_kubernetes: "1.36.3",
+            replace: true,
+            names: upgrade::FLAGS,
+        };
+        let Ok(plan) = upgrade::plan(m, &q) else {
+            continue;
+        };
+        let (images, notes) = upgrade::images(m, &plan, &Default::default())
+            .unwrap_or_else(|e| panic!("{from_t} {from_k}: {e}"));
+        let (known, unknown) = upgrade::imaged_pairs(m, &plan);
+        assert_eq!(known.len() + unknown.len(), plan.pairs().len());
+        assert!(!unknown.is_empty(), "{from_t}: {}", plan.to_text());
+        for u in &unknown {
+            assert!(notes.contains(u), "{u}");
+        }
+        for p in known {
+            let kubelet = format!("ghcr.io/siderolabs/kubelet:{}", p.kubernetes);
+            assert!(images.iter().any(|i| i.reference == kubelet), "{kubelet}");
+        }
+        answered += 1;
+    }
+    assert_eq!(answered, 6);
+
+    // The CLI: exit 0, the known pairs' images on stdout, the unknown pair
+    // on stderr.
+    let o = run(
+        &[
+            "upgrade",
+            "images",
+            "--from-talos",
+            "v1.6.8",
+            "--from-kubernetes",
+            "1.29.7",
+            "--to-talos",
+            "v1.9.6",
+            "--to-kubernetes",
+            "1.32.4",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&format!("factory.talos.dev/installer/{VANILLA}:v1.9.6\n")));
+    assert!(
+        stderr(&o).contains("pair (talos v1.6.8, kubernetes 1.29.7): its images are not listed"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A mirror config's `upgrades:` the same way.
+    let (_dir, cfg) = crate::support::temp_file(
+        "mirror.yaml",
+        "upgrades:\n  - fromTalos: v1.6.8\n    fromKubernetes: 1.29.7\n    toTalos: v1.9.6\n    toKubernetes: 1.32.4\n",
+    );
+    let o = run(&["mirror", "plan", "--config", &cfg], None);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("upgrades[0]: pair (talos v1.6.8, kubernetes 1.29.7)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stdout(&o).contains("kubelet:v1.32.4"), "{}", stdout(&o));
+}
+
+/// Issue 49: a plan blocked because the data knows no patch of a
+/// Kubernetes minor on the way names that minor.
+#[test]
+fn a_blocked_plan_names_the_kubernetes_minor_without_a_patch() {
+    let o = run(
+        &[
+            "upgrade",
+            "plan",
+            "--from-talos",
+            "v1.0.6",
+            "--from-kubernetes",
+            "1.21.3",
+            "--to-talos",
+            "v1.2.9",
+            "--to-kubernetes",
+            "1.25.5",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the data knows no patch of Kubernetes 1.22"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -103,8 +103,11 @@ async fn source_images_mirrored_with_signatures_and_served_offline() {
     ]);
     support::ok(&o, "mirror sync");
 
-    // Online with the upstream gone: the kept tags and referrers index
-    // answer, marked stale.
+    // Online with the upstream gone: the kept referrers index answers,
+    // marked stale; the tag list is the upstream's last whole list or an
+    // error, and the upstream never gave one here (the sync keeps tags,
+    // not lists): 502 naming the upstream, never the stored tags passed
+    // off as its list.
     let http = reqwest::Client::new();
     up.stop();
     {
@@ -122,13 +125,13 @@ async fn source_images_mirrored_with_signatures_and_served_offline() {
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.header("warning"), STALE);
         let t = send(http.get(format!("{}/v2/siderolabs/imager/tags/list", svc.url()))).await;
-        assert_eq!(t.status, 200, "{}", t.text());
-        assert_eq!(t.header("warning"), STALE);
+        assert_eq!(t.status, 502, "{}", t.text());
+        assert!(t.text().contains(&up.url()), "{}", t.text());
         let m = send(http.get(format!("{}/metrics", svc.url())))
             .await
             .text();
-        for kind in ["referrers", "tags"] {
-            let line = format!("talos_gen_stale_answers_total{{kind=\"{kind}\"}} 1");
+        for (kind, n) in [("referrers", 1), ("tags", 0)] {
+            let line = format!("talos_gen_stale_answers_total{{kind=\"{kind}\"}} {n}");
             assert!(m.lines().any(|l| l == line), "{line}: {m}");
         }
     }

@@ -769,11 +769,15 @@ async fn cache_status_on_a_pull_hit_miss_and_stale() {
     let r = send(http.get(installer_url(&svc, "tags/list"))).await;
     assert_eq!(r.status, 200);
     assert_eq!(
-        r.headers["cache-status"], "talos-gen; fwd=miss",
-        "passed on, not kept"
+        r.headers["cache-status"], "talos-gen; fwd=miss; stored",
+        "the upstream's whole list, kept"
     );
+    // Asked again, the same list: the upstream confirmed the kept one.
+    let r = send(http.get(installer_url(&svc, "tags/list"))).await;
+    assert_eq!(r.headers["cache-status"], "talos-gen; fwd=revalidated");
+    // No lookup behind it: never went upstream, so no fwd.
     let r = send(http.get(format!("{}/v2/", svc.url()))).await;
-    assert_eq!(r.headers["cache-status"], "talos-gen; fwd=miss");
+    assert_eq!(r.headers["cache-status"], "talos-gen");
 
     // The upstream gone: the tag, once past --tag-revalidate 1, is stale.
     up.stop();

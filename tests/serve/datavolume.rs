@@ -232,6 +232,8 @@ fn datavolume_from_the_cli_and_the_api_is_cdis_shape_and_imports_with_its_checks
             "replicated",
             "--cert-configmap",
             "talos-gen-ca",
+            "--cdi-version",
+            "v1.65.0",
             "-o",
             out.to_str().unwrap(),
         ],
@@ -281,7 +283,7 @@ fn datavolume_from_the_cli_and_the_api_is_cdis_shape_and_imports_with_its_checks
     // The API, the same question: the same document, byte for byte (the
     // base URL is the request's own); JSON on ?format=json.
     let q = format!(
-        "schematic={S}&talosVersion={V}&name=talos-worker-md0&size=20Gi&storageClass=replicated&certConfigMap=talos-gen-ca"
+        "schematic={S}&talosVersion={V}&name=talos-worker-md0&size=20Gi&storageClass=replicated&certConfigMap=talos-gen-ca&cdiVersion=v1.65.0"
     );
     let api = |query: &str| curl(&[&format!("{}/api/v1/datavolume?{query}", svc.url())]);
     let r = api(&q);
@@ -295,8 +297,9 @@ fn datavolume_from_the_cli_and_the_api_is_cdis_shape_and_imports_with_its_checks
     assert_eq!(r.status, 200);
     let j: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(j, doc);
-    // Defaults (no class, no CA), another platform, a schematic by name,
-    // the base URL a proxy in front names.
+    // Defaults (no class, no CA, the CDI Cozystack runs: v1.64.0, which
+    // has no checksum field), a schematic by name, the base URL a proxy in
+    // front names.
     let r = curl(&[
         "-H",
         "X-Forwarded-Proto: https",
@@ -314,13 +317,18 @@ fn datavolume_from_the_cli_and_the_api_is_cdis_shape_and_imports_with_its_checks
         doc["spec"]["source"]["http"]["url"],
         format!("https://talos-gen.example:8443/image/{coz}/{V}/{A}")
     );
-    assert_eq!(doc["spec"]["source"]["http"]["checksum"], want_sum.as_str());
+    assert!(doc["spec"]["source"]["http"].get("checksum").is_none());
     assert!(doc["spec"]["source"]["http"].get("certConfigMap").is_none());
     assert!(doc["spec"]["storage"].get("storageClassName").is_none());
     // Bad input: 400 naming the parameter (JSON with format=json).
     for (query, want) in [
         (q.replace("size=20Gi", "size=20GB"), "size: \"20GB\""),
         (q.replace("&name=talos-worker-md0", ""), "name: missing"),
+        (
+            q.replace("cdiVersion=v1.65.0", "cdiVersion=banana"),
+            "cdiVersion: \"banana\"",
+        ),
+        (format!("{q}&profile=openshift"), "profile: \"openshift\""),
         (
             q.replace("talosVersion=", "talosversion="),
             "unknown query parameter \"talosversion\" (nearest known: \"talosVersion\")",
@@ -491,6 +499,8 @@ fn golden_image_and_its_clones_are_cdis_shape() {
             "20Gi",
             "--cert-configmap",
             "talos-gen-ca",
+            "--cdi-version",
+            "v1.66.0",
         ],
         None,
     );
@@ -513,7 +523,7 @@ fn golden_image_and_its_clones_are_cdis_shape() {
     );
     let api = |query: &str| curl(&[&format!("{}/api/v1/datavolume?{query}", svc.url())]);
     let q = format!(
-        "golden=true&namespace=cozy-public&schematic={S}&talosVersion={V}&name={name}&size=20Gi&certConfigMap=talos-gen-ca"
+        "golden=true&namespace=cozy-public&schematic={S}&talosVersion={V}&name={name}&size=20Gi&certConfigMap=talos-gen-ca&cdiVersion=v1.66.0"
     );
     let r = api(&q);
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
@@ -616,4 +626,173 @@ fn golden_image_and_its_clones_are_cdis_shape() {
         assert_eq!(r.status, 400, "{query}: {body}");
         assert!(body.contains(want), "{query}: {body}");
     }
+}
+
+/// Issue 49: `datavolume --golden --profile cozystack` from the CLI and
+/// the API: the catalog's golden (`talos-worker-<schematic>-<version>` in
+/// cozy-public, as dv.yaml renders it, its URL on talos-gen), no checksum
+/// for the CDI Cozystack runs (v1.64.0) and one for v1.66.0; its storage
+/// the raw disk's size (from the xz index, as the service answers it in
+/// `x-talos-gen-raw-disk-size`) plus the stated headroom, a `--size` below
+/// it refused naming both; a worker disk cloning it with `source.pvc`.
+#[test]
+fn the_cozystack_golden_its_size_and_its_worker_clone() {
+    let fx = Factory::new(2, 4, &[A], None);
+    let svc = fx.serve(&[]);
+    let golden = format!("talos-worker-{S}-{V}");
+    let base = svc.url();
+    let cli = |extra: &[&str]| {
+        let mut a = vec![
+            "datavolume",
+            "--golden",
+            "--profile",
+            "cozystack",
+            "--base-url",
+            &base,
+            "--schematic",
+            S,
+            "--talos-version",
+            V,
+        ];
+        a.extend(extra);
+        run_text(&a, None)
+    };
+    let (code, text, err) = cli(&[]);
+    assert_eq!(code, 0, "{err}");
+    let doc = yaml(&text);
+    check_shape(&doc);
+    assert_eq!(doc["metadata"]["name"], golden.as_str());
+    assert_eq!(doc["metadata"]["namespace"], "cozy-public");
+    assert_eq!(
+        doc["metadata"]["annotations"]["kubernetes-worker-image.cozystack.io/schematic-id"],
+        S
+    );
+    assert_eq!(
+        doc["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    assert_eq!(
+        doc["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "cozystack"
+    );
+    assert_eq!(doc["spec"]["contentType"], "kubevirt");
+    assert_eq!(
+        doc["spec"]["source"]["http"],
+        serde_json::json!({"url": format!("{}{}", svc.url(), image_path(A))})
+    );
+    // 6 MiB of raw disk: its size plus 256 MiB, rounded up to 1Gi.
+    assert_eq!(fx.raw.len(), 6 << 20);
+    assert_eq!(
+        doc["spec"]["storage"]["resources"]["requests"]["storage"],
+        "1Gi"
+    );
+    assert_eq!(doc["spec"]["storage"]["storageClassName"], "replicated");
+
+    // The API: the same bytes, and the raw size in a header.
+    let api = |query: &str| curl(&[&format!("{}/api/v1/datavolume?{query}", svc.url())]);
+    let q = format!("golden=true&profile=cozystack&schematic={S}&talosVersion={V}");
+    let r = api(&q);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(String::from_utf8(r.body.clone()).unwrap(), text);
+    assert_eq!(
+        r.header("x-talos-gen-raw-disk-size"),
+        Some(fx.raw.len().to_string())
+    );
+
+    // CDI v1.66.0 has the checksum field.
+    let (code, text, err) = cli(&["--cdi-version", "v1.66.0", "--size", "8Gi"]);
+    assert_eq!(code, 0, "{err}");
+    let doc = yaml(&text);
+    check_shape(&doc);
+    assert_eq!(
+        doc["spec"]["source"]["http"]["checksum"],
+        format!("sha256:{}", sha256_hex(&fx.xz)).as_str()
+    );
+    assert_eq!(
+        doc["spec"]["storage"]["resources"]["requests"]["storage"],
+        "8Gi"
+    );
+
+    // A size below the raw disk: refused (exit 1 / 4xx) naming both sizes.
+    let (code, _, err) = cli(&["--size", "5Mi"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("--size: 5Mi (5242880 bytes) is smaller than the raw disk inside the image, 6291456 bytes"),
+        "{err}"
+    );
+    let r = api(&format!("{q}&size=5Mi"));
+    let body = String::from_utf8_lossy(&r.body);
+    assert!(
+        r.status >= 400 && body.contains("size: 5Mi"),
+        "{}: {body}",
+        r.status
+    );
+    // What the catalog has no place for: exit 2 naming the flag.
+    let (code, _, err) = cli(&["--name", "mine"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--name: \"mine\""), "{err}");
+
+    // The catalog with each entry's storage from the image (ranged reads
+    // of its tail on the service, the artifact stored by now).
+    let (_cfgdir, cfg) = crate::support::temp_file(
+        "mirror.yaml",
+        &format!("schematics: [{S}]\ntalosVersions: [{V}]\nimages: [{A}]\n"),
+    );
+    let (code, out, err) = run_text(
+        &[
+            "datavolume",
+            "catalog",
+            "--config",
+            &cfg,
+            "--base-url",
+            &base,
+            "--sizes",
+            "--timeout",
+            "1m",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "imageFactoryURL: {base}\nimages:\n    - schematicID: {S}\n      version: {V}\n      storage: 1Gi\n"
+        )
+    );
+
+    // The worker disk cloning it, from the CLI and the API: the same bytes.
+    let (code, clone, err) = run_text(
+        &[
+            "datavolume",
+            "--clone-from",
+            &format!("cozy-public/{golden}"),
+            "--profile",
+            "cozystack",
+            "--name",
+            "md0-disk-0",
+            "--storage-class",
+            "replicated",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let doc = yaml(&clone);
+    check_shape(&doc);
+    assert_eq!(
+        doc["spec"]["source"]["pvc"],
+        serde_json::json!({"namespace": "cozy-public", "name": golden})
+    );
+    assert_eq!(
+        doc["metadata"]["annotations"]["kubernetes-worker-image.cozystack.io/golden"],
+        golden.as_str()
+    );
+    assert_eq!(
+        doc["spec"]["storage"]["resources"]["requests"]["storage"],
+        "20Gi"
+    );
+    let r = api(&format!(
+        "cloneFrom=cozy-public/{golden}&profile=cozystack&name=md0-disk-0&storageClass=replicated"
+    ));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(String::from_utf8(r.body).unwrap(), clone);
 }

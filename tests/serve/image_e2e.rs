@@ -64,6 +64,20 @@ fn sixteen_cold_clients_share_one_upstream_get() {
         wall > 2.0,
         "the limited upstream should take seconds ({wall:.2}s)"
     );
+    // One started the fill; who joined it says so (RFC 9211 `collapsed`).
+    let statuses: Vec<String> = gots
+        .iter()
+        .map(|g| g.header("cache-status").unwrap_or_default())
+        .collect();
+    let started_it = statuses
+        .iter()
+        .filter(|c| *c == "talos-gen; fwd=miss")
+        .count();
+    let joined = statuses
+        .iter()
+        .filter(|c| *c == "talos-gen; fwd=miss; collapsed")
+        .count();
+    assert_eq!((started_it, joined), (1, 15), "{statuses:?}");
     // Served from the store afterwards, still one upstream GET.
     let g = curl(&[&url]);
     assert_eq!(g.body, fx.xz);
@@ -494,7 +508,8 @@ fn access_lines(svc: &Service, path: &str) -> Vec<serde_json::Value> {
 /// the same value in the access log's `cache` field: the first GET is a miss
 /// (the fill's bytes, not kept yet), HEAD and GET once stored are hits, a
 /// `.sha256` of a cold artifact is a miss kept before it answers, and an
-/// answer no lookup stands behind (a refused path) says `fwd=miss`.
+/// answer no lookup stands behind (a refused path) says plain `talos-gen`
+/// (it never went upstream: no `fwd`).
 #[test]
 fn cache_status_says_hit_or_miss_and_the_log_repeats_it() {
     let fx = Factory::new(1, 1, &[A, "metal-amd64.iso"], None);
@@ -533,14 +548,12 @@ fn cache_status_says_hit_or_miss_and_the_log_repeats_it() {
         g.header("cache-status").as_deref(),
         Some("talos-gen; fwd=miss; stored")
     );
-    // No lookup behind it: a schematic that is no ID.
+    // No lookup behind it (a schematic that is no ID): it never went
+    // upstream, so no fwd.
     let bad = format!("{}/image/nope/{V}/{A}", svc.url());
     let g = curl(&[&bad]);
     assert_eq!(g.status, 400);
-    assert_eq!(
-        g.header("cache-status").as_deref(),
-        Some("talos-gen; fwd=miss")
-    );
+    assert_eq!(g.header("cache-status").as_deref(), Some("talos-gen"));
     // Not on other routes.
     assert_eq!(
         curl(&[&format!("{}/healthz", svc.url())]).header("cache-status"),
@@ -573,10 +586,15 @@ fn cache_status_says_hit_or_miss_and_the_log_repeats_it() {
             .all(|c| *c == "talos-gen; hit"),
         "{log:?}"
     );
+    // (A wait for the commit that joined the first GET's fill says so:
+    // `collapsed`.)
     assert!(
-        cache
-            .iter()
-            .all(|c| ["talos-gen; hit", "talos-gen; fwd=miss"].contains(c)),
+        cache.iter().all(|c| [
+            "talos-gen; hit",
+            "talos-gen; fwd=miss",
+            "talos-gen; fwd=miss; collapsed"
+        ]
+        .contains(c)),
         "{log:?}"
     );
     let sha = access_lines(&svc, &format!("{}.sha256", image_path("metal-amd64.iso")));

@@ -10,6 +10,7 @@ mod edge_small_things;
 mod factory_metadata;
 mod http_machineconfig;
 mod image_e2e;
+mod one_flight;
 mod ops_auth;
 mod ops_failures;
 mod ops_graceful;

@@ -15,6 +15,8 @@
 //!   encoding, the whole body, then the connection closed (nginx frames
 //!   every answer; a cut at the right byte of such a body looks whole);
 //! - `chunked`: the whole body in chunks, properly ended;
+//! - `slow`: `good`, whole, after `trickle_every` of silence (a healthy
+//!   upstream that takes its time: nginx cannot delay an answer);
 //! - anything else: `good` (the body given at start), whole.
 
 use std::io::{BufRead, BufReader, Write};
@@ -176,6 +178,12 @@ fn handle(
                 w.write_all(good)?;
                 w.flush()?;
                 return Ok(());
+            }
+            "slow" => {
+                std::thread::sleep(trickle_every);
+                head(&mut w)?;
+                w.write_all(good)?;
+                w.flush()?;
             }
             "chunked" => {
                 write!(

@@ -137,7 +137,10 @@ impl ServiceBuilder {
         let logdir = tempfile::tempdir().expect("log dir");
         let log = logdir.path().join("serve.log");
         let logf = std::fs::File::create(&log).expect("log file");
-        let bin = env!("CARGO_BIN_EXE_talos-gen");
+        // TALOS_GEN_BIN_UNDER_TEST: another build of talos-gen (a before
+        // figure against main's binary); this crate's own by default.
+        let bin = std::env::var_os("TALOS_GEN_BIN_UNDER_TEST")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_talos-gen").into());
         let mut cmd = match self.wrapper.split_first() {
             Some((w, rest)) => {
                 let mut c = Command::new(w);

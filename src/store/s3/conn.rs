@@ -4,38 +4,24 @@
 //! low-water mark (`SO_RCVLOWAT`) follows what the GET still has to
 //! bring, so the reader of a stream is woken once a [`LOWAT`] of body has
 //! come instead of once per TCP segment, and holds at most hyper's
-//! [`READ_BUF`] (reqwest's buffer over HTTPS held about 1 MB a slow reader).
+//! [`READ_BUF`].
 //!
-//! Why: a wakeup is paid by the sender (the bucket's server wakes the
-//! reader from its `send`) and by the reader (a switch back from
-//! `epoll_wait`). Measured on loopback against Garage (`bench/s3.sh`,
-//! `docs/performance.md`): the mark cut talos-gen's reads from the bucket
-//! 3.3x and its context switches 3.4x, and lowered the CPU a GiB of both
-//! talos-gen and Garage. reqwest keeps its sockets to itself, hence this
-//! client, given to `object_store` as its [`HttpConnector`] for the span
-//! GETs only; every other call goes through reqwest as before.
+//! Why: each wakeup is paid by the bucket's server and by the reader;
+//! reqwest keeps its sockets to itself, hence this client, given to
+//! `object_store` as its [`HttpConnector`] for the span GETs only (what
+//! the mark saved: `docs/performance.md`).
 //!
 //! The mark never waits for bytes that are not coming: it is at most what
-//! the GET's body still has to bring less [`HELD`], a bound on what hyper
-//! may have read from the socket and not yet handed over (its read buffer,
-//! capped at [`READ_BUF`], the one piece in its channel, and in TLS the
-//! record or so rustls holds), and 1 (the kernel's default) outside a
-//! body. In TLS the socket brings more bytes than the body (each record's
-//! header and tag), never fewer, so the same mark holds. A body that ends
-//! early or a connection closed wakes the reader whatever the mark (end
-//! of stream).
+//! the GET's body still has to bring less [`HELD`] (what hyper and rustls
+//! may hold unread), and 1 outside a body; an early end or a close wakes
+//! the reader whatever the mark.
 //!
-//! No task: hyper's connection is driven by whoever waits on it, the GET's
-//! answer and then its body ([`MarkedBody`] polls it before each look at
-//! the body), so a piece goes from the socket to the reader on one thread
-//! with no hand-off between tasks (CPU a GiB down again, `docs/performance.md`).
-//! A body dropped part way drops its connection with it (the socket
-//! closed); one read to its end is kept for the next GET ([`POOL`] at
-//! most), and looked at before it is used again (a closed one is dropped).
-//! While any is kept, a task looks at them every [`SWEEP`] and closes
-//! those the server closed and those unused for [`IDLE`] (a server closes
-//! its idle connections: left alone, ours sat in CLOSE-WAIT until the next
-//! GET; found by a hostile pass).
+//! No task: hyper's connection is driven by whoever waits on it
+//! ([`MarkedBody`] polls it before each look at the body), so a piece goes
+//! from the socket to the reader on one thread. A body dropped part way
+//! drops its connection; one read to its end is kept for the next GET
+//! ([`POOL`] at most) and looked at before reuse; while any is kept, a task
+//! closes every [`SWEEP`] those the server closed or unused for [`IDLE`].
 
 use std::future::Future;
 use std::io;

@@ -1,51 +1,32 @@
 //! The S3 bucket backend (`--store s3://BUCKET[/PREFIX]`): the store's
-//! objects, entries and checksums in an object store every replica shares,
-//! through `object_store` (Apache Arrow's S3 client: streaming multipart
-//! upload, ranged GET, conditional put), path-style addressing.
+//! objects, entries and checksums in a bucket every replica shares, through
+//! `object_store` (streaming multipart upload, ranged GET, conditional
+//! put), path-style addressing.
 //!
-//! # Layout under PREFIX
-//! - `objects/sha256/<hex>`: object bytes, named by their sha256;
-//! - `sums/<hex>`: the object's per-chunk checksums ([`super::sums`]);
-//! - `index/<sha256(key)>.json`: one entry per key; its change token is a
-//!   hash of the ETag (a rewrite gets a new one), or of last-modified and
-//!   size where the store gives no ETag;
-//! - `lock`: the lease that is the store lock across replicas (below).
+//! Layout under PREFIX: `objects/sha256/<hex>` (bytes), `sums/<hex>`
+//! (per-chunk checksums, [`super::sums`]), `index/<sha256(key)>.json` (one
+//! entry per key; its change token a hash of the ETag, or of last-modified
+//! and size), `lock` (the lease that is the store lock across replicas).
 //!
-//! The local spool (`--cache-dir`, its `tmp/`) holds fills in progress:
-//! readers of a growing fill read the local file; it is never the truth.
-//! A verified spool file becomes an object by an upload streamed from the
-//! file ([`PART`] bytes a part, at most [`PARTS_IN_FLIGHT`] parts in
-//! memory), a multipart upload completed only when every part is there
-//! (aborted on any failure), so the bucket never shows part of an object.
+//! The local spool (`--cache-dir`, its `tmp/`) holds fills in progress and
+//! is never the truth: a verified spool file becomes an object by a
+//! multipart upload streamed from the file ([`PART`] bytes a part, at most
+//! [`PARTS_IN_FLIGHT`] in memory), completed only when every part is there,
+//! so the bucket never shows part of an object.
 //!
-//! # The store lock
-//! A lease object `lock` written with a conditional put (`If-None-Match:
-//! *`, `PutMode::Create`) naming its owner and an expiry ([`LEASE_TTL`]),
-//! renewed while held (`If-Match` on its ETag) and deleted on release; a
-//! taker waits (bounded by twice `--upstream-timeout`) while another holds
-//! it, and takes over a lease whose expiry has passed (a replica that
-//! died). [`S3Backend::open`] measures whether the store honours the
-//! condition (a second create of the same name must fail): where it does
-//! not, the lock orders this process's own threads only and deletions
-//! across replicas are not serialized (logged once at start).
+//! The store lock ([`lock`]): a lease object written with a conditional
+//! put, renewed while held, taken over once expired. [`S3Backend::open`]
+//! measures whether the store honours the condition; where it does not,
+//! the lock orders this process's threads only (logged at start).
 //!
-//! # Parts
-//! This file: the config, the client, the [`Backend`] calls; [`upload`]
-//! (multipart from the spool), [`lock`] (the lease), [`span`] (reads),
-//! [`conn`] (the span GETs' HTTP client, plain or in TLS).
+//! Parts: this file (config, client, [`Backend`] calls), [`upload`],
+//! [`lock`], [`span`] (reads), [`conn`] (the span GETs' client).
 //!
-//! # Blocking calls
-//! The [`Backend`] trait blocks (the store calls it only from blocking
-//! threads, never on an async worker); the backend owns a small
-//! multi-threaded tokio runtime of its own: every S3 call is spawned onto
-//! it and waited for with `futures::executor::block_on`, which unlike
-//! `Handle::block_on` may be called from any thread, an async worker
-//! included. Every call is bounded by `--upstream-timeout` (the client's
-//! request timeout, its retries, and a `tokio::time::timeout` around it).
-//! A stream's span ([`span`]) is the one read that does not block: its GET
-//! is polled by its reader, on an async worker (`ObjectRead::pieces`), no
-//! task and no queue between them, each wait bounded by the timeout and a
-//! floor on the body's pace.
+//! The [`Backend`] calls block (the store calls them only from blocking
+//! threads): each is spawned onto the backend's own small runtime and
+//! waited for with `futures::executor::block_on`, bounded by
+//! `--upstream-timeout`. A stream's span is the one read that does not
+//! block: its GET is polled by its reader, each wait bounded.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -232,8 +213,8 @@ fn client(cfg: &S3Config, key: &str, secret: &str, streams: bool) -> io::Result<
         // Span GETs through the client that marks its sockets ([`conn`]),
         // unless a proxy is configured for the endpoint's scheme (reqwest
         // honours it; that client does not), or `bench/s3.sh` compares
-        // `object_store`'s own GET ([`span::PLAIN_GET`]).
-        if streams && (http || https) && !proxied(https) && !*span::PLAIN_GET {
+        // `object_store`'s own GET ([`span::plain_get`], a bench-only build).
+        if streams && (http || https) && !proxied(https) && !span::plain_get() {
             let tls = if https {
                 Some(conn::tls_connector()?)
             } else {

@@ -69,7 +69,8 @@ impl ObjectRead for S3Object {
             // Chunk by chunk: `read_chunk` says what is wrong.
             return None;
         }
-        if *PLAIN_GET {
+        #[cfg(feature = "bench-object-store-get")]
+        if plain_get() {
             return Some(self.plain_pieces(from, to));
         }
         let get = SpanGet {
@@ -130,18 +131,30 @@ impl ObjectRead for S3Object {
     }
 }
 
-/// `TALOS_GEN_S3_GET=object_store`, for `bench/s3.sh`'s comparison only:
-/// a stream's span read through `object_store`'s own streaming GET, on its
-/// own HTTP client (reqwest), in place of [`SpanGet`] over [`super::conn`]
-/// (the span client earns its lines only against it). Not for
-/// production: a GET that stalls after its head waits on `object_store`'s
-/// own client timeout, with no floor.
-pub(super) static PLAIN_GET: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
-    std::env::var("TALOS_GEN_S3_GET").is_ok_and(|v| v == "object_store")
-});
+/// `TALOS_GEN_S3_GET=object_store` in a binary built with the cargo feature
+/// `bench-object-store-get` (`bench/s3.sh`'s comparison only; the shipped
+/// binary has no such switch): a stream's span read through
+/// `object_store`'s own streaming GET, on its own HTTP client (reqwest), in
+/// place of [`SpanGet`] over [`super::conn`] (the span client earns its
+/// lines only against it). Not for production: a GET that stalls after its
+/// head waits on `object_store`'s own client timeout, with no floor.
+#[cfg(feature = "bench-object-store-get")]
+pub(super) fn plain_get() -> bool {
+    static PLAIN_GET: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+        std::env::var("TALOS_GEN_S3_GET").is_ok_and(|v| v == "object_store")
+    });
+    *PLAIN_GET
+}
 
+/// Without the bench feature there is one S3 GET path: the span's.
+#[cfg(not(feature = "bench-object-store-get"))]
+pub(super) const fn plain_get() -> bool {
+    false
+}
+
+#[cfg(feature = "bench-object-store-get")]
 impl S3Object {
-    /// The span through one `object_store` GET (see [`PLAIN_GET`]), its
+    /// The span through one `object_store` GET (see [`plain_get`]), its
     /// head bounded by the timeout.
     fn plain_pieces(&self, from: u64, to: u64) -> Pieces {
         let (s3, path, limit) = (self.streams.clone(), self.path.clone(), self.timeout);

@@ -2,14 +2,16 @@
 //! one worker pool's disk image from this service: `spec.source.http.url`
 //! on `/image/<schematic>/<version>/<platform>-<arch>.raw.xz`, `checksum:
 //! sha256:<hex>` (CDI 1.65 and later check it against the bytes they
-//! download) from that artifact's `.sha256`, an optional `certConfigMap`
-//! (the CA of an HTTPS mirror), and a `storage` request.
+//! download; written only for such a CDI, [`cdi`]) from that artifact's
+//! `.sha256`, an optional `certConfigMap` (the CA of an HTTPS mirror), and
+//! a `storage` request (left out: the raw disk's size plus headroom,
+//! [`size`], read from the image's xz index, [`xz_index`]).
 //!
 //! The shape follows CDI's v1beta1 types (`DataVolumeSourceHTTP`: `url`,
 //! `certConfigMap`, `checksum`; `StorageSpec`: `resources.requests.storage`,
-//! `storageClassName`). Pure: the caller reads the checksum (the CLI over
-//! HTTP, the service from its own store) and hands it in; written with the
-//! one YAML emitter.
+//! `storageClassName`). Pure: the caller reads the checksum and the raw
+//! size (the CLI over HTTP, the service from its own store) and hands them
+//! in; written with the one YAML emitter.
 //!
 //! The golden layout (Cozystack's shared worker image: one import per
 //! schematic and release into a shared namespace, every worker disk a
@@ -17,6 +19,18 @@
 //! `DataSource` (`spec.source.pvc`: the import's PVC) names it; a
 //! [`ClonePlan`] writes a worker's `DataVolume` whose `spec.sourceRef` is
 //! that DataSource (CDI clones the PVC; no `spec.source`, no download).
+//!
+//! With [`Profile::Cozystack`], Cozystack's own layout instead
+//! ([`cozystack`]): the catalog's golden `talos-worker-<schematicID>-<version>`
+//! in `cozy-public`, and worker disks cloning it with `spec.source.pvc`.
+//! Every document carries only the fields of the CDI named ([`cdi`]).
+
+pub mod catalog;
+pub mod cdi;
+pub mod check;
+pub mod cozystack;
+pub mod size;
+pub mod xz_index;
 
 use crate::error::{Error, Result};
 use crate::factory::ImageKey;
@@ -49,6 +63,8 @@ impl Names {
             (Names::Flags, Namespace) => "--namespace",
             (Names::Flags, CloneFrom) => "--clone-from",
             (Names::Flags, Golden) => "--golden",
+            (Names::Flags, Profile) => "--profile",
+            (Names::Flags, CdiVersion) => "--cdi-version",
             (Names::Query, BaseUrl) => "--public-url",
             (Names::Query, Schematic) => "schematic",
             (Names::Query, TalosVersion) => "talosVersion",
@@ -61,6 +77,8 @@ impl Names {
             (Names::Query, Namespace) => "namespace",
             (Names::Query, CloneFrom) => "cloneFrom",
             (Names::Query, Golden) => "golden",
+            (Names::Query, Profile) => "profile",
+            (Names::Query, CdiVersion) => "cdiVersion",
         }
     }
 }
@@ -79,6 +97,31 @@ enum Field {
     Namespace,
     CloneFrom,
     Golden,
+    Profile,
+    CdiVersion,
+}
+
+/// Whose layout the documents follow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Profile {
+    /// talos-gen's own: an import named by `name`; golden with a `DataSource`.
+    #[default]
+    Plain,
+    /// Cozystack's worker image catalog ([`cozystack`]).
+    Cozystack,
+}
+
+impl Profile {
+    /// `cozystack` (the one profile), named `what` in errors.
+    pub fn parse(s: &str, what: &str) -> Result<Profile> {
+        match s {
+            "cozystack" => Ok(Profile::Cozystack),
+            other => Err(Error::bad_input(format!(
+                "{what}: {:?} is not a profile (cozystack)",
+                shown(other)
+            ))),
+        }
+    }
 }
 
 /// What a user asks for, as typed.
@@ -91,7 +134,10 @@ pub struct Request {
     pub talos_version: String,
     pub platform: Option<String>,
     pub arch: Option<String>,
+    /// Empty: not given (required but with the Cozystack golden, which
+    /// has the catalog's name).
     pub name: String,
+    /// Empty: not given (required but with the Cozystack golden).
     pub size: String,
     pub storage_class: Option<String>,
     pub cert_configmap: Option<String>,
@@ -100,6 +146,9 @@ pub struct Request {
     pub namespace: Option<String>,
     /// Also a `DataSource` naming the import's PVC: the golden image.
     pub golden: bool,
+    pub profile: Profile,
+    /// The CDI the cluster runs (default [`cdi::DEFAULT`]).
+    pub cdi_version: Option<String>,
 }
 
 /// A checked request: the artifact and everything the document says.
@@ -111,6 +160,11 @@ pub struct Plan {
     pub url: String,
     /// The request, its names and sizes checked.
     pub req: Request,
+    pub cdi: cdi::Cdi,
+    /// With [`Profile::Cozystack`] and `golden`: the catalog entry rendered.
+    pub catalog: Option<cozystack::Golden>,
+    /// The raw disk's uncompressed size, once read ([`Plan::with_raw_size`]).
+    pub raw_size: Option<u64>,
 }
 
 /// A `DataVolume` (`cdi.kubevirt.io/v1beta1`) named `name` with `spec`.
@@ -158,17 +212,38 @@ fn json_docs(docs: &[Node]) -> serde_json::Value {
 }
 
 impl Plan {
+    /// The storage from the raw disk's size (`raw` bytes): the size asked
+    /// when it holds the disk (refused, exit 1, naming both, when it does
+    /// not), else that size plus [`size::headroom`].
+    pub fn with_raw_size(mut self, raw: u64, names: Names) -> Result<Plan> {
+        let storage = size::storage_for(&self.req.size, raw, names.of(Field::Size))?;
+        if let Some(g) = &mut self.catalog {
+            g.storage = storage.clone();
+        }
+        self.req.size = storage;
+        self.raw_size = Some(raw);
+        Ok(self)
+    }
+
     /// Where the artifact's sha256 is published (`<url>.sha256`).
     pub fn checksum_url(&self) -> String {
         format!("{}.sha256", self.url)
     }
 
-    /// The `DataVolume` with `sha256` (64 lowercase hex) as its checksum.
+    /// The `DataVolume` with `sha256` (64 lowercase hex) as its checksum
+    /// where the CDI has the field.
     pub fn document(&self, sha256: &str) -> Node {
+        let checksum = self
+            .cdi
+            .has_http_checksum()
+            .then(|| format!("sha256:{sha256}"));
+        if let Some(g) = &self.catalog {
+            return cozystack::golden_document(g, checksum.as_deref());
+        }
         let http = Map::new()
             .field("url", self.url.as_str())
             .some("certConfigMap", self.req.cert_configmap.as_deref())
-            .field("checksum", format!("sha256:{sha256}"));
+            .some("checksum", checksum);
         data_volume(
             &self.req.name,
             self.req.namespace.as_deref(),
@@ -185,6 +260,9 @@ impl Plan {
     /// import's namespace, named as it, its `spec.source.pvc` the PVC CDI
     /// makes for the import (named as the DataVolume). `None` unless golden.
     pub fn data_source(&self) -> Option<Node> {
+        if self.catalog.is_some() {
+            return None;
+        }
         let ns = self.req.namespace.as_deref().filter(|_| self.req.golden)?;
         Some(
             Map::new()
@@ -235,6 +313,10 @@ pub struct CloneRequest {
     pub storage_class: Option<String>,
     /// `metadata.namespace` of the worker's DataVolume (default: none).
     pub namespace: Option<String>,
+    /// [`Profile::Cozystack`]: `spec.source.pvc` of the catalog's golden
+    /// (`NAMESPACE/NAME` its PVC) instead of a DataSource's `sourceRef`;
+    /// `size` may be empty (the chart's 20Gi).
+    pub profile: Profile,
 }
 
 /// A checked [`CloneRequest`].
@@ -248,8 +330,18 @@ pub struct ClonePlan {
 
 impl ClonePlan {
     /// The worker's `DataVolume`: `spec.sourceRef` the DataSource, no
-    /// `spec.source`.
+    /// `spec.source`; Cozystack's: `spec.source.pvc` the golden's PVC.
     pub fn document(&self) -> Node {
+        if self.req.profile == Profile::Cozystack {
+            return cozystack::worker_document(
+                &self.req.name,
+                self.req.namespace.as_deref(),
+                &self.source_namespace,
+                &self.source_name,
+                &self.req.size,
+                self.req.storage_class.as_deref(),
+            );
+        }
         data_volume(
             &self.req.name,
             self.req.namespace.as_deref(),
@@ -289,7 +381,13 @@ pub fn clone_plan(req: &CloneRequest, names: Names) -> Result<ClonePlan> {
     })?;
     check_label(ns, n(Field::CloneFrom), "namespace")?;
     check_subdomain(source, n(Field::CloneFrom), "DataSource")?;
+    need(&req.name, n(Field::Name))?;
     check_subdomain(&req.name, n(Field::Name), "DataVolume")?;
+    let mut req = req.clone();
+    if req.size.is_empty() && req.profile == Profile::Cozystack {
+        req.size = cozystack::DEFAULT_WORKER_DISK.into();
+    }
+    need(&req.size, n(Field::Size))?;
     check_size(&req.size, n(Field::Size))?;
     if let Some(sc) = &req.storage_class {
         check_subdomain(sc, n(Field::StorageClass), "StorageClass")?;
@@ -300,8 +398,16 @@ pub fn clone_plan(req: &CloneRequest, names: Names) -> Result<ClonePlan> {
     Ok(ClonePlan {
         source_namespace: ns.to_string(),
         source_name: source.to_string(),
-        req: req.clone(),
+        req,
     })
+}
+
+/// A value that must be given (empty: it was not).
+fn need(value: &str, what: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::bad_input(format!("{what}: missing (required)")));
+    }
+    Ok(())
 }
 
 fn check_size(size: &str, what: &str) -> Result<()> {
@@ -376,8 +482,25 @@ pub fn plan(req: &Request, names: Names, resolve: &dyn Fn(&str) -> Option<String
         &version.to_string(),
         &format!("{platform}-{arch}.raw.xz"),
     )?;
+    let cdi = cdi::Cdi::parse(req.cdi_version.as_deref(), n(Field::CdiVersion))?;
+    if req.profile == Profile::Cozystack {
+        let catalog =
+            cozystack::golden_of_request(req, names, &base, &schematic, &version.to_string())?;
+        return Ok(Plan {
+            url: catalog.url.clone(),
+            key,
+            req: req.clone(),
+            cdi,
+            catalog: Some(catalog),
+            raw_size: None,
+        });
+    }
+    need(&req.name, n(Field::Name))?;
     check_subdomain(&req.name, n(Field::Name), "DataVolume")?;
-    check_size(&req.size, n(Field::Size))?;
+    // Left out: the raw disk's size and headroom ([`Plan::with_raw_size`]).
+    if !req.size.is_empty() {
+        check_size(&req.size, n(Field::Size))?;
+    }
     match (&req.namespace, req.golden) {
         (Some(ns), _) => check_label(ns, n(Field::Namespace), "namespace")?,
         (None, true) => {
@@ -399,6 +522,9 @@ pub fn plan(req: &Request, names: Names, resolve: &dyn Fn(&str) -> Option<String
         url: format!("{base}{}", key.path()),
         key,
         req: req.clone(),
+        cdi,
+        catalog: None,
+        raw_size: None,
     })
 }
 
@@ -565,7 +691,12 @@ mod tests {
     #[test]
     fn document() {
         let hex = "ab".repeat(32);
+        // The default CDI (v1.64.0, Cozystack's) has no checksum field.
         let p = plan(&req(), Names::Flags, &none).unwrap();
+        assert!(!p.to_yaml(&hex).contains("checksum"), "{}", p.to_yaml(&hex));
+        let mut with_checksum = req();
+        with_checksum.cdi_version = Some("v1.65.0".into());
+        let p = plan(&with_checksum, Names::Flags, &none).unwrap();
         assert_eq!(
             p.url,
             format!("https://talos-gen.example:8443/image/{S}/v1.13.6/openstack-amd64.raw.xz")
@@ -638,6 +769,7 @@ mod tests {
             size: "20Gi".into(),
             storage_class: Some("replicated".into()),
             namespace: None,
+            profile: Profile::Plain,
         };
         let p = clone_plan(&c, Names::Flags).unwrap();
         assert_eq!(
