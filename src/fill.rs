@@ -1111,6 +1111,7 @@ mod tests {
                             status: 404,
                             content_type: None,
                             body: Bytes::from_static(b"nope"),
+                            retry_after: None,
                         })
                     })
                 })

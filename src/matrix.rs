@@ -409,6 +409,27 @@ impl Matrix {
         self.entry(talos).ok()?.newest.as_ref()
     }
 
+    /// The Talos release `text` (named `what`) names: a full release as
+    /// written; a bare minor (`v1.13`) the newest release of it the data
+    /// knows, with a note saying so (as `machineconfig` resolves one for
+    /// its install image). Bad input when `text` is not a version; refused
+    /// when the minor is unknown or has no release.
+    pub fn release_of(&self, text: &str, what: &str) -> Result<(String, Option<String>)> {
+        let v = Version::parse_named(text, what)?;
+        if v.patch.is_some() {
+            return Ok((text.trim().to_string(), None));
+        }
+        let newest = self.entry(&v)?.newest.as_ref().ok_or_else(|| {
+            Error::refused(format!(
+                "{what}: the support matrix names no release of Talos {v}; give a full release (e.g. {v}.0)"
+            ))
+        })?;
+        let note = format!(
+            "note: {what} {v} has no patch; using {newest}, the newest {v} release the support matrix knows (give a full release to choose another)"
+        );
+        Ok((newest.to_string(), Some(note)))
+    }
+
     /// The Cozystack chart's kubelet version for a Kubernetes minor (`v1.35`
     /// -> `v1.35.6`); only the minor of `k8s` is looked at. `None` when the
     /// chart has no entry for it.

@@ -200,6 +200,26 @@ fn squeeze(text: &str, max: usize) -> String {
     }
 }
 
+/// A JSON document as the CLI prints it and the API answers it, byte for
+/// byte: indented two spaces, one newline at its end (`matrix --json`,
+/// `matrix check --json`, `upgrade plan --json` and their `/api/v1/` routes).
+pub fn json_document(v: &serde_json::Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// The one boolean grammar of every flag, `TALOS_GEN_*` variable and API
+/// query parameter: `true`/`false`, `1`/`0`, any case; anything else
+/// (`yes`, `on`, the empty value) `None`.
+pub fn parse_bool(s: &str) -> Option<bool> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "1" => Some(true),
+        "false" | "0" => Some(false),
+        _ => None,
+    }
+}
+
 /// Levenshtein distance over chars, ASCII case ignored (keys and names are
 /// short; a word is read up to its first 64 characters).
 pub fn edit_distance(a: &str, b: &str) -> usize {

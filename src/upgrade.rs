@@ -525,7 +525,6 @@ impl<'m> Graph<'m> {
                 minor,
                 patch: None,
                 pre: None,
-                build: false,
             };
             let between = minor > from.kubernetes.minor && minor < to.kubernetes.minor;
             match matrix.kubernetes_patch(&m, None) {

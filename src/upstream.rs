@@ -44,6 +44,18 @@ pub struct Head {
     pub meta: BTreeMap<String, String>,
 }
 
+/// An upstream's `Retry-After` as it may be passed on: delay-seconds or an
+/// HTTP-date (RFC 9110 10.2.3), at most 64 visible ASCII characters;
+/// anything else is dropped.
+pub fn retry_after(v: Option<&str>) -> Option<String> {
+    let v = v?.trim();
+    let ok = !v.is_empty()
+        && v.len() <= 64
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b' ' | b',' | b':'));
+    ok.then(|| v.to_string())
+}
+
 /// Why a fetch did not produce an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FetchError {
@@ -53,6 +65,8 @@ pub enum FetchError {
         status: u16,
         content_type: Option<String>,
         body: Bytes,
+        /// The upstream's `Retry-After` (a 429's, a 503's), passed on.
+        retry_after: Option<String>,
     },
     /// The upstream did not answer (or finish) in time.
     Timeout(String),
@@ -448,11 +462,13 @@ pub async fn open_response(
     }
     if status.is_client_error() {
         let content_type = text("content-type");
+        let resp_headers_retry = text("retry-after");
         let body = small_body(resp, limits).await;
         return Err(FetchError::Status {
             status: status.as_u16(),
             content_type,
             body,
+            retry_after: retry_after(resp_headers_retry.as_deref()),
         });
     }
     if status.is_success() {

@@ -1,9 +1,11 @@
 //! Version parsing shared by the matrix, machine configs and the image routes.
 //!
 //! Accepts what Talos' own tooling accepts: an optional leading `v`,
-//! `major.minor` or `major.minor.patch`, and an optional pre-release or build
-//! suffix (`-rc.1`, `-alpha.0+dirty`). Comparisons ignore the suffix, as
-//! Talos' compatibility code does.
+//! `major.minor` or `major.minor.patch`, and an optional pre-release
+//! suffix (`-rc.1`). Comparisons ignore the suffix, as Talos'
+//! compatibility code does. Build metadata (`+dirty`) is refused
+//! everywhere: a version names an image tag, and `+` is not valid in an
+//! OCI tag.
 
 use std::fmt;
 
@@ -15,11 +17,8 @@ pub struct Version {
     pub major: u64,
     pub minor: u64,
     pub patch: Option<u64>,
-    /// Pre-release and build suffix, without the leading `-` or `+`.
+    /// Pre-release suffix, without the leading `-`.
     pub pre: Option<String>,
-    /// `true` when the suffix started with `+` (build metadata), so that
-    /// `v1.13.6+build` is shown as typed.
-    pub build: bool,
 }
 
 /// Longest version string we look at; anything longer is bad input.
@@ -37,14 +36,18 @@ impl Version {
         }
         let t = s.trim();
         let t = t.strip_prefix('v').unwrap_or(t);
-        let build = t.find(['-', '+']).is_some_and(|i| t.as_bytes()[i] == b'+');
-        let (core, pre) = match t.find(['-', '+']) {
+        if t.contains('+') {
+            return Err(bad(
+                "build metadata (+...) is not valid in an image tag; give the release without it",
+            ));
+        }
+        let (core, pre) = match t.find('-') {
             Some(i) => {
                 let suffix = &t[i + 1..];
                 if suffix.is_empty()
                     || !suffix
                         .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'))
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
                 {
                     return Err(bad("malformed suffix"));
                 }
@@ -78,7 +81,6 @@ impl Version {
             minor,
             patch,
             pre,
-            build,
         })
     }
 
@@ -110,7 +112,7 @@ impl fmt::Display for Version {
             write!(f, ".{p}")?;
         }
         if let Some(pre) = &self.pre {
-            write!(f, "{}{pre}", if self.build { '+' } else { '-' })?;
+            write!(f, "-{pre}")?;
         }
         Ok(())
     }
@@ -137,10 +139,17 @@ mod tests {
         assert_eq!(rc.core(), (1, 14, 0));
         assert_eq!(rc.pre.as_deref(), Some("rc.1"));
         assert_eq!(rc.to_string(), "v1.14.0-rc.1");
-        assert_eq!(
-            Version::parse("1.13.6+build").unwrap().to_string(),
-            "v1.13.6+build"
-        );
+    }
+
+    /// Issue 50 item 9: build metadata is not valid in an OCI tag.
+    #[test]
+    fn build_metadata_is_refused() {
+        for s in ["v1.13.6+build", "1.13+dirty", "v1.14.0-rc.1+x"] {
+            let e = Version::parse_named(s, "--talos-version").unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{s}");
+            assert!(e.to_string().contains(&format!("{s:?}")), "{e}");
+            assert!(e.to_string().contains("build metadata"), "{e}");
+        }
     }
 
     #[test]

@@ -18,8 +18,84 @@ pub use serde_norway::{Mapping, Value};
 /// position/field serde reports. The text passes [`check_structure`] first.
 pub fn from_str<T: DeserializeOwned>(text: &str, what: &str) -> Result<T> {
     check_structure(text, what)?;
-    serde_norway::from_str(text)
-        .map_err(|e| Error::bad_input(format!("{what}: {}", clip_quoted(&e.to_string()))))
+    serde_norway::from_str(text).map_err(|e| {
+        let mut m = clip_quoted(&e.to_string());
+        // The parser places a duplicate key at its mapping's start (or
+        // nowhere): the second occurrence's own line and column instead.
+        if m.contains("duplicate entry")
+            && let Some((_, line, col)) = duplicate_key(text)
+        {
+            let cut = m.find(" at line ").unwrap_or(m.len());
+            m = format!("{}, given again at line {line}, column {col}", &m[..cut]);
+        }
+        Error::bad_input(format!("{what}: {m}"))
+    })
+}
+
+/// The first key given twice in one block mapping of `text`, with the
+/// line and column of its second occurrence (a scan of lines and their
+/// indentation; block scalars' lines skipped).
+fn duplicate_key(text: &str) -> Option<(String, usize, usize)> {
+    // Open mappings, innermost last: (indent, keys seen).
+    let mut open: Vec<(usize, Vec<String>)> = Vec::new();
+    let mut scalar_above: Option<usize> = None;
+    for (n, l) in text.lines().enumerate() {
+        let t = l.trim_start();
+        let mut indent = l.len() - t.len();
+        if let Some(s) = scalar_above {
+            if t.is_empty() || indent > s {
+                continue;
+            }
+            scalar_above = None;
+        }
+        if t.is_empty() || t.starts_with('#') || t.starts_with("---") {
+            continue;
+        }
+        let mut rest = t;
+        while rest == "-" || rest.starts_with("- ") {
+            // A new list entry: the mappings inside the last one close.
+            open.retain(|(i, _)| *i <= indent);
+            let after = rest[1..].trim_start();
+            indent += rest.len() - after.len();
+            rest = after;
+        }
+        let Some((key, value)) = rest.split_once(':') else {
+            continue;
+        };
+        if !(value.is_empty() || value.starts_with([' ', '\t'])) {
+            continue;
+        }
+        let key = key
+            .trim()
+            .trim_matches(|c| c == '"' || c == '\'')
+            .to_string();
+        open.retain(|(i, _)| *i <= indent);
+        match open.last_mut() {
+            Some((i, keys)) if *i == indent => {
+                if keys.contains(&key) {
+                    return Some((key, n + 1, indent + 1));
+                }
+                keys.push(key);
+            }
+            _ => open.push((indent, vec![key])),
+        }
+        if value.trim_start().starts_with(['|', '>']) {
+            scalar_above = Some(indent);
+        }
+    }
+    None
+}
+
+/// A file that holds no document (empty, only comments, a pipe that
+/// brought nothing) names nothing: bad input naming `what`, never a
+/// config of defaults (`kind`: what the file should hold).
+pub fn require_document(text: &str, what: &str, kind: &str) -> Result<()> {
+    match value_from_str(text, what)?.is_null() {
+        true => Err(Error::bad_input(format!(
+            "{what}: the file holds no {kind} (empty, or only comments): it names nothing"
+        ))),
+        false => Ok(()),
+    }
 }
 
 /// Parse one document into a generic tree.
@@ -360,6 +436,99 @@ impl<'a> Scan<'a> {
     }
 }
 
+/// One step of a path into a YAML document: a mapping's key, or a list's
+/// entry (for [`locate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// The plain scalar at `path` as written in `text` (`1.30`, where the
+/// parser's number says 1.3), when it is a block mapping's value on its
+/// key's line.
+pub fn written_value(text: &str, path: &[Step<'_>]) -> Option<String> {
+    let (line, col) = locate(text, path)?;
+    let l = text.lines().nth(line - 1)?;
+    let (_, v) = l.get(col - 1..)?.split_once(':')?;
+    let v = v.split(" #").next()?.trim();
+    (!v.is_empty() && !v.starts_with(['{', '[', '|', '>', '"', '\''])).then(|| v.to_string())
+}
+
+/// Where the node at `path` is written in `text`: its 1-based line and
+/// column, or those of the deepest step found (a flow collection, `{...}`
+/// or `[...]`, is not entered: its line is the answer). Block YAML as
+/// values files are written; a scan of lines and their indentation, run
+/// only to place an error the parser's tree cannot place.
+pub fn locate(text: &str, path: &[Step<'_>]) -> Option<(usize, usize)> {
+    // (line, indent, content); a list item's `- ` becomes an entry of its
+    // own ("-") followed by its content two columns further in.
+    let mut entries: Vec<(usize, usize, &str)> = Vec::new();
+    for (n, l) in text.lines().enumerate() {
+        let t = l.trim_start();
+        if t.is_empty() || t.starts_with('#') || t.starts_with("---") {
+            continue;
+        }
+        let mut indent = l.len() - t.len();
+        let mut rest = t;
+        while rest == "-" || rest.starts_with("- ") {
+            entries.push((n + 1, indent, "-"));
+            let after = rest[1..].trim_start();
+            indent += rest.len() - after.len();
+            rest = after;
+        }
+        if !rest.is_empty() {
+            entries.push((n + 1, indent, rest));
+        }
+    }
+    let is_key = |c: &str, k: &str| {
+        [format!("{k}:"), format!("\"{k}\":"), format!("'{k}':")]
+            .iter()
+            .any(|p| {
+                c.strip_prefix(p.as_str())
+                    .is_some_and(|r| r.is_empty() || r.starts_with([' ', '\t']))
+            })
+    };
+    // The node's block: the entries after `lo` deeper than `parent` (a
+    // key's list may put its markers at the key's own column).
+    let (mut lo, mut parent, mut of_key): (usize, isize, bool) = (0, -1, true);
+    let mut found = None;
+    for step in path {
+        let end = entries[lo..]
+            .iter()
+            .position(|e| {
+                let i = e.1 as isize;
+                i < parent || (i == parent && !(of_key && e.2 == "-"))
+            })
+            .map_or(entries.len(), |p| lo + p);
+        let block = &entries[lo..end];
+        let col = block.iter().map(|e| e.1).min()?;
+        let at = match step {
+            Step::Key(k) => block.iter().position(|e| e.1 == col && is_key(e.2, k))?,
+            Step::Index(i) => {
+                block
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| e.1 == col && e.2 == "-")
+                    .nth(*i)?
+                    .0
+            }
+        };
+        let e = block[at];
+        found = Some((e.0, e.1 + 1));
+        lo += at + 1;
+        parent = e.1 as isize;
+        of_key = matches!(step, Step::Key(_));
+        if of_key {
+            let value = e.2.split_once(':').map_or("", |(_, v)| v.trim_start());
+            if value.starts_with(['{', '[']) {
+                break;
+            }
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -466,5 +635,59 @@ mod tests {
             }
         }
         assert!(n > 3, "{n} files");
+    }
+
+    /// Issue 50 item 4: an error's field placed at its line and column.
+    #[test]
+    fn locate_finds_a_fields_line_and_column() {
+        let text = "# the pool\nversion: \"v1.35\"\nkubelet:\n  evictionHardMemory: 7%\n  systemReservedMemroy: 1Gi\ngpus:\n- name: a\n- nme: b\ntalos:\n  registryMirrors:\n    ghcr.io:\n      endpoints:\n        - https://m:5000\n        - not a url\nroles: [5]\n";
+        let k = Step::Key;
+        assert_eq!(locate(text, &[k("version")]), Some((2, 1)));
+        assert_eq!(
+            locate(text, &[k("kubelet"), k("systemReservedMemroy")]),
+            Some((5, 3))
+        );
+        assert_eq!(
+            locate(text, &[k("gpus"), Step::Index(1), k("nme")]),
+            Some((8, 3))
+        );
+        assert_eq!(
+            locate(
+                text,
+                &[
+                    k("talos"),
+                    k("registryMirrors"),
+                    k("ghcr.io"),
+                    k("endpoints"),
+                    Step::Index(1)
+                ]
+            ),
+            Some((14, 9))
+        );
+        // A flow list is not entered: its key's place.
+        assert_eq!(locate(text, &[k("roles"), Step::Index(0)]), Some((15, 1)));
+        assert_eq!(locate(text, &[k("nothing")]), None);
+    }
+
+    /// Issue 50 item 4: a duplicate key is placed where it is given again,
+    /// not at its mapping's start.
+    #[test]
+    fn a_duplicate_key_is_placed_at_its_second_occurrence() {
+        let text = "cluster: a\nkubelet:\n  systemReservedMemory: 1Gi\n  note: |\n    systemReservedMemory: not a key\n  kubeReservedMemory: 1Gi\n  systemReservedMemory: 2Gi\n";
+        let e = value_from_str(text, "--values").unwrap_err().to_string();
+        assert!(
+            e.ends_with("key \"systemReservedMemory\", given again at line 7, column 3"),
+            "{e}"
+        );
+        let e = value_from_str("cluster: a\nroles: []\ncluster: b\n", "v")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("key \"cluster\", given again at line 3, column 1"),
+            "{e}"
+        );
+        let ok = "gpus:\n- name: a\n- name: b\n";
+        assert!(value_from_str(ok, "v").is_ok());
+        assert_eq!(duplicate_key(ok), None);
     }
 }

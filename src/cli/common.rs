@@ -82,7 +82,7 @@ pub struct InstallerArgs {
     pub platform: Option<String>,
     /// Add the optional images of a cluster whose CNI and add-ons Talos
     /// manages (flannel, kube-proxy, CoreDNS, kube-network-policies).
-    #[arg(long)]
+    #[arg(long, default_value = "false", value_name = "BOOL", action = clap::ArgAction::Set, value_parser = super::common::BoolFlag, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub optional: bool,
 }
 
@@ -214,14 +214,8 @@ impl clap::builder::TypedValueParser for BoolFlag {
     }
 }
 
-/// `true`/`false`, `1`/`0`, any case; anything else `None`.
-pub fn parse_bool(s: &str) -> Option<bool> {
-    match s.to_ascii_lowercase().as_str() {
-        "true" | "1" => Some(true),
-        "false" | "0" => Some(false),
-        _ => None,
-    }
-}
+/// The one boolean grammar (flags, variables, the API's query), in `text`.
+pub use crate::text::parse_bool;
 
 /// The one grammar of every duration flag: a Go duration (`30s`, `2m`,
 /// `1m30s`, `500ms`) or plain seconds (`30`), zero or more.
@@ -243,10 +237,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// A duration flag ([`parse_duration`]), more than zero.
+/// A duration flag ([`parse_duration`]) that bounds a wait: more than
+/// zero, and at least a millisecond (`1us` would time out every request).
 pub fn duration_flag(s: &str) -> Result<Duration, String> {
     match parse_duration(s)? {
         d if d.is_zero() => Err(format!("{s:?} must be more than zero")),
+        d if d < Duration::from_millis(1) => Err(format!(
+            "{s:?} is below a millisecond: a bound that short would time out every request (e.g. 500ms, 30s)"
+        )),
         d => Ok(d),
     }
 }
@@ -417,6 +415,13 @@ mod tests {
         assert_eq!(duration_flag("250ms"), Ok(Duration::from_millis(250)));
         assert!(duration_flag("0s").is_err());
         assert!(duration_flag("0").is_err());
+        assert!(
+            duration_flag("1us")
+                .unwrap_err()
+                .contains("below a millisecond")
+        );
+        assert!(duration_flag("999us").is_err());
+        assert_eq!(duration_flag("1ms"), Ok(Duration::from_millis(1)));
         assert_eq!(duration_flag("30"), Ok(Duration::from_secs(30)));
         assert_eq!(duration_flag(" 2m "), Ok(Duration::from_secs(120)));
         assert_eq!(duration_or_zero_flag("0"), Ok(Duration::ZERO));

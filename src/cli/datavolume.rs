@@ -54,7 +54,7 @@ pub struct DatavolumeArgs {
     #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,
     /// The golden image: the import in --namespace and a CDI DataSource there naming its PVC, for worker disks to clone; with --profile cozystack, the catalog's golden talos-worker-<schematic>-<version> in cozy-public.
-    #[arg(long)]
+    #[arg(long, default_value = "false", value_name = "BOOL", action = clap::ArgAction::Set, value_parser = super::common::BoolFlag, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub golden: bool,
     /// Whose layout: cozystack (Cozystack's worker image catalog: its golden DataVolume, worker disks cloning it with spec.source.pvc) (default: talos-gen's own, a DataSource).
     #[arg(long, value_name = "PROFILE")]
@@ -96,10 +96,19 @@ pub fn run(args: DatavolumeArgs) -> crate::Result<i32> {
         )?;
         return write(args.output.as_deref(), &plan.to_yaml());
     }
+    // A bare minor (`v1.13`) is the newest release of it the support
+    // matrix knows, as `machineconfig` resolves one; stderr says which.
+    let (talos_version, note) = match args.talos_version.as_deref() {
+        Some(t) => crate::matrix::Matrix::embedded().release_of(t, "--talos-version")?,
+        None => (String::new(), None),
+    };
+    if let Some(note) = note {
+        eprintln!("talos-gen: {note}");
+    }
     let req = Request {
         base_url: args.base_url.unwrap_or_default(),
         schematic: args.schematic.unwrap_or_default(),
-        talos_version: args.talos_version.unwrap_or_default(),
+        talos_version,
         platform: args.platform,
         arch: args.arch,
         name: args.name.unwrap_or_default(),

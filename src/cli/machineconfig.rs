@@ -106,7 +106,7 @@ pub struct MachineconfigArgs {
     #[arg(long, value_name = "PATCH", allow_hyphen_values = true)]
     pub config_patch: Vec<String>,
     /// Write a config for a pair the support matrix refuses, with a warning (default: refuse, exit 1).
-    #[arg(long)]
+    #[arg(long, default_value = "false", value_name = "BOOL", action = clap::ArgAction::Set, value_parser = super::common::BoolFlag, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub force: bool,
     /// Schematic ID (64 hex) of the install image, <repository>/<ID>:<v> (default: none; the values' talos.schematicID with --profile cozystack).
     #[arg(long, value_name = "ID")]

@@ -42,7 +42,7 @@ pub fn run(args: MatrixArgs) -> crate::Result<i32> {
     match args.command {
         None => {
             if args.json {
-                outln!("{}", pretty(&matrix.to_json()))?;
+                out!("{}", crate::text::json_document(&matrix.to_json()))?;
             } else {
                 out!("{}", matrix.to_table())?;
             }
@@ -65,9 +65,9 @@ pub fn run(args: MatrixArgs) -> crate::Result<i32> {
                     // check() refuses; it has no other failure.
                     Err(e) => (false, e.to_string()),
                 };
-                outln!(
+                out!(
                     "{}",
-                    pretty(&serde_json::json!({
+                    crate::text::json_document(&serde_json::json!({
                         "supported": supported,
                         "message": message,
                         "talos": talos.to_string(),
@@ -81,8 +81,4 @@ pub fn run(args: MatrixArgs) -> crate::Result<i32> {
             Ok(0)
         }
     }
-}
-
-fn pretty(v: &serde_json::Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_default()
 }

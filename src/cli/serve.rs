@@ -228,6 +228,12 @@ pub fn run(args: ServeArgs) -> crate::Result<i32> {
     Ok(0)
 }
 
+/// Whether the log is coloured: on a terminal, unless `NO_COLOR` is set
+/// to anything but the empty string (no-color.org).
+fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// `--body-read-timeout`: more than zero, at most an hour.
 fn body_read_timeout_flag(s: &str) -> Result<Duration, String> {
     match super::common::duration_flag(s)? {
@@ -275,10 +281,30 @@ where
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        .with_ansi(colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ));
     let _ = if format == "json" {
         b.json().try_init()
     } else {
         b.try_init()
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::colour;
+    use std::ffi::OsStr;
+
+    /// Issue 50 item 10: `NO_COLOR` (any value but the empty one) turns
+    /// the log's colours off, on a terminal too.
+    #[test]
+    fn no_color_is_honoured() {
+        assert!(colour(true, None));
+        assert!(!colour(true, Some(OsStr::new("1"))));
+        assert!(!colour(true, Some(OsStr::new("yes"))));
+        assert!(colour(true, Some(OsStr::new(""))));
+        assert!(!colour(false, None));
+    }
 }

@@ -51,7 +51,7 @@ pub struct PlanArgs {
     #[arg(long, value_name = "VERSION")]
     pub to_kubernetes: String,
     /// Talos steps replace machines with a fresh disk (Cluster API): no host-upgrade window.
-    #[arg(long)]
+    #[arg(long, default_value = "false", value_name = "BOOL", action = clap::ArgAction::Set, value_parser = super::common::BoolFlag, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub replace: bool,
     /// Print JSON: the plan (upgrade images: the plan and each image with its role).
     #[arg(long)]
@@ -77,7 +77,7 @@ pub fn run(args: UpgradeArgs) -> crate::Result<i32> {
         UpgradeCommand::Plan(a) => {
             let (_, plan) = plan(&a)?;
             if a.json {
-                outln!("{}", pretty(&plan.to_json()))?;
+                out!("{}", crate::text::json_document(&plan.to_json()))?;
             } else {
                 out!("{}", plan.to_text())?;
             }

@@ -337,6 +337,7 @@ async fn open_image(
                 status: 404,
                 content_type: Some("text/plain; charset=utf-8".into()),
                 body: first,
+                retry_after: None,
             });
         }
         tracing::info!(%id, "factory does not know the schematic; posting it");

@@ -1,13 +1,12 @@
 //! `/api/v1/`: the support matrix as JSON, the pair check, and the upgrade plan.
 //! Thin: parse the query, call `matrix`, shape the answer.
 
-use std::collections::HashMap;
-
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+use super::query::Params;
 use super::state::AppState;
 use crate::error::Error;
 use crate::version::Version;
@@ -30,9 +29,16 @@ pub async fn not_found(uri: axum::http::Uri) -> Response {
     }
 }
 
-/// `GET /api/v1/matrix`: the table as `matrix --json` prints it.
-pub async fn matrix(State(st): State<AppState>) -> Response {
-    Json(st.matrix.to_json()).into_response()
+/// `GET /api/v1/matrix`: the table as `matrix --json` prints it. It takes
+/// no query parameter (one given is 400, as on every `/api/v1/` route).
+pub async fn matrix(
+    State(st): State<AppState>,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Response {
+    match Params::new(q, &[], &[]) {
+        Ok(_) => document(&st.matrix.to_json()),
+        Err(e) => super::error::JsonError(e).into_response(),
+    }
 }
 
 /// `GET /api/v1/matrix/check?talos=&kubernetes=`: 200
@@ -41,29 +47,42 @@ pub async fn matrix(State(st): State<AppState>) -> Response {
 /// unparsable.
 pub async fn matrix_check(
     State(st): State<AppState>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
-    let parse = |key: &str| -> Result<Version, Error> {
-        let v = q
-            .get(key)
-            .ok_or_else(|| Error::bad_input(format!("{key}: missing query parameter")))?;
-        Version::parse_named(v, key)
-    };
-    let (talos, k8s) = match (parse("talos"), parse("kubernetes")) {
-        (Ok(t), Ok(k)) => (t, k),
-        (Err(e), _) | (_, Err(e)) => return super::error::JsonError(e).into_response(),
+    let parsed = Params::new(q, &["talos", "kubernetes"], &[]).and_then(|q| {
+        let parse = |key: &str| -> Result<Version, Error> {
+            let v = q
+                .get(key)
+                .ok_or_else(|| Error::bad_input(format!("{key}: missing query parameter")))?;
+            Version::parse_named(v, key)
+        };
+        Ok((parse("talos")?, parse("kubernetes")?))
+    });
+    let (talos, k8s) = match parsed {
+        Ok(p) => p,
+        Err(e) => return super::error::JsonError(e).into_response(),
     };
     let (supported, message) = match st.matrix.check(&talos, &k8s) {
         Ok(s) => (true, s.message),
         Err(e) => (false, e.to_string()),
     };
-    Json(serde_json::json!({
+    document(&serde_json::json!({
         "supported": supported,
         "message": message,
         "talos": talos.to_string(),
         "kubernetes": k8s.to_string(),
     }))
-    .into_response()
+}
+
+/// The same bytes the CLI prints for the same question (`--json`):
+/// [`crate::text::json_document`].
+fn document(v: &serde_json::Value) -> Response {
+    (
+        StatusCode::OK,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        crate::text::json_document(v),
+    )
+        .into_response()
 }
 
 /// The query keys of `/api/v1/upgrade-plan`.
@@ -78,39 +97,24 @@ const UPGRADE_KEYS: &[&str] = &[
 /// `GET /api/v1/upgrade-plan?fromTalos=&fromKubernetes=&toTalos=&toKubernetes=[&replace=true]`:
 /// 200 with the JSON `upgrade plan --json` prints; 400 for bad input (an
 /// unknown key, a missing or malformed version), 422 when no path exists
-/// (the blocking rule named); the error as `{"error": ...}`.
+/// (the blocking rule named); the error as `{"error": ...}`. The query is
+/// read as every `/api/v1/` route's ([`Params`]).
 pub async fn upgrade_plan(
     State(st): State<AppState>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
-    match upgrade_plan_json(&st.matrix, &q) {
-        Ok(v) => Json(v).into_response(),
+    match Params::new(q, UPGRADE_KEYS, &[]).and_then(|q| upgrade_plan_json(&st.matrix, &q)) {
+        Ok(v) => document(&v),
         Err(e) => super::error::JsonError(e).into_response(),
     }
 }
 
 fn upgrade_plan_json(
     matrix: &crate::matrix::Matrix,
-    q: &HashMap<String, String>,
+    q: &Params,
 ) -> Result<serde_json::Value, Error> {
-    if let Some(k) = q.keys().find(|k| !UPGRADE_KEYS.contains(&k.as_str())) {
-        return Err(Error::bad_input(format!(
-            "{:?}: not a query parameter of /api/v1/upgrade-plan (known: {})",
-            k.chars().take(64).collect::<String>(),
-            UPGRADE_KEYS.join(", ")
-        )));
-    }
-    let replace = match q.get("replace").map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(Error::bad_input(format!(
-                "replace: {:?} is not true or false",
-                other.chars().take(64).collect::<String>()
-            )));
-        }
-    };
-    let get = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+    let replace = q.flag("replace")?;
+    let get = |k: &str| q.get(k).unwrap_or("");
     let plan = crate::upgrade::plan(
         matrix,
         &crate::upgrade::Question {

@@ -6,6 +6,11 @@
 //! not stored yet). Thin: parse the query, ask [`crate::datavolume`] and
 //! the image cache, answer YAML (or JSON).
 //!
+//! Every refusal is `{"error": ...}` (the query read as on every
+//! `/api/v1/` route, [`Params`]). A `talosVersion` without a patch
+//! (`v1.13`) is the newest release of that minor the support matrix knows,
+//! said in a `Warning: 299`.
+//!
 //! `golden=true&namespace=NS`: the import in NS and the `DataSource` naming
 //! it (two YAML documents; JSON a `List`). `cloneFrom=NS/NAME&name=&size=
 //! [&storageClass=&namespace=]`: a worker's DataVolume cloned from that
@@ -17,13 +22,12 @@
 //! (the stored artifact's xz index) plus headroom, and the answer carries
 //! that size in `x-talos-gen-raw-disk-size`.
 
-use std::collections::HashMap;
-
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::error::Answered;
+use super::query::Params;
 use super::state::AppState;
 use crate::datavolume::{self, Names, Request};
 use crate::error::Error;
@@ -55,29 +59,25 @@ const IMPORT_ONLY: &[&str] = &[
     "golden",
 ];
 
+/// The answer: YAML (or JSON with `format=json`); every refusal, the
+/// fill's too, `{"error": ...}` as on every `/api/v1/` route.
 pub async fn get(
     State(st): State<AppState>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(q): Query<Vec<(String, String)>>,
     headers: HeaderMap,
 ) -> Response {
-    let json = q.get("format").map(String::as_str) == Some("json");
-    // An error in the format asked: `{"error": ...}` with `format=json`
-    // (the fill's too), else the one line of text the YAML answer's reader
-    // expects ([`super::error::PlainText`]: not made JSON by the API's shape).
-    let fail = |e: &dyn Answered| match json {
-        true => super::error::json_of(e),
-        false => super::error::PlainText::answer(e),
+    let fail = |e: &dyn Answered| super::error::json_of(e);
+    let (q, json) = match Params::new(q, KEYS, &[]).and_then(|q| check_format(&q).map(|j| (q, j))) {
+        Ok(q) => q,
+        Err(e) => return fail(&e),
     };
-    if let Err(e) = check_keys(&q) {
-        return fail(&e);
-    }
     if let Some(from) = q.get("cloneFrom") {
         return match clone(&q, from) {
-            Ok(p) => answer(json, p.to_json(), p.to_yaml()),
+            Ok(p) => answer(json, p.to_json(), p.to_yaml(), None),
             Err(e) => fail(&e),
         };
     }
-    let plan = match plan(&st, &q, &headers) {
+    let (plan, note) = match plan(&st, &q, &headers) {
         Ok(p) => p,
         Err(e) => return fail(&e),
     };
@@ -105,7 +105,7 @@ pub async fn get(
         Ok(p) => p,
         Err(e) => return fail(&e),
     };
-    let mut resp = answer(json, plan.to_json(&sha), plan.to_yaml(&sha));
+    let mut resp = answer(json, plan.to_json(&sha), plan.to_yaml(&sha), note);
     if let Some(raw) = plan.raw_size {
         resp.headers_mut().insert(RAW_SIZE, raw.into());
     }
@@ -116,8 +116,10 @@ pub async fn get(
 /// index), on every import answer.
 pub const RAW_SIZE: &str = "x-talos-gen-raw-disk-size";
 
-fn answer(json: bool, j: serde_json::Value, yaml: String) -> Response {
-    if json {
+/// The documents; a bare minor's note as a `Warning: 299` (as
+/// `/api/v1/machineconfig` carries its notes).
+fn answer(json: bool, j: serde_json::Value, yaml: String, note: Option<String>) -> Response {
+    let mut r = if json {
         axum::Json(j).into_response()
     } else {
         (
@@ -126,22 +128,29 @@ fn answer(json: bool, j: serde_json::Value, yaml: String) -> Response {
             yaml,
         )
             .into_response()
+    };
+    if let Some(v) = note.and_then(|n| {
+        HeaderValue::from_str(&format!("299 talos-gen \"{}\"", n.replace('"', "'"))).ok()
+    }) {
+        r.headers_mut().append(header::WARNING, v);
     }
+    r
 }
 
-fn clone(q: &HashMap<String, String>, from: &str) -> crate::Result<datavolume::ClonePlan> {
-    if let Some(k) = IMPORT_ONLY.iter().find(|k| q.contains_key(**k)) {
+fn clone(q: &Params, from: &str) -> crate::Result<datavolume::ClonePlan> {
+    if let Some(k) = IMPORT_ONLY.iter().find(|k| q.has(k)) {
         return Err(Error::bad_input(format!(
             "{k}: not with cloneFrom (a clone reads the golden image's DataSource, not an import)"
         )));
     }
+    let opt = |k: &str| q.get(k).map(str::to_string);
     datavolume::clone_plan(
         &datavolume::CloneRequest {
             clone_from: from.to_string(),
-            name: q.get("name").cloned().unwrap_or_default(),
-            size: q.get("size").cloned().unwrap_or_default(),
-            storage_class: q.get("storageClass").cloned(),
-            namespace: q.get("namespace").cloned(),
+            name: opt("name").unwrap_or_default(),
+            size: opt("size").unwrap_or_default(),
+            storage_class: opt("storageClass"),
+            namespace: opt("namespace"),
             profile: profile(q)?,
         },
         Names::Query,
@@ -149,69 +158,59 @@ fn clone(q: &HashMap<String, String>, from: &str) -> crate::Result<datavolume::C
 }
 
 /// `profile=cozystack`, else talos-gen's own layout.
-fn profile(q: &HashMap<String, String>) -> crate::Result<datavolume::Profile> {
+fn profile(q: &Params) -> crate::Result<datavolume::Profile> {
     match q.get("profile") {
         Some(p) => datavolume::Profile::parse(p, "profile"),
         None => Ok(datavolume::Profile::Plain),
     }
 }
 
-fn check_keys(q: &HashMap<String, String>) -> crate::Result<()> {
-    if let Some(k) = q.keys().find(|k| !KEYS.contains(&k.as_str())) {
-        return Err(Error::bad_input(format!(
-            "{:?}: not a query parameter of /api/v1/datavolume (known: {})",
-            k.chars().take(64).collect::<String>(),
-            KEYS.join(", ")
-        )));
+/// `format`: `yaml` (the default) or `json`; true for JSON.
+fn check_format(q: &Params) -> crate::Result<bool> {
+    match q.get("format") {
+        None | Some("yaml") => Ok(false),
+        Some("json") => Ok(true),
+        Some(f) => Err(Error::bad_input(format!(
+            "format: {} is not yaml or json",
+            crate::text::clip_quoted(&format!("{f:?}"))
+        ))),
     }
-    if let Some(f) = q
-        .get("format")
-        .filter(|f| !matches!(f.as_str(), "yaml" | "json"))
-    {
-        return Err(Error::bad_input(format!(
-            "format: {:?} is not yaml or json",
-            f.chars().take(64).collect::<String>()
-        )));
-    }
-    Ok(())
 }
 
 fn plan(
     st: &AppState,
-    q: &HashMap<String, String>,
+    q: &Params,
     headers: &HeaderMap,
-) -> crate::Result<datavolume::Plan> {
-    let golden = match q.get("golden").map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(Error::bad_input(format!(
-                "golden: {:?} is not true or false",
-                other.chars().take(64).collect::<String>()
-            )));
-        }
-    };
+) -> crate::Result<(datavolume::Plan, Option<String>)> {
+    let golden = q.flag("golden")?;
     let need = |k: &str| {
         q.get(k)
-            .cloned()
+            .map(str::to_string)
             .ok_or_else(|| Error::bad_input(format!("{k}: missing query parameter")))
     };
+    // A bare minor (`v1.13`) is the newest release of it the matrix
+    // knows, as for `machineconfig`; the note rides on the answer.
+    let (talos_version, note) = st
+        .matrix
+        .release_of(&need("talosVersion")?, "talosVersion")?;
+    let opt = |k: &str| q.get(k).map(str::to_string);
     let req = Request {
         base_url: super::factory::base_url(st, headers),
         schematic: need("schematic")?,
-        talos_version: need("talosVersion")?,
-        platform: q.get("platform").cloned(),
-        arch: q.get("arch").cloned(),
-        name: q.get("name").cloned().unwrap_or_default(),
-        size: q.get("size").cloned().unwrap_or_default(),
-        storage_class: q.get("storageClass").cloned(),
-        cert_configmap: q.get("certConfigMap").cloned(),
-        namespace: q.get("namespace").cloned(),
+        talos_version,
+        platform: opt("platform"),
+        arch: opt("arch"),
+        name: opt("name").unwrap_or_default(),
+        size: opt("size").unwrap_or_default(),
+        storage_class: opt("storageClass"),
+        cert_configmap: opt("certConfigMap"),
+        namespace: opt("namespace"),
         golden,
         profile: profile(q)?,
-        cdi_version: q.get("cdiVersion").cloned(),
+        cdi_version: opt("cdiVersion"),
     };
-    datavolume::plan(&req, Names::Query, &|n| {
+    let plan = datavolume::plan(&req, Names::Query, &|n| {
         st.schematics.id_by_name(n).map(str::to_string)
-    })
+    })?;
+    Ok((plan, note))
 }

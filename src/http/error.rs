@@ -156,26 +156,23 @@ pub fn json_of(e: &dyn Answered) -> Response {
     json(status, msg)
 }
 
-/// Marks a plain-text error a handler chose on purpose for its route
-/// (`/api/v1/datavolume` without `format=json` answers YAML, its errors
-/// one line of text): [`shape`] leaves it as it is.
-#[derive(Debug, Clone, Copy)]
-pub struct PlainText;
-
-impl PlainText {
-    /// `e` as one line of text (`Retry-After: 5` on a 503), marked.
-    pub fn answer(e: &dyn Answered) -> Response {
-        let status = e.status();
-        if status.is_server_error() {
-            tracing::error!(error = %e.message(), "request failed");
+/// A refusal made before any handler (the token check, the store gate, the
+/// body deadline: [`super::limits::Refusal`]) answered in its route
+/// family's shape at once: the OCI body on `/v2/`, `{"error": ...}` on
+/// `/api/`, one line of text elsewhere (`Retry-After: 5` on a 503), never
+/// text that [`shape`] parses back.
+pub fn refusal(path: &str, status: StatusCode, msg: &str) -> Response {
+    match Family::of(path) {
+        Family::Registry => oci(status, oci_code(status), msg),
+        Family::Api => json(status, msg.to_string()),
+        Family::Plain => {
+            let mut r = text(status, msg);
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            r
         }
-        let mut r = text(status, e.message());
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-        }
-        r.extensions_mut().insert(PlainText);
-        r
     }
 }
 
@@ -256,15 +253,13 @@ pub fn oci_code(status: StatusCode) -> &'static str {
     }
 }
 
-/// The OCI answer: `{"errors":[{"code","message"}]}` (no body to a HEAD),
-/// `application/json`, the distribution API version header; `Retry-After: 5`
-/// on a 503.
-pub fn oci(status: StatusCode, code: &str, message: &str, head: bool) -> Response {
-    let body = if head {
-        Body::empty()
-    } else {
-        Body::from(serde_json::json!({"errors": [{"code": code, "message": message}]}).to_string())
-    };
+/// The OCI answer: `{"errors":[{"code","message"}]}`, `application/json`,
+/// the distribution API version header; `Retry-After: 5` on a 503. A HEAD
+/// gets the same head, its `Content-Length` the GET's (the body is never
+/// sent to a HEAD: axum and hyper drop it).
+pub fn oci(status: StatusCode, code: &str, message: &str) -> Response {
+    let body =
+        Body::from(serde_json::json!({"errors": [{"code": code, "message": message}]}).to_string());
     let mut r = Response::new(body);
     *r.status_mut() = status;
     if status.is_server_error() {
@@ -308,8 +303,14 @@ pub async fn shape(req: Request, next: Next) -> Response {
             status,
             StatusCode::PRECONDITION_FAILED | StatusCode::RANGE_NOT_SATISFIABLE
         );
-    let chosen = resp.extensions().get::<PlainText>().is_some();
-    if family == Family::Plain || !plain || !refusal || chosen {
+    if family == Family::Plain {
+        return match refusal && !head && http_body::Body::size_hint(resp.body()).exact() == Some(0)
+        {
+            true => with_line(resp),
+            false => resp,
+        };
+    }
+    if !plain || !refusal {
         return resp;
     }
     let (mut parts, body) = resp.into_parts();
@@ -327,10 +328,34 @@ pub async fn shape(req: Request, next: Next) -> Response {
         false => line,
     };
     let shaped = match family {
-        Family::Registry => oci(status, oci_code(status), &line, head),
+        Family::Registry => oci(status, oci_code(status), &line),
         _ => json(status, line),
     };
     let (new, body) = shaped.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    for (k, v) in &new.headers {
+        parts.headers.insert(k, v.clone());
+    }
+    Response::from_parts(parts, body)
+}
+
+/// A bodiless refusal on a text route (axum's own 405) given its one
+/// line: the status's reason, and for a 405 what the route answers
+/// (its `Allow`).
+fn with_line(resp: Response) -> Response {
+    let (mut parts, _) = resp.into_parts();
+    let reason = parts.status.canonical_reason().unwrap_or("refused");
+    let line = match parts
+        .headers
+        .get(header::ALLOW)
+        .and_then(|a| a.to_str().ok())
+    {
+        Some(allow) if parts.status == StatusCode::METHOD_NOT_ALLOWED => {
+            format!("{reason}: this route answers {allow}")
+        }
+        _ => reason.to_string(),
+    };
+    let (new, body) = text(parts.status, line).into_parts();
     parts.headers.remove(header::CONTENT_LENGTH);
     for (k, v) in &new.headers {
         parts.headers.insert(k, v.clone());
@@ -343,7 +368,10 @@ impl IntoResponse for FetchError {
         let status = fetch_status(&self);
         match self {
             FetchError::Status {
-                content_type, body, ..
+                content_type,
+                body,
+                retry_after,
+                ..
             } => {
                 // The body as it came, under a type no browser runs: JSON
                 // (a registry's `{"errors":[...]}`) keeps its type, anything
@@ -358,6 +386,10 @@ impl IntoResponse for FetchError {
                     header::X_CONTENT_TYPE_OPTIONS,
                     HeaderValue::from_static("nosniff"),
                 );
+                // An upstream's 429 tells the client when to come back.
+                if let Some(v) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
+                    r.headers_mut().insert(header::RETRY_AFTER, v);
+                }
                 r
             }
             FetchError::Unavailable(m) => {
@@ -414,7 +446,8 @@ mod tests {
             st(FetchError::Status {
                 status: 404,
                 content_type: None,
-                body: bytes::Bytes::new()
+                body: bytes::Bytes::new(),
+                retry_after: None,
             }
             .into_response()),
             404
@@ -427,6 +460,7 @@ mod tests {
                 status: 404,
                 content_type: Some(ct.into()),
                 body: bytes::Bytes::from_static(b"<script>alert(1)</script>"),
+                retry_after: None,
             }
             .into_response();
             let h = |n| r.headers().get(n).unwrap().to_str().unwrap().to_string();

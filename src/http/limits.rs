@@ -24,9 +24,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::Writes;
@@ -35,8 +35,16 @@ use super::state::AppState;
 /// Largest request body accepted (POST endpoints): 1 MiB.
 pub const BODY_LIMIT: usize = 1 << 20;
 
-/// Largest request head (request line plus headers) accepted: 32 KiB (431 above).
+/// Largest request header fields accepted: 32 KiB (431 above, [`head_size`]).
 pub const HEADER_LIMIT: usize = 32 << 10;
+
+/// Longest request target accepted: 32 KiB (414 above, [`head_size`]).
+pub const URI_LIMIT: usize = 32 << 10;
+
+/// Largest request head hyper reads whole (request line and fields): room
+/// for hyper's own 64 KiB bound on the target (414 past it) and the
+/// fields, so a long URI is told 414, not 431.
+pub const HEAD_BUFFER: usize = 80 << 10;
 
 /// Most header fields accepted in one request.
 pub const MAX_HEADERS: usize = 100;
@@ -69,29 +77,119 @@ pub async fn enforce(State(st): State<AppState>, mut req: Request, next: Next) -
     if policy.writes == Writes::Token && is_write(&req) && token == Some(false) {
         st.metrics.auth_failure();
         tracing::warn!(path = %req.uri().path(), "refused: missing or wrong bearer token");
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer realm=\"talos-gen\"")],
-            "error: this endpoint requires Authorization: Bearer <token> (--api-token-file)\n",
-        )
-            .into_response();
+        return Refusal::Token.answer(&req);
     }
     // Without --api-token-file every client is trusted alike (pinned, as
     // before); with it, only the token's bearer pins.
     let pin = policy.writes == Writes::PinnedWithToken && token != Some(false);
     req.extensions_mut().insert(PinWrites(pin));
     if policy.gated(req.method(), req.uri().path()) && !st.store.available() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [("retry-after", "5")],
-            format!(
-                "the store {} does not answer; try again\n",
-                st.store.describe()
-            ),
-        )
-            .into_response();
+        return Refusal::StoreDown(st.store.describe()).answer(&req);
     }
     next.run(req).await
+}
+
+/// Why this layer refused a request, before any handler: typed, answered
+/// in the route family's shape by [`super::error::refusal`] (never text a
+/// middleware parses back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A write without the bearer token `--api-token-file` holds: 401.
+    Token,
+    /// A store-gated route while the store (named) does not answer: 503.
+    StoreDown(String),
+    /// A write's body not whole within `--body-read-timeout`: 408.
+    BodyLate(Duration),
+}
+
+impl Refusal {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Refusal::Token => StatusCode::UNAUTHORIZED,
+            Refusal::StoreDown(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::BodyLate(_) => StatusCode::REQUEST_TIMEOUT,
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Refusal::Token => {
+                "this endpoint requires Authorization: Bearer <token> (--api-token-file)".into()
+            }
+            Refusal::StoreDown(store) => format!("the store {store} does not answer; try again"),
+            Refusal::BodyLate(limit) => format!(
+                "the request body did not arrive whole within {}s (--body-read-timeout)",
+                limit.as_secs_f64()
+            ),
+        }
+    }
+
+    /// The answer to `req`: its family's shape, with the headers this
+    /// refusal carries (the challenge, `Connection: close`).
+    pub fn answer<B>(&self, req: &axum::http::Request<B>) -> Response {
+        self.answer_at(req.uri().path())
+    }
+
+    fn answer_at(&self, path: &str) -> Response {
+        let mut r = super::error::refusal(path, self.status(), &self.message());
+        let h = r.headers_mut();
+        match self {
+            Refusal::Token => {
+                h.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"talos-gen\""),
+                );
+            }
+            Refusal::BodyLate(_) => {
+                h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Refusal::StoreDown(_) => {}
+        }
+        r
+    }
+}
+
+/// Middleware: the request's `Host` (RFC 9112 3.2): an HTTP/1.1 request
+/// without one, or any request with more than one, is 400 in its family's
+/// shape; so every route (`/pxe`'s URLs, the datavolume's base URL) reads
+/// one host or none. (HTTP/1.0 may omit it; HTTP/2 names its authority.)
+pub async fn one_host(req: Request, next: Next) -> Response {
+    let hosts = req.headers().get_all(header::HOST).iter().count();
+    let why = match hosts {
+        0 if req.version() == axum::http::Version::HTTP_11 => {
+            "an HTTP/1.1 request names its host: no Host header (RFC 9112 3.2)"
+        }
+        n if n > 1 => "a request names one host: more than one Host header (RFC 9112 3.2)",
+        _ => return next.run(req).await,
+    };
+    super::error::refusal(req.uri().path(), StatusCode::BAD_REQUEST, why)
+}
+
+/// Middleware: a request target longer than [`URI_LIMIT`] is 414 (RFC
+/// 9110 15.5.15), header fields above [`HEADER_LIMIT`] 431 (RFC 6585 5),
+/// each with its one line in the route family's shape. (hyper reads heads
+/// up to [`HEAD_BUFFER`] and refuses a target of 64 KiB itself, 414.)
+pub async fn head_size(req: Request, next: Next) -> Response {
+    let uri = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    let fields: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    let (status, why) = if uri > URI_LIMIT {
+        (
+            StatusCode::URI_TOO_LONG,
+            format!("the request target is {uri} bytes; at most {URI_LIMIT} are read"),
+        )
+    } else if fields > HEADER_LIMIT {
+        (
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!("the header fields are {fields} bytes; at most {HEADER_LIMIT} are read"),
+        )
+    } else {
+        return next.run(req).await;
+    };
+    super::error::refusal(req.uri().path(), status, &why)
 }
 
 /// Middleware: count requests by route template and status; time to the head.
@@ -222,15 +320,7 @@ pub async fn body_deadline(State(st): State<AppState>, req: Request, next: Next)
         return resp;
     }
     tracing::warn!(%path, "refused: the request body did not arrive within the body read timeout");
-    (
-        StatusCode::REQUEST_TIMEOUT,
-        [(header::CONNECTION, "close")],
-        format!(
-            "error: the request body did not arrive whole within {}s (--body-read-timeout)\n",
-            limit.as_secs_f64()
-        ),
-    )
-        .into_response()
+    Refusal::BodyLate(limit).answer_at(&path)
 }
 
 /// A request body that ends in an error once its deadline passes.

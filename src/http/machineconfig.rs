@@ -91,31 +91,26 @@ const LISTS: &[&str] = &[
 /// body (the values file as it is, YAML or JSON; empty: none) as `values`.
 fn query_request(query: &[(String, String)], body: &Bytes) -> Result<Request, Error> {
     use serde_json::{Map, Value as J};
-    let mut m = Map::new();
-    for (k, v) in query {
-        match k.as_str() {
-            "secrets" | "withSecrets" => {
-                return Err(Error::bad_input(format!(
-                    "{k}: not a query parameter (a URL is logged); send the secrets in the JSON envelope's \"secrets\" with \"values\" beside it"
-                )));
-            }
+    if let Some((k, _)) = query
+        .iter()
+        .find(|(k, _)| matches!(k.as_str(), "secrets" | "withSecrets" | "values"))
+    {
+        return Err(Error::bad_input(match k.as_str() {
             "values" => {
-                return Err(Error::bad_input(
-                    "values: with query parameters the body is the values file; not a query parameter",
-                ));
+                "values: with query parameters the body is the values file; not a query parameter"
+                    .to_string()
             }
+            k => format!(
+                "{k}: not a query parameter (a URL is logged); send the secrets in the JSON envelope's \"secrets\" with \"values\" beside it"
+            ),
+        }));
+    }
+    let q = super::query::Params::new(query.to_vec(), FIELDS, LISTS)?;
+    let mut m = Map::new();
+    for (k, v) in q.pairs() {
+        match k.as_str() {
             "force" => {
-                // As the CLI's booleans: true/false, 1/0, any case.
-                let b = match v.to_ascii_lowercase().as_str() {
-                    "true" | "1" => true,
-                    "false" | "0" => false,
-                    _ => {
-                        return Err(Error::bad_input(format!(
-                            "force: {v:?} is not a boolean; give true or false, 1 or 0"
-                        )));
-                    }
-                };
-                m.insert(k.clone(), J::Bool(b));
+                m.insert(k.clone(), J::Bool(super::query::flag(k, v)?));
             }
             k if LISTS.contains(&k) => {
                 let list = m
@@ -129,16 +124,8 @@ fn query_request(query: &[(String, String)], body: &Bytes) -> Result<Request, Er
                     }
                 }
             }
-            k if FIELDS.contains(&k) => {
-                // Given twice: the last wins, as for a flag.
+            k => {
                 m.insert(k.to_string(), J::String(v.clone()));
-            }
-            other => {
-                return Err(Error::bad_input(crate::text::unknown_word(
-                    "query parameter",
-                    other,
-                    FIELDS,
-                )));
             }
         }
     }
@@ -266,7 +253,11 @@ pub async fn generate(
 }
 
 /// `POST /api/v1/kubelet-reservations`: answers JSON with the contract's fields.
-pub async fn reservations(body: Bytes) -> Response {
+/// It takes no query parameter (one given is 400, as on every `/api/v1/` route).
+pub async fn reservations(Query(query): Query<Vec<(String, String)>>, body: Bytes) -> Response {
+    if let Err(e) = super::query::Params::new(query, &[], &[]) {
+        return error_response(e);
+    }
     let result = super::blocking::run("computing the reservations", move || {
         parse_body::<ReservationsRequest>(&body)
             .and_then(|req| machineconfig::kubelet_reservations(&req))
@@ -357,5 +348,13 @@ mod tests {
         );
         let e = query_request(&q(&[("force", "yes")]), &body).unwrap_err();
         assert!(e.to_string().starts_with("force:"), "{e}");
+        let e =
+            query_request(&q(&[("clusterName", "a"), ("clusterName", "b")]), &body).unwrap_err();
+        assert!(
+            e.to_string().starts_with("clusterName: given 2 times"),
+            "{e}"
+        );
+        let r = query_request(&q(&[("force", "TRUE")]), &body).unwrap();
+        assert!(r.force);
     }
 }

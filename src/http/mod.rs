@@ -18,6 +18,7 @@ pub mod blocking;
 pub mod conns;
 pub mod datavolume;
 pub mod error;
+pub mod query;
 pub mod ranges;
 pub mod state;
 
@@ -327,6 +328,10 @@ pub fn router(state: AppState) -> Router {
             limits::body_deadline,
         ))
         .fallback(api::not_found)
+        // One Host (RFC 9112 3.2), before any route reads it.
+        .layer(axum::middleware::from_fn(limits::one_host))
+        // A long target 414, large header fields 431.
+        .layer(axum::middleware::from_fn(limits::head_size))
         // Every refusal in its route family's shape (OCI, JSON, text).
         .layer(axum::middleware::from_fn(error::shape))
         // Every answer, 401 and 413 included, gets its line.
@@ -342,8 +347,8 @@ pub fn router(state: AppState) -> Router {
 /// Bytes hyper queues for one connection before it stops asking the body
 /// for more (its default, about 400 KiB, made a stalled reader hold that
 /// much; this bounds it, with a 1 MiB stored window still queued whole).
-/// Also the read buffer, so at least [`limits::HEADER_LIMIT`].
-pub const WRITE_QUEUE: usize = 64 << 10;
+/// Also the read buffer, so at least [`limits::HEAD_BUFFER`].
+pub const WRITE_QUEUE: usize = 80 << 10;
 
 /// The address `--listen` names: `:8080` means all interfaces, as Go
 /// programs (and kubectl) read it.
@@ -359,10 +364,10 @@ fn listen_addr(listen: &str) -> Result<SocketAddr> {
 /// HTTP/1 as every connection is served: bounded heads and queues.
 fn http1(cfg: &ServeConfig) -> hyper::server::conn::http1::Builder {
     let mut http = hyper::server::conn::http1::Builder::new();
-    const _: () = assert!(limits::HEADER_LIMIT <= WRITE_QUEUE);
+    const _: () = assert!(limits::HEAD_BUFFER <= WRITE_QUEUE);
     http.timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(cfg.header_read_timeout)
-        .max_header_size(limits::HEADER_LIMIT)
+        .max_header_size(limits::HEAD_BUFFER)
         .max_buf_size(WRITE_QUEUE)
         .max_headers(limits::MAX_HEADERS)
         .keep_alive(true);

@@ -365,7 +365,8 @@ pub async fn respond(obj: Object, req: &HeaderMap, a: Answer) -> Response {
         return bodiless(status, h);
     }
     let ask = match req.get(header::RANGE).and_then(|v| v.to_str().ok()) {
-        Some(v) if a.validators.range_applies(req) => parse_range(v, len),
+        // Range applies to GET only: a HEAD gets the 200's headers (RFC 9110 14.2).
+        Some(v) if !a.head_only && a.validators.range_applies(req) => parse_range(v, len),
         _ => RangeAsk::Full,
     };
     let (status, range) = match ask {

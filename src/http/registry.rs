@@ -38,7 +38,7 @@ pub async fn v2_tail(State(st): State<AppState>, req: Request) -> Response {
     let (parts, _body) = req.into_parts();
     let r = match handle(&st, &parts).await {
         Ok(r) => r,
-        Err(e) => error_response(&e, &parts.method),
+        Err(e) => error_response(&e),
     };
     st.registry.response(r.status().as_u16());
     r
@@ -52,9 +52,18 @@ fn set_common(h: &mut HeaderMap) {
 }
 
 /// An [`OciError`] answered: the one OCI answer ([`super::error::oci`]).
-pub fn error_response(e: &OciError, method: &Method) -> Response {
+pub fn error_response(e: &OciError) -> Response {
     let status = super::error::oci_status(e.kind);
-    super::error::oci(status, e.code(), &e.message, method == Method::HEAD)
+    let mut r = super::error::oci(status, e.code(), &e.message);
+    // An upstream's 429 tells the client when to come back.
+    if let Some(v) = e
+        .retry_after
+        .as_deref()
+        .and_then(|v| HeaderValue::from_str(v).ok())
+    {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    r
 }
 
 /// The query parameter `name`, percent-decoded, if any (repeated or not
@@ -235,6 +244,14 @@ async fn manifest(ask: &Ask<'_>) -> Result<Response, OciError> {
     let (reg, p) = (&ask.st.registry, &ask.p);
     let r = Reference::parse(p.reference)?;
     let m = reg.manifest(&ask.up, p.repo, &r).await?;
+    let accept = ask.req.headers.get_all(header::ACCEPT);
+    if !crate::registry::accepts(accept.iter().filter_map(|v| v.to_str().ok()), &m.media_type) {
+        return Err(crate::registry::not_accepted(
+            p.repo,
+            p.reference,
+            &m.media_type,
+        ));
+    }
     let mut resp = match ask.head {
         true => Response::new(Body::empty()),
         false => Response::new(Body::from(m.body.clone())),
@@ -405,7 +422,7 @@ async fn serve_blob(
 
 impl IntoResponse for OciError {
     fn into_response(self) -> Response {
-        error_response(&self, &Method::GET)
+        error_response(&self)
     }
 }
 

@@ -95,6 +95,17 @@ fn named_schematic(req: &Request) -> Option<Request> {
     })
 }
 
+/// A values file that holds nothing (empty, only comments, a pipe that
+/// brought nothing) is never a config: bad input, not the chart's defaults.
+fn non_empty(tree: Value) -> Result<Value> {
+    match tree {
+        Value::Null => Err(Error::bad_input(
+            "--values: the file holds no values (empty, or only comments); give the pool's values, or leave --values out for the chart's defaults",
+        )),
+        t => Ok(t),
+    }
+}
+
 /// The profile's values (`--profile cozystack`, `--values`); none without
 /// the profile.
 fn profile(req: &Request) -> Result<Option<cozystack::Values>> {
@@ -102,7 +113,11 @@ fn profile(req: &Request) -> Result<Option<cozystack::Values>> {
         None => None,
         Some("cozystack") => {
             let mut values = match &req.values {
-                Some(v) => cozystack::Values::from_value(as_tree(v, "--values")?, "--values")?,
+                Some(v) => cozystack::Values::from_value_in(
+                    non_empty(as_tree(v, "--values")?)?,
+                    "--values",
+                    v.as_str(),
+                )?,
                 None => cozystack::Values::defaults(),
             };
             if let Some(id) = crate::schematic::embedded_id(&values.schematic_id) {
@@ -208,12 +223,6 @@ impl Versions {
         notes: &mut Vec<String>,
     ) -> Result<String> {
         let (talos, talos_text, talos_what) = (&self.talos, &self.talos_text, self.talos_what);
-        if talos.build {
-            return Err(Error::bad_input(format!(
-                "{talos_what}: {talos_text:?}: an image tag cannot carry build metadata (+...); give the release ({}) or --install-image",
-                tag_text(talos_text.split('+').next().unwrap_or_default())
-            )));
-        }
         if talos.patch.is_some() {
             return Ok(tag_text(talos_text));
         }

@@ -1,7 +1,7 @@
 //! The values of one Cozystack `kubernetes-nodes` worker pool, read as the
 //! chart reads them: chart defaults for what the file leaves out, the
-//! chart's keys the generator has no use for ignored, any other key at the
-//! top level or inside `talos` and `kubelet` refused.
+//! chart's keys the generator has no use for ignored, every key checked
+//! against the chart's schema at its own depth first (`chart_schema`).
 
 use serde::Deserialize;
 
@@ -132,24 +132,14 @@ fn text(v: &Option<Value>, field: &str, what: &str) -> Result<Option<String>> {
     }
 }
 
-/// A key the chart does not have is a typo (`talso:` would leave
-/// talos.version at the default without a word): refused.
-fn check_chart_keys(v: &Value, what: &str) -> Result<()> {
-    if let Value::Mapping(m) = v {
-        for k in m.keys() {
-            let k = match k {
-                Value::String(s) => s.clone(),
-                other => format!("{other:?}"),
-            };
-            if !CHART_KEYS.contains(&k.as_str()) {
-                return Err(Error::bad_input(format!(
-                    "{what}: {}",
-                    crate::text::unknown_word("top-level key", &k, CHART_KEYS)
-                )));
-            }
-        }
+/// A schema refusal, with the line and column of its field in `source`
+/// when the text is at hand and the field is found in it.
+fn placed(r: super::chart_schema::Refused, source: Option<&str>) -> Error {
+    let steps = super::chart_schema::steps(&r.at);
+    match source.and_then(|t| crate::yaml::locate(t, &steps)) {
+        Some((line, col)) => Error::bad_input(format!("{} (line {line}, column {col})", r.error)),
+        None => r.error,
     }
-    Ok(())
 }
 
 /// `talos.registryMirrors`: host -> endpoints (at least one) and options.
@@ -238,6 +228,12 @@ fn sizing(
 impl Values {
     /// Parse a values tree (`what` names the source in errors).
     pub fn from_value(v: Value, what: &str) -> Result<Values> {
+        Values::from_value_in(v, what, None)
+    }
+
+    /// [`Values::from_value`] of a tree parsed from `source`: a field the
+    /// schema refuses is placed at its line and column there.
+    pub fn from_value_in(v: Value, what: &str, source: Option<&str>) -> Result<Values> {
         let v = match v {
             Value::Null => Value::Mapping(Mapping::new()),
             Value::Mapping(m) => Value::Mapping(m),
@@ -247,7 +243,9 @@ impl Values {
                 )));
             }
         };
-        check_chart_keys(&v, what)?;
+        // Every key at its own depth, its type (a version never a YAML
+        // number, a memory quantity with its unit, every URL a URL).
+        super::chart_schema::check_in(&v, what, source).map_err(|r| placed(r, source))?;
         let raw: RawValues = crate::yaml::from_value(v, what)?;
         let talos = raw.talos.unwrap_or_default();
         let or = |v: Option<String>, d: &str| v.unwrap_or_else(|| d.to_string());

@@ -10,6 +10,7 @@ use crate::version::Version;
 use crate::yaml::Value;
 
 mod assemble;
+mod chart_schema;
 pub mod contract;
 pub mod cozystack;
 pub mod duration;

@@ -379,8 +379,10 @@ fn read_index<R: Read>(
         .ok_or_else(|| {
             bad_input("empty, or not a tar file (expected a `talos-gen mirror export` file)".into())
         })?
-        .map_err(|_| {
-            bad_input("not a tar file (expected a `talos-gen mirror export` file)".into())
+        .map_err(|e| match e.kind() {
+            // A pipe no writer opened (`input::Opened`): said as it is.
+            std::io::ErrorKind::TimedOut => bad_input(e.to_string()),
+            _ => bad_input("not a tar file (expected a `talos-gen mirror export` file)".into()),
         })?;
     let name = first
         .path()

@@ -337,6 +337,7 @@ impl Config {
             crate::input::Kind::FileOrPipe,
         )
         .map_err(|e| Error::bad_input(format!("--config {}: {e}", path.display())))?;
+        crate::yaml::require_document(&text, &format!("--config {}", path.display()), "config")?;
         let base = path.parent().unwrap_or(Path::new("."));
         Config::parse_with(&text, base, &format!("--config {}", path.display()), matrix)
     }

@@ -91,6 +91,8 @@ impl OciKind {
 pub struct OciError {
     pub kind: OciKind,
     pub message: String,
+    /// The upstream's `Retry-After` (its 429), passed on to the client.
+    pub retry_after: Option<String>,
 }
 
 impl OciError {
@@ -98,6 +100,7 @@ impl OciError {
         OciError {
             kind,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -160,7 +163,14 @@ impl From<FetchError> for OciError {
             FetchError::Local(_) => OciKind::Internal,
             FetchError::Unavailable(_) => OciKind::Unavailable,
         };
-        OciError::new(kind, e.to_string())
+        let retry_after = match &e {
+            FetchError::Status { retry_after, .. } => retry_after.clone(),
+            _ => None,
+        };
+        OciError {
+            retry_after,
+            ..OciError::new(kind, e.to_string())
+        }
     }
 }
 
@@ -171,12 +181,16 @@ impl From<FetchError> for OciError {
 pub(super) fn fill_error(e: FetchError, repo: &str, d: &Digest) -> OciError {
     match e {
         FetchError::Status { status: 404, .. } => blob_unknown(repo, d),
-        FetchError::Status { status, .. } => match check_status(
+        FetchError::Status {
+            status,
+            retry_after,
+            ..
+        } => match check_status(
             StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
             repo,
             d.as_str(),
         ) {
-            Err(e) => e,
+            Err(e) => OciError { retry_after, ..e },
             Ok(()) => OciError::upstream(format!("upstream answered {status} for blob {d}")),
         },
         other => OciError::from(other),
@@ -187,6 +201,23 @@ pub(super) fn fill_error(e: FetchError, repo: &str, d: &Digest) -> OciError {
 /// fired, 502 otherwise): [`OciError::from`] a [`FetchError`].
 pub(super) fn fetch_error(e: FetchError) -> OciError {
     OciError::from(e)
+}
+
+/// [`check_status`] of an upstream's answer, its `Retry-After` (a 429's)
+/// kept for the client.
+pub(super) fn check_answer(
+    resp: &reqwest::Response,
+    repo: &str,
+    reference: &str,
+) -> Result<(), OciError> {
+    check_status(resp.status(), repo, reference).map_err(|e| OciError {
+        retry_after: crate::upstream::retry_after(
+            resp.headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()),
+        ),
+        ..e
+    })
 }
 
 pub(super) fn check_status(st: StatusCode, repo: &str, reference: &str) -> Result<(), OciError> {

@@ -32,7 +32,7 @@ use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 
-use super::error::{OciError, OciKind, check_status, fetch_error};
+use super::error::{OciError, OciKind, check_answer, fetch_error};
 use super::layout::{Malformed, manifest_refs, referrers_key, tag_list_key, tag_prefix};
 use super::manifest::unanswered;
 use super::names::{self, Digest, UpstreamId};
@@ -268,7 +268,7 @@ impl Registry {
                     format!("repository {repo} is not known upstream"),
                 ));
             }
-            check_status(st, repo, "tags/list")?;
+            check_answer(&resp, repo, "tags/list")?;
             let links: Vec<String> = resp
                 .headers()
                 .get_all(reqwest::header::LINK)
@@ -472,7 +472,7 @@ impl Registry {
             if merged.is_none() && st.is_client_error() && st != StatusCode::TOO_MANY_REQUESTS {
                 return Ok(None);
             }
-            check_status(st, repo, &format!("referrers/{d}"))?;
+            check_answer(&resp, repo, &format!("referrers/{d}"))?;
             let links = resp
                 .headers()
                 .get_all(reqwest::header::LINK)

@@ -13,13 +13,57 @@ use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 
 use super::client::MANIFEST_ACCEPT;
-use super::error::{OciError, OciKind, check_status, fetch_error, manifest_unknown};
+use super::error::{OciError, OciKind, check_answer, fetch_error, manifest_unknown};
 use super::layout::{manifest_key, tag_key};
 use super::names::{Digest, Reference, UpstreamId};
 use super::proxy::{Registry, miss_path, scope};
 use crate::cache::{Rules, Served, Stored, revalidate};
 use crate::fill::Claim;
 use crate::store::{Key, Meta};
+
+/// The manifest types that list platform manifests (an OCI image index,
+/// a Docker manifest list).
+pub const INDEX_TYPES: &[&str] = &[
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+];
+
+/// Does a client whose `Accept` headers are `accept` take a manifest of
+/// `media_type`? A single-platform manifest always (as distribution serves
+/// it); an index only to a client that names its type (or `*/*`,
+/// `application/*`), or that sent no `Accept`: a client that accepts only
+/// Docker v2 single-platform manifests is never sent an index (distribution
+/// answers it 404, `MANIFEST_UNKNOWN`).
+pub fn accepts<'a>(accept: impl IntoIterator<Item = &'a str>, media_type: &str) -> bool {
+    let essence = |t: &str| {
+        t.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    };
+    if !INDEX_TYPES.contains(&essence(media_type).as_str()) {
+        return true;
+    }
+    let mut any = false;
+    for t in accept.into_iter().flat_map(|h| h.split(',')).map(essence) {
+        any = true;
+        if t == "*/*" || t == "application/*" || t == essence(media_type) {
+            return true;
+        }
+    }
+    !any
+}
+
+/// The refusal of an index to a client that does not accept one.
+pub fn not_accepted(repo: &str, reference: &str, media_type: &str) -> OciError {
+    OciError::new(
+        OciKind::ManifestUnknown,
+        format!(
+            "manifest {repo}:{reference} is an index ({media_type}), and the request's Accept takes no index; ask with Accept: {media_type}"
+        ),
+    )
+}
 
 /// Largest manifest accepted from an upstream (distribution's own limit is 4 MiB).
 pub const MAX_MANIFEST: usize = 4 << 20;
@@ -362,7 +406,7 @@ impl Registry {
         if st == StatusCode::NOT_FOUND {
             return Ok(None);
         }
-        check_status(st, repo, reference)?;
+        check_answer(&resp, repo, reference)?;
         let media_type = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -467,4 +511,32 @@ pub fn media_type_field(body: &[u8]) -> Option<String> {
         media_type: Option<String>,
     }
     serde_json::from_slice::<M>(body).ok()?.media_type
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_index_only_to_a_client_that_accepts_one() {
+        let oci = "application/vnd.oci.image.index.v1+json";
+        let list = "application/vnd.docker.distribution.manifest.list.v2+json";
+        let v2 = "application/vnd.docker.distribution.manifest.v2+json";
+        assert!(!accepts([v2], oci));
+        assert!(!accepts([v2], list));
+        assert!(accepts([v2], v2));
+        assert!(accepts([], oci));
+        assert!(accepts(["*/*"], oci));
+        assert!(accepts(
+            [v2, "application/vnd.oci.image.index.v1+json;q=0.5"],
+            oci
+        ));
+        assert!(accepts(
+            [
+                "application/vnd.oci.image.manifest.v1+json, APPLICATION/VND.DOCKER.DISTRIBUTION.MANIFEST.LIST.V2+JSON"
+            ],
+            list
+        ));
+        assert!(!accepts([v2], &format!("{oci}; charset=utf-8")));
+    }
 }

@@ -32,6 +32,6 @@ pub use error::{OciError, OciKind};
 pub use listing::{
     INDEX_MEDIA_TYPE, MAX_LIST, Referrers, ReferrersSource, TagList, TagQuery, empty_index,
 };
-pub use manifest::{MAX_MANIFEST, Manifest, media_type_field};
+pub use manifest::{INDEX_TYPES, MAX_MANIFEST, Manifest, accepts, media_type_field, not_accepted};
 pub use names::{Digest, MirrorTable, NameError, Reference, UpstreamId};
 pub use proxy::{BLOB_FILL_TIMEOUT, Blob, Registry, TAG_REVALIDATE};

@@ -11,7 +11,7 @@ use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 
 use super::client::RegistryClient;
-use super::error::{OciError, OciKind, blob_unknown, check_status, fetch_error, fill_error};
+use super::error::{OciError, OciKind, blob_unknown, check_answer, fetch_error, fill_error};
 use super::layout::{self, blob_key};
 use super::names::{self, Digest, MirrorTable, NameError, UpstreamId};
 use crate::fill::{FillSpec, Fills, Joined};
@@ -384,7 +384,7 @@ impl Registry {
         if st == StatusCode::NOT_FOUND {
             return Err(blob_unknown(repo, d));
         }
-        check_status(st, repo, d.as_str())?;
+        check_answer(&resp, repo, d.as_str())?;
         // Not `content_length()`: for a HEAD answer that is the (empty) body's size.
         resp.headers()
             .get(reqwest::header::CONTENT_LENGTH)

@@ -865,11 +865,13 @@ fn input_files_are_files_or_pipes_and_bounded() {
             "{err}"
         );
     }
-    // A FIFO nobody writes to: read as empty at once, not waited on.
+    // A FIFO nobody writes to: never read as empty (issue 50 item 2), never
+    // a hang: bad input once its first writer was waited for (10 s).
     let mut args = base.to_vec();
     args.extend(["--with-secrets", fifo.to_str().unwrap()]);
     let (code, _, err) = mc(&args, None);
     assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no writer opened within 10s"), "{err}");
     let bin = env!("CARGO_BIN_EXE_talos-gen");
     let sh = |script: String| {
         std::process::Command::new("bash")

@@ -9,6 +9,7 @@ mod cli_matrix_schematic;
 mod cli_smoke;
 mod datavolume_catalog;
 mod house_rules;
+mod inputs_as_typed;
 mod machineconfig_air_gap;
 mod machineconfig_cli;
 mod machineconfig_parity;

@@ -122,13 +122,14 @@ fn versions_never_tag_an_image_with_a_bare_minor() {
         ],
     );
     assert_eq!(code, 0, "{err}");
-    // Build metadata is echoed as typed, never written as a tag.
+    // Build metadata is echoed as typed, never written as a tag; it is not
+    // a version anywhere (issue 50 item 9: `+` is not valid in an OCI tag).
     let (code, _, err) = mc(&shared, &["--talos-version", "v1.13.6+build"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("\"v1.13.6+build\""), "{err}");
-    let (code, out, _) = matrix_check("v1.13.6+build", "v1.30");
-    assert_eq!(code, 1);
-    let _ = out;
+    let (code, _, err) = matrix_check("v1.13.6+build", "v1.30");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("build metadata"), "{err}");
 }
 
 /// Item 1: one wording for every version refusal, and what --force can do.
@@ -275,17 +276,23 @@ fn errors_name_what_was_typed() {
             "talos",
         ),
     ] {
-        std::fs::write(&typo, typo_text).unwrap();
+        std::fs::write(&typo, &typo_text).unwrap();
         let (code, out, err) = mc(
             &shared,
             &["--profile", "cozystack", "-f", typo.to_str().unwrap()],
         );
         assert_eq!(code, 2, "{err}");
         assert!(out.is_empty(), "{out}");
+        // The key's own line and column follow (issue 50 item 4).
+        let line = typo_text
+            .lines()
+            .position(|l| l.starts_with(&format!("{key}:")))
+            .unwrap()
+            + 1;
         assert_eq!(
             err.trim(),
             format!(
-                "talos-gen: --values: unknown top-level key \"{key}\" (nearest known: \"{near}\")"
+                "talos-gen: --values: unknown top-level key \"{key}\" (nearest known: \"{near}\") (line {line}, column 1)"
             )
         );
     }

@@ -586,7 +586,6 @@ fn go_kubernetes_path_cases_answered_the_same() {
             minor: b.parse().unwrap(),
             patch: Some(0),
             pre: None,
-            build: false,
         }
     };
     for case in PATH_SUPPORTED {
@@ -634,7 +633,6 @@ fn brute_force(m: &Matrix, from: &Pair, to: &Pair, replace: bool) -> Option<usiz
             minor,
             patch: None,
             pre: None,
-            build: false,
         };
         if let Some((p, _)) = m.kubernetes_patch(&mv, None) {
             k8s.push(p);

@@ -875,3 +875,61 @@ async fn manifests_answer_304_and_412_as_blobs_do() {
         assert_eq!(r.status, 412);
     }
 }
+
+/// Issue 50 item 15: a client that accepts only Docker v2 single-platform
+/// manifests is never sent an index: 404 `MANIFEST_UNKNOWN`, as
+/// distribution answers (a GET and a HEAD alike); the platform manifests
+/// are served to it, and the index to a client that names its type, asks
+/// `*/*`, or sends no Accept. A HEAD refused carries its GET's head.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_index_goes_only_to_a_client_that_accepts_one() {
+    let up = Registry::start();
+    let img = push_factory_image(&up.url(), &repo(), "v1.13.8", &[MIB], 11).await;
+    let cache = tempfile::tempdir().unwrap();
+    let svc = service(&up, cache.path(), &[]);
+    let http = reqwest::Client::new();
+    let url = installer_url(&svc, "manifests/v1.13.8");
+    for head in [false, true] {
+        let req = if head {
+            http.head(&url)
+        } else {
+            http.get(&url)
+        };
+        let r = send(req.header("accept", DOCKER_MANIFEST)).await;
+        assert_eq!(r.status, 404, "head={head}");
+        if !head {
+            let j: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(j["errors"][0]["code"], "MANIFEST_UNKNOWN", "{j}");
+            assert!(
+                j["errors"][0]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("is an index"),
+                "{j}"
+            );
+            let h = send(http.head(&url).header("accept", DOCKER_MANIFEST)).await;
+            assert_eq!(
+                h.headers["content-length"],
+                r.body.len().to_string().as_str()
+            );
+        }
+    }
+    for accept in [Some(ACCEPT_ALL), Some("*/*"), Some(INDEX_TYPE), None] {
+        let mut req = http.get(&url);
+        if let Some(a) = accept {
+            req = req.header("accept", a);
+        }
+        let r = send(req).await;
+        assert_eq!(r.status, 200, "{accept:?}");
+        assert_eq!(r.body, img.index.as_slice(), "{accept:?}");
+    }
+    for (_, bytes, digest) in &img.manifests {
+        let r = send(
+            http.get(installer_url(&svc, &format!("manifests/{digest}")))
+                .header("accept", DOCKER_MANIFEST),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{digest}");
+        assert_eq!(&r.body, bytes, "{digest}");
+    }
+}

@@ -6,6 +6,7 @@ mod support;
 
 mod body_limits;
 mod datavolume;
+mod edge_small_things;
 mod factory_metadata;
 mod http_machineconfig;
 mod image_e2e;

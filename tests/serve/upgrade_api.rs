@@ -88,7 +88,7 @@ async fn upgrade_plan_answers_the_cli_json() {
         (
             "fromTalos=v1.13.9&fromKubernetes=1.35.6&toTalos=v1.14&toKubernetes=1.35&bogus=1",
             400,
-            "not a query parameter",
+            "unknown query parameter \"bogus\"",
         ),
     ] {
         let r = get(q.to_string()).await;
