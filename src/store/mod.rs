@@ -1,77 +1,33 @@
-//! The content-addressed store: objects by sha256, an index from keys to
-//! objects. Knows nothing of HTTP, Talos or OCI: keys in, verified objects
-//! out. Two halves behind this facade, as pingora's cache keeps metadata
-//! apart from bodies:
-//! - the **entry store** ([`entries`]): the index in memory (keys,
-//!   change tokens, pins, leases, LRU eviction), cross-process refresh and
-//!   adoption under the store lock;
-//! - the **object store** ([`objects`]): bodies and their block checksums
-//!   (read once and kept in memory while the object is held: objects are
-//!   immutable; a local object's open file too, from its first read),
-//!   the commit, the check on every chunk read ([`read`]), quarantine, and
-//!   for a bucket the local tier ([`tier`]).
+//! The content-addressed store: objects by sha256, an index from typed
+//! keys to objects; keys in, verified objects out, nothing of HTTP, Talos
+//! or OCI. Two halves behind this facade, as pingora's cache keeps
+//! metadata apart from bodies: the **entry store** ([`entries`]: the index
+//! in memory, change tokens, pins ([`pins`], records apart from entries),
+//! leases, eviction ([`evict`]), other processes' writes read in under the
+//! store lock) and the **object store** ([`objects`]: bodies and their
+//! block checksums, kept in memory while held; the commit; every read
+//! checked ([`read`], [`checked`]); quarantine; a bucket's local tier),
+//! the bytes in a [`Backend`] ([`LocalDir`], [`S3Backend`]).
 //!
-//! The bytes live in a [`Backend`] ([`backend`] says what one must
-//! guarantee): the local directory ([`LocalDir`], `--cache-dir`) or a
-//! bucket ([`S3Backend`]).
-//!
-//! # Never waiting on the backend
 //! No mutex of the store is held across a backend call, a file open or a
-//! read; a remote backend is called only from blocking threads
-//! ([`Store::open_key`], [`Store::commit`] and the rest use `spawn_blocking`,
-//! every call bounded by the backend's timeout), so a frozen bucket
-//! stalls the requests that need it, never the others. What stays on the
-//! async worker is memory work: opening a local object already held open
-//! (its file and checksums in memory), and copying a piece of it from the
-//! page cache into the stream's buffer (`preadv2` with `RWF_NOWAIT`, which
-//! never waits on the disk; a piece not all in memory is read on a
-//! blocking thread) and checking it there.
-//!
-//! # Layout of the local directory (see [`local`])
-//! `objects/sha256/<hex>` (the bytes), `sums/<hex>` (their per-chunk
-//! checksums, [`sums`]), `index/<sha256(key)>.json` (one [`Entry`] per
-//! key: a key never becomes a path), `pins/<sha256(key)>.pin` (a pinned
-//! key's pin record, [`pins`]), `tmp/` (writes in progress, each
-//! holding a `flock`), `lock` (the store lock).
-//!
-//! # Guarantees
-//! - Every write goes to a temp file, is fsynced and renamed; an object is
-//!   visible only once its index entry is written, and an object whose
-//!   entry could not be written (a full disk) is removed again.
-//! - Every read checks each chunk it hands out ([`StoredObject::stream`]);
-//!   a rotten object is dropped with every key naming it.
-//! - Several processes may share one store (`serve` and the mirror job, in
-//!   their own PID namespaces): index writes and deletions happen under
-//!   the store lock, and before deleting anything a process re-reads the
-//!   index entries others wrote ([`Store::evict`] never drops what another
-//!   process pinned); a temp file is removed only when no process holds
-//!   its lock.
-//! - Only names the store itself writes are ever removed, only in its own
-//!   subfolders; anything else there (and any FIFO, socket, device or link)
-//!   is left alone with a warning and never opened.
-//!
-//! # Usage
+//! read; backends are called only from blocking threads, each call
+//! bounded, so a frozen bucket stalls only the requests that need it. What
+//! stays on an async worker is memory work (a local object already open,
+//! a piece the page cache holds, copied with `RWF_NOWAIT` and checked).
+//! Guarantees: an object is visible only once whole and named by an entry;
+//! every chunk handed out is checked and a rotten object is dropped with
+//! its keys; processes sharing a store re-read the index before deleting
+//! and never undo another's pin; only names the store writes are removed,
+//! in its own folders ([`local`] has the directory's layout). E.g.:
 //! ```no_run
 //! # async fn demo() -> talos_gen::Result<()> {
 //! use talos_gen::store::{Key, Meta, Store};
 //! let store = Store::open("/var/cache/talos-gen", Some(50 << 30))?;
-//! // keys are typed: one constructor per kind of stored thing
 //! let key = Key::image("x", "v1.0.0", "a.raw.xz");
-//! // write
-//! let entry = store
-//!     .commit_bytes(&key, b"hello"[..].into(), Meta::default())
-//!     .await?;
-//! assert_eq!(entry.size, 5);
-//! // read (the lease keeps the object from eviction while held)
-//! // (held, absent, or the store did not answer: never taken for absent)
-//! if let Ok(Some(obj)) = store.lookup(&key) {
-//!     let _body = obj.stream(0, 5); // Stream<Item = io::Result<Bytes>>, chunk-checked
-//! }
+//! store.commit_bytes(&key, b"hello"[..].into(), Meta::default()).await?;
+//! if let Ok(Some(obj)) = store.lookup(&key) { let _body = obj.stream(0, 5); }
 //! # Ok(()) }
 //! ```
-//! Several keys may name one object ([`Store::link`]); eviction
-//! (`--cache-max-size`, [`Store::evict`]) removes least-recently-used objects
-//! that no reader holds and no key pins, with every key naming them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
