@@ -128,10 +128,12 @@ g() { RUST_LOG=warn "$GARAGE" -c "$W/garage/garage.toml" "$@"; }
 RUST_LOG=warn "$GARAGE" -c "$W/garage/garage.toml" server > "$W/garage/log" 2>&1 &
 GPID=$!
 track "$GPID"
-for _ in $(seq 200); do g node id -q > /dev/null 2>&1 && break; sleep 0.1; done
-ID=$(g node id -q | cut -d@ -f1)
-g layout assign -z z0 -c 1G "$ID" > /dev/null
-g layout apply --version 1 > /dev/null
+# Garage's RPC can take a while to listen on a loaded machine (a suite's
+# builds beside it): up to 60 s, then a clear failure.
+for _ in $(seq 600); do g node id -q > /dev/null 2>&1 && break; sleep 0.1; done
+ID=$(g node id -q | cut -d@ -f1) || { echo "garage did not answer within 60 s" >&2; tail -5 "$W/garage/log" >&2; exit 1; }
+for _ in $(seq 50); do g layout assign -z z0 -c 1G "$ID" > /dev/null 2>&1 && break; sleep 0.2; done
+for _ in $(seq 50); do g layout apply --version 1 > /dev/null 2>&1 && break; sleep 0.2; done
 for _ in $(seq 100); do g bucket create talos-gen > /dev/null 2>&1 && break; sleep 0.2; done
 KEY=$(g key create chaos)
 export AWS_ACCESS_KEY_ID=$(awk '/Key ID:/{print $3}' <<< "$KEY")
