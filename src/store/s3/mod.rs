@@ -56,6 +56,7 @@ mod conn;
 mod lock;
 mod span;
 mod upload;
+mod uploads;
 
 pub use lock::LEASE_TTL;
 use span::S3Object;
@@ -519,6 +520,10 @@ impl Drop for S3Backend {
 impl Backend for S3Backend {
     fn describe(&self) -> String {
         self.cfg.url()
+    }
+
+    fn abort_stale_uploads(&self, older_than: Duration) -> io::Result<super::backend::Aborted> {
+        self.abort_old_uploads(older_than)
     }
 
     fn kind(&self) -> Kind {
