@@ -140,6 +140,8 @@ pub struct S3Backend {
     /// The local tier (`--local-cache-max-size`): copies of objects on
     /// the spool volume, kept and dropped by this backend alone.
     tier: Option<Arc<Tier>>,
+    /// This process's multipart uploads in flight (never aborted by a sweep).
+    uploading: uploads::InFlight,
 }
 
 fn io_err(e: object_store::Error) -> io::Error {
@@ -293,6 +295,7 @@ impl S3Backend {
             conditional_create: false,
             conditional_update: false,
             tier: None,
+            uploading: Default::default(),
         };
         me.measure_conditions()?;
         if me.conditional_create {

@@ -17,9 +17,12 @@
 //! Only `objects/` is looked at: the store's one multipart writer is an
 //! object's upload ([`super::upload`]), and nothing outside what
 //! talos-gen writes is touched. An upload in flight is younger than the
-//! age (it is never asked below the time an upload takes).
+//! age (it is never asked below the time an upload takes), and this
+//! process's own are skipped whatever their age ([`InFlight`]).
 
+use std::collections::HashMap;
 use std::io;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use object_store::ClientOptions;
@@ -51,6 +54,47 @@ pub(super) struct Page {
     pub next: Option<(String, String)>,
 }
 
+/// The keys of this process's multipart uploads in flight (with how many
+/// on each key).
+#[derive(Debug, Default, Clone)]
+pub(super) struct InFlight(Arc<Mutex<HashMap<String, usize>>>);
+
+/// Held while an upload to its key runs.
+pub(super) struct Entered {
+    set: InFlight,
+    key: String,
+}
+
+impl InFlight {
+    pub(super) fn enter(&self, key: &str) -> Entered {
+        *self.map().entry(key.to_string()).or_default() += 1;
+        Entered {
+            set: self.clone(),
+            key: key.to_string(),
+        }
+    }
+
+    fn holds(&self, key: &str) -> bool {
+        self.map().contains_key(key)
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let mut map = self.set.map();
+        if let Some(n) = map.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
 impl S3Backend {
     /// Abort the unfinished uploads under `objects/` started more than
     /// `older_than` ago.
@@ -60,7 +104,8 @@ impl S3Backend {
         let mut marker = None;
         for _ in 0..PAGES {
             let page = self.list_uploads_page(&client, marker.take())?;
-            for u in page.uploads.iter().filter(|u| stale(u, older_than)) {
+            let old = page.uploads.iter().filter(|u| stale(u, older_than));
+            for u in old.filter(|u| !self.uploading.holds(&u.key)) {
                 match self.abort_upload(u) {
                     Ok(()) => {
                         tracing::info!(key = %u.key, "aborted an unfinished multipart upload");
@@ -258,6 +303,17 @@ mod tests {
 
     const PAGE: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <ListMultipartUploadsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Bucket>b</Bucket><KeyMarker></KeyMarker><UploadIdMarker></UploadIdMarker><NextKeyMarker>p/objects/sha256/bb</NextKeyMarker><NextUploadIdMarker>id2</NextUploadIdMarker><Prefix>p/objects/</Prefix><MaxUploads>1000</MaxUploads><IsTruncated>true</IsTruncated><Upload><Key>p/objects/sha256/aa</Key><UploadId>id1</UploadId><Initiator><ID>x</ID></Initiator><Initiated>2026-12-07T21:00:00.000Z</Initiated></Upload><Upload><Key>p/objects/a&amp;b</Key><UploadId>id2</UploadId><Initiated>not a time</Initiated></Upload></ListMultipartUploadsResult>"#;
+
+    #[test]
+    fn an_upload_in_flight_is_held_until_it_ends() {
+        let set = InFlight::default();
+        let a = set.enter("p/objects/sha256/aa");
+        let b = set.enter("p/objects/sha256/aa");
+        drop(a);
+        assert!(set.holds("p/objects/sha256/aa"), "the second still runs");
+        drop(b);
+        assert!(!set.holds("p/objects/sha256/aa"));
+    }
 
     #[test]
     fn a_listing_page_is_read() {
