@@ -88,10 +88,13 @@ impl Store {
     }
 
     /// Abort the backend's unfinished uploads of objects started more than
-    /// `older_than` ago (blocking); counted.
+    /// `older_than` ago (blocking); counted. A failure is this sweep's
+    /// alone: it does not mark the store down (a bucket may refuse the
+    /// listing and still serve every object).
     pub fn abort_stale_uploads(&self, older_than: Duration) -> Result<Aborted> {
         let done = self
-            .answered(self.backend().abort_stale_uploads(older_than))
+            .backend()
+            .abort_stale_uploads(older_than)
             .map_err(|e| self.did_not_answer(e))?;
         self.inner
             .aborted_uploads
