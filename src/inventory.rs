@@ -69,6 +69,8 @@ pub struct Totals {
     /// Orphan objects, and their bytes, swept since start.
     pub swept_objects: u64,
     pub swept_bytes: u64,
+    /// Unfinished multipart uploads aborted since start.
+    pub aborted_uploads: u64,
 }
 
 impl StoredKey {
@@ -137,6 +139,7 @@ impl Inventory {
             corrupt_dropped: self.store.corrupt_dropped(),
             swept_objects: self.store.swept().0,
             swept_bytes: self.store.swept().1,
+            aborted_uploads: self.store.aborted_uploads(),
         }
     }
 

@@ -64,6 +64,7 @@ struct Inner {
     store_corrupt: Counter,
     store_orphans_swept: Counter,
     store_orphan_bytes_swept: Counter,
+    store_multipart_aborted: Counter,
     hits: Family<Kind, Counter>,
     misses: Family<Kind, Counter>,
     bytes_served: Family<Kind, Counter>,
@@ -221,6 +222,11 @@ impl Inner {
             self.store_orphan_bytes_swept.clone(),
         );
         r.register(
+            "store_multipart_aborted",
+            "Unfinished multipart uploads (a process killed mid-upload) aborted by the store's sweep once an hour old",
+            self.store_multipart_aborted.clone(),
+        );
+        r.register(
             "store_corrupt_objects",
             "Stored objects dropped because a read found a chunk whose bytes no longer match its checksum",
             self.store_corrupt.clone(),
@@ -330,6 +336,7 @@ impl Metrics {
             store_corrupt: Default::default(),
             store_orphans_swept: Default::default(),
             store_orphan_bytes_swept: Default::default(),
+            store_multipart_aborted: Default::default(),
             hits: Default::default(),
             misses: Default::default(),
             bytes_served: Default::default(),
@@ -533,6 +540,15 @@ impl Metrics {
         }
     }
 
+    /// The store's count of aborted multipart uploads (monotonic), as a
+    /// counter.
+    pub fn set_store_aborted(&self, total: u64) {
+        let now = self.0.store_multipart_aborted.get();
+        if total > now {
+            self.0.store_multipart_aborted.inc_by(total - now);
+        }
+    }
+
     pub fn auth_failure(&self) {
         self.0.auth_failures.inc();
     }
@@ -611,8 +627,22 @@ mod tests {
             "talos_gen_upstream_fetches_total{kind=\"image\",result=\"error\"} 0",
             "talos_gen_responses_total{kind=\"registry\",result=\"5xx\"} 0",
             "talos_gen_auth_failures_total 0",
+            "talos_gen_store_multipart_aborted_total 0",
         ] {
             assert!(t.contains(line), "{line} in\n{t}");
         }
+    }
+
+    /// The store's aborted uploads, a monotonic total, as a counter.
+    #[test]
+    fn aborted_uploads_count() {
+        let m = Metrics::new();
+        m.set_store_aborted(2);
+        m.set_store_aborted(2);
+        let t = m.render();
+        assert!(
+            t.contains("talos_gen_store_multipart_aborted_total 2"),
+            "{t}"
+        );
     }
 }

@@ -15,6 +15,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     state
         .metrics
         .set_store_swept(totals.swept_objects, totals.swept_bytes);
+    state.metrics.set_store_aborted(totals.aborted_uploads);
     state
         .metrics
         .set_store_counts(totals.objects, totals.keys, totals.pinned);

@@ -206,6 +206,16 @@ pub struct Listed {
     pub token: u64,
 }
 
+/// What one abort of unfinished uploads did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Aborted {
+    /// Unfinished multipart uploads aborted.
+    pub uploads: u64,
+    /// Stale ones whose abort the backend did not confirm (tried again at
+    /// the next sweep).
+    pub failed: u64,
+}
+
 /// Anything a lock guard can be.
 pub trait Held {}
 impl<T> Held for T {}
@@ -229,6 +239,13 @@ pub trait Backend: Send + Sync + 'static {
     fn spool(&self) -> io::Result<(PathBuf, File)>;
     /// Remove spool files no process holds (start-up).
     fn clean_spool(&self);
+    /// Abort the unfinished uploads of objects started more than
+    /// `older_than` ago (a bucket's multipart uploads a killed process
+    /// left). The default: a backend without such uploads has none.
+    fn abort_stale_uploads(&self, older_than: Duration) -> io::Result<Aborted> {
+        let _ = older_than;
+        Ok(Aborted::default())
+    }
 
     /// Every object: digest -> length.
     fn list_objects(&self) -> io::Result<HashMap<String, u64>>;

@@ -59,7 +59,7 @@ mod temp;
 mod tests;
 mod tier;
 
-pub use backend::{Backend, Kind, ObjectRead};
+pub use backend::{Aborted, Backend, Kind, ObjectRead};
 use entries::State;
 pub use key::{AsKey, Family, Key, KeyKind, KeyPrefix};
 pub use local::LocalDir;
@@ -68,7 +68,7 @@ pub use objects::hash_and_sum;
 pub use read::{Lease, StoredObject};
 pub use room::NoRoom;
 pub use s3::{S3Backend, S3Config};
-pub use sweep::{SWEEP_EVERY, Swept};
+pub use sweep::{SWEEP_EVERY, Swept, UPLOAD_AGE};
 pub use temp::{SpoolWriter, TempObject};
 
 /// Bytes per step when streaming a stored object (1 MiB measured best
@@ -275,6 +275,8 @@ struct Inner {
     /// Orphan objects, and their bytes, swept while running (`sweep`).
     swept_objects: AtomicU64,
     swept_bytes: AtomicU64,
+    /// Unfinished multipart uploads aborted while running (`sweep`).
+    aborted_uploads: AtomicU64,
     /// An eviction is scheduled or running.
     evicting: AtomicBool,
     /// A reader left while an eviction ran: run another round.
@@ -406,6 +408,7 @@ impl Store {
                 corrupt: AtomicU64::new(0),
                 swept_objects: AtomicU64::new(0),
                 swept_bytes: AtomicU64::new(0),
+                aborted_uploads: AtomicU64::new(0),
                 evicting: AtomicBool::new(false),
                 evict_again: AtomicBool::new(false),
                 refreshing: AtomicBool::new(false),

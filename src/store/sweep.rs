@@ -9,6 +9,13 @@
 //! Counted: [`Store::swept`] (`talos_gen_store_orphans_swept_total`,
 //! `talos_gen_store_orphan_bytes_swept_total`).
 //!
+//! The same sweep aborts the unfinished multipart uploads of objects
+//! started more than [`UPLOAD_AGE`] ago (a process killed mid-upload
+//! leaves them; the bucket backend lists them, `store::s3::uploads`; a
+//! backend without such uploads has none): [`Store::abort_stale_uploads`],
+//! counted by [`Store::aborted_uploads`]
+//! (`talos_gen_store_multipart_aborted_total`).
+//!
 //! Nothing is deleted on a view the backend did not confirm: the index is
 //! re-read under the store lock first, and an object a key names after
 //! that (another process's commit) is kept.
@@ -18,12 +25,18 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Store;
+use super::backend::Aborted;
 use super::entries::ORPHAN_GRACE;
 use crate::error::Result;
 
 /// How often `serve` sweeps: debris is gone within this long of turning
 /// [`ORPHAN_GRACE`] old.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(300);
+
+/// How old an unfinished multipart upload is before a sweep aborts it: far
+/// above the time an upload takes (one is bounded by the store's timeout
+/// per part), so none in flight is aborted.
+pub const UPLOAD_AGE: Duration = Duration::from_secs(3600);
 
 /// What one sweep removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +87,26 @@ impl Store {
         Ok(swept)
     }
 
+    /// Abort the backend's unfinished uploads of objects started more than
+    /// `older_than` ago (blocking); counted. A failure is this sweep's
+    /// alone: it does not mark the store down (a bucket may refuse the
+    /// listing and still serve every object).
+    pub fn abort_stale_uploads(&self, older_than: Duration) -> Result<Aborted> {
+        let done = self
+            .backend()
+            .abort_stale_uploads(older_than)
+            .map_err(|e| self.did_not_answer(e))?;
+        self.inner
+            .aborted_uploads
+            .fetch_add(done.uploads, Ordering::Relaxed);
+        Ok(done)
+    }
+
+    /// Unfinished multipart uploads aborted since start.
+    pub fn aborted_uploads(&self) -> u64 {
+        self.inner.aborted_uploads.load(Ordering::Relaxed)
+    }
+
     /// Orphan objects and their bytes swept since start.
     pub fn swept(&self) -> (u64, u64) {
         (
@@ -93,14 +126,32 @@ impl Store {
                     return;
                 };
                 let store = Store { inner };
-                let r = tokio::task::spawn_blocking(move || store.sweep_orphans(ORPHAN_GRACE));
-                match r.await {
-                    Ok(Ok(s)) if s.failed > 0 => {
+                let r = tokio::task::spawn_blocking(move || {
+                    (
+                        store.sweep_orphans(ORPHAN_GRACE),
+                        store.abort_stale_uploads(UPLOAD_AGE),
+                    )
+                });
+                let (orphans, uploads) = match r.await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "sweep: the task did not run");
+                        continue;
+                    }
+                };
+                match orphans {
+                    Ok(s) if s.failed > 0 => {
                         tracing::warn!(failed = s.failed, "sweep: orphans not deleted")
                     }
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => tracing::warn!(error = %e, "sweep: nothing swept"),
-                    Err(e) => tracing::warn!(error = %e, "sweep: the task did not run"),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "sweep: nothing swept"),
+                }
+                match uploads {
+                    Ok(a) if a.failed > 0 => {
+                        tracing::warn!(failed = a.failed, "sweep: unfinished uploads not aborted")
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "sweep: no unfinished upload aborted"),
                 }
             }
         });

@@ -7,6 +7,7 @@ mod support;
 mod frozen_bucket;
 mod garage_cluster;
 mod https_bucket;
+mod multipart_sweep;
 mod pin_race;
 mod s3_store;
 mod slow_readers;

@@ -56,6 +56,7 @@ mod conn;
 mod lock;
 mod span;
 mod upload;
+mod uploads;
 
 pub use lock::LEASE_TTL;
 use span::S3Object;
@@ -139,6 +140,8 @@ pub struct S3Backend {
     /// The local tier (`--local-cache-max-size`): copies of objects on
     /// the spool volume, kept and dropped by this backend alone.
     tier: Option<Arc<Tier>>,
+    /// This process's multipart uploads in flight (never aborted by a sweep).
+    uploading: uploads::InFlight,
 }
 
 fn io_err(e: object_store::Error) -> io::Error {
@@ -292,6 +295,7 @@ impl S3Backend {
             conditional_create: false,
             conditional_update: false,
             tier: None,
+            uploading: Default::default(),
         };
         me.measure_conditions()?;
         if me.conditional_create {
@@ -519,6 +523,10 @@ impl Drop for S3Backend {
 impl Backend for S3Backend {
     fn describe(&self) -> String {
         self.cfg.url()
+    }
+
+    fn abort_stale_uploads(&self, older_than: Duration) -> io::Result<super::backend::Aborted> {
+        self.abort_old_uploads(older_than)
     }
 
     fn kind(&self) -> Kind {

@@ -40,6 +40,7 @@ impl S3Backend {
         }
         let s3 = self.s3.clone();
         let p = path.clone();
+        let _mine = self.uploading.enter(path.as_ref());
         let mut up = self.call(async move { s3.put_multipart(&p).await })?;
         let rt = self.rt.as_ref().expect("runtime present until drop");
         let res = (|| {
