@@ -87,7 +87,7 @@ impl Checker {
         let first = (from / unit as u64) as usize;
         b.chunks(unit)
             .enumerate()
-            .all(|(i, blk)| self.fits(first + i, blk.len(), crc32c::crc32c(blk)))
+            .all(|(i, blk)| self.fits(first + i, blk.len(), super::sums::crc(blk)))
     }
 
     /// `b` (the bytes at `from`, block-aligned: whole blocks, the last
@@ -116,7 +116,7 @@ impl Checker {
         let mut at = from;
         for blk in b.chunks(unit as usize) {
             let block = (at / unit) as usize;
-            if !self.fits(block, blk.len(), crc32c::crc32c(blk)) {
+            if !self.fits(block, blk.len(), super::sums::crc(blk)) {
                 self.mismatch_blocking(at, at + blk.len() as u64, blk)?;
             }
             at += blk.len() as u64;
