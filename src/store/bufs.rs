@@ -67,9 +67,7 @@ mod tests {
         assert_eq!(take(192 << 10).len(), 256 << 10);
         // larger than every size: memory of its own, never kept
         assert!(take(320 << 10).is_empty());
-        let mut big = Vec::new();
-        big.resize(320 << 10, 0);
-        give(big);
+        give(vec![0; 320 << 10]);
         // a buffer given back comes out again, unzeroed: its bytes are the
         // reader's to write over
         let mut b = take(256 << 10);
