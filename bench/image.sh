@@ -18,6 +18,7 @@
 #   git worktree add /tmp/old f1d6411 && (cd /tmp/old && cargo build --release)
 #   TALOS_GEN_OLD_BIN=/tmp/old/target/release/talos-gen ROUNDS=3 bench/image.sh 64
 #   SIZE_MIB  artifact size (default 100)   RATE  upstream limit_rate (default 25m)
+# PARTS=1 runs part 1 only (throughput and CPU per GiB) and stops.
 # Stops everything it started on every exit path (success, failure, Ctrl-C,
 # SIGTERM): each background process is tracked by PID and stopped by
 # bench/lib.sh's trap on EXIT.
@@ -186,6 +187,10 @@ if [ -n "$OLD_PID" ]; then
       printf "%-12s median ratio to nginx: new %.3f old %.3f  new/old %.3f\n", c, o/n, d/n, o/d }'
   done
 fi
+
+# PARTS=1 stops here (part 1 only: the throughput and CPU figures); the
+# default runs all three parts.
+if [ "${PARTS:-3}" = 1 ]; then exit 0; fi
 
 cold_run() { # label url -> lines "ttfb total" in $W/cold-<label>
   local label=$1 url=$2

@@ -35,8 +35,8 @@ use super::sums::Sums;
 
 /// The buffer a piece of an object is read into: its first [`ReadBuf::len`]
 /// bytes are read; the rest of its memory is what the next read writes
-/// over. A buffer used before (`store::checked` hands a read's last one
-/// back to it) is not zeroed again: the bytes past `len` are never handed
+/// over. A buffer used before (`store::bufs` keeps pieces' buffers for the
+/// next reads) is not zeroed again: the bytes past `len` are never handed
 /// out. (The safe `preadv2` reads into initialized memory only; zeroing a
 /// fresh 256 KiB piece before each read was about 5% of a warm GET's CPU.)
 #[derive(Default)]

@@ -87,7 +87,7 @@ impl Checker {
         let first = (from / unit as u64) as usize;
         b.chunks(unit)
             .enumerate()
-            .all(|(i, blk)| self.fits(first + i, blk.len(), crc32c::crc32c(blk)))
+            .all(|(i, blk)| self.fits(first + i, blk.len(), super::sums::crc(blk)))
     }
 
     /// `b` (the bytes at `from`, block-aligned: whole blocks, the last
@@ -116,7 +116,7 @@ impl Checker {
         let mut at = from;
         for blk in b.chunks(unit as usize) {
             let block = (at / unit) as usize;
-            if !self.fits(block, blk.len(), crc32c::crc32c(blk)) {
+            if !self.fits(block, blk.len(), super::sums::crc(blk)) {
                 self.mismatch_blocking(at, at + blk.len() as u64, blk)?;
             }
             at += blk.len() as u64;
@@ -217,18 +217,12 @@ static LARGE_HELD: AtomicUsize = AtomicUsize::new(0);
 
 /// A piece's buffer; one larger than [`FIRST_PIECE`] gives its share of
 /// [`LARGE_PIECES`] back when the last handle on it is dropped, and its
-/// memory goes back to its read's [`Spare`] slot, to be read into again.
+/// memory goes back to the pool of piece buffers ([`super::bufs`]), to be
+/// read into again.
 struct PieceBuf {
     buf: ReadBuf,
     large: usize,
-    spare: Spare,
 }
-
-/// A read's one spare buffer: the memory of a piece already sent (its
-/// last handle dropped), which the read's next piece is read into rather
-/// than a fresh, zeroed one. One per read: a read holds at most the
-/// pieces in flight and this one.
-type Spare = Arc<std::sync::Mutex<Option<Vec<u8>>>>;
 
 impl AsRef<[u8]> for PieceBuf {
     fn as_ref(&self) -> &[u8] {
@@ -241,8 +235,7 @@ impl Drop for PieceBuf {
         if self.large > 0 {
             LARGE_HELD.fetch_sub(self.large, Relaxed);
         }
-        let memory = std::mem::take(&mut self.buf).into_storage();
-        *self.spare.lock().unwrap_or_else(|p| p.into_inner()) = Some(memory);
+        super::bufs::give(std::mem::take(&mut self.buf).into_storage());
     }
 }
 
@@ -295,7 +288,6 @@ pub struct CheckedRead {
     /// end of the block holding `end - 1`, or of what the checksums cover).
     at: u64,
     last: u64,
-    spare: Spare,
 }
 
 impl CheckedRead {
@@ -327,7 +319,6 @@ impl CheckedRead {
             end,
             at,
             last,
-            spare: Spare::default(),
         }
     }
 
@@ -385,13 +376,10 @@ impl CheckedRead {
     /// of [`LARGE_PIECES`] taken): what the backend has at hand copied
     /// there on the async worker, the rest read on a blocking thread.
     async fn read(&mut self, from: u64, n: usize, large: bool) -> io::Result<Bytes> {
-        // The memory of a piece already sent, when it holds this one.
-        let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let memory = spare.filter(|m| m.capacity() >= n).unwrap_or_default();
+        // Memory a piece already sent was read into (not zeroed again).
         let mut piece = PieceBuf {
-            buf: ReadBuf::reuse(memory),
+            buf: ReadBuf::reuse(super::bufs::take(n)),
             large: if large { n } else { 0 },
-            spare: self.spare.clone(),
         };
         if !self.object.read_ready(&mut piece.buf, from, n)? {
             let object = self.object.clone();

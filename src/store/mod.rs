@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 pub mod backend;
+mod bufs;
 pub mod checked;
 mod entries;
 mod evict;
