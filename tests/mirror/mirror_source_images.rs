@@ -125,7 +125,16 @@ async fn source_images_mirrored_with_signatures_and_served_offline() {
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.header("warning"), STALE);
         let t = send(http.get(format!("{}/v2/siderolabs/imager/tags/list", svc.url()))).await;
-        assert_eq!(t.status, 502, "{}", t.text());
+        // 502 when this request found the upstream gone, 504 when the
+        // prober had already found it not answering (issue 47: a cold key
+        // fails at once while its upstream is known down): either way an
+        // error naming the upstream.
+        assert!(
+            matches!(t.status.as_u16(), 502 | 504),
+            "{}: {}",
+            t.status,
+            t.text()
+        );
         assert!(t.text().contains(&up.url()), "{}", t.text());
         let m = send(http.get(format!("{}/metrics", svc.url())))
             .await
